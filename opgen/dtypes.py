@@ -1,0 +1,59 @@
+"""Dtype names shared by the ops, the kernels and the API layers.
+
+TVM, numpy and CANN each spell the three floating types differently; this module is
+the single place that maps between them, so nothing else hard-codes a spelling.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+
+FLOAT32 = "float32"
+FLOAT16 = "float16"
+BFLOAT16 = "bfloat16"
+ALL_FLOATS = (FLOAT32, FLOAT16, BFLOAT16)
+
+SHORT_NAMES = {FLOAT32: "f32", FLOAT16: "f16", BFLOAT16: "bf16"}
+NUMPY_DTYPES = {
+    FLOAT32: np.dtype(np.float32),
+    FLOAT16: np.dtype(np.float16),
+    BFLOAT16: np.dtype(ml_dtypes.bfloat16),
+}
+CANN_NAMES = {FLOAT32: "FLOAT32", FLOAT16: "FLOAT16", BFLOAT16: "BFLOAT16"}
+
+
+def numpy_dtype(name: str) -> np.dtype:
+    """The numpy dtype that stores a tensor of TVM dtype ``name``."""
+    return NUMPY_DTYPES[name]
+
+
+def dtype_name(dtype) -> str | None:
+    """TVM dtype name of a numpy dtype (or anything numpy.dtype accepts); None if unsupported."""
+    dt = np.dtype(dtype)
+    for name, candidate in NUMPY_DTYPES.items():
+        if dt == candidate:
+            return name
+    return None
+
+
+def short(name: str) -> str:
+    """Short tag used in kernel names and tables: f32, f16, bf16."""
+    return SHORT_NAMES[name]
+
+
+def round_to(values: np.ndarray, name: str) -> np.ndarray:
+    """Round float64 values to dtype ``name`` (round to nearest even) and back to float64."""
+    return np.asarray(values).astype(NUMPY_DTYPES[name]).astype(np.float64)
+
+
+def ulp(values: np.ndarray, name: str) -> np.ndarray:
+    """Spacing of dtype ``name`` at |values|: the size of one rounding step of that dtype."""
+    dt = NUMPY_DTYPES[name]
+    mag = np.abs(np.asarray(values, dtype=np.float64))
+    finfo = ml_dtypes.finfo(dt)
+    tiny = float(finfo.smallest_subnormal)
+    mantissa_bits = int(finfo.nmant)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        exponent = np.floor(np.log2(np.where(mag > 0, mag, 1.0)))
+    spacing = np.where(mag > 0, np.exp2(exponent - mantissa_bits), tiny)
+    return np.maximum(spacing, tiny)
