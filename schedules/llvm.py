@@ -85,4 +85,74 @@ class RowPassWithColumnSums:
         return sch
 
 
-RULES = [RowPassWithColumnSums()]
+def _merge_nests(sch, block_rvs, depth: int):
+    """Merge the first ``depth`` loop levels of sibling loop nests; returns the merged loops.
+
+    Sibling reductions over the same data (sum dy*x and sum dy) then read it in one pass.
+    The nests are merged last-in-program-order first: merging (first, last) instead left a
+    consumer of the first block with an unbounded region at a later reverse_compute_at
+    (TVM 0.27, measured), which recomputed every group in every parallel iteration.
+    """
+    merged = []
+    for level in range(depth):
+        loops = [sch.get_loops(b)[level] for b in reversed(block_rvs)]
+        merged.append(sch.merge(*loops) if len(loops) > 1 else loops[0])
+    return merged
+
+
+def _decompose_innermost(sch, info: Block) -> None:
+    """Split a reduction's init out of its innermost (reduction) loop."""
+    if "R" in info.kinds:
+        block = sch.get_sblock(info.name)
+        sch.decompose_reduction(block, sch.get_loops(block)[-1])
+
+
+@dataclass(frozen=True)
+class GroupedRowPass:
+    """No knobs yet: the outer (batch, group) axes are fused and run in parallel."""
+
+    def match(self, infos: list[Block]):
+        big = [b for b in infos if b.writes_output and "R" not in b.kinds and len(b.kinds) >= 3]
+        if len(big) != 1:
+            return None
+        out = big[0]
+        rank, outer = len(out.kinds), len(out.kinds) - 2
+        scratch_names = {n for b in infos if not b.writes_output for n in b.writes}
+        row_sums = [b for b in infos if not b.writes_output and not (b.reads & scratch_names)
+                    and b.kinds == "S" * (rank - 1) + "R"
+                    and all(same_extent(a, e) for a, e in zip(b.extents, out.extents[:-1]))]
+        group_stages = [b for b in infos if b not in row_sums and not b.writes_output
+                        and b.kinds[:outer] == "S" * outer and b.reads & scratch_names
+                        and all(same_extent(a, e) for a, e in zip(b.extents[:outer], out.extents[:outer]))]
+        column = [b for b in infos if b not in row_sums and b not in group_stages and b is not out]
+        column_sums = [b for b in column if b.kinds.endswith("R") and same_extent(b.extents[-1], out.extents[0])]
+        casts = [b for b in column if b not in column_sums and "R" not in b.kinds]
+        if not row_sums or len(column_sums) + len(casts) != len(column):
+            return None
+        return out, outer, row_sums, group_stages, column_sums, casts
+
+    def apply(self, func, target, knobs):
+        sch = s_tir.Schedule(func)
+        matched = self.match(blocks(sch))
+        if matched is None:
+            return None
+        out, outer, row_sums, group_stages, column_sums, casts = matched
+        # Merge and compute_at on the separate outer loops, fuse them last: the region
+        # analysis cannot bound (fused // G, fused % G) and would recompute every group.
+        row_rvs = [sch.get_sblock(b.name) for b in row_sums]
+        outer_loops = _merge_nests(sch, row_rvs, len(row_sums[0].kinds))[:outer]
+        for info in group_stages + [out]:
+            sch.reverse_compute_at(sch.get_sblock(info.name), outer_loops[-1])
+        sch.parallel(sch.fuse(*outer_loops))
+        if column_sums:
+            col_rvs = [sch.get_sblock(b.name) for b in column_sums]
+            col_loops = _merge_nests(sch, col_rvs, len(column_sums[0].kinds))[:-1]
+            for info in casts:
+                sch.reverse_compute_at(sch.get_sblock(info.name), col_loops[-1])
+            sch.parallel(sch.fuse(*col_loops))
+        for info in row_sums + group_stages + column_sums:
+            _decompose_innermost(sch, info)
+        return sch
+
+
+RULES = [RowPassWithColumnSums(), GroupedRowPass()]
