@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +42,14 @@ class Kernel:
     module: object                 # tvm runtime module
     build_seconds: float
     from_disk: bool
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    library_path: Path | None = None   # the exported library in the disk cache, if any
+
+    def export(self, path: Path) -> None:
+        """Write the compiled library to ``path`` (a module loaded from disk cannot re-export)."""
+        if self.library_path is not None and self.library_path.exists():
+            shutil.copyfile(self.library_path, path)
+        else:
+            self.module.export_library(str(path))
 
     def __call__(self, arrays: dict) -> None:
         """Run on ``arrays`` (name -> tvm Tensor or numpy array in the kernel's shapes).
@@ -143,7 +151,7 @@ def build(op: OpSpec, combo: DtypeCombo, target: TargetSpec, variant: str = "def
         module = target.build(mod)
         if path is not None:
             _store(module, path)
-    return Kernel(op, combo, target, variant, symbol, tir, module, time.perf_counter() - start, from_disk)
+    return Kernel(op, combo, target, variant, symbol, tir, module, time.perf_counter() - start, from_disk, path)
 
 
 _CACHE: dict[tuple, Kernel] = {}
