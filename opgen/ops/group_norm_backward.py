@@ -144,7 +144,7 @@ def random_inputs(problem: Problem, combo: DtypeCombo, rng: np.random.Generator)
     x = (rng.standard_normal(problem.x_shape) * 2.0 + 0.5).astype(numpy_dtype(combo["x"]))
     dy = rng.standard_normal(problem.x_shape).astype(numpy_dtype(combo["dy"]))
     gamma = rng.uniform(0.5, 1.5, problem.C).astype(numpy_dtype(combo["gamma"]))
-    xg = x.astype(np.float64).reshape(problem.N, problem.group, -1)
+    xg = x.astype(np.float64).reshape(problem.N, problem.group, (problem.C // problem.group) * problem.HxW)
     if xg.size:
         mean, rstd = xg.mean(axis=2), 1.0 / np.sqrt(xg.var(axis=2) + 1e-5)
     else:
