@@ -1,0 +1,180 @@
+"""opgen.derive: the symbolic proofs hold, they fail on a wrong TE, and the seed report is right.
+
+The negative tests matter as much as the positive ones: a proof that cannot fail proves
+nothing. They mutate the op's own TE while ``SPEC.compute`` builds it (``te.compute`` is
+wrapped so one named stage gets one sign flipped), then run the unchanged ``prove`` path.
+"""
+from __future__ import annotations
+
+import pytest
+import sympy
+from tvm import te, tirx
+
+from opgen import derive
+from opgen.ops import get_op
+
+
+# ----------------------------------------------------------------------------- the proofs hold
+
+@pytest.mark.parametrize("op_name", ["rms_norm_grad", "group_norm_backward"])
+def test_proof_of_the_float32_kernel_holds(op_name):
+    report = derive.prove(op_name)
+    assert report.ok, report.summary()
+    spec = get_op(op_name)
+    assert report.cases and all(c.checked > 0 for c in report.cases)
+    assert "PROVEN" in report.summary() and spec.name in report.summary()
+
+
+def test_group_norm_proof_includes_a_single_group_case():
+    report = derive.prove("group_norm_backward")
+    assert any(c.sizes["G"] == 1 for c in report.cases)
+    assert any(c.sizes["G"] > 1 for c in report.cases)
+
+
+def test_rms_norm_proof_counts_every_output_element():
+    report = derive.prove("rms_norm_grad", cases=[(2, 3)])
+    (case,) = report.cases
+    assert case.sizes == {"rows": 2, "cols": 3}
+    assert case.checked == 2 * 3 + 3  # dx and dgamma
+
+
+@pytest.mark.parametrize("op_name, tag", [("rms_norm_grad", "f16-f16"), ("group_norm_backward", "bf16-bf16")])
+def test_low_precision_combos_prove_through_casts(op_name, tag):
+    """Casts (and GroupNorm's extra rounding stages) translate to identity: same algebra."""
+    report = derive.prove(op_name, tag, cases=[(1, 3)] if op_name == "rms_norm_grad" else [(1, 2, 1, 2)])
+    assert report.ok, report.summary()
+
+
+# ----------------------------------------------------------------------------- mutations fail
+
+def _flip_first_sign(expr):
+    """``expr`` with its outermost Add/Sub swapped (looking through Cast, Reduce, Mul's left)."""
+    if isinstance(expr, tirx.Sub):
+        return tirx.Add(expr.a, expr.b)
+    if isinstance(expr, tirx.Add):
+        return tirx.Sub(expr.a, expr.b)
+    if isinstance(expr, tirx.Cast):
+        inner = _flip_first_sign(expr.value)
+        return None if inner is None else tirx.Cast(str(expr.ty), inner)
+    if isinstance(expr, tirx.Mul):
+        inner = _flip_first_sign(expr.a)
+        return None if inner is None else tirx.Mul(inner, expr.b)
+    if isinstance(expr, tirx.Reduce):
+        inner = _flip_first_sign(expr.source[0])
+        return None if inner is None else tirx.Reduce(
+            expr.combiner, [inner], expr.axis, expr.condition, expr.value_index, expr.init)
+    return None
+
+
+@pytest.fixture
+def flip_stage(monkeypatch):
+    """Make ``te.compute`` flip one sign in the stage named ``stage``; returns the hit list."""
+    original = te.compute
+
+    def apply(stage):
+        hits = []
+
+        def compute(shape, fcompute, name="compute", *args, **kwargs):
+            if name == stage:
+                body = fcompute
+
+                def fcompute(*idx):
+                    flipped = _flip_first_sign(body(*idx))
+                    assert flipped is not None, f"no Add/Sub to flip in {stage}"
+                    hits.append(stage)
+                    return flipped
+            return original(shape, fcompute, name, *args, **kwargs)
+
+        monkeypatch.setattr(te, "compute", compute)
+        return hits
+
+    return apply
+
+
+@pytest.mark.parametrize("op_name, case, stage, broken, intact", [
+    ("rms_norm_grad", (2, 3), "rms_norm_grad_dx", "rms_norm_grad_dx", "rms_norm_grad_dgamma"),
+    ("group_norm_backward", (2, 2, 2, 2), "group_norm_backward_c3", "group_norm_backward_dx",
+     "group_norm_backward_dgamma_acc"),
+    # inside a te.sum: the mutation rebuilds the Reduce node, the translator expands it
+    ("group_norm_backward", (2, 2, 2, 2), "group_norm_backward_dgamma_acc",
+     "group_norm_backward_dgamma_acc", "group_norm_backward_dx"),
+])
+def test_a_flipped_sign_in_the_te_fails_the_proof(flip_stage, op_name, case, stage, broken, intact):
+    hits = flip_stage(stage)
+    report = derive.prove(op_name, cases=[case])
+    assert hits, f"stage {stage} was never built"
+    assert not report.ok, report.summary()
+    bad = report.cases[0].mismatches
+    assert any(m.startswith(broken + "[") for m in bad), bad
+    assert not any(m.startswith(intact + "[") for m in bad), bad
+    assert "MISMATCH" in report.summary()
+
+
+# ----------------------------------------------------------------------------- the translator
+
+def test_translator_expands_a_reduction_into_symbols():
+    n = te.var("n", "int64")
+    a = te.placeholder((n, n), "float32", name="a")
+    b = te.placeholder((n,), "float32", name="b")
+    k = te.reduce_axis((0, n), name="k")
+    dot = te.compute((n,), lambda i: te.sum(a[i, k] * b[k], axis=k), name="dot")
+    out = te.compute((n,), lambda i: (dot[i] / 2.0).astype("float16"), name="out")
+    got = derive.Translator({"n": 2}).element(out, (1,))
+    s = derive.make_symbol
+    assert sympy.expand(got - (s("a", (1, 0)) * s("b", (0,)) + s("a", (1, 1)) * s("b", (1,))) / 2) == 0
+
+
+@pytest.mark.parametrize("body", [
+    lambda x, k: te.max(x[k], axis=k),                    # a reducer that is not a sum
+    lambda x, k: tirx.sqrt(x[0]),                         # an intrinsic call
+    lambda x, k: te.sum(tirx.Max(x[k], tirx.const(0.0, "float32")), axis=k),  # Max node
+])
+def test_translator_refuses_what_it_does_not_know(body):
+    n = te.var("n", "int64")
+    x = te.placeholder((n,), "float32", name="x")
+    k = te.reduce_axis((0, n), name="k")
+    out = te.compute((1,), lambda i: body(x, k), name="out")
+    with pytest.raises(derive.UnsupportedNode):
+        derive.Translator({"n": 3}).element(out, (0,))
+
+
+def test_translator_refuses_a_size_it_was_not_given():
+    n = te.var("n", "int64")
+    x = te.placeholder((n,), "float32", name="x")
+    with pytest.raises(derive.UnsupportedNode, match="'n'"):
+        derive.Translator({}).element(x, (0,))
+
+
+def test_translator_checks_bounds():
+    x = te.placeholder((2,), "float32", name="x")
+    with pytest.raises(IndexError):
+        derive.Translator({}).element(x, (2,))
+
+
+# ----------------------------------------------------------------------------- the seeds
+
+def _by_output(checks, op):
+    return [c for c in checks if c.op == op]
+
+
+def test_seed_formulas_report():
+    checks = derive.check_seed_formulas()
+    rms = {c.output: c for c in _by_output(checks, "rms_norm_grad")}
+    assert rms["dx"].matches and rms["dgamma"].matches and all(c.seed == "000" for c in rms.values())
+
+    gn = _by_output(checks, "group_norm_backward")
+    assert all(c.seed == "002" for c in gn)
+    assert [c.matches for c in gn if c.output in ("dbeta", "dgamma")] == [True, True]
+    readings = [c for c in gn if c.output == "dx"]
+    printed, no_mean, gamma_outside, corrected = readings
+    assert "as printed" in printed.formula and "mean*rstd*gamma" in printed.formula
+    assert not printed.matches and "mean" in printed.detail
+    assert not no_mean.matches and "N is the batch" in no_mean.detail and "M = D*HW" in no_mean.detail
+    assert not gamma_outside.matches and "only when gamma is constant" in gamma_outside.detail
+    assert corrected.matches
+
+
+def test_main_prints_the_report(capsys):
+    assert derive.main() == 0
+    out = capsys.readouterr().out
+    assert out.count("PROVEN") == 2 and "DIFFERS" in out and "[002]" in out and "[000]" in out
