@@ -1,6 +1,7 @@
 """The ``opgen`` command line. ``opgen generate`` is the main job.
 
-    opgen generate [--out opgen-out] [--op NAME ...] [--target NAME ...]
+    opgen generate [--out opgen-out] [--op NAME ...] [--target NAME ...] [--fresh]
+    opgen prove        # the sympy proofs of opgen.derive, and the seed-formula report
 
 For every registered op x dtype combo x target that can build here: build the kernel,
 verify it against the float64 reference on the op's sample problems (targets that can run
@@ -105,6 +106,12 @@ def cmd_generate(args) -> int:
     return 0 if all(r.verdict != "FAIL" for r in rows) else 1
 
 
+def cmd_prove(args) -> int:
+    from opgen import derive
+
+    return derive.main()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="opgen", description="operator generator on Apache TVM")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -115,6 +122,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--fresh", action="store_true", help="ignore the kernel disk cache (time real builds)")
     gen.add_argument("--seed", type=int, default=0, help="seed of the verification inputs")
     gen.set_defaults(func=cmd_generate)
+    prove = sub.add_parser("prove", help="prove each op's TE against sympy's derivative of its forward")
+    prove.set_defaults(func=cmd_prove)
     return parser
 
 
