@@ -1,0 +1,45 @@
+"""Shared fixtures: the ``target`` parameter and a reproducible per-test random generator.
+
+``target`` is parametrized over every registered target (opgen.targets.all_targets()) and
+skips, with the reason, a target whose kernels cannot execute on this machine (cuda without
+a GPU). Compile-only checks must not use it: they take ``build_target``, which never skips.
+"""
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+from opgen.targets import all_targets, get_target
+
+TARGET_NAMES = [t.name for t in all_targets()]
+
+
+@pytest.fixture(params=TARGET_NAMES)
+def target(request):
+    """A TargetSpec whose kernels can run here; other targets are skipped, not passed."""
+    spec = get_target(request.param)
+    if not spec.can_run():
+        pytest.skip(f"target {spec.name} cannot run kernels on this machine ({spec.description})")
+    return spec
+
+
+@pytest.fixture(params=TARGET_NAMES)
+def build_target(request):
+    """A TargetSpec that kernels are built for, whether or not they can run here."""
+    spec = get_target(request.param)
+    if not spec.can_build():
+        pytest.skip(f"target {spec.name} cannot build on this machine")
+    return spec
+
+
+def seed_for(name: str) -> int:
+    """A stable seed derived from a name (a test id): reruns see the same data."""
+    return zlib.crc32(name.encode())
+
+
+@pytest.fixture
+def rng(request) -> np.random.Generator:
+    """A generator seeded from the test's node id: reproducible, different per test."""
+    return np.random.default_rng(seed_for(request.node.nodeid))

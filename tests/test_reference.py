@@ -1,0 +1,145 @@
+"""The float64 references against central finite differences of the float64 forwards.
+
+Every kernel is judged by opgen.reference, so the references themselves are checked here
+independently of the closed-form algebra: with L = sum(dy * forward(x, gamma[, beta])),
+where the forward recomputes rstd (and mean) from x, the backward's outputs must equal
+dL/dx, dL/dgamma (and dL/dbeta) by central differences. In float64 with h = 1e-6 the
+difference quotient is good to ~1e-8 absolute for O(1) values, inside rtol = 1e-6 plus
+atol = 1e-7 * scale, while a wrong term in a formula changes the result at order one.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from opgen import reference
+
+H = 1e-6
+RTOL = 1e-6
+ATOL = 1e-7
+
+
+def central_difference(loss, value: np.ndarray) -> np.ndarray:
+    """d loss / d value by central differences, one element at a time."""
+    grad = np.zeros_like(value)
+    for index in np.ndindex(value.shape):
+        plus, minus = value.copy(), value.copy()
+        plus[index] += H
+        minus[index] -= H
+        grad[index] = (loss(plus) - loss(minus)) / (2 * H)
+    return grad
+
+
+def assert_gradient(name: str, analytic, numeric) -> None:
+    analytic = np.asarray(analytic, dtype=np.float64)
+    assert analytic.shape == numeric.shape, f"{name}: shape {analytic.shape} != {numeric.shape}"
+    scale = max(1.0, float(np.max(np.abs(numeric), initial=0.0)))
+    np.testing.assert_allclose(analytic, numeric, rtol=RTOL, atol=ATOL * scale, err_msg=name)
+
+
+# ---------------------------------------------------------------------------- RmsNorm
+
+RMS_CASES = [  # (x shape, gamma shape)
+    ((3, 5), (5,)),
+    ((2, 3, 4), (3, 4)),
+    ((7,), (7,)),          # 1-D x: n = 0, one row, rstd is a scalar
+    ((2, 1, 16), (16,)),   # the seed example's shape
+]
+
+
+def _shape_id(shape) -> str:
+    return "[" + ",".join(map(str, shape)) + "]"
+
+
+@pytest.mark.parametrize(
+    "x_shape,gamma_shape", RMS_CASES,
+    ids=[f"x{_shape_id(x)}-gamma{_shape_id(g)}" for x, g in RMS_CASES])
+def test_rms_norm_grad_reference_matches_finite_differences(x_shape, gamma_shape, rng):
+    x = rng.standard_normal(x_shape)
+    gamma = rng.uniform(0.5, 1.5, gamma_shape)
+    dy = rng.standard_normal(x_shape)
+    _, rstd = reference.rms_norm(x, gamma)
+    assert rstd.shape == x_shape[: len(x_shape) - len(gamma_shape)]
+
+    dx, dgamma = reference.rms_norm_grad(dy, x, rstd, gamma)
+
+    assert_gradient("dx", dx, central_difference(lambda v: np.sum(dy * reference.rms_norm(v, gamma)[0]), x))
+    assert_gradient("dgamma", dgamma,
+                    central_difference(lambda v: np.sum(dy * reference.rms_norm(x, v)[0]), gamma))
+
+
+def test_rms_norm_grad_reference_accepts_flat_rstd():
+    """rstd with prod(x.shape[:n]) elements in any shape (the seed passes (2,) for x (2,1,16))."""
+    rng = np.random.default_rng(1)
+    x, dy, gamma = rng.standard_normal((2, 1, 16)), rng.standard_normal((2, 1, 16)), rng.uniform(0.5, 1.5, 16)
+    _, rstd = reference.rms_norm(x, gamma)
+    keepdim = reference.rms_norm_grad(dy, x, rstd, gamma)
+    flat = reference.rms_norm_grad(dy, x, rstd.reshape(-1), gamma)
+    for a, b in zip(keepdim, flat):
+        np.testing.assert_array_equal(a, b)
+
+
+# -------------------------------------------------------------------------- GroupNorm
+
+GROUP_CASES = [  # (N, C, HxW, group)
+    (2, 4, 3, 2),
+    (1, 6, 5, 3),
+    (2, 3, 4, 1),   # the seed example: one group
+    (2, 4, 1, 4),   # HxW = 1 and group = C: one element per group, x_hat = 0
+]
+
+
+def _group_id(case) -> str:
+    n, c, hw, g = case
+    return f"N{n}-C{c}-HxW{hw}-G{g}"
+
+
+def _group_norm_inputs(case, rng):
+    n, c, hw, _ = case
+    x = rng.standard_normal((n, c, hw)) * 2.0 + 0.5
+    return x, rng.standard_normal((n, c, hw)), rng.uniform(0.5, 1.5, c), rng.standard_normal(c)
+
+
+@pytest.mark.parametrize("case", GROUP_CASES, ids=[_group_id(c) for c in GROUP_CASES])
+def test_group_norm_backward_reference_matches_finite_differences(case, rng):
+    group = case[3]
+    x, dy, gamma, beta = _group_norm_inputs(case, rng)
+    _, mean, rstd = reference.group_norm(x, gamma, beta, group)
+
+    dx, dgamma, dbeta = reference.group_norm_backward(dy, x, mean, rstd, gamma, group)
+
+    def loss(x_=x, gamma_=gamma, beta_=beta):
+        return np.sum(dy * reference.group_norm(x_, gamma_, beta_, group)[0])
+
+    assert_gradient("dx", dx, central_difference(lambda v: loss(x_=v), x))
+    assert_gradient("dgamma", dgamma, central_difference(lambda v: loss(gamma_=v), gamma))
+    assert_gradient("dbeta", dbeta, central_difference(lambda v: loss(beta_=v), beta))
+
+
+@pytest.mark.parametrize("case", GROUP_CASES, ids=[_group_id(c) for c in GROUP_CASES])
+def test_group_norm_backward_reference_without_gamma_uses_ones(case, rng):
+    """gamma=None means ones: dx must be the derivative of the forward with gamma = 1."""
+    group = case[3]
+    x, dy, _, beta = _group_norm_inputs(case, rng)
+    ones = np.ones(case[1])
+    _, mean, rstd = reference.group_norm(x, ones, beta, group)
+
+    dx, dgamma, dbeta = reference.group_norm_backward(dy, x, mean, rstd, None, group)
+
+    def loss(x_=x, gamma_=ones, beta_=beta):
+        return np.sum(dy * reference.group_norm(x_, gamma_, beta_, group)[0])
+
+    assert_gradient("dx", dx, central_difference(lambda v: loss(x_=v), x))
+    assert_gradient("dgamma", dgamma, central_difference(lambda v: loss(gamma_=v), ones))
+    assert_gradient("dbeta", dbeta, central_difference(lambda v: loss(beta_=v), beta))
+
+
+def test_group_norm_backward_reference_one_element_groups_give_zero_dx():
+    """With one element per group x_hat is identically 0, so y = beta and dL/dx = 0 exactly."""
+    rng = np.random.default_rng(2)
+    x, dy, gamma, beta = _group_norm_inputs((2, 4, 1, 4), rng)
+    _, mean, rstd = reference.group_norm(x, gamma, beta, 4)
+    dx, dgamma, dbeta = reference.group_norm_backward(dy, x, mean, rstd, gamma, 4)
+    np.testing.assert_array_equal(dx, np.zeros_like(dx))
+    np.testing.assert_array_equal(dgamma, np.zeros_like(dgamma))
+    np.testing.assert_allclose(dbeta, dy.sum(axis=(0, 2)), rtol=1e-15)
