@@ -69,6 +69,9 @@ class OpSpec:
     random_inputs: Callable[..., dict]
     kernel_args: Callable[..., dict]
     problems: tuple[Any, ...] = field(default=())
+    # The aclnn face (opgen.apispec.ApiSpec): parameters in the seed's order, documented
+    # error lines, how a call maps onto the kernel. None: no aclnn functions are generated.
+    api: Any = None
 
     def __post_init__(self):
         if not self.name.isidentifier():

@@ -31,10 +31,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 from tvm import te
 
 from opgen import reference
+from opgen.apispec import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ATTR, INPUT, MASK, OUTPUT, ApiSpec,
+                           Param, Rule, Violation, dtype_message, first, null_message, shape_str)
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype
 from opgen.ops import DtypeCombo, OpSpec, as_float32
 
@@ -153,13 +156,18 @@ def random_inputs(problem: Problem, combo: DtypeCombo, rng: np.random.Generator)
     return {"dy": dy, "x": x, "mean": mean.astype(stat), "rstd": rstd.astype(stat), "gamma": gamma}
 
 
-def kernel_args(problem: Problem, arrays: dict) -> dict:
-    """View user-shaped arrays in the kernel's (N, G, D, HW) / (N, G) / (G, D) shapes."""
+def kernel_shapes(problem: Problem) -> dict:
+    """The kernel's (N, G, D, HW) / (N, G) / (G, D) shape of each tensor."""
     g = problem.group
     d = problem.C // g
     big, stat, chan = (problem.N, g, d, problem.HxW), (problem.N, g), (g, d)
-    shapes = {"dy": big, "x": big, "mean": stat, "rstd": stat, "gamma": chan,
-              "dx": big, "dgamma": chan, "dbeta": chan}
+    return {"dy": big, "x": big, "mean": stat, "rstd": stat, "gamma": chan,
+            "dx": big, "dgamma": chan, "dbeta": chan}
+
+
+def kernel_args(problem: Problem, arrays: dict) -> dict:
+    """View user-shaped arrays in the kernel's (N, G, D, HW) / (N, G) / (G, D) shapes."""
+    shapes = kernel_shapes(problem)
     return {name: np.reshape(a, shapes[name]) for name, a in arrays.items()}
 
 
@@ -169,6 +177,214 @@ def _reference(problem: Problem, arrays: dict) -> dict:
         a["dy"], a["x"], a["mean"], a["rstd"], a.get("gamma"), problem.group)
     return {"dx": dx, "dgamma": dgamma, "dbeta": dbeta}
 
+
+# ---- the aclnn API, as seed 002 documents it -------------------------------------------
+# Interpretations (each quoted in the report):
+# * "Supports empty tensors": gamma may be null (ones, as CANN); the other inputs and
+#   outputMask are required (161001), an output only when its mask bit is true.
+# * The length of outputMask is checked before the masked outputs' nulls: the mask must be
+#   readable to know which outputs are required.
+# * "gradBetaOut ... Dimension 2" contradicts "The shape is the same as that of gamma":
+#   gradBetaOut is shaped like gamma. With gamma null, gamma's shape is taken as (C,).
+# * "Dimension 0-8" has no line in the error table: ranks over 8 are 161002, like every
+#   other Parameters constraint in this table. Output dtypes ("same data type as gradOut /
+#   mean") belong to "do not meet the constraints specified in Parameters" (161002).
+# * N, C, HxW < 0 cannot describe an element count: 161002 under the input-count line; the
+#   gradOut count is checked with input's ("The number of elements must equal NCHxW").
+
+_INPUTS = ("gradOut", "input", "mean", "rstd", "gamma")
+_OUTPUTS = ("gradInput", "gradGammaOut", "gradBetaOut")
+
+
+def _present(call, names):
+    return [n for n in names if call[n] is not None and (n not in _OUTPUTS or call.wanted(call.api.param(n)))]
+
+
+def _check_mask_length(call) -> str | None:
+    n = len(call["outputMask"])
+    return None if n == 3 else f"outputMask has {n} elements; expected 3 (gradInput, gradGammaOut, gradBetaOut)"
+
+
+def _masked_null(bit: int, name: str):
+    def check(call) -> str | None:
+        if call["outputMask"][bit] and call[name] is None:
+            return f"outputMask[{bit}] is true but {name} is a null pointer"
+        return None
+    return check
+
+
+def _check_grad_out_dtype(call) -> str | None:
+    allowed = tuple(dict.fromkeys(c["dy"] for c in call.combos()))
+    return dtype_message("gradOut", call["gradOut"].dtype, allowed, f" on {call.product}")
+
+
+def _check_dtypes(call) -> str | None:
+    dy = call["gradOut"].dtype
+    pairs = {(c["dy"], c["mean"]) for c in call.combos()}
+    means = tuple(sorted(m for d, m in pairs if d == dy))
+    mean = call["mean"].dtype
+    same = (("input", "gradOut"), ("rstd", "mean"), ("gamma", "mean"), ("gradInput", "gradOut"),
+            ("gradGammaOut", "mean"), ("gradBetaOut", "mean"))
+    return first([dtype_message("mean", mean, means, f" with gradOut {dy} on {call.product}")] + [
+        dtype_message(a, call[a].dtype, (call[b].dtype,), f" (the same data type as {b})")
+        for a, b in same if a in _present(call, (a,))])
+
+
+def _check_ranks(call) -> str | None:
+    return first(f"{n} has {call[n].ndim} dimensions; expected 0 to 8"
+                 for n in _present(call, _INPUTS + _OUTPUTS) if call[n].ndim > 8)
+
+
+def _gamma_shape(call) -> tuple:
+    return call["gamma"].shape if call["gamma"] is not None else (call["C"],)
+
+
+def _output_shape(bit: int, name: str, like: str):
+    def check(call) -> str | None:
+        if not call["outputMask"][bit]:
+            return None
+        want = call[like].shape if like == "input" else _gamma_shape(call)
+        got = call[name].shape
+        return None if got == want else f"{name} has shape {shape_str(got)}; expected {like}'s {shape_str(want)}"
+    return check
+
+
+def _check_input_count(call) -> str | None:
+    n, c, hw = call["N"], call["C"], call["HxW"]
+    if min(n, c, hw) < 0:
+        return f"N, C and HxW must be >= 0, got N={n}, C={c}, HxW={hw}"
+    return first(f"{t} has {call[t].size} elements; expected N * C * HxW = {n} * {c} * {hw} = {n * c * hw}"
+                 for t in ("input", "gradOut") if call[t].size != n * c * hw)
+
+
+def _count(name: str, what: str, value):
+    def check(call) -> str | None:
+        if call[name] is None or call[name].size == value(call):
+            return None
+        return f"{name} has {call[name].size} elements; expected {what} = {value(call)}"
+    return check
+
+
+def _set(**changes):
+    return lambda args: args.update({k: v(args) for k, v in changes.items()})
+
+
+def _cast(name, dtype):
+    return _set(**{name: lambda a: np.asarray(a[name]).astype(dtype)})
+
+
+def _other_float(name):
+    return _set(**{name: lambda a: a[name].astype(np.float16 if a[name].dtype != np.float16 else np.float32)})
+
+
+def _bf16_everywhere(args) -> None:
+    for name in _INPUTS + _OUTPUTS:
+        args[name] = args[name].astype(ml_dtypes.bfloat16)
+
+
+def _mixed(args) -> None:
+    for name in ("gradOut", "input", "gradInput"):
+        args[name] = args[name].astype(np.float16)
+
+
+def _rules_nulls() -> tuple:
+    required = ("gradOut", "input", "mean", "rstd", "outputMask")
+    nulls = tuple(Violation(f"{n} is None", _set(**{n: lambda a: None})) for n in required)
+    masked = tuple(
+        Rule(ACLNN_ERR_PARAM_NULLPTR, f"outputMask[{bit}] is true and the passed {name} is a null pointer.",
+             _masked_null(bit, name), (Violation(f"{name} is None", _set(**{name: lambda a: None})),))
+        for bit, name in enumerate(_OUTPUTS))
+    return (
+        Rule(ACLNN_ERR_PARAM_NULLPTR, "The passed gradOut, input, mean, and rstd are null pointers.",
+             lambda call: null_message(call, required), nulls),
+        Rule(ACLNN_ERR_PARAM_INVALID, "The length of outputMask is not 3.", _check_mask_length, (
+            Violation("outputMask of 2", _set(outputMask=lambda a: [True, True])),
+            Violation("outputMask of 4", _set(outputMask=lambda a: [True] * 4)))),
+    ) + masked
+
+
+def _rules_dtypes() -> tuple:
+    return (
+        Rule(ACLNN_ERR_PARAM_INVALID, "The data type of gradOut is not within the supported range.",
+             _check_grad_out_dtype, (Violation("float64 gradOut", _cast("gradOut", np.float64)),
+                                     Violation("bfloat16 everywhere on Atlas training", _bf16_everywhere,
+                                               ("AtlasTraining",)))),
+        Rule(ACLNN_ERR_PARAM_INVALID, "The data types of input, mean, gamma, rstd, and gradOut do not meet the "
+             "constraints specified in Parameters.", _check_dtypes, (
+                 Violation("input's dtype differs from gradOut's", _other_float("input")),
+                 Violation("rstd's dtype differs from mean's", _other_float("rstd")),
+                 Violation("gamma's dtype differs from mean's", _other_float("gamma")),
+                 Violation("gradInput's dtype differs from gradOut's", _other_float("gradInput")),
+                 Violation("gradGammaOut's dtype differs from mean's", _other_float("gradGammaOut")),
+                 Violation("gradBetaOut's dtype differs from mean's", _other_float("gradBetaOut")),
+                 Violation("float16 gradOut with float32 mean off the 950", _mixed,
+                           ("AtlasA2", "AtlasA3", "AtlasTraining")))),
+        Rule(ACLNN_ERR_PARAM_INVALID, "Dimension (shape): 0-8", _check_ranks, (
+            Violation("9-d input and gradOut", _set(**{n: (lambda n: lambda a: a[n].reshape((1,) * 8 + (-1,)))(n)
+                                                     for n in ("input", "gradOut")})),)),
+    )
+
+
+def _rules_shapes() -> tuple:
+    what = ("the shape of gradInput differs from the shape of input", "the shape of gradGammaOut differs from "
+            "the shape of gamma", "the shape of gradBetaOut differs from the shape of gamma")
+    shapes = tuple(
+        Rule(ACLNN_ERR_PARAM_INVALID, f"When outputMask[{bit}] is true, {what[bit]}.",
+             _output_shape(bit, name, "input" if bit == 0 else "gamma"),
+             (Violation(f"{name} flattened with one more element", _set(**{name: (lambda n: lambda a: np.zeros(
+                 a[n].size + 1, a[n].dtype))(name)})),))
+        for bit, name in enumerate(_OUTPUTS))
+    group = lambda v: _set(group=lambda a: v(a))  # noqa: E731
+    return shapes + (
+        Rule(ACLNN_ERR_PARAM_INVALID, "group is not greater than 0.", lambda call: None if call["group"] > 0 else
+             f"group is {call['group']}; expected a value greater than 0", (Violation("group 0", group(lambda a: 0)),
+                                                                          Violation("group -1", group(lambda a: -1)))),
+        Rule(ACLNN_ERR_PARAM_INVALID, "C is not divisible by group.", lambda call: None if call["C"] % call["group"] == 0
+             else f"C = {call['C']} is not divisible by group = {call['group']}",
+             (Violation("group C + 1", group(lambda a: a["C"] + 1)),)),
+        Rule(ACLNN_ERR_PARAM_INVALID, "The number of elements in input is not equal to N * C * HxW.",
+             _check_input_count, (Violation("HxW one more", _set(HxW=lambda a: a["HxW"] + 1)),
+                                  Violation("N negative", _set(N=lambda a: -a["N"], C=lambda a: -a["C"])))),
+        Rule(ACLNN_ERR_PARAM_INVALID, "The number of elements in mean is not equal to N * group.",
+             _count("mean", "N * group", lambda c: c["N"] * c["group"]),
+             (Violation("mean one element more", _set(mean=lambda a: np.zeros(a["mean"].size + 1, a["mean"].dtype))),)),
+        Rule(ACLNN_ERR_PARAM_INVALID, "The number of elements in rstd is not equal to N * group.",
+             _count("rstd", "N * group", lambda c: c["N"] * c["group"]),
+             (Violation("rstd one element more", _set(rstd=lambda a: np.ones(a["rstd"].size + 1, a["rstd"].dtype))),)),
+        Rule(ACLNN_ERR_PARAM_INVALID, "gamma is not a null pointer and the number of elements in gamma is not C.",
+             _count("gamma", "C", lambda c: c["C"]), (Violation("gamma and both gradients one longer", _set(**{
+                 n: (lambda n: lambda a: np.ones(a[n].size + 1, a[n].dtype))(n)
+                 for n in ("gamma", "gradGammaOut", "gradBetaOut")})),)),
+    )
+
+
+_DT = "FLOAT32, FLOAT16, BFLOAT16"
+API = ApiSpec(
+    params=(
+        Param("gradOut", INPUT, "The gradient (`gradOut`); N*C*HxW elements, dtype of input.", "dy", _DT, "0-8"),
+        Param("input", INPUT, "The forward input (`x`); N*C*HxW elements.", "x", _DT, "0-8"),
+        Param("mean", INPUT, "The forward's per-group mean; N*group elements.", "mean", _DT, "0-8"),
+        Param("rstd", INPUT, "The forward's per-group 1/std; N*group elements, dtype of mean.", "rstd", _DT, "0-8"),
+        Param("gamma", INPUT, "Per-channel scale; C elements, dtype of mean; may be null (ones).", "gamma", _DT,
+              "0-8", optional=True),
+        Param("N", ATTR, "Size of the N dimension."),
+        Param("C", ATTR, "Size of the C dimension."),
+        Param("HxW", ATTR, "Size of the dimensions after N and C, multiplied."),
+        Param("group", ATTR, "Number of groups C is divided into; > 0 and dividing C."),
+        Param("outputMask", MASK, "Three bools: whether to output gradInput, gradGammaOut, gradBetaOut."),
+        Param("gradInput", OUTPUT, "The gradient of input; input's shape, gradOut's dtype.", "dx", _DT, "0-8",
+              mask_bit=0),
+        Param("gradGammaOut", OUTPUT, "The gradient of gamma; gamma's shape, mean's dtype.", "dgamma", _DT, "0-8",
+              mask_bit=1),
+        Param("gradBetaOut", OUTPUT, "The gradient of beta; gamma's shape, mean's dtype.", "dbeta", _DT, "0-8",
+              mask_bit=2),
+    ),
+    rules=_rules_nulls() + _rules_dtypes() + _rules_shapes(),
+    problem=lambda call: Problem(call["N"], call["C"], call["HxW"], call["group"]),
+    kernel_shapes=kernel_shapes,
+    description="Backward of GroupNorm: gradInput, gradGammaOut and gradBetaOut, each behind outputMask.",
+    fill={"gamma": 1.0},
+)
 
 SPEC = OpSpec(
     name="group_norm_backward",
@@ -183,4 +399,5 @@ SPEC = OpSpec(
     random_inputs=random_inputs,
     kernel_args=kernel_args,
     problems=(Problem(2, 3, 4, 1), Problem(2, 6, 33, 3), Problem(1, 64, 941, 64), Problem(3, 2130, 7, 71)),
+    api=API,
 )

@@ -23,10 +23,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import ml_dtypes
 import numpy as np
 from tvm import te
 
 from opgen import reference
+from opgen.apispec import (ACLNN_ERR_INNER_TILING_ERROR, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, INPUT,
+                           OUTPUT, ApiSpec, Param, Rule, Violation, dtype_message, first, null_message, shape_str)
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype
 from opgen.ops import DtypeCombo, OpSpec, as_float32
 
@@ -122,13 +125,18 @@ def random_inputs(problem: Problem, combo: DtypeCombo, rng: np.random.Generator)
     return {"dy": dy, "x": x, "rstd": rstd.reshape(problem.x_shape[:n]).astype(np.float32), "gamma": gamma}
 
 
-def kernel_args(problem: Problem, arrays: dict) -> dict:
-    """View user-shaped arrays in the kernel's (rows, cols) / (rows,) / (cols,) shapes."""
-    shapes = {
+def kernel_shapes(problem: Problem) -> dict:
+    """The kernel's (rows, cols) / (rows,) / (cols,) shape of each tensor."""
+    return {
         "dy": (problem.rows, problem.cols), "x": (problem.rows, problem.cols),
         "rstd": (problem.rows,), "gamma": (problem.cols,),
         "dx": (problem.rows, problem.cols), "dgamma": (problem.cols,),
     }
+
+
+def kernel_args(problem: Problem, arrays: dict) -> dict:
+    """View user-shaped arrays in the kernel's (rows, cols) / (rows,) / (cols,) shapes."""
+    shapes = kernel_shapes(problem)
     return {name: np.reshape(a, shapes[name]) for name, a in arrays.items()}
 
 
@@ -136,6 +144,160 @@ def _reference(problem: Problem, arrays: dict) -> dict:
     dx, dgamma = reference.rms_norm_grad(arrays["dy"], arrays["x"], arrays["rstd"], arrays["gamma"])
     return {"dx": dx, "dgamma": dgamma}
 
+
+# ---- the aclnn API, as seed 000 documents it -------------------------------------------
+# Interpretations (each quoted in the report):
+# * "Supports null Tensor" in the Parameters table renders 支持空Tensor, "supports EMPTY
+#   tensors"; the return-code table makes every tensor required, so a null one is 161001.
+# * rstd: "rstd_shape = x_shape[0:n]"; the seed's own example passes rstd (2,) for x
+#   (2, 1, 16) with gamma (16,), so rstd is accepted when its element count is
+#   prod(x.shape[:n]) (keepdim and flat forms alike) and its rank is 1-8.
+# * The Chinese edition (003) says ranks 2-8 and no empty tensors; the English one (000)
+#   stands: ranks 1-8, and empty tensors succeed (dgamma of zero rows is zeros).
+
+_SHAPE_DOC = "The parameter does not meet the requirements in Parameters."
+_TENSORS = ("dy", "x", "rstd", "gamma", "dxOut", "dgammaOut")
+
+
+def _n(call) -> int:
+    return call["x"].ndim - call["gamma"].ndim
+
+
+def _check_dtypes(call) -> str | None:
+    floats = ("float32", "float16", "bfloat16")
+    bad = first(dtype_message(p, call[p].dtype, floats) for p in _TENSORS)
+    if bad:
+        return bad
+    got = {p: call[p].dtype for p in _TENSORS}
+    kernel = dict(zip(_TENSORS, INPUTS + OUTPUTS))
+    if any(all(c[kernel[p]] == got[p] for p in _TENSORS) for c in call.combos()):
+        return None
+    rows = "; ".join("/".join(c[kernel[p]] for p in _TENSORS) for c in call.combos())
+    given = "/".join(got[p] for p in _TENSORS)
+    return (f"the dtypes of dy/x/rstd/gamma/dxOut/dgammaOut ({given}) are not a row of "
+            f"{call.product}'s table: {rows}")
+
+
+def _check_ranks(call) -> str | None:
+    return first(f"{p} has {call[p].ndim} dimensions; expected 1 to 8"
+                 for p in _TENSORS if not 1 <= call[p].ndim <= 8)
+
+
+def _check_gamma(call) -> str | None:
+    x, gamma = call["x"].shape, call["gamma"].shape
+    if len(gamma) <= len(x) and x[len(x) - len(gamma):] == gamma:
+        return None
+    return (f"gamma has shape {shape_str(gamma)}; expected x's trailing dimensions "
+            f"x_shape[n:] with n < x.dims() (x has shape {shape_str(x)}, so e.g. {shape_str(x[-1:])})")
+
+
+def _check_rstd(call) -> str | None:
+    want = math.prod(call["x"].shape[:_n(call)])
+    if call["rstd"].size == want:
+        return None
+    return (f"rstd has shape {shape_str(call['rstd'].shape)} ({call['rstd'].size} elements); expected "
+            f"x_shape[0:n] = {shape_str(call['x'].shape[:_n(call)])} ({want} elements, n = x.dims() - gamma.dims())")
+
+
+def _same_shape(name: str, like: str):
+    def check(call) -> str | None:
+        got, want = call[name].shape, call[like].shape
+        return None if got == want else f"{name} has shape {shape_str(got)}; expected {like}'s {shape_str(want)}"
+    return check
+
+
+def _check_last_axis(call) -> str | None:
+    return first(f"{p}'s last axis is {call[p].shape[-1]} x {call[p].itemsize} bytes; Atlas inference "
+                 f"products need at least 32 bytes" for p in ("x", "dy", "gamma")
+                 if call[p].ndim and call[p].shape[-1] * call[p].itemsize < 32)
+
+
+def _set(**arrays):
+    return lambda args: args.update({k: v(args) for k, v in arrays.items()})
+
+
+def _cast(dtype):
+    return lambda name: (lambda args: np.asarray(args[name]).astype(dtype))
+
+
+def _other_float(args, name):
+    return args[name].astype(np.float16 if args[name].dtype != np.float16 else np.float32)
+
+
+def _resized(last: int):
+    """Every tensor rebuilt with a last axis of ``last`` elements (x keeps its dtype)."""
+    def mutate(args):
+        lead = args["x"].shape[:-1]
+        for name in ("dy", "x", "dxOut"):
+            args[name] = np.ones(lead + (last,), args[name].dtype)
+        for name in ("gamma", "dgammaOut"):
+            args[name] = np.ones((last,), args[name].dtype)
+    return mutate
+
+
+def _nine_dims(args) -> None:
+    """dy, x and dxOut get 9 dimensions (x's rows spread over leading ones); rstd still fits."""
+    for name in ("dy", "x", "dxOut"):
+        a = args[name]
+        args[name] = a.reshape((1,) * 7 + (-1,) + a.shape[-1:])
+
+
+def _api_rules() -> tuple:
+    null = lambda call: null_message(call, _TENSORS)  # noqa: E731
+    nulls = tuple(Violation(f"{p} is None", _set(**{p: lambda a: None})) for p in _TENSORS)
+    dtypes = (
+        Violation("dy is float64", _set(dy=_cast(np.float64)("dy"))),
+        Violation("x's dtype differs from dy's", _set(x=lambda a: _other_float(a, "x"))),
+        Violation("rstd is float16", _set(rstd=_cast(np.float16)("rstd"))),
+        Violation("dgammaOut is float16", _set(dgammaOut=_cast(np.float16)("dgammaOut"))),
+        Violation("dxOut's dtype differs from dy's", _set(dxOut=lambda a: _other_float(a, "dxOut"))),
+        Violation("int32 gamma", _set(gamma=_cast(np.int32)("gamma"))),
+        Violation("bfloat16 data on Atlas inference", _set(
+            **{n: _cast(ml_dtypes.bfloat16)(n) for n in ("dy", "x", "gamma", "dxOut")}), ("AtlasInference",)),
+        Violation("float16 data with float32 gamma on Atlas inference", _set(
+            **{n: _cast(np.float16)(n) for n in ("dy", "x", "dxOut")}), ("AtlasInference",)),
+    )
+    shape = lambda *s: lambda a: np.zeros(s, np.float32)  # noqa: E731
+    return (
+        Rule(ACLNN_ERR_PARAM_NULLPTR, "If the input parameter is a required input, output, or required attribute "
+             "and is a null pointer, 161001 is returned.", null, nulls),
+        Rule(ACLNN_ERR_PARAM_INVALID, "The data type of the input or output is not within the supported range.",
+             _check_dtypes, dtypes),
+        Rule(ACLNN_ERR_INNER_TILING_ERROR, _SHAPE_DOC + " (Dimension 1-8)", _check_ranks, (
+            Violation("rstd is 0-d", _set(rstd=lambda a: np.ones((), np.float32))),
+            Violation("9-d dy/x/dxOut", _nine_dims),
+        )),
+        Rule(ACLNN_ERR_INNER_TILING_ERROR, _SHAPE_DOC + " (x: the shape remains consistent with dy)",
+             _same_shape("x", "dy"), (Violation("x has one row more", _set(x=lambda a: np.concatenate([a["x"], a["x"][:1]]))),)),
+        Rule(ACLNN_ERR_INNER_TILING_ERROR, _SHAPE_DOC + " (gamma_shape = x_shape[n:], n < x_shape.dims())",
+             _check_gamma, (Violation("gamma one element short", _set(gamma=lambda a: a["gamma"][..., :-1])),
+                            Violation("gamma has more dims than x", _set(gamma=lambda a: a["gamma"].reshape((1,) * a["x"].ndim + a["gamma"].shape))))),
+        Rule(ACLNN_ERR_INNER_TILING_ERROR, _SHAPE_DOC + " (rstd_shape = x_shape[0:n])", _check_rstd,
+             (Violation("rstd one element more", _set(rstd=lambda a: np.ones(a["rstd"].size + 1, np.float32))),)),
+        Rule(ACLNN_ERR_INNER_TILING_ERROR, _SHAPE_DOC + " (dxOut: the shape remains consistent with dy)",
+             _same_shape("dxOut", "dy"), (Violation("dxOut flattened", _set(dxOut=lambda a: a["dxOut"].reshape(-1))),)),
+        Rule(ACLNN_ERR_INNER_TILING_ERROR, _SHAPE_DOC + " (dgammaOut: the shape remains consistent with gamma)",
+             _same_shape("dgammaOut", "gamma"), (Violation("dgammaOut (1, cols)", _set(dgammaOut=lambda a: a["dgammaOut"][None])),)),
+        Rule(ACLNN_ERR_INNER_TILING_ERROR, "Atlas inference products: The last axis length of the x, dy, and gamma "
+             "inputs must be greater than or equal to 32 bytes.", _check_last_axis,
+             (Violation("last axis of 4 elements", _resized(4)),), products=("AtlasInference",)),
+    )
+
+
+API = ApiSpec(
+    params=(
+        Param("dy", INPUT, "The gradient returned from backward propagation (`dy`).", "dy", "FLOAT32, FLOAT16, BFLOAT16", "1-8"),
+        Param("x", INPUT, "The forward input (`x`); same shape as dy.", "x", "FLOAT32, FLOAT16, BFLOAT16", "1-8"),
+        Param("rstd", INPUT, "The forward's 1/Rms(x); x_shape[0:n] (its element count).", "rstd", "FLOAT32", "1-8"),
+        Param("gamma", INPUT, "The forward's weight (`g`); gamma_shape = x_shape[n:].", "gamma", "FLOAT32, FLOAT16, BFLOAT16", "1-8"),
+        Param("dxOut", OUTPUT, "The gradient of x (`dx`); same shape as dy.", "dx", "FLOAT32, FLOAT16, BFLOAT16", "1-8"),
+        Param("dgammaOut", OUTPUT, "The gradient of gamma (`dg`); same shape as gamma.", "dgamma", "FLOAT32", "1-8"),
+    ),
+    rules=_api_rules(),
+    problem=lambda call: Problem(tuple(call["x"].shape), call["gamma"].ndim),
+    kernel_shapes=kernel_shapes,
+    description="Backward of RmsNorm: dx and dgamma from dy, x, rstd and gamma.",
+)
 
 SPEC = OpSpec(
     name="rms_norm_grad",
@@ -150,4 +312,5 @@ SPEC = OpSpec(
     random_inputs=random_inputs,
     kernel_args=kernel_args,
     problems=(Problem((2, 1, 16), 1), Problem((7, 33), 1), Problem((3, 12290), 1), Problem((4, 941), 1)),
+    api=API,
 )

@@ -1,0 +1,28 @@
+"""opgen: backward operators written once in TVM TE, exposed as CANN's aclnn API.
+
+    import opgen
+    dx, dgamma = opgen.rms_norm_grad(dy, x, rstd, gamma)
+    opgen.set_product("AtlasInference"); opgen.set_target("llvm")
+    from opgen import acl, aclnn          # the two-phase API and the runtime calls
+
+``import opgen`` stays light: the settings are plain Python; the API layers (which import
+TVM) load on first use of the names below.
+"""
+from __future__ import annotations
+
+from opgen.config import get_product, get_target, set_product, set_target
+
+__all__ = ["set_product", "get_product", "set_target", "get_target", "AclnnError", "rms_norm_grad",
+           "group_norm_backward", "acl", "aclnn"]
+
+_LAZY = {"AclnnError": "opgen.api", "rms_norm_grad": "opgen.api", "group_norm_backward": "opgen.api"}
+
+
+def __getattr__(name: str):
+    import importlib
+
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name in ("acl", "aclnn"):
+        return importlib.import_module(f"opgen.{name}")
+    raise AttributeError(f"module 'opgen' has no attribute {name!r}")

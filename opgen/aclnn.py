@@ -1,0 +1,247 @@
+"""The aclnn two-phase API, generated from each registered op's spec.
+
+For every op whose OpSpec has an ``api`` (opgen.apispec.ApiSpec) this module defines
+``<aclnn_name>GetWorkspaceSize(<params in the seed's order>)`` and ``<aclnn_name>(workspace,
+workspaceSize, executor, stream)``, with real signatures and docstrings built from the
+spec's parameter table and error lines. C's out-parameters come back as a tuple:
+
+    status, workspace_size, executor = aclnnRmsNormGradGetWorkspaceSize(dy, x, rstd, gamma, dxOut, dgammaOut)
+    status = aclnnRmsNormGrad(workspace, workspace_size, executor, stream)
+
+Bad input never raises: it returns a status and ``opgen.acl.aclGetRecentErrMsg()`` says
+which parameter, what was expected and what was given. (A wrong number of arguments is a
+TypeError, as it would be a compile error in C.) Second-phase statuses, decided here since
+the seeds document none:
+  * executor None -> ACLNN_ERR_PARAM_NULLPTR; not an executor, another op's, or already
+    run (executors are single-use) -> ACLNN_ERR_PARAM_INVALID;
+  * workspace None, shorter than the executor needs, or workspaceSize smaller than that
+    -> ACLNN_ERR_PARAM_INVALID; such argument errors leave the executor unused, so the
+    caller may retry with a proper workspace;
+  * the kernel failing -> ACLNN_ERR_RUNTIME_ERROR (the executor is then spent).
+"""
+from __future__ import annotations
+
+import inspect
+import operator
+
+from opgen import acl, config
+from opgen.apispec import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ACLNN_ERR_RUNTIME_ERROR,
+                           ACLNN_ERR_INNER_TILING_ERROR, ACLNN_SUCCESS, ATTR, INPUT, MASK, OUTPUT, STATUS_NAMES,
+                           ArgError, Call)
+from opgen.executor import Executor, is_host, make_plan
+from opgen.ops import all_ops
+from opgen.tensorarg import describe
+
+__all__ = ["ACLNN_SUCCESS", "ACLNN_ERR_PARAM_NULLPTR", "ACLNN_ERR_PARAM_INVALID", "ACLNN_ERR_RUNTIME_ERROR",
+           "ACLNN_ERR_INNER_TILING_ERROR", "STATUS_NAMES"]
+
+
+def _read_value(param, value):
+    """Turn one argument into what the rules read: TensorArg, int, tuple of bools, None."""
+    if param.role in (INPUT, OUTPUT):
+        return describe(param.name, value)
+    if param.role == ATTR:
+        try:
+            if isinstance(value, bool):
+                raise TypeError("a bool")
+            return operator.index(value)
+        except TypeError:
+            raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{param.name} must be an integer, got {value!r}")
+    if value is None:
+        return None
+    try:
+        items = tuple(value)
+    except TypeError:
+        raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{param.name} must be an aclBoolArray or a sequence of bools, "
+                                                f"got {type(value).__name__}")
+    if not all(isinstance(v, bool) or type(v).__name__ == "bool_" for v in items):
+        raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{param.name} must hold bools, got {items!r}")
+    return tuple(bool(v) for v in items)
+
+
+def _check_call(call: Call):
+    """(status, reason) of the first broken rule, or None; product support first."""
+    op = call.op
+    if call.product not in op.products:
+        supported = ", ".join(op.products)
+        return ACLNN_ERR_PARAM_INVALID, (f"{op.aclnn_name} is not supported on {call.product} (supported: "
+                                         f"{supported})")
+    for rule in call.api.rules:
+        if rule.products is None or call.product in rule.products:
+            reason = rule.check(call)
+            if reason:
+                return rule.code, reason
+    return _check_generic(call)
+
+
+def _check_generic(call: Call):
+    """Constraints every op's Parameters table states alike: format ND, writable outputs."""
+    for p in call.api.tensors():
+        arg = call[p.name]
+        if arg is None or (p.role == OUTPUT and not call.wanted(p)):
+            continue
+        if arg.format not in acl.PLAIN_FORMATS:
+            return ACLNN_ERR_PARAM_INVALID, f"{p.name} has format {arg.format}; expected ND (a plain layout)"
+        if p.role == OUTPUT and not arg.host.flags.writeable:
+            return ACLNN_ERR_PARAM_INVALID, f"{p.name} is read-only but is an output"
+    return None
+
+
+def _combo(call: Call):
+    """The product's dtype combo that the present tensors' dtypes select."""
+    given = {p.kernel: call[p.name].dtype for p in call.api.tensors()
+             if call[p.name] is not None and (p.role == INPUT or call.wanted(p))}
+    for combo in call.combos():
+        if all(combo[k] == v for k, v in given.items()):
+            return combo
+    raise ArgError(ACLNN_ERR_PARAM_INVALID, f"no {call.product} dtype combination matches {given}")
+
+
+def _kernel(op, combo):
+    from opgen.kernels import get_kernel
+    from opgen.targets import get_target
+
+    try:
+        target = get_target(config.get_target())
+    except KeyError as exc:
+        raise ArgError(ACLNN_ERR_RUNTIME_ERROR, f"the kernel target is unusable ({exc.args[0]})")
+    if not target.can_run():
+        raise ArgError(ACLNN_ERR_RUNTIME_ERROR, f"target {target.name} cannot run kernels on this machine")
+    try:
+        return get_kernel(op, combo, target), target.device()
+    except Exception as exc:  # a schedule or compiler failure is ours, not the caller's
+        raise ArgError(ACLNN_ERR_RUNTIME_ERROR, f"building the {op.name} {combo.tag} kernel for "
+                                                f"{target.name} failed ({type(exc).__name__}: {exc})")
+
+
+def _fail(func: str, status: int, reason: str) -> int:
+    acl.set_error(f"{func} failed with {STATUS_NAMES[status]} ({status}): {reason}.")
+    return status
+
+
+def get_workspace_size(op, func: str, values: dict):
+    """Phase one: read, validate, choose the kernel, plan. Returns (status, size, executor)."""
+    try:
+        product = config.get_product()
+        call = Call(op, product, {p.name: _read_value(p, values[p.name]) for p in op.api.params})
+        problem = _check_call(call)
+        if problem is not None:
+            return _fail(func, *problem), 0, None
+        combo = _combo(call)
+        kernel, device = _kernel(op, combo)
+        plan = make_plan(call, kernel, op.api.problem(call), combo, device)
+    except ArgError as err:
+        return _fail(func, err.status, err.message), 0, None
+    except ValueError as exc:  # an unknown OPGEN_PRODUCT
+        return _fail(func, ACLNN_ERR_PARAM_INVALID, str(exc)), 0, None
+    except Exception as exc:  # a bug of ours: still a status, never a crash for the caller
+        return _fail(func, ACLNN_ERR_RUNTIME_ERROR, f"internal error {type(exc).__name__}: {exc}"), 0, None
+    return ACLNN_SUCCESS, plan.workspace_size, Executor(op.name, plan)
+
+
+def _check_run_args(op, workspace, workspace_size, executor, stream):
+    if executor is None:
+        raise ArgError(ACLNN_ERR_PARAM_NULLPTR, "executor is a null pointer")
+    if not isinstance(executor, Executor) or executor.op_name != op.name:
+        owner = getattr(executor, "op_name", type(executor).__name__)
+        raise ArgError(ACLNN_ERR_PARAM_INVALID, f"executor belongs to {owner}, not to {op.aclnn_name}")
+    need = executor.workspace_size
+    if not isinstance(workspace_size, int) or workspace_size < need:
+        raise ArgError(ACLNN_ERR_PARAM_INVALID, f"workspaceSize is {workspace_size!r}; the executor needs {need} bytes")
+    if need and workspace is None:
+        raise ArgError(ACLNN_ERR_PARAM_INVALID, f"workspace is a null pointer; the executor needs {need} bytes")
+    if stream is not None and (not isinstance(stream, acl.aclrtStream) or stream.destroyed):
+        raise ArgError(ACLNN_ERR_PARAM_INVALID, f"stream must be None or a live aclrtStream, got {stream!r}")
+
+
+def run(op, func: str, workspace, workspace_size, executor, stream) -> int:
+    """Phase two: check the workspace and executor, run the plan once."""
+    try:
+        _check_run_args(op, workspace, workspace_size, executor, stream)
+        if executor.plan.slots:
+            from opgen.executor import _workspace_bytes
+            _workspace_bytes(workspace, executor.workspace_size)  # short buffers: caller error, executor kept
+        if not executor.claim():
+            raise ArgError(ACLNN_ERR_PARAM_INVALID, "executor was already run; executors are single-use")
+        executor.run(workspace)
+    except ArgError as err:
+        return _fail(func, err.status, err.message)
+    except Exception as exc:
+        return _fail(func, ACLNN_ERR_RUNTIME_ERROR, f"internal error {type(exc).__name__}: {exc}")
+    return ACLNN_SUCCESS
+
+
+# ---- generation ----------------------------------------------------------------------
+
+_ROLE_DOC = {INPUT: "Input", OUTPUT: "Output", ATTR: "Input", MASK: "Input"}
+
+
+def _param_table(api) -> str:
+    rows = ["| Parameter | Input/Output | Description | Data Type | Dimension |", "|---|---|---|---|---|"]
+    for p in api.params:
+        rows.append(f"| {p.name} | {_ROLE_DOC[p.role]} | {p.doc} | {p.dtypes} | {p.ranks} |")
+    return "\n".join(rows)
+
+
+def _error_table(op) -> str:
+    rows = ["| Status | Code | When (the seed's line) |", "|---|---|---|"]
+    rows.append(f"| ACLNN_ERR_PARAM_INVALID | 161002 | The product is not one of: {', '.join(op.products)}. |")
+    for rule in op.api.rules:
+        where = f" ({', '.join(rule.products)} only)" if rule.products else ""
+        rows.append(f"| {STATUS_NAMES[rule.code]} | {rule.code} | {rule.seed}{where} |")
+    return "\n".join(rows)
+
+
+def _docs(op) -> tuple[str, str]:
+    head = f"{op.aclnn_name}GetWorkspaceSize: {op.api.description}"
+    first = (f"{head}\n\nValidates against the current product's rules (opgen.set_product), chooses and builds "
+             f"the kernel, plans the workspace.\nReturns (status, workspaceSize, executor).\n\n"
+             f"{_param_table(op.api)}\n\nErrors:\n\n{_error_table(op)}\n")
+    second = (f"{op.aclnn_name}: run an executor from {op.aclnn_name}GetWorkspaceSize once.\n\n"
+              f"workspace: None when workspaceSize is 0, else aclrtMalloc's buffer or any writable buffer of at "
+              f"least workspaceSize bytes. stream: None or an aclrtStream. Returns the status.\n")
+    return first, second
+
+
+def _make_phase_one(op):
+    func = f"{op.aclnn_name}GetWorkspaceSize"
+    sig = inspect.Signature([inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+                             for p in op.api.params])
+
+    def phase_one(*args, **kwargs):
+        bound = sig.bind(*args, **kwargs)
+        return get_workspace_size(op, func, bound.arguments)
+
+    phase_one.__signature__ = sig
+    phase_one.__name__ = phase_one.__qualname__ = func
+    phase_one.__doc__ = _docs(op)[0]
+    phase_one.__module__ = __name__
+    return func, phase_one
+
+
+def _make_phase_two(op):
+    func = op.aclnn_name
+    names = ("workspace", "workspaceSize", "executor", "stream")
+    sig = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names])
+
+    def phase_two(*args, **kwargs):
+        bound = sig.bind(*args, **kwargs)
+        return run(op, func, *(bound.arguments[n] for n in names))
+
+    phase_two.__signature__ = sig
+    phase_two.__name__ = phase_two.__qualname__ = func
+    phase_two.__doc__ = _docs(op)[1]
+    phase_two.__module__ = __name__
+    return func, phase_two
+
+
+def _generate() -> None:
+    for op in all_ops():
+        if op.api is None:
+            continue
+        for name, fn in (_make_phase_one(op), _make_phase_two(op)):
+            globals()[name] = fn
+            __all__.append(name)
+
+
+_generate()

@@ -1,0 +1,168 @@
+"""What an op's spec says about its aclnn API, and the vocabulary its rules are written in.
+
+An op file declares an ``ApiSpec``: the parameters in the seed's order (the generated
+functions take exactly these), the documented error lines as ``Rule`` objects (the seed's
+line quoted, its status code, a check that explains a violation in words, and example
+violations the tests replay), and how a validated call maps onto the kernel. The generic
+machinery (opgen.aclnn, opgen.executor) reads only this; it has no per-op code.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+ACLNN_SUCCESS = 0
+ACLNN_ERR_PARAM_NULLPTR = 161001
+ACLNN_ERR_PARAM_INVALID = 161002
+ACLNN_ERR_RUNTIME_ERROR = 361001
+ACLNN_ERR_INNER_TILING_ERROR = 561002
+STATUS_NAMES = {
+    ACLNN_SUCCESS: "ACLNN_SUCCESS",
+    ACLNN_ERR_PARAM_NULLPTR: "ACLNN_ERR_PARAM_NULLPTR",
+    ACLNN_ERR_PARAM_INVALID: "ACLNN_ERR_PARAM_INVALID",
+    ACLNN_ERR_RUNTIME_ERROR: "ACLNN_ERR_RUNTIME_ERROR",
+    ACLNN_ERR_INNER_TILING_ERROR: "ACLNN_ERR_INNER_TILING_ERROR",
+}
+
+INPUT, OUTPUT, ATTR, MASK = "input", "output", "attr", "mask"
+
+
+class ArgError(Exception):
+    """A bad argument found while reading the call: becomes (status, message), never escapes."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of GetWorkspaceSize, in the seed's order.
+
+    ``kernel`` names the kernel tensor it feeds (tensors only); ``optional`` inputs may be
+    null (the spec's ``fill`` says what the kernel gets instead); ``mask_bit`` is the index
+    of the outputMask element that asks for this output.
+    """
+
+    name: str
+    role: str
+    doc: str
+    kernel: str | None = None
+    dtypes: str = "-"
+    ranks: str = "-"
+    optional: bool = False
+    mask_bit: int | None = None
+
+    def __post_init__(self):
+        if self.role not in (INPUT, OUTPUT, ATTR, MASK):
+            raise ValueError(f"{self.name}: unknown role {self.role!r}")
+        if self.role in (INPUT, OUTPUT) and not self.kernel:
+            raise ValueError(f"{self.name}: a tensor parameter needs its kernel tensor name")
+
+
+@dataclass(frozen=True)
+class Violation:
+    """An example call that breaks a rule: ``mutate(args)`` edits a valid call's arguments
+    (param name -> numpy array / int / list) in place. ``products`` limits where it breaks."""
+
+    description: str
+    mutate: Callable[[dict], None]
+    products: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One documented error line: ``check(call)`` returns None or what is wrong, in words."""
+
+    code: int
+    seed: str
+    check: Callable[["Call"], str | None]
+    violations: tuple[Violation, ...] = ()
+    products: tuple[str, ...] | None = None    # None: applies on every product
+
+    def __post_init__(self):
+        if self.code not in STATUS_NAMES or self.code == ACLNN_SUCCESS:
+            raise ValueError(f"rule code {self.code} is not an aclnn error status")
+
+
+@dataclass(frozen=True)
+class ApiSpec:
+    """The aclnn face of an op. ``problem(call)`` gives the kernel Problem of a valid call,
+    ``kernel_shapes(problem)`` the kernel's canonical shape of each tensor, ``fill`` the
+    constant a null optional input stands for (GroupNorm's gamma: ones)."""
+
+    params: tuple[Param, ...]
+    rules: tuple[Rule, ...]
+    problem: Callable[["Call"], Any]
+    kernel_shapes: Callable[[Any], dict]
+    description: str
+    fill: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self):
+        names = [p.name for p in self.params]
+        if len(set(names)) != len(names):
+            raise ValueError(f"duplicate parameter names {names}")
+        for p in self.params:
+            if not p.name.isidentifier():
+                raise ValueError(f"parameter {p.name!r} is not an identifier")
+            if p.optional and p.role == INPUT and p.kernel not in self.fill:
+                raise ValueError(f"optional input {p.name} needs a fill value")
+
+    def param(self, name: str) -> Param:
+        return next(p for p in self.params if p.name == name)
+
+    def tensors(self, role: str | None = None) -> tuple[Param, ...]:
+        roles = (INPUT, OUTPUT) if role is None else (role,)
+        return tuple(p for p in self.params if p.role in roles)
+
+
+@dataclass
+class Call:
+    """A GetWorkspaceSize call after its arguments were read: TensorArgs, ints, a mask."""
+
+    op: Any                    # the OpSpec
+    product: str
+    values: dict
+
+    def __getitem__(self, name: str):
+        return self.values[name]
+
+    @property
+    def api(self) -> ApiSpec:
+        return self.op.api
+
+    @property
+    def mask(self) -> tuple | None:
+        masks = [p.name for p in self.api.params if p.role == MASK]
+        return self.values[masks[0]] if masks else None
+
+    def wanted(self, param: Param) -> bool:
+        """Whether an output is asked for (no mask, or its mask bit is true)."""
+        mask = self.mask
+        if param.mask_bit is None or mask is None:
+            return True
+        return param.mask_bit < len(mask) and bool(mask[param.mask_bit])
+
+    def combos(self):
+        return self.op.products.get(self.product, ())
+
+
+# ---- vocabulary shared by the op files' rules ------------------------------------------
+
+def shape_str(shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def first(messages) -> str | None:
+    """The first non-None message of an iterable: a rule reports one problem at a time."""
+    return next((m for m in messages if m), None)
+
+
+def null_message(call: Call, names) -> str | None:
+    return first(f"{n} is a null pointer but is required" for n in names if call[n] is None)
+
+
+def dtype_message(name: str, got: str, allowed, why: str = "") -> str | None:
+    if got in allowed:
+        return None
+    return f"{name} has dtype {got}; expected {' or '.join(allowed)}{why}"

@@ -1,0 +1,62 @@
+"""Process-wide settings of the API layers: which product's rules apply, where kernels run.
+
+Both default from the environment (``OPGEN_PRODUCT``, ``OPGEN_TARGET``) and can be changed
+with ``opgen.set_product`` / ``opgen.set_target``. They are read at GetWorkspaceSize time:
+an executor keeps the product and target it was planned for, so changing a setting never
+affects an executor already handed out.
+"""
+from __future__ import annotations
+
+import os
+import threading
+
+# The product names, as opgen.ops.PRODUCTS (not imported: that would load TVM here).
+PRODUCTS = ("Ascend950", "AtlasA3", "AtlasA2", "AtlasInference", "AtlasTraining")
+DEFAULT_PRODUCT = "Ascend950"
+DEFAULT_TARGET = "llvm"
+
+_lock = threading.Lock()
+_state: dict[str, str | None] = {"product": None, "target": None}
+
+
+def set_product(name: str) -> None:
+    """Select the product whose documented dtype and shape rules the aclnn layer enforces."""
+    if name not in PRODUCTS:
+        raise ValueError(f"unknown product {name!r}; known: {', '.join(PRODUCTS)}")
+    with _lock:
+        _state["product"] = name
+
+
+def get_product() -> str:
+    """The current product: set_product's, else $OPGEN_PRODUCT, else Ascend950."""
+    with _lock:
+        chosen = _state["product"]
+    if chosen is not None:
+        return chosen
+    name = os.environ.get("OPGEN_PRODUCT") or DEFAULT_PRODUCT
+    if name not in PRODUCTS:
+        raise ValueError(f"OPGEN_PRODUCT={name!r} is not a product; known: {', '.join(PRODUCTS)}")
+    return name
+
+
+def set_target(name: str) -> None:
+    """Select where kernels run (a registered target name: llvm, cuda, ascend-emu, ...)."""
+    from opgen.targets import get_target as lookup
+
+    lookup(name)  # raises KeyError with the registered names
+    with _lock:
+        _state["target"] = name
+
+
+def get_target() -> str:
+    """The current target name: set_target's, else $OPGEN_TARGET, else llvm."""
+    with _lock:
+        chosen = _state["target"]
+    return chosen if chosen is not None else (os.environ.get("OPGEN_TARGET") or DEFAULT_TARGET)
+
+
+def reset() -> None:
+    """Forget set_product/set_target so the environment decides again (tests use this)."""
+    with _lock:
+        _state["product"] = None
+        _state["target"] = None
