@@ -43,7 +43,7 @@ def group_norm(x, gamma, beta, group: int, eps: float = 1e-5):
     """Forward GroupNorm of x (N, C, *): returns (y, mean, rstd) with mean/rstd of shape (N, group)."""
     x = _f64(x)
     n, c = x.shape[0], x.shape[1]
-    xg = x.reshape(n, group, -1)
+    xg = x.reshape(n, group, (c // group) * int(np.prod(x.shape[2:], dtype=np.int64)))
     mean = xg.mean(axis=2)
     rstd = 1.0 / np.sqrt(xg.var(axis=2) + eps)
     x_hat = ((xg - mean[..., None]) * rstd[..., None]).reshape(x.shape)
