@@ -1,0 +1,73 @@
+"""Helpers shared by the aclnn tests: valid base calls built from an op's spec, and runs.
+
+A base call is the op's ``random_inputs`` for a problem, laid out in the aclnn parameters
+(inputs from the kernel names, attributes from the Problem's fields, a full outputMask,
+zeroed outputs shaped like the reference's), so a rule's example violation can be
+replayed on it.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+
+from opgen import acl, aclnn, config
+from opgen.dtypes import numpy_dtype
+from opgen.verify import compare_outputs
+
+
+@contextlib.contextmanager
+def product(name: str):
+    """Run the body with ``name``'s rules, then restore the environment's choice."""
+    config.set_product(name)
+    try:
+        yield
+    finally:
+        config.reset()
+
+
+def base_args(op, problem, combo, rng) -> tuple[dict, dict]:
+    """(aclnn arguments, the op's user-shaped input arrays) of a valid call."""
+    arrays = op.random_inputs(problem, combo, rng)
+    ref = op.reference(problem, arrays)
+    args = {}
+    for p in op.api.params:
+        if p.role == "input":
+            args[p.name] = arrays[p.kernel]
+        elif p.role == "output":
+            args[p.name] = np.zeros(np.shape(ref[p.kernel]), numpy_dtype(combo[p.kernel]))
+        elif p.role == "attr":
+            args[p.name] = getattr(problem, p.name)
+        else:
+            args[p.name] = [True, True, True]
+    return args, arrays
+
+
+def phase_one(op, args):
+    return getattr(aclnn, f"{op.aclnn_name}GetWorkspaceSize")(**args)
+
+
+def run_both(op, args, workspace_factory=None):
+    """Both phases; returns (status of the failing or last phase, message)."""
+    status, size, executor = phase_one(op, args)
+    if status:
+        return status, acl.aclGetRecentErrMsg()
+    workspace = None
+    if size:
+        workspace = workspace_factory(size) if workspace_factory else acl.aclrtMalloc(size)[1]
+    status = getattr(aclnn, op.aclnn_name)(workspace, size, executor, None)
+    return status, acl.aclGetRecentErrMsg() if status else ""
+
+
+def outputs_of(op, args) -> dict:
+    """Kernel-name -> output array of the args (as given, user-shaped)."""
+    return {p.kernel: np.asarray(args[p.name]) for p in op.api.tensors("output") if args[p.name] is not None}
+
+
+def assert_matches(op, combo, problem, arrays, args, skip=()):
+    """Every output in ``args`` matches the float64 reference within the tolerance table."""
+    ref = op.reference(problem, arrays)
+    outs = {k: v for k, v in outputs_of(op, args).items() if k not in skip}
+    outs = {k: np.reshape(v, np.shape(ref[k])) for k, v in outs.items()}
+    for c in compare_outputs(op, combo, outs, ref):
+        assert c.passed, f"{c.name}: ratio {c.ratio} at {c.worst_index} (max abs err {c.max_abs_error})"

@@ -1,0 +1,300 @@
+"""Running the generated aclnn functions: results, layouts, edge cases, executors, threads."""
+from __future__ import annotations
+
+import threading
+
+import numpy as np
+import pytest
+
+from opgen import acl, aclnn
+from opgen.ops import get_op
+from opgen.ops.group_norm_backward import Problem as GNProblem
+from opgen.ops.rms_norm_grad import Problem as RMSProblem
+
+from aclnn_helpers import assert_matches, base_args, phase_one, product, run_both
+
+RMS, GN = get_op("rms_norm_grad"), get_op("group_norm_backward")
+
+
+def _run_and_check(op, problem, combo_tag, rng, edit=None, skip=()):
+    combo = op.combo(combo_tag)
+    args, arrays = base_args(op, problem, combo, rng)
+    if edit:
+        edit(args, arrays)
+    before = {k: np.array(v, copy=True) for k, v in arrays.items()}
+    status, msg = run_both(op, args)
+    assert status == 0, msg
+    for k, v in arrays.items():
+        np.testing.assert_array_equal(np.asarray(v), before[k], err_msg=f"input {k} was modified")
+    assert_matches(op, combo, problem, arrays, args, skip)
+    return args
+
+
+@pytest.mark.parametrize("tag", [c.tag for c in RMS.combos])
+@pytest.mark.parametrize("problem", [RMSProblem((2, 1, 16), 1), RMSProblem((5, 33), 1), RMSProblem((3, 4, 8), 2)],
+                         ids=str)
+def test_rms_combos(tag, problem, rng):
+    _run_and_check(RMS, problem, tag, rng)
+
+
+@pytest.mark.parametrize("tag", [c.tag for c in GN.combos])
+@pytest.mark.parametrize("problem", [GNProblem(2, 3, 4, 1), GNProblem(2, 6, 5, 3), GNProblem(3, 4, 7, 4)], ids=str)
+def test_gn_combos(tag, problem, rng):
+    _run_and_check(GN, problem, tag, rng)
+
+
+# ---- must-accept: unusual but valid calls -----------------------------------------------
+
+def test_rms_rstd_keepdim_and_flat(rng):
+    problem = RMSProblem((2, 3, 16), 1)
+    _run_and_check(RMS, problem, "f32-f32", rng, lambda a, arr: a.update(rstd=arr["rstd"].reshape(2, 3, 1)))
+    _run_and_check(RMS, problem, "f32-f32", rng, lambda a, arr: a.update(rstd=arr["rstd"].reshape(-1)))
+
+
+def test_rms_gamma_covers_all_dims_and_1d(rng):
+    _run_and_check(RMS, RMSProblem((3, 8), 2), "f16-f32", rng,
+                   lambda a, arr: a.update(rstd=arr["rstd"].reshape(1)))
+    _run_and_check(RMS, RMSProblem((16,), 1), "f32-f32", rng,
+                   lambda a, arr: a.update(rstd=arr["rstd"].reshape(1)))
+
+
+def test_gn_gamma_absent(rng):
+    problem = GNProblem(2, 6, 5, 2)
+    combo = GN.combo("f32-f32")
+    args, arrays = base_args(GN, problem, combo, rng)
+    args["gamma"] = None
+    assert run_both(GN, args)[0] == 0
+    arrays["gamma"] = np.ones(6, np.float32)
+    assert_matches(GN, combo, problem, arrays, args)
+
+
+@pytest.mark.parametrize("problem", [GNProblem(2, 6, 1, 3), GNProblem(2, 6, 4, 6), GNProblem(1, 5, 3, 5)], ids=str)
+def test_gn_hxw_1_and_group_c(problem, rng):
+    _run_and_check(GN, problem, "f32-f32", rng)
+
+
+@pytest.mark.parametrize("bit", [0, 1, 2])
+def test_gn_one_output_mask_leaves_others_untouched(bit, rng):
+    problem = GNProblem(2, 6, 5, 3)
+    combo = GN.combo("f32-f32")
+    args, arrays = base_args(GN, problem, combo, rng)
+    names = ("gradInput", "gradGammaOut", "gradBetaOut")
+    args["outputMask"] = [i == bit for i in range(3)]
+    sentinels = {n: np.full(args[n].shape, 7.0, np.float32) for n in names if n != names[bit]}
+    args.update(sentinels)
+    assert run_both(GN, args)[0] == 0
+    for n, s in sentinels.items():
+        assert np.all(s == 7.0), f"masked-off {n} was written"
+    kernel = {"gradInput": "dx", "gradGammaOut": "dgamma", "gradBetaOut": "dbeta"}
+    assert_matches(GN, combo, problem, arrays, args, skip=[kernel[n] for n in sentinels])
+
+
+def test_empty_tensors():
+    rms = dict(dy=np.ones((0, 8), np.float32), x=np.ones((0, 8), np.float32), rstd=np.ones(0, np.float32),
+               gamma=np.ones(8, np.float32), dxOut=np.zeros((0, 8), np.float32), dgammaOut=np.full(8, 5, np.float32))
+    assert run_both(RMS, rms)[0] == 0
+    np.testing.assert_array_equal(rms["dgammaOut"], 0)         # sum over zero rows
+    n0 = dict(gradOut=np.ones((0, 4, 3), np.float32), input=np.ones((0, 4, 3), np.float32),
+              mean=np.ones((0, 2), np.float32), rstd=np.ones((0, 2), np.float32), gamma=np.ones(4, np.float32),
+              N=0, C=4, HxW=3, group=2, outputMask=[True] * 3, gradInput=np.ones((0, 4, 3), np.float32),
+              gradGammaOut=np.full(4, 5, np.float32), gradBetaOut=np.full(4, 5, np.float32))
+    assert run_both(GN, n0)[0] == 0
+    np.testing.assert_array_equal(n0["gradGammaOut"], 0)
+    np.testing.assert_array_equal(n0["gradBetaOut"], 0)
+    hw0 = dict(n0, gradOut=np.ones((2, 4, 0), np.float32), input=np.ones((2, 4, 0), np.float32),
+               mean=np.ones((2, 2), np.float32), rstd=np.ones((2, 2), np.float32), N=2, HxW=0,
+               gradInput=np.ones((2, 4, 0), np.float32), gradGammaOut=np.full(4, 5, np.float32),
+               gradBetaOut=np.full(4, 5, np.float32))
+    assert run_both(GN, hw0)[0] == 0
+    np.testing.assert_array_equal(hw0["gradBetaOut"], 0)
+
+
+def test_inf_nan_propagate(rng):
+    """Seed 003: an inf input gives inf, a nan input gives nan (as the reference says)."""
+    def poison(a, arr):
+        for name in ("dy", "x"):
+            arr[name] = arr[name].copy()
+            a[name] = arr[name]
+        arr["x"][0, 3] = np.inf
+        arr["dy"][1, 5] = np.nan
+    args = _run_and_check(RMS, RMSProblem((3, 16), 1), "f32-f32", rng, poison)
+    assert np.isnan(args["dxOut"][1]).all() and not np.isfinite(args["dxOut"][0]).all()
+    assert np.isfinite(args["dxOut"][2]).all()
+
+
+# ---- layouts ------------------------------------------------------------------------------
+
+def _strided_copy(a, rng, transpose=False):
+    """``a`` as a view with gaps (every other element of a bigger base) or transposed memory."""
+    if transpose and a.ndim >= 2:
+        base = np.ascontiguousarray(np.swapaxes(a, -1, -2))
+        return np.swapaxes(base, -1, -2), base
+    base = np.full(a.shape[:-1] + (a.shape[-1] * 2,), 99, a.dtype) if a.ndim else a.copy()
+    view = base[..., ::2] if a.ndim else base
+    view[...] = a
+    return view, base
+
+
+@pytest.mark.parametrize("transpose", [False, True])
+@pytest.mark.parametrize("tag", ["f32-f32", "bf16-f32"])
+def test_strided_inputs_and_outputs(tag, transpose, rng):
+    combo = RMS.combo(tag)
+    problem = RMSProblem((6, 24), 1)
+    args, arrays = base_args(RMS, problem, combo, rng)
+    bases = {}
+    for name in ("dy", "x", "dxOut", "dgammaOut"):
+        args[name], bases[name] = _strided_copy(args[name], rng, transpose)
+    arrays.update(dy=args["dy"], x=args["x"])
+    out_base = bases["dxOut"].copy()
+    status, size, executor = phase_one(RMS, args)
+    assert status == 0 and size > 0
+    workspace = np.full(size, 0xAB, np.uint8)
+    assert aclnn.aclnnRmsNormGrad(workspace, size, executor, None) == 0
+    assert (workspace != 0xAB).any(), "the staging copies did not use the workspace"
+    assert_matches(RMS, combo, problem, arrays, args)
+    if not transpose:  # the gaps of the strided outputs' bases are untouched
+        assert np.all(bases["dxOut"][..., 1::2] == out_base[..., 1::2])
+        assert np.all(bases["dgammaOut"][1::2] == 99)
+
+
+def test_misaligned_and_aliased(rng):
+    combo = RMS.combo("f16-f16")
+    problem = RMSProblem((4, 32), 1)
+    args, arrays = base_args(RMS, problem, combo, rng)
+    raw = np.zeros(args["x"].nbytes + 2, np.uint8)
+    mis = raw[2:].view(np.float16).reshape(args["x"].shape)  # 2 bytes off any 64-byte boundary
+    mis[...] = args["x"]
+    args["x"] = arrays["x"] = mis
+    dy_copy = arrays["dy"].copy()
+    args["dxOut"] = args["dy"]                                  # dx written over dy: staged, still right
+    arrays["dy"] = dy_copy
+    assert run_both(RMS, args)[0] == 0
+    assert_matches(RMS, combo, problem, arrays, args)
+
+
+def test_acl_tensor_with_strides_and_offset(rng):
+    """A transposed view at an element offset into device memory, as input and output."""
+    x = rng.standard_normal((8, 5)).astype(np.float32)      # stored (8, 5); used as (5, 8)
+    _, buf = acl.aclrtMalloc(4 * (3 + 40))
+    host = np.zeros(43, np.float32)
+    host[3:] = x.reshape(-1)
+    acl.aclrtMemcpy(buf, host.nbytes, host, host.nbytes, acl.ACL_MEMCPY_HOST_TO_DEVICE)
+    xt = acl.aclCreateTensor([5, 8], acl.ACL_FLOAT, [1, 5], 3, acl.ACL_FORMAT_ND, [43], buf)
+    _, obuf = acl.aclrtMalloc(4 * 50)
+    dxt = acl.aclCreateTensor([5, 8], acl.ACL_FLOAT, [1, 5], 10, acl.ACL_FORMAT_ND, [50], obuf)
+    gamma, rstd = np.ones(8, np.float32), np.full(5, 0.5, np.float32)
+    dgamma = np.zeros(8, np.float32)
+    status, size, ex = aclnn.aclnnRmsNormGradGetWorkspaceSize(xt, xt, rstd, gamma, dxt, dgamma)
+    assert status == 0, acl.aclGetRecentErrMsg()
+    assert aclnn.aclnnRmsNormGrad(acl.aclrtMalloc(size)[1] if size else None, size, ex, None) == 0
+    out = np.zeros(50, np.float32)
+    acl.aclrtMemcpy(out, 200, obuf, 200, acl.ACL_MEMCPY_DEVICE_TO_HOST)
+    from opgen.reference import rms_norm_grad
+    ref_dx, ref_dg = rms_norm_grad(x.T, x.T, rstd, gamma)
+    np.testing.assert_allclose(out[10:].reshape(8, 5).T, ref_dx, rtol=1e-5, atol=1e-5)
+    assert np.all(out[:10] == 0)
+    np.testing.assert_allclose(dgamma, ref_dg, rtol=1e-5, atol=1e-5)
+
+
+# ---- executors ----------------------------------------------------------------------------
+
+def _planned(rng, strided=True):
+    args, _ = base_args(RMS, RMSProblem((4, 16), 1), RMS.combo("f32-f32"), rng)
+    if strided:
+        args["x"] = np.asfortranarray(args["x"])
+    status, size, ex = phase_one(RMS, args)
+    assert status == 0
+    return size, ex
+
+
+def test_executor_single_use_and_foreign(rng):
+    size, ex = _planned(rng)
+    ws = acl.aclrtMalloc(size)[1]
+    assert aclnn.aclnnRmsNormGrad(ws, size, ex, None) == 0
+    assert aclnn.aclnnRmsNormGrad(ws, size, ex, None) == aclnn.ACLNN_ERR_PARAM_INVALID
+    assert "single-use" in acl.aclGetRecentErrMsg()
+    assert aclnn.aclnnRmsNormGrad(ws, size, None, None) == aclnn.ACLNN_ERR_PARAM_NULLPTR
+    assert aclnn.aclnnRmsNormGrad(ws, size, object(), None) == aclnn.ACLNN_ERR_PARAM_INVALID
+    size2, ex2 = _planned(rng)
+    assert aclnn.aclnnGroupNormBackward(ws, size2, ex2, None) == aclnn.ACLNN_ERR_PARAM_INVALID
+    assert "aclnnGroupNormBackward" in acl.aclGetRecentErrMsg()
+
+
+def test_workspace_too_small_then_retry(rng):
+    size, ex = _planned(rng)
+    assert size > 0
+    assert aclnn.aclnnRmsNormGrad(None, size, ex, None) == aclnn.ACLNN_ERR_PARAM_INVALID
+    assert aclnn.aclnnRmsNormGrad(np.zeros(size, np.uint8), size - 1, ex, None) == aclnn.ACLNN_ERR_PARAM_INVALID
+    short = np.zeros(size - 64 - 1, np.uint8)
+    assert aclnn.aclnnRmsNormGrad(short, size, ex, None) == aclnn.ACLNN_ERR_PARAM_INVALID
+    assert "workspace" in acl.aclGetRecentErrMsg()
+    assert aclnn.aclnnRmsNormGrad(bytearray(size), size, ex, None) == 0     # the executor was not spent
+
+
+def test_destroyed_stream_and_freed_workspace(rng):
+    size, ex = _planned(rng)
+    _, stream = acl.aclrtCreateStream()
+    acl.aclrtDestroyStream(stream)
+    assert aclnn.aclnnRmsNormGrad(np.zeros(size, np.uint8), size, ex, stream) == aclnn.ACLNN_ERR_PARAM_INVALID
+    _, ws = acl.aclrtMalloc(size)
+    acl.aclrtFree(ws)
+    assert aclnn.aclnnRmsNormGrad(ws, size, ex, None) == aclnn.ACLNN_ERR_PARAM_INVALID
+
+
+def _acl_tensor(array):
+    """``array`` copied into aclrtMalloc memory (64-byte aligned) as a contiguous aclTensor."""
+    a = np.ascontiguousarray(array)
+    _, buf = acl.aclrtMalloc(max(a.nbytes, 1))
+    acl.aclrtMemcpy(buf, a.nbytes, a, a.nbytes, acl.ACL_MEMCPY_HOST_TO_DEVICE)
+    dtype = {np.dtype(np.float32): acl.ACL_FLOAT, np.dtype(np.float16): acl.ACL_FLOAT16}[a.dtype]
+    return acl.aclCreateTensor(a.shape, dtype, None, 0, acl.ACL_FORMAT_ND, a.shape, buf), buf
+
+
+def test_aligned_contiguous_call_is_zero_copy(rng):
+    """aclrtMalloc memory is aligned: no staging, workspace 0, the kernel writes in place."""
+    args, arrays = base_args(RMS, RMSProblem((4, 16), 1), RMS.combo("f32-f32"), rng)
+    tensors = {k: _acl_tensor(v) for k, v in args.items()}
+    status, size, ex = phase_one(RMS, {k: t for k, (t, _) in tensors.items()})
+    assert status == 0 and size == 0
+    assert aclnn.aclnnRmsNormGrad(None, 0, ex, None) == 0
+    dgamma = np.zeros(16, np.float32)
+    acl.aclrtMemcpy(dgamma, 64, tensors["dgammaOut"][1], 64, acl.ACL_MEMCPY_DEVICE_TO_HOST)
+    from opgen.reference import rms_norm_grad
+    np.testing.assert_allclose(dgamma, rms_norm_grad(**{k: arrays[k] for k in ("dy", "x", "rstd", "gamma")})[1],
+                               rtol=1e-4, atol=1e-4)
+
+
+def test_eight_threads(rng):
+    errors = []
+    problems = [(RMS, RMSProblem((3 + i, 16 + 8 * (i % 3)), 1), RMS.combos[i % 5]) for i in range(8)]
+    problems += [(GN, GNProblem(2 + i % 2, 6, 3 + i, 3), GN.combos[i % 5]) for i in range(8)]
+
+    def work(i):
+        try:
+            local = np.random.default_rng(i)
+            for _ in range(4):
+                op, problem, combo = problems[(i + _) % len(problems)]
+                args, arrays = base_args(op, problem, combo, local)
+                args[op.api.tensors("input")[1].name] = np.asfortranarray(args[op.api.tensors("input")[1].name])
+                status, msg = run_both(op, args)
+                assert status == 0, msg
+                assert_matches(op, combo, problem, arrays, args)
+        except Exception as exc:  # collected: pytest does not see other threads' failures
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+
+
+def test_product_from_environment(monkeypatch, rng):
+    monkeypatch.setenv("OPGEN_PRODUCT", "AtlasInference")
+    args, _ = base_args(RMS, RMSProblem((2, 16), 1), RMS.combo("bf16-bf16"), rng)
+    assert phase_one(RMS, args)[0] == aclnn.ACLNN_ERR_PARAM_INVALID
+    with product("AtlasA2"):
+        assert phase_one(RMS, args)[0] == 0
+    monkeypatch.setenv("OPGEN_PRODUCT", "NoSuchProduct")
+    assert phase_one(RMS, args)[0] == aclnn.ACLNN_ERR_PARAM_INVALID
