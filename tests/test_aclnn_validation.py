@@ -138,8 +138,11 @@ def test_rms_dtype_outside_table(changes):
 def test_rms_ranks():
     assert rms_status(**rms(shape=(1,) * 8 + (16,)))[0] == 561002            # x has 9 dims
     assert rms_status(**rms(shape=(1,) * 7 + (16,)))[0] == 0                 # 8 dims
-    assert rms_status(rstd=np.ones((), np.float32), **{k: v for k, v in rms((1, 16), (1, 16)).items()
-                                                      if k != "rstd"})[0] == 561002
+    full = {k: v for k, v in rms((1, 16), (1, 16)).items() if k != "rstd"}
+    assert rms_status(rstd=np.ones((), np.float32), **full)[0] == 0          # x_shape[0:0] is ()
+    assert rms_status(rstd=np.ones(1, np.float32), **full)[0] == 0
+    status, msg = rms_status(rstd=np.ones((), np.float32))                  # n = 2 here
+    assert status == 561002 and "rstd has 0 dimensions" in msg
 
 
 def test_rms_atlas_inference_last_axis_32_bytes():

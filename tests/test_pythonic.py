@@ -1,0 +1,113 @@
+"""The Pythonic layer: opgen.rms_norm_grad / opgen.group_norm_backward and AclnnError."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import opgen
+from opgen import reference
+
+from aclnn_helpers import product
+
+
+def _rms_inputs(rng, shape=(3, 4, 16), dtype=np.float32):
+    x = rng.standard_normal(shape).astype(dtype)
+    dy = rng.standard_normal(shape).astype(dtype)
+    gamma = rng.uniform(0.5, 1.5, shape[-1]).astype(np.float32)
+    _, rstd = reference.rms_norm(x, gamma)
+    return dy, x, rstd.astype(np.float32), gamma
+
+
+def test_rms_norm_grad_allocates_and_matches(rng):
+    dy, x, rstd, gamma = _rms_inputs(rng)
+    dx, dgamma = opgen.rms_norm_grad(dy, x, rstd, gamma)
+    rdx, rdg = reference.rms_norm_grad(dy, x, rstd, gamma)
+    assert dx.dtype == np.float32 and dgamma.dtype == np.float32 and dx.shape == x.shape
+    np.testing.assert_allclose(dx, rdx, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(dgamma, rdg, rtol=1e-4, atol=1e-4)
+
+
+def test_given_outputs_are_written_in_place(rng):
+    dy, x, rstd, gamma = _rms_inputs(rng)
+    base = np.zeros((3, 4, 32), np.float32)
+    dx_out = base[..., ::2]
+    dx, _ = opgen.rms_norm_grad(dy, x, rstd, gamma, dx=dx_out)
+    assert dx is dx_out and np.all(base[..., 1::2] == 0)
+    np.testing.assert_allclose(dx_out, reference.rms_norm_grad(dy, x, rstd, gamma)[0], rtol=1e-4, atol=1e-4)
+
+
+def test_aclnn_error():
+    with pytest.raises(opgen.AclnnError) as info:
+        opgen.rms_norm_grad(np.ones((2, 16), np.float32), np.ones((2, 16), np.float32),
+                            np.ones(3, np.float32), np.ones(16, np.float32))
+    assert info.value.status == 561002 and "rstd" in info.value.message
+    with pytest.raises(opgen.AclnnError) as info:
+        opgen.rms_norm_grad(None, np.ones((2, 16), np.float32), np.ones(2, np.float32), np.ones(16, np.float32))
+    assert info.value.status == 161001
+    with product("AtlasTraining"), pytest.raises(opgen.AclnnError) as info:
+        opgen.rms_norm_grad(*_rms_inputs(np.random.default_rng(0)))
+    assert info.value.status == 161002
+
+
+def test_settings():
+    assert opgen.get_product() == "Ascend950" and opgen.get_target() == "llvm"
+    opgen.set_product("AtlasA2")
+    try:
+        assert opgen.get_product() == "AtlasA2"
+    finally:
+        opgen.config.reset()
+    with pytest.raises(ValueError):
+        opgen.set_product("Atlas9000")
+    with pytest.raises(KeyError):
+        opgen.set_target("no-such-target")
+
+
+def _gn_inputs(rng, n=2, c=6, hw=(2, 3), group=3, dtype=np.float32):
+    x = rng.standard_normal((n, c) + hw).astype(dtype)
+    dy = rng.standard_normal((n, c) + hw).astype(dtype)
+    gamma = rng.uniform(0.5, 1.5, c).astype(np.float32)
+    _, mean, rstd = reference.group_norm(x, gamma, np.zeros(c), group)
+    return dy, x, mean.astype(np.float32), rstd.astype(np.float32), gamma
+
+
+def test_group_norm_backward(rng):
+    dy, x, mean, rstd, gamma = _gn_inputs(rng)
+    outs = opgen.group_norm_backward(dy, x, mean, rstd, gamma, 3)
+    for got, ref in zip(outs, reference.group_norm_backward(dy, x, mean, rstd, gamma, 3)):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    gi, gg, gb = opgen.group_norm_backward(dy, x, mean, rstd, None, 3, output_mask=(False, True, False))
+    assert gi is None and gb is None
+    np.testing.assert_allclose(gg, reference.group_norm_backward(dy, x, mean, rstd, None, 3)[1], rtol=1e-4, atol=1e-4)
+    with pytest.raises(opgen.AclnnError) as info:
+        opgen.group_norm_backward(dy, x, mean, rstd, gamma, 4)
+    assert info.value.status == 161002
+
+
+
+@pytest.fixture
+def torch_mod():
+    return pytest.importorskip("torch")
+
+
+def test_torch_tensors_zero_copy_bf16(torch_mod, rng):
+    t = torch_mod
+    dy, x, rstd, gamma = _rms_inputs(rng, (4, 32))
+    tdy, tx = t.from_numpy(dy).to(t.bfloat16), t.from_numpy(x).to(t.bfloat16).requires_grad_(True)
+    dx, dgamma = opgen.rms_norm_grad(tdy, tx, t.from_numpy(rstd), t.from_numpy(gamma))
+    assert isinstance(dx, t.Tensor) and dx.dtype == t.bfloat16 and dgamma.dtype == t.float32
+    rdx, rdg = reference.rms_norm_grad(tdy.float().numpy(), tx.detach().float().numpy(), rstd, gamma)
+    np.testing.assert_allclose(dx.float().numpy(), rdx, rtol=1e-2, atol=1e-2)
+    np.testing.assert_allclose(dgamma.numpy(), rdg, rtol=1e-3, atol=1e-3)
+
+
+def test_torch_transposed_output_in_place(torch_mod, rng):
+    t = torch_mod
+    dy, x, mean, rstd, gamma = _gn_inputs(rng, hw=(4,))
+    grad_in = t.zeros(4, 6, 2).permute(2, 1, 0)          # (2, 6, 4), non-contiguous
+    outs = opgen.group_norm_backward(t.from_numpy(dy), t.from_numpy(x).transpose(0, 1).contiguous().transpose(0, 1),
+                                     t.from_numpy(mean), t.from_numpy(rstd), t.from_numpy(gamma), 3,
+                                     grad_input=grad_in)
+    assert outs[0] is grad_in
+    ref = reference.group_norm_backward(dy, x, mean, rstd, gamma, 3)
+    np.testing.assert_allclose(grad_in.numpy(), ref[0], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(outs[1].numpy(), ref[1], rtol=1e-4, atol=1e-4)
