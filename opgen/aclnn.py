@@ -24,11 +24,13 @@ from __future__ import annotations
 import inspect
 import operator
 
+import numpy as np
+
 from opgen import acl, config
 from opgen.apispec import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ACLNN_ERR_RUNTIME_ERROR,
                            ACLNN_ERR_INNER_TILING_ERROR, ACLNN_SUCCESS, ATTR, INPUT, MASK, OUTPUT, STATUS_NAMES,
                            ArgError, Call)
-from opgen.executor import Executor, is_host, make_plan
+from opgen.executor import Executor, check_workspace, make_plan
 from opgen.ops import all_ops
 from opgen.tensorarg import describe
 
@@ -54,7 +56,7 @@ def _read_value(param, value):
     except TypeError:
         raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{param.name} must be an aclBoolArray or a sequence of bools, "
                                                 f"got {type(value).__name__}")
-    if not all(isinstance(v, bool) or type(v).__name__ == "bool_" for v in items):
+    if not all(isinstance(v, (bool, np.bool_)) for v in items):
         raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{param.name} must hold bools, got {items!r}")
     return tuple(bool(v) for v in items)
 
@@ -146,6 +148,10 @@ def _check_run_args(op, workspace, workspace_size, executor, stream):
         owner = getattr(executor, "op_name", type(executor).__name__)
         raise ArgError(ACLNN_ERR_PARAM_INVALID, f"executor belongs to {owner}, not to {op.aclnn_name}")
     need = executor.workspace_size
+    try:
+        workspace_size = operator.index(workspace_size)
+    except TypeError:
+        pass
     if not isinstance(workspace_size, int) or workspace_size < need:
         raise ArgError(ACLNN_ERR_PARAM_INVALID, f"workspaceSize is {workspace_size!r}; the executor needs {need} bytes")
     if need and workspace is None:
@@ -158,9 +164,8 @@ def run(op, func: str, workspace, workspace_size, executor, stream) -> int:
     """Phase two: check the workspace and executor, run the plan once."""
     try:
         _check_run_args(op, workspace, workspace_size, executor, stream)
-        if executor.plan.slots:
-            from opgen.executor import _workspace_bytes
-            _workspace_bytes(workspace, executor.workspace_size)  # short buffers: caller error, executor kept
+        if executor.workspace_size:
+            check_workspace(workspace, executor.workspace_size)  # a short buffer keeps the executor unused
         if not executor.claim():
             raise ArgError(ACLNN_ERR_PARAM_INVALID, "executor was already run; executors are single-use")
         executor.run(workspace)

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+import numpy as np
+
 ACLNN_SUCCESS = 0
 ACLNN_ERR_PARAM_NULLPTR = 161001
 ACLNN_ERR_PARAM_INVALID = 161002
@@ -166,3 +168,20 @@ def dtype_message(name: str, got: str, allowed, why: str = "") -> str | None:
     if got in allowed:
         return None
     return f"{name} has dtype {got}; expected {' or '.join(allowed)}{why}"
+
+
+# ---- vocabulary of example violations (edits of a valid call's arguments) ---------------
+
+def set_args(**changes):
+    """A mutate function: each keyword's function of the args gives that argument's new value."""
+    return lambda args: args.update({k: v(args) for k, v in changes.items()})
+
+
+def cast_args(names, dtype):
+    """A mutate function casting the named arrays to ``dtype``."""
+    return set_args(**{n: (lambda n: lambda a: np.asarray(a[n]).astype(dtype))(n) for n in names})
+
+
+def other_float(name: str):
+    """A mutate function giving ``name`` a float dtype other than its own (but valid alone)."""
+    return set_args(**{name: lambda a: a[name].astype(np.float16 if a[name].dtype != np.float16 else np.float32)})

@@ -129,6 +129,11 @@ def _workspace_bytes(workspace, need: int):
     return data, None, start
 
 
+def check_workspace(workspace, need: int) -> None:
+    """ArgError unless ``workspace`` is a usable buffer of at least ``need`` bytes."""
+    _workspace_bytes(workspace, need)
+
+
 class _Memory:
     """Slot views over the workspace: numpy views on the host, TVM views on a device."""
 

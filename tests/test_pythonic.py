@@ -49,7 +49,9 @@ def test_aclnn_error():
     assert info.value.status == 161002
 
 
-def test_settings():
+def test_settings(monkeypatch):
+    monkeypatch.delenv("OPGEN_PRODUCT", raising=False)
+    monkeypatch.delenv("OPGEN_TARGET", raising=False)
     assert opgen.get_product() == "Ascend950" and opgen.get_target() == "llvm"
     opgen.set_product("AtlasA2")
     try:

@@ -37,7 +37,8 @@ from tvm import te
 
 from opgen import reference
 from opgen.apispec import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ATTR, INPUT, MASK, OUTPUT, ApiSpec,
-                           Param, Rule, Violation, dtype_message, first, null_message, shape_str)
+                           Param, Rule, Violation, cast_args, dtype_message, first, null_message, other_float,
+                           set_args, shape_str)
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype
 from opgen.ops import DtypeCombo, OpSpec, as_float32
 
@@ -265,18 +266,6 @@ def _count(name: str, what: str, value):
     return check
 
 
-def _set(**changes):
-    return lambda args: args.update({k: v(args) for k, v in changes.items()})
-
-
-def _cast(name, dtype):
-    return _set(**{name: lambda a: np.asarray(a[name]).astype(dtype)})
-
-
-def _other_float(name):
-    return _set(**{name: lambda a: a[name].astype(np.float16 if a[name].dtype != np.float16 else np.float32)})
-
-
 def _bf16_everywhere(args) -> None:
     for name in _INPUTS + _OUTPUTS:
         args[name] = args[name].astype(ml_dtypes.bfloat16)
@@ -289,38 +278,38 @@ def _mixed(args) -> None:
 
 def _rules_nulls() -> tuple:
     required = ("gradOut", "input", "mean", "rstd", "outputMask")
-    nulls = tuple(Violation(f"{n} is None", _set(**{n: lambda a: None})) for n in required)
+    nulls = tuple(Violation(f"{n} is None", set_args(**{n: lambda a: None})) for n in required)
     masked = tuple(
         Rule(ACLNN_ERR_PARAM_NULLPTR, f"outputMask[{bit}] is true and the passed {name} is a null pointer.",
-             _masked_null(bit, name), (Violation(f"{name} is None", _set(**{name: lambda a: None})),))
+             _masked_null(bit, name), (Violation(f"{name} is None", set_args(**{name: lambda a: None})),))
         for bit, name in enumerate(_OUTPUTS))
     return (
         Rule(ACLNN_ERR_PARAM_NULLPTR, "The passed gradOut, input, mean, and rstd are null pointers.",
              lambda call: null_message(call, required), nulls),
         Rule(ACLNN_ERR_PARAM_INVALID, "The length of outputMask is not 3.", _check_mask_length, (
-            Violation("outputMask of 2", _set(outputMask=lambda a: [True, True])),
-            Violation("outputMask of 4", _set(outputMask=lambda a: [True] * 4)))),
+            Violation("outputMask of 2", set_args(outputMask=lambda a: [True, True])),
+            Violation("outputMask of 4", set_args(outputMask=lambda a: [True] * 4)))),
     ) + masked
 
 
 def _rules_dtypes() -> tuple:
     return (
         Rule(ACLNN_ERR_PARAM_INVALID, "The data type of gradOut is not within the supported range.",
-             _check_grad_out_dtype, (Violation("float64 gradOut", _cast("gradOut", np.float64)),
+             _check_grad_out_dtype, (Violation("float64 gradOut", cast_args(("gradOut",), np.float64)),
                                      Violation("bfloat16 everywhere on Atlas training", _bf16_everywhere,
                                                ("AtlasTraining",)))),
         Rule(ACLNN_ERR_PARAM_INVALID, "The data types of input, mean, gamma, rstd, and gradOut do not meet the "
              "constraints specified in Parameters.", _check_dtypes, (
-                 Violation("input's dtype differs from gradOut's", _other_float("input")),
-                 Violation("rstd's dtype differs from mean's", _other_float("rstd")),
-                 Violation("gamma's dtype differs from mean's", _other_float("gamma")),
-                 Violation("gradInput's dtype differs from gradOut's", _other_float("gradInput")),
-                 Violation("gradGammaOut's dtype differs from mean's", _other_float("gradGammaOut")),
-                 Violation("gradBetaOut's dtype differs from mean's", _other_float("gradBetaOut")),
+                 Violation("input's dtype differs from gradOut's", other_float("input")),
+                 Violation("rstd's dtype differs from mean's", other_float("rstd")),
+                 Violation("gamma's dtype differs from mean's", other_float("gamma")),
+                 Violation("gradInput's dtype differs from gradOut's", other_float("gradInput")),
+                 Violation("gradGammaOut's dtype differs from mean's", other_float("gradGammaOut")),
+                 Violation("gradBetaOut's dtype differs from mean's", other_float("gradBetaOut")),
                  Violation("float16 gradOut with float32 mean off the 950", _mixed,
                            ("AtlasA2", "AtlasA3", "AtlasTraining")))),
         Rule(ACLNN_ERR_PARAM_INVALID, "Dimension (shape): 0-8", _check_ranks, (
-            Violation("9-d input and gradOut", _set(**{n: (lambda n: lambda a: a[n].reshape((1,) * 8 + (-1,)))(n)
+            Violation("9-d input and gradOut", set_args(**{n: (lambda n: lambda a: a[n].reshape((1,) * 8 + (-1,)))(n)
                                                      for n in ("input", "gradOut")})),)),
     )
 
@@ -331,10 +320,10 @@ def _rules_shapes() -> tuple:
     shapes = tuple(
         Rule(ACLNN_ERR_PARAM_INVALID, f"When outputMask[{bit}] is true, {what[bit]}.",
              _output_shape(bit, name, "input" if bit == 0 else "gamma"),
-             (Violation(f"{name} flattened with one more element", _set(**{name: (lambda n: lambda a: np.zeros(
+             (Violation(f"{name} flattened with one more element", set_args(**{name: (lambda n: lambda a: np.zeros(
                  a[n].size + 1, a[n].dtype))(name)})),))
         for bit, name in enumerate(_OUTPUTS))
-    group = lambda v: _set(group=lambda a: v(a))  # noqa: E731
+    group = lambda v: set_args(group=lambda a: v(a))  # noqa: E731
     return shapes + (
         Rule(ACLNN_ERR_PARAM_INVALID, "group is not greater than 0.", lambda call: None if call["group"] > 0 else
              f"group is {call['group']}; expected a value greater than 0", (Violation("group 0", group(lambda a: 0)),
@@ -343,16 +332,16 @@ def _rules_shapes() -> tuple:
              else f"C = {call['C']} is not divisible by group = {call['group']}",
              (Violation("group C + 1", group(lambda a: a["C"] + 1)),)),
         Rule(ACLNN_ERR_PARAM_INVALID, "The number of elements in input is not equal to N * C * HxW.",
-             _check_input_count, (Violation("HxW one more", _set(HxW=lambda a: a["HxW"] + 1)),
-                                  Violation("N negative", _set(N=lambda a: -a["N"], C=lambda a: -a["C"])))),
+             _check_input_count, (Violation("HxW one more", set_args(HxW=lambda a: a["HxW"] + 1)),
+                                  Violation("N negative", set_args(N=lambda a: -a["N"], C=lambda a: -a["C"])))),
         Rule(ACLNN_ERR_PARAM_INVALID, "The number of elements in mean is not equal to N * group.",
              _count("mean", "N * group", lambda c: c["N"] * c["group"]),
-             (Violation("mean one element more", _set(mean=lambda a: np.zeros(a["mean"].size + 1, a["mean"].dtype))),)),
+             (Violation("mean one element more", set_args(mean=lambda a: np.zeros(a["mean"].size + 1, a["mean"].dtype))),)),
         Rule(ACLNN_ERR_PARAM_INVALID, "The number of elements in rstd is not equal to N * group.",
              _count("rstd", "N * group", lambda c: c["N"] * c["group"]),
-             (Violation("rstd one element more", _set(rstd=lambda a: np.ones(a["rstd"].size + 1, a["rstd"].dtype))),)),
+             (Violation("rstd one element more", set_args(rstd=lambda a: np.ones(a["rstd"].size + 1, a["rstd"].dtype))),)),
         Rule(ACLNN_ERR_PARAM_INVALID, "gamma is not a null pointer and the number of elements in gamma is not C.",
-             _count("gamma", "C", lambda c: c["C"]), (Violation("gamma and both gradients one longer", _set(**{
+             _count("gamma", "C", lambda c: c["C"]), (Violation("gamma and both gradients one longer", set_args(**{
                  n: (lambda n: lambda a: np.ones(a[n].size + 1, a[n].dtype))(n)
                  for n in ("gamma", "gradGammaOut", "gradBetaOut")})),)),
     )

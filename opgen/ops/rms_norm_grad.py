@@ -29,7 +29,8 @@ from tvm import te
 
 from opgen import reference
 from opgen.apispec import (ACLNN_ERR_INNER_TILING_ERROR, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, INPUT,
-                           OUTPUT, ApiSpec, Param, Rule, Violation, dtype_message, first, null_message, shape_str)
+                           OUTPUT, ApiSpec, Param, Rule, Violation, cast_args, dtype_message, first, null_message,
+                           other_float, set_args, shape_str)
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype
 from opgen.ops import DtypeCombo, OpSpec, as_float32
 
@@ -216,18 +217,6 @@ def _check_last_axis(call) -> str | None:
                  if call[p].ndim and call[p].shape[-1] * call[p].itemsize < 32)
 
 
-def _set(**arrays):
-    return lambda args: args.update({k: v(args) for k, v in arrays.items()})
-
-
-def _cast(dtype):
-    return lambda name: (lambda args: np.asarray(args[name]).astype(dtype))
-
-
-def _other_float(args, name):
-    return args[name].astype(np.float16 if args[name].dtype != np.float16 else np.float32)
-
-
 def _resized(last: int):
     """Every tensor rebuilt with a last axis of ``last`` elements (x keeps its dtype)."""
     def mutate(args):
@@ -248,40 +237,39 @@ def _nine_dims(args) -> None:
 
 def _api_rules() -> tuple:
     null = lambda call: null_message(call, _TENSORS)  # noqa: E731
-    nulls = tuple(Violation(f"{p} is None", _set(**{p: lambda a: None})) for p in _TENSORS)
+    nulls = tuple(Violation(f"{p} is None", set_args(**{p: lambda a: None})) for p in _TENSORS)
     dtypes = (
-        Violation("dy is float64", _set(dy=_cast(np.float64)("dy"))),
-        Violation("x's dtype differs from dy's", _set(x=lambda a: _other_float(a, "x"))),
-        Violation("rstd is float16", _set(rstd=_cast(np.float16)("rstd"))),
-        Violation("dgammaOut is float16", _set(dgammaOut=_cast(np.float16)("dgammaOut"))),
-        Violation("dxOut's dtype differs from dy's", _set(dxOut=lambda a: _other_float(a, "dxOut"))),
-        Violation("int32 gamma", _set(gamma=_cast(np.int32)("gamma"))),
-        Violation("bfloat16 data on Atlas inference", _set(
-            **{n: _cast(ml_dtypes.bfloat16)(n) for n in ("dy", "x", "gamma", "dxOut")}), ("AtlasInference",)),
-        Violation("float16 data with float32 gamma on Atlas inference", _set(
-            **{n: _cast(np.float16)(n) for n in ("dy", "x", "dxOut")}), ("AtlasInference",)),
+        Violation("dy is float64", cast_args(("dy",), np.float64)),
+        Violation("x's dtype differs from dy's", other_float("x")),
+        Violation("rstd is float16", cast_args(("rstd",), np.float16)),
+        Violation("dgammaOut is float16", cast_args(("dgammaOut",), np.float16)),
+        Violation("dxOut's dtype differs from dy's", other_float("dxOut")),
+        Violation("int32 gamma", cast_args(("gamma",), np.int32)),
+        Violation("bfloat16 data on Atlas inference", cast_args(("dy", "x", "gamma", "dxOut"), ml_dtypes.bfloat16),
+                  ("AtlasInference",)),
+        Violation("float16 data with float32 gamma on Atlas inference", cast_args(("dy", "x", "dxOut"), np.float16),
+                  ("AtlasInference",)),
     )
-    shape = lambda *s: lambda a: np.zeros(s, np.float32)  # noqa: E731
     return (
         Rule(ACLNN_ERR_PARAM_NULLPTR, "If the input parameter is a required input, output, or required attribute "
              "and is a null pointer, 161001 is returned.", null, nulls),
         Rule(ACLNN_ERR_PARAM_INVALID, "The data type of the input or output is not within the supported range.",
              _check_dtypes, dtypes),
         Rule(ACLNN_ERR_INNER_TILING_ERROR, _SHAPE_DOC + " (Dimension 1-8)", _check_ranks, (
-            Violation("rstd is 0-d", _set(rstd=lambda a: np.ones((), np.float32))),
+            Violation("rstd is 0-d", set_args(rstd=lambda a: np.ones((), np.float32))),
             Violation("9-d dy/x/dxOut", _nine_dims),
         )),
         Rule(ACLNN_ERR_INNER_TILING_ERROR, _SHAPE_DOC + " (x: the shape remains consistent with dy)",
-             _same_shape("x", "dy"), (Violation("x has one row more", _set(x=lambda a: np.concatenate([a["x"], a["x"][:1]]))),)),
+             _same_shape("x", "dy"), (Violation("x has one row more", set_args(x=lambda a: np.concatenate([a["x"], a["x"][:1]]))),)),
         Rule(ACLNN_ERR_INNER_TILING_ERROR, _SHAPE_DOC + " (gamma_shape = x_shape[n:], n < x_shape.dims())",
-             _check_gamma, (Violation("gamma one element short", _set(gamma=lambda a: a["gamma"][..., :-1])),
-                            Violation("gamma has more dims than x", _set(gamma=lambda a: a["gamma"].reshape((1,) * a["x"].ndim + a["gamma"].shape))))),
+             _check_gamma, (Violation("gamma one element short", set_args(gamma=lambda a: a["gamma"][..., :-1])),
+                            Violation("gamma has more dims than x", set_args(gamma=lambda a: a["gamma"].reshape((1,) * a["x"].ndim + a["gamma"].shape))))),
         Rule(ACLNN_ERR_INNER_TILING_ERROR, _SHAPE_DOC + " (rstd_shape = x_shape[0:n])", _check_rstd,
-             (Violation("rstd one element more", _set(rstd=lambda a: np.ones(a["rstd"].size + 1, np.float32))),)),
+             (Violation("rstd one element more", set_args(rstd=lambda a: np.ones(a["rstd"].size + 1, np.float32))),)),
         Rule(ACLNN_ERR_INNER_TILING_ERROR, _SHAPE_DOC + " (dxOut: the shape remains consistent with dy)",
-             _same_shape("dxOut", "dy"), (Violation("dxOut flattened", _set(dxOut=lambda a: a["dxOut"].reshape(-1))),)),
+             _same_shape("dxOut", "dy"), (Violation("dxOut flattened", set_args(dxOut=lambda a: a["dxOut"].reshape(-1))),)),
         Rule(ACLNN_ERR_INNER_TILING_ERROR, _SHAPE_DOC + " (dgammaOut: the shape remains consistent with gamma)",
-             _same_shape("dgammaOut", "gamma"), (Violation("dgammaOut (1, cols)", _set(dgammaOut=lambda a: a["dgammaOut"][None])),)),
+             _same_shape("dgammaOut", "gamma"), (Violation("dgammaOut (1, cols)", set_args(dgammaOut=lambda a: a["dgammaOut"][None])),)),
         Rule(ACLNN_ERR_INNER_TILING_ERROR, "Atlas inference products: The last axis length of the x, dy, and gamma "
              "inputs must be greater than or equal to 32 bytes.", _check_last_axis,
              (Violation("last axis of 4 elements", _resized(4)),), products=("AtlasInference",)),
