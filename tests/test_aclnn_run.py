@@ -298,3 +298,39 @@ def test_product_from_environment(monkeypatch, rng):
         assert phase_one(RMS, args)[0] == 0
     monkeypatch.setenv("OPGEN_PRODUCT", "NoSuchProduct")
     assert phase_one(RMS, args)[0] == aclnn.ACLNN_ERR_PARAM_INVALID
+
+
+def test_one_executor_shared_by_eight_threads_runs_once(rng):
+    size, ex = _planned(rng)
+    results = []
+    barrier = threading.Barrier(8)
+
+    def go():
+        barrier.wait()
+        results.append(aclnn.aclnnRmsNormGrad(np.zeros(size, np.uint8), size, ex, None))
+
+    threads = [threading.Thread(target=go) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [0] + [aclnn.ACLNN_ERR_PARAM_INVALID] * 7
+
+
+def test_generated_signatures_and_docs():
+    import inspect
+
+    for op in (RMS, GN):
+        phase_one = getattr(aclnn, f"{op.aclnn_name}GetWorkspaceSize")
+        assert list(inspect.signature(phase_one).parameters) == [p.name for p in op.api.params]
+        assert list(inspect.signature(getattr(aclnn, op.aclnn_name)).parameters) == [
+            "workspace", "workspaceSize", "executor", "stream"]
+        for p in op.api.params:
+            assert f"| {p.name} |" in phase_one.__doc__
+        for rule in op.api.rules:
+            assert str(rule.code) in phase_one.__doc__
+    assert list(inspect.signature(aclnn.aclnnGroupNormBackwardGetWorkspaceSize).parameters) == [
+        "gradOut", "input", "mean", "rstd", "gamma", "N", "C", "HxW", "group", "outputMask",
+        "gradInput", "gradGammaOut", "gradBetaOut"]
+    assert list(inspect.signature(aclnn.aclnnRmsNormGradGetWorkspaceSize).parameters) == [
+        "dy", "x", "rstd", "gamma", "dxOut", "dgammaOut"]
