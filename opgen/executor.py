@@ -6,13 +6,15 @@ A plan decides, per kernel tensor, where the kernel reads or writes it:
   * a slot:  a 64-byte aligned slice of the caller's workspace: a staged copy of a strided,
              misaligned or overlapping tensor (inputs copied in, outputs copied back), the
              fill of a null optional input (GroupNorm's gamma), or scratch for an output
-             the mask turned off (computed, never written to the caller);
+             the mask turned off (computed, never written to the caller), or the kernel's
+             own scratch: the partial sums its passes hand to each other;
   * empty:   a zero-element tensor (nothing to stage; the kernel still runs so that the
              other outputs get the math's zeros).
 On a target whose device is not the host, every tensor goes through a slot: the workspace
 is device memory there (aclrtMalloc on that device) and slots are TVM views of it.
-The partial sums of reductions are allocated by the compiled kernel itself (TVM's
-schedule owns them); they are not in the workspace.
+The partial sums of split reductions are kernel parameters (opgen.kernels hoists every
+buffer shared by two loop nests), so they live in the workspace too; per-row scalars stay
+inside the kernel, in registers.
 
 Executors are single-use (aclnn's default): the first run marks it used, under a lock.
 """
@@ -106,7 +108,19 @@ def make_plan(call, kernel, problem, combo, device) -> Plan:
                 plan.direct[p.kernel] = view
             else:
                 plan.add_slot(p.kernel, shape, dtype, "out" if output else "in", source=arg)
+    add_kernel_scratch(plan, kernel, shapes)
     return plan
+
+
+def add_kernel_scratch(plan: Plan, kernel, shapes: dict) -> None:
+    """Workspace slots for the kernel's own scratch (partial sums carried between passes)."""
+    scratch_shapes = kernel.scratch_shapes(shapes)
+    for buf in kernel.scratch:
+        shape = scratch_shapes[buf.name]
+        if int(np.prod(shape, dtype=np.int64)) == 0:
+            plan.empty[buf.name] = (shape, buf.dtype)
+        else:
+            plan.add_slot(buf.name, shape, buf.dtype, "scratch")
 
 
 def _workspace_bytes(workspace, need: int):

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import tvm
-from tvm import te
+from tvm import s_tir, te
+from tvm.sym.analyzer import Analyzer
 
 from opgen import schedules as schedule_rules
 from opgen.dtypes import BFLOAT16, dtype_name
@@ -43,6 +44,20 @@ class Kernel:
     build_seconds: float
     from_disk: bool
     library_path: Path | None = None   # the exported library in the disk cache, if any
+    scratch: tuple = ()                # Scratch buffers, parameters after inputs and outputs
+    size_vars: tuple = ()              # (tensor name, axis, tvm Var) binding each size variable
+
+    @property
+    def tensor_names(self) -> tuple[str, ...]:
+        """Parameter order: the op's inputs, its outputs, then the scratch buffers."""
+        return self.op.inputs + self.op.outputs + tuple(b.name for b in self.scratch)
+
+    def scratch_shapes(self, shapes: dict) -> dict:
+        """Concrete shape of every scratch buffer, given the kernel shapes of the tensors."""
+        analyzer = Analyzer()
+        for name, axis, var in self.size_vars:
+            analyzer.bind(var, int(shapes[name][axis]))
+        return {b.name: tuple(int(analyzer.simplify(e)) for e in b.shape) for b in self.scratch}
 
     def export(self, path: Path) -> None:
         """Write the compiled library to ``path`` (a module loaded from disk cannot re-export)."""
@@ -51,24 +66,35 @@ class Kernel:
         else:
             self.module.export_library(str(path))
 
-    def __call__(self, arrays: dict) -> None:
-        """Run on ``arrays`` (name -> tvm Tensor or numpy array in the kernel's shapes).
+    def prepare(self, arrays: dict) -> tuple[list, list]:
+        """TVM arguments for ``arrays`` (name -> tvm Tensor or numpy array, kernel shapes).
 
-        numpy outputs are written in place (through a copy when they are not aligned and
-        contiguous). Inputs are never written.
+        Returns (arguments in parameter order, [(numpy output, staged tensor)] to copy
+        back). Scratch buffers not given are allocated here.
         """
-        names = self.op.inputs + self.op.outputs
-        missing = [n for n in names if n not in arrays]
+        tensor_names = self.op.inputs + self.op.outputs
+        missing = [n for n in tensor_names if n not in arrays]
         if missing:
             raise ValueError(f"{self.symbol}: missing arrays {missing}")
         dev = self.target.device()
-        tensors, write_back = [], []
-        for name in names:
+        scratch_shapes = self.scratch_shapes({n: tuple(arrays[n].shape) for n in tensor_names})
+        args, write_back = [], []
+        for name in self.tensor_names:
+            if name in scratch_shapes and name not in arrays:
+                dtype = next(b.dtype for b in self.scratch if b.name == name)
+                args.append(tvm.runtime.empty(scratch_shapes[name], dtype, dev))
+                continue
             tensor, copied = to_tvm(arrays[name], dev)
-            tensors.append(tensor)
+            args.append(tensor)
             if copied and name in self.op.outputs:
                 write_back.append((arrays[name], tensor))
-        self.module[self.symbol](*tensors)
+        return args, write_back
+
+    def __call__(self, arrays: dict) -> None:
+        """Run on ``arrays``; numpy outputs are written in place (through a copy when they
+        are not aligned and contiguous). Inputs are never written."""
+        args, write_back = self.prepare(arrays)
+        self.module[self.symbol](*args)
         for array, tensor in write_back:
             np.copyto(array, tensor.numpy().view(array.dtype))
 
@@ -99,7 +125,55 @@ def scheduled_module(op: OpSpec, combo: DtypeCombo, target: TargetSpec, variant:
     """The IRModule of the scheduled kernel (not yet compiled) and its symbol."""
     symbol = kernel_symbol(op, combo, variant)
     func = te.create_prim_func(op.compute(combo)).with_attr("global_symbol", symbol)
-    return schedule_rules.schedule(func, target, knobs).mod, symbol
+    func, _ = hoist_pass_buffers(schedule_rules.schedule(func, target, knobs))
+    return tvm.IRModule({symbol: func}), symbol
+
+
+@dataclass(frozen=True)
+class Scratch:
+    """A buffer that carries data from one loop nest to a later one (the partial sums of a
+    split reduction). It is a kernel parameter so that its memory belongs to the caller:
+    the aclnn workspace, sized by GetWorkspaceSize, instead of a hidden allocation."""
+
+    name: str
+    dtype: str
+    shape: tuple                   # PrimExprs over the kernel's size variables
+
+
+def hoist_pass_buffers(sch):
+    """Turn root-level buffers used by more than one loop nest into trailing parameters.
+
+    Buffers used inside a single nest (per-row scalars) stay internal: TVM compacts them to
+    registers or stack. Returns the new PrimFunc and its Scratch descriptions.
+    """
+    nests_using: dict[str, set] = {}
+    for rv in sch.get_child_blocks(sch.get_sblock("root")):
+        loops = sch.get_loops(rv)
+        nest = (sch.get(loops[0]) if loops else sch.get(rv)).__chandle__()
+        blk = sch.get(rv)
+        for region in list(blk.reads) + list(blk.writes):
+            nests_using.setdefault(region.source.name, set()).add(nest)
+    func = sch.mod["main"]
+    realize = func.body
+    root = realize.block
+    hoisted = [b for b in root.alloc_buffers if len(nests_using.get(b.name, ())) > 1]
+    kept = [b for b in root.alloc_buffers if b not in hoisted]
+    new_root = s_tir.stmt.SBlock(root.iter_vars, root.reads, root.writes, root.name_hint, root.body,
+                                 root.init, kept, root.match_buffers, root.annotations)
+    body = s_tir.stmt.SBlockRealize(realize.iter_values, realize.predicate, new_root)
+    new_func = tvm.tirx.PrimFunc(list(func.params) + hoisted, body, attrs=func.attrs)
+    return new_func, tuple(Scratch(b.name, str(b.dtype), tuple(b.shape)) for b in hoisted)
+
+
+def _size_vars(func, tensor_names) -> tuple:
+    """(tensor, axis, Var) for the first appearance of each symbolic extent among the params."""
+    seen, bindings = set(), []
+    for name, buf in zip(tensor_names, func.params):
+        for axis, extent in enumerate(buf.shape):
+            if isinstance(extent, tvm.tirx.Var) and extent.name not in seen:
+                seen.add(extent.name)
+                bindings.append((name, axis, extent))
+    return tuple(bindings)
 
 
 def cache_dir() -> Path:
@@ -143,6 +217,10 @@ def build(op: OpSpec, combo: DtypeCombo, target: TargetSpec, variant: str = "def
     """Schedule and compile (or load from the disk cache) one kernel; no in-process cache."""
     start = time.perf_counter()
     mod, symbol = scheduled_module(op, combo, target, variant, knobs)
+    func = mod[symbol]
+    n_tensors = len(op.inputs) + len(op.outputs)
+    scratch = tuple(Scratch(b.name, str(b.dtype), tuple(b.shape)) for b in func.params[n_tensors:])
+    size_vars = _size_vars(func, op.inputs + op.outputs)
     tir = mod.script()
     path = _cache_path(target, symbol, tir) if target.library_suffix and _disk_cache_enabled() else None
     module = _load(path) if path is not None and path.exists() else None
@@ -151,7 +229,8 @@ def build(op: OpSpec, combo: DtypeCombo, target: TargetSpec, variant: str = "def
         module = target.build(mod)
         if path is not None:
             _store(module, path)
-    return Kernel(op, combo, target, variant, symbol, tir, module, time.perf_counter() - start, from_disk, path)
+    return Kernel(op, combo, target, variant, symbol, tir, module, time.perf_counter() - start, from_disk, path,
+                  scratch, size_vars)
 
 
 _CACHE: dict[tuple, Kernel] = {}
