@@ -8,9 +8,9 @@ subclass; it is registered on import (Liger-style backends). Adding a target:
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass
+
+from opgen.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -53,33 +53,8 @@ class TargetSpec:
         raise NotImplementedError
 
 
-_REGISTRY: dict[str, TargetSpec] = {}
-
-
-def register(target: TargetSpec) -> TargetSpec:
-    existing = _REGISTRY.get(target.name)
-    if existing is not None and existing is not target:
-        raise ValueError(f"target {target.name!r} registered twice")
-    _REGISTRY[target.name] = target
-    return target
-
-
-def _discover() -> None:
-    for info in pkgutil.iter_modules(__path__):
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        target = getattr(module, "TARGET", None)
-        if isinstance(target, TargetSpec):
-            register(target)
-
-
-def get_target(name: str) -> TargetSpec:
-    if name not in _REGISTRY:
-        raise KeyError(f"unknown target {name!r}; registered: {sorted(_REGISTRY)}")
-    return _REGISTRY[name]
-
-
-def all_targets() -> list[TargetSpec]:
-    return [_REGISTRY[n] for n in sorted(_REGISTRY)]
-
-
-_discover()
+_REGISTRY = Registry("target", TargetSpec)
+register = _REGISTRY.register
+get_target = _REGISTRY.get
+all_targets = _REGISTRY.all
+_REGISTRY.discover(__name__, __path__, "TARGET")

@@ -7,12 +7,11 @@ module in this package that defines ``SPEC`` is registered on import of ``opgen.
 """
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
 from opgen.dtypes import ALL_FLOATS, short
+from opgen.registry import Registry
 
 PRODUCTS = ("Ascend950", "AtlasA3", "AtlasA2", "AtlasInference", "AtlasTraining")
 
@@ -95,34 +94,10 @@ class OpSpec:
         raise KeyError(f"{self.name} has no dtype combo {tag!r}; known: {[c.tag for c in self.combos]}")
 
 
-_REGISTRY: dict[str, OpSpec] = {}
-
-
-def register(spec: OpSpec) -> OpSpec:
-    """Add ``spec`` to the registry (idempotent for the same object)."""
-    existing = _REGISTRY.get(spec.name)
-    if existing is not None and existing is not spec:
-        raise ValueError(f"op {spec.name!r} registered twice")
-    _REGISTRY[spec.name] = spec
-    return spec
-
-
-def _discover() -> None:
-    for info in pkgutil.iter_modules(__path__):
-        module = importlib.import_module(f"{__name__}.{info.name}")
-        spec = getattr(module, "SPEC", None)
-        if isinstance(spec, OpSpec):
-            register(spec)
-
-
-def get_op(name: str) -> OpSpec:
-    if name not in _REGISTRY:
-        raise KeyError(f"unknown op {name!r}; registered: {sorted(_REGISTRY)}")
-    return _REGISTRY[name]
-
-
-def all_ops() -> list[OpSpec]:
-    return [_REGISTRY[n] for n in sorted(_REGISTRY)]
+_REGISTRY = Registry("op", OpSpec)
+register = _REGISTRY.register
+get_op = _REGISTRY.get
+all_ops = _REGISTRY.all
 
 
 def as_float32(expr):
@@ -130,4 +105,4 @@ def as_float32(expr):
     return expr if expr.dtype == "float32" else expr.astype("float32")
 
 
-_discover()
+_REGISTRY.discover(__name__, __path__, "SPEC")
