@@ -1,4 +1,4 @@
-"""CPU benchmark: opgen kernels next to numpy (and torch, when installed) and memcpy.
+"""CPU benchmark: opgen kernels next to numpy, torch (when installed) and memcpy.
 
 Prints, per case, the median time of each contender over interleaved repeats (A B C A B C
 ..., so machine noise hits all alike), the effective bandwidth of the opgen kernel
@@ -67,22 +67,30 @@ NUMPY = {"rms_norm_grad": numpy_rms_norm_grad, "group_norm_backward": numpy_grou
 
 
 def torch_baseline(op_name: str, a: dict):
-    """torch's own kernel where it has one (aten.native_group_norm_backward), else None."""
+    """torch on the same arrays: its native kernel where the CPU build has one
+    (aten.native_group_norm_backward), else the same math in torch's eager ops (RmsNorm:
+    aten._fused_rms_norm_backward has no CPU kernel in torch 2.13). None without torch."""
     try:
         import torch
     except Exception:
         return None
-    if op_name != "group_norm_backward" or a["x"].dtype != np.float32:
-        return None
-    n, g, d, hw = a["x"].shape
-    t = {k: torch.from_numpy(np.ascontiguousarray(a[k])) for k in ("dy", "x", "mean", "rstd", "gamma")}
-    dy, x = t["dy"].reshape(n, g * d, hw), t["x"].reshape(n, g * d, hw)
-    mask = [True, True, True]
+    t = {k: torch.from_numpy(np.ascontiguousarray(a[k]).astype(np.float32, copy=False))
+         for k in ("dy", "x", "gamma", "rstd", "mean") if k in a}
+    if op_name == "group_norm_backward":
+        n, g, d, hw = a["x"].shape
+        dy, x = t["dy"].reshape(n, g * d, hw), t["x"].reshape(n, g * d, hw)
 
-    def run():
-        torch.ops.aten.native_group_norm_backward(dy, x, t["mean"], t["rstd"], t["gamma"].reshape(-1),
-                                                  n, g * d, hw, g, mask)
-    return run
+        def run():
+            torch.ops.aten.native_group_norm_backward(dy, x, t["mean"], t["rstd"], t["gamma"].reshape(-1),
+                                                      n, g * d, hw, g, [True, True, True])
+        return run
+    dy, x, gamma, rstd = t["dy"], t["x"], t["gamma"], t["rstd"].reshape(-1, 1)
+
+    def run_rms():
+        dyg = dy * gamma
+        coef = (dyg * x).sum(dim=1, keepdim=True) * rstd ** 3 / x.shape[1]
+        return rstd * dyg - x * coef, (dy * x * rstd).sum(dim=0)
+    return run_rms
 
 
 def bytes_moved(arrays: dict) -> int:
