@@ -260,10 +260,10 @@ def test_tolerance_rule_passes_correctly_rounded_bf16():
 
 @pytest.mark.parametrize("steps", [1, 2], ids=["1ulp", "2ulps"])
 def test_tolerance_rule_fails_bf16_ulps_beyond_tolerance(steps):
-    """The largest bf16 value inside atol + rtol*|ref| + ulp passes; one or two steps past it fail."""
+    """The largest bf16 value inside atol + rtol*|ref| + ulp/2 passes; one or two steps past it fail."""
     rtol, atol = TOLERANCES[BFLOAT16]
     ref = np.random.default_rng(4).uniform(0.1, 100, 200)
-    limit = ref + atol + rtol * ref + ulp(ref, BFLOAT16)
+    limit = ref + atol + rtol * ref + 0.5 * ulp(ref, BFLOAT16)
     edge = limit.astype(ml_dtypes.bfloat16)
     edge = np.where(edge.astype(np.float64) > limit, _bf16_steps(edge, -1), edge).astype(ml_dtypes.bfloat16)
     assert compare("dx", edge, ref, BFLOAT16, BFLOAT16).passed
@@ -274,13 +274,15 @@ def test_tolerance_rule_fails_bf16_ulps_beyond_tolerance(steps):
         assert not result.passed and result.worst_index == (i,), (i, result)
 
 
-def test_tolerance_rule_one_bf16_ulp_at_one():
-    """At ref = 1: allowed = 1e-3 + 1e-3 + 2^-7; 1 + 2^-7 passes, 1 + 2 * 2^-7 fails."""
-    ref = np.ones(1)
-    one_up = np.array([1 + 2.0 ** -7], ml_dtypes.bfloat16)
-    two_up = np.array([1 + 2.0 ** -6], ml_dtypes.bfloat16)
-    assert compare("dx", one_up, ref, BFLOAT16, BFLOAT16).passed
-    assert not compare("dx", two_up, ref, BFLOAT16, BFLOAT16).passed
+def test_tolerance_rule_bf16_around_one():
+    """At ref = 1 allowed = 1e-3 + 1e-3 + 2^-8 (~0.0059): 1 passes, its neighbour 1 + 2^-7
+    fails. At the midpoint ref = 1 + 2^-8 both neighbours are 2^-8 away and pass."""
+    one, one_up = np.array([1.0], ml_dtypes.bfloat16), np.array([1 + 2.0 ** -7], ml_dtypes.bfloat16)
+    assert compare("dx", one, np.ones(1), BFLOAT16, BFLOAT16).passed
+    assert not compare("dx", one_up, np.ones(1), BFLOAT16, BFLOAT16).passed
+    midpoint = np.array([1 + 2.0 ** -8])
+    assert compare("dx", one, midpoint, BFLOAT16, BFLOAT16).passed
+    assert compare("dx", one_up, midpoint, BFLOAT16, BFLOAT16).passed
 
 
 @pytest.mark.parametrize("got,want", [
