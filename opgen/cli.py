@@ -77,7 +77,8 @@ def generate_one(op, combo, target, out_root: Path, rng) -> Row:
     return Row(op.name, combo.tag, target.name, build_ms, kernel.from_disk, ratio, verdict, where)
 
 
-def print_table(rows: list[Row], stream=sys.stdout) -> None:
+def print_table(rows: list[Row], stream=None) -> None:
+    stream = stream or sys.stdout
     header = f"{'op':<20} {'dtypes':<10} {'target':<10} {'build ms':>9} {'max err/tol':>12}  verdict"
     print(header, file=stream)
     print("-" * len(header), file=stream)

@@ -1,0 +1,114 @@
+"""Schedules are chosen by stage pattern, never by op name; their structure is what we claim.
+
+A toy op written in each pattern gets scheduled with no schedule code of its own and
+computes the right answer; a function matching no pattern is refused with a clear error;
+every registered kernel on llvm has parallel loops in its TIR and vector instructions in
+its LLVM IR.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import tvm
+from tvm import te
+
+from opgen import kernels, schedules
+from opgen.ops import all_ops
+from opgen.targets import get_target
+
+LLVM = get_target("llvm")
+
+
+def _compile(tensors, knobs=None):
+    func = te.create_prim_func(tensors).with_attr("global_symbol", "toy")
+    sch = schedules.schedule(func, LLVM, knobs)
+    return tvm.compile(sch.mod, target=LLVM.tvm_target()).mod["toy"], sch
+
+
+def _run(fn, arrays):
+    tensors = [tvm.runtime.tensor(np.ascontiguousarray(a)) for a in arrays]
+    fn(*tensors)
+    return [t.numpy() for t in tensors]
+
+
+def toy_row_pass():
+    """Row sums + an elementwise output + a column sum: RmsNorm's pattern, other math."""
+    rows, cols = te.var("rows", "int64"), te.var("cols", "int64")
+    a = te.placeholder((rows, cols), "float32", name="a")
+    k = te.reduce_axis((0, cols), name="k")
+    row_sum = te.compute((rows,), lambda r: te.sum(a[r, k], axis=k), name="toy_row_sum")
+    out = te.compute((rows, cols), lambda r, c: a[r, c] - row_sum[r] / cols.astype("float32"), name="toy_centered")
+    j = te.reduce_axis((0, rows), name="j")
+    col = te.compute((cols,), lambda c: te.sum(a[j, c] * a[j, c], axis=j), name="toy_col_squares")
+    return [a, out, col]
+
+
+def toy_grouped_pass():
+    """Per-channel sums, per-group totals, an elementwise output, batch column sums."""
+    n, g, d, hw = (te.var(v, "int64") for v in ("n", "g", "d", "hw"))
+    a = te.placeholder((n, g, d, hw), "float32", name="a")
+    k = te.reduce_axis((0, hw), name="k")
+    chan = te.compute((n, g, d), lambda i, j, c: te.sum(a[i, j, c, k], axis=k), name="toy_channel_sum")
+    e = te.reduce_axis((0, d), name="e")
+    grp = te.compute((n, g), lambda i, j: te.sum(chan[i, j, e], axis=e), name="toy_group_sum")
+    out = te.compute((n, g, d, hw), lambda i, j, c, h: a[i, j, c, h] - grp[i, j] / (d * hw).astype("float32"),
+                     name="toy_centered")
+    b = te.reduce_axis((0, n), name="b")
+    col = te.compute((g, d), lambda j, c: te.sum(chan[b, j, c], axis=b), name="toy_batch_sum")
+    return [a, out, col]
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (7, 33), (130, 5), (0, 4)], ids=str)
+@pytest.mark.parametrize("knobs", [None, {"row_chunks": 16}], ids=["default", "16chunks"])
+def test_row_pass_rule_schedules_a_new_op(shape, knobs):
+    fn, _ = _compile(toy_row_pass(), knobs)
+    a = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    _, out, col = _run(fn, [a, np.zeros(shape, np.float32), np.full(shape[1], np.nan, np.float32)])
+    cols = max(shape[1], 1)
+    np.testing.assert_allclose(out, a - a.sum(axis=1, keepdims=True) / cols, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(col, (a.astype(np.float64) ** 2).sum(axis=0), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (1, 1, 1, 1), (3, 2, 5, 33), (0, 2, 2, 2)], ids=str)
+def test_grouped_rule_schedules_a_new_op(shape):
+    fn, sch = _compile(toy_grouped_pass())
+    assert "T.parallel" in sch.mod.script()
+    a = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    n, g, d, hw = shape
+    _, out, col = _run(fn, [a, np.zeros(shape, np.float32), np.full((g, d), np.nan, np.float32)])
+    group_mean = a.astype(np.float64).sum(axis=(2, 3), keepdims=True) / max(d * hw, 1)
+    np.testing.assert_allclose(out, a - group_mean, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(col, a.astype(np.float64).sum(axis=(0, 3)), rtol=1e-5, atol=1e-5)
+
+
+def test_function_matching_no_rule_is_refused_by_name():
+    n = te.var("n", "int64")
+    a = te.placeholder((n,), "float32", name="a")
+    doubled = te.compute((n,), lambda i: a[i] * 2.0, name="toy_doubled")
+    func = te.create_prim_func([a, doubled]).with_attr("global_symbol", "toy_elementwise")
+    with pytest.raises(schedules.NoScheduleRule, match="toy_elementwise.*RowPassWithColumnSums"):
+        schedules.schedule(func, LLVM)
+
+
+KERNELS = [(op, combo) for op in all_ops() for combo in op.combos]
+
+
+@pytest.mark.parametrize("op,combo", KERNELS, ids=[f"{o.name}-{c.tag}" for o, c in KERNELS])
+def test_llvm_kernels_are_parallel_and_vectorized(op, combo):
+    mod, symbol = kernels.scheduled_module(op, combo, LLVM)
+    assert "T.parallel" in mod.script()
+    llvm_ir = tvm.compile(mod, target=LLVM.tvm_target()).mod.inspect_source("ll")
+    widths = {int(w) for w in re.findall(r"<(\d+) x float>", llvm_ir)}
+    assert widths and max(widths) >= 4, f"{symbol}: no float vectors in the LLVM IR ({widths})"
+
+
+def test_partial_sums_are_kernel_parameters():
+    """The buffers one loop nest hands to the next are parameters (the workspace owns them)."""
+    kernel = kernels.get_kernel("rms_norm_grad", "f32-f32", LLVM)
+    assert [b.name for b in kernel.scratch] == ["rms_norm_grad_dgamma.rf"]
+    assert kernel.scratch_shapes({"dy": (5, 7), "x": (5, 7), "rstd": (5,), "gamma": (7,),
+                                  "dx": (5, 7), "dgamma": (7,)}) == {"rms_norm_grad_dgamma.rf": (64, 7)}
+    gn = kernels.get_kernel("group_norm_backward", "f32-f32", LLVM)
+    assert sorted(b.name for b in gn.scratch) == ["group_norm_backward_db", "group_norm_backward_ds"]
