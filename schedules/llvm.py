@@ -4,9 +4,11 @@ Two rules, matched by stage pattern:
 
 * ``RowPassWithColumnSums``: an elementwise output over (rows, cols) fed by per-row
   reductions/scalars, plus column reductions over the same rows (RmsNorm-like). One
-  parallel pass over fixed row chunks computes the per-row stages, the elementwise output
-  and each column sum's per-chunk partials (rfactor); a fixed-order sum of the partials
-  follows. The chunk count does not depend on the thread count, so the bits do not either.
+  parallel pass over chunks of a fixed number of rows computes the per-row stages, the
+  elementwise output and each column sum's per-chunk partials (rfactor); a fixed-order sum
+  of the partials follows. The chunking depends on the shape alone, never on the thread
+  count, so the bits do not either; the partials take 1/rows_per_chunk of a column sum's
+  input (a fixed chunk *count* would need count x cols floats: 256 MB for one row of 1M).
 * ``GroupedRowPass``: row reductions over the innermost axis of an (outer..., inner)
   input, per-group reductions/scalars and an elementwise output sharing the outer axes,
   and column reductions over the first axis of the row reductions (GroupNorm-like). One
@@ -24,7 +26,7 @@ from tvm import s_tir
 
 from opgen.schedules import Block, blocks, same_extent
 
-DEFAULT_ROW_CHUNKS = 64
+DEFAULT_ROWS_PER_CHUNK = 64
 
 
 def _outputs(infos: list[Block], kinds: str) -> list[Block]:
@@ -33,7 +35,7 @@ def _outputs(infos: list[Block], kinds: str) -> list[Block]:
 
 @dataclass(frozen=True)
 class RowPassWithColumnSums:
-    """Knobs: ``row_chunks`` (partial sums per column reduction; default 64)."""
+    """Knobs: ``rows_per_chunk`` (rows summed into one partial per column; default 64)."""
 
     def match(self, infos: list[Block]):
         elementwise = _outputs(infos, "SS")
@@ -56,14 +58,14 @@ class RowPassWithColumnSums:
         if matched is None:
             return None
         out, column_sums, row_stages = matched
-        chunks = int(knobs.get("row_chunks", DEFAULT_ROW_CHUNKS))
+        per_chunk = int(knobs.get("rows_per_chunk", DEFAULT_ROWS_PER_CHUNK))
         main = sch.get_sblock(out.name)
-        chunk_loop, row_loop = sch.split(sch.get_loops(main)[0], [chunks, None])
+        chunk_loop, row_loop = sch.split(sch.get_loops(main)[0], [None, per_chunk])
         partials = []
         for info in column_sums:
             block = sch.get_sblock(info.name)
             col, row = sch.get_loops(block)
-            rf = sch.rfactor(sch.split(row, [chunks, None])[0], 0)
+            rf = sch.rfactor(sch.split(row, [None, per_chunk])[0], 0)
             rf_col, rf_chunk, rf_row = sch.get_loops(rf)
             sch.reorder(rf_chunk, rf_row, rf_col)
             chunk_loop = sch.merge(chunk_loop, rf_chunk)

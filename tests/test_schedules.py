@@ -61,7 +61,7 @@ def toy_grouped_pass():
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (7, 33), (130, 5), (0, 4)], ids=str)
-@pytest.mark.parametrize("knobs", [None, {"row_chunks": 16}], ids=["default", "16chunks"])
+@pytest.mark.parametrize("knobs", [None, {"rows_per_chunk": 3}], ids=["default", "3-rows-per-chunk"])
 def test_row_pass_rule_schedules_a_new_op(shape, knobs):
     fn, _ = _compile(toy_row_pass(), knobs)
     a = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
@@ -109,6 +109,7 @@ def test_partial_sums_are_kernel_parameters():
     kernel = kernels.get_kernel("rms_norm_grad", "f32-f32", LLVM)
     assert [b.name for b in kernel.scratch] == ["rms_norm_grad_dgamma.rf"]
     assert kernel.scratch_shapes({"dy": (5, 7), "x": (5, 7), "rstd": (5,), "gamma": (7,),
-                                  "dx": (5, 7), "dgamma": (7,)}) == {"rms_norm_grad_dgamma.rf": (64, 7)}
+                                  "dx": (5, 7), "dgamma": (7,)}) == {"rms_norm_grad_dgamma.rf": (1, 7)}
+    assert kernel.scratch_shapes({"dy": (4097, 3)}) == {"rms_norm_grad_dgamma.rf": (65, 3)}
     gn = kernels.get_kernel("group_norm_backward", "f32-f32", LLVM)
     assert sorted(b.name for b in gn.scratch) == ["group_norm_backward_db", "group_norm_backward_ds"]
