@@ -12,58 +12,10 @@ import numpy as np
 from opgen import acl, aclnn
 from opgen.acl import ACL_SUCCESS
 
-
-def CHECK_RET(cond, return_expr):
-    if not cond:
-        return_expr()
-        return True
-    return False
+from acl_sample import CHECK_RET, LOG_PRINT, GetShapeSize, Init, tensor_creator
 
 
-def LOG_PRINT(message, *args):
-    print(message % args, end="")
-
-
-def GetShapeSize(shape):
-    shape_size = 1
-    for i in shape:
-        shape_size *= i
-    return shape_size
-
-
-def Init(deviceId):
-    # Boilerplate: resource initialization.
-    ret = acl.aclInit(None)
-    if CHECK_RET(ret == ACL_SUCCESS, lambda: LOG_PRINT("aclInit failed. ERROR: %d\n", ret)):
-        return ret, None
-    ret = acl.aclrtSetDevice(deviceId)
-    if CHECK_RET(ret == ACL_SUCCESS, lambda: LOG_PRINT("aclrtSetDevice failed. ERROR: %d\n", ret)):
-        return ret, None
-    ret, stream = acl.aclrtCreateStream()
-    if CHECK_RET(ret == ACL_SUCCESS, lambda: LOG_PRINT("aclrtCreateStream failed. ERROR: %d\n", ret)):
-        return ret, None
-    return 0, stream
-
-
-def CreateAclTensor(hostData, shape, dataType):
-    """Returns (ret, deviceAddr, tensor): C's two out-parameters."""
-    hostData = np.asarray(hostData, dtype=np.float32)  # std::vector<float>
-    size = GetShapeSize(shape) * hostData.itemsize
-    # Call aclrtMalloc to apply for device-side memory.
-    ret, deviceAddr = acl.aclrtMalloc(size, acl.ACL_MEM_MALLOC_HUGE_FIRST)
-    if CHECK_RET(ret == ACL_SUCCESS, lambda: LOG_PRINT("aclrtMalloc failed. ERROR: %d\n", ret)):
-        return ret, None, None
-    # Copy data from the host side to the device memory.
-    ret = acl.aclrtMemcpy(deviceAddr, size, hostData, size, acl.ACL_MEMCPY_HOST_TO_DEVICE)
-    if CHECK_RET(ret == ACL_SUCCESS, lambda: LOG_PRINT("aclrtMemcpy failed. ERROR: %d\n", ret)):
-        return ret, None, None
-    # Compute strides for a contiguous tensor.
-    strides = [1] * len(shape)
-    for i in range(len(shape) - 2, -1, -1):
-        strides[i] = shape[i + 1] * strides[i + 1]
-    # Call the aclCreateTensor API to create an aclTensor.
-    tensor = acl.aclCreateTensor(shape, dataType, strides, 0, acl.ACL_FORMAT_ND, shape, deviceAddr)
-    return 0, deviceAddr, tensor
+CreateAclTensor = tensor_creator(acl.ACL_FORMAT_ND)
 
 
 def main():

@@ -11,7 +11,6 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-import tvm
 from tvm import s_tir
 from tvm.sym.analyzer import Analyzer
 
