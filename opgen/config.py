@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import threading
 
-# The product names, as opgen.ops.PRODUCTS (not imported: that would load TVM here).
+# The product names the seeds document (opgen.ops re-exports them; this module stays
+# importable without TVM).
 PRODUCTS = ("Ascend950", "AtlasA3", "AtlasA2", "AtlasInference", "AtlasTraining")
 DEFAULT_PRODUCT = "Ascend950"
 DEFAULT_TARGET = "llvm"

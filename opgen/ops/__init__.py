@@ -10,10 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+from opgen.config import PRODUCTS  # noqa: F401  (re-exported: the product names)
 from opgen.dtypes import ALL_FLOATS, short
 from opgen.registry import Registry
-
-PRODUCTS = ("Ascend950", "AtlasA3", "AtlasA2", "AtlasInference", "AtlasTraining")
 
 
 @dataclass(frozen=True)
