@@ -125,7 +125,7 @@ def scheduled_module(op: OpSpec, combo: DtypeCombo, target: TargetSpec, variant:
     """The IRModule of the scheduled kernel (not yet compiled) and its symbol."""
     symbol = kernel_symbol(op, combo, variant)
     func = te.create_prim_func(op.compute(combo)).with_attr("global_symbol", symbol)
-    func, _ = hoist_pass_buffers(schedule_rules.schedule(func, target, knobs))
+    func = hoist_pass_buffers(schedule_rules.schedule(func, target, knobs))
     return tvm.IRModule({symbol: func}), symbol
 
 
@@ -144,7 +144,7 @@ def hoist_pass_buffers(sch):
     """Turn root-level buffers used by more than one loop nest into trailing parameters.
 
     Buffers used inside a single nest (per-row scalars) stay internal: TVM compacts them to
-    registers or stack. Returns the new PrimFunc and its Scratch descriptions.
+    registers or stack. Returns the new PrimFunc.
     """
     nests_using: dict[str, set] = {}
     for rv in sch.get_child_blocks(sch.get_sblock("root")):
@@ -161,8 +161,7 @@ def hoist_pass_buffers(sch):
     new_root = s_tir.stmt.SBlock(root.iter_vars, root.reads, root.writes, root.name_hint, root.body,
                                  root.init, kept, root.match_buffers, root.annotations)
     body = s_tir.stmt.SBlockRealize(realize.iter_values, realize.predicate, new_root)
-    new_func = tvm.tirx.PrimFunc(list(func.params) + hoisted, body, attrs=func.attrs)
-    return new_func, tuple(Scratch(b.name, str(b.dtype), tuple(b.shape)) for b in hoisted)
+    return tvm.tirx.PrimFunc(list(func.params) + hoisted, body, attrs=func.attrs)
 
 
 def _size_vars(func, tensor_names) -> tuple:
