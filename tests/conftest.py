@@ -16,22 +16,23 @@ from opgen.targets import all_targets, get_target
 TARGET_NAMES = [t.name for t in all_targets()]
 
 
+def _target_or_skip(name: str, usable, why: str):
+    spec = get_target(name)
+    if not usable(spec):
+        pytest.skip(f"target {spec.name} {why} ({spec.description})")
+    return spec
+
+
 @pytest.fixture(params=TARGET_NAMES)
 def target(request):
     """A TargetSpec whose kernels can run here; other targets are skipped, not passed."""
-    spec = get_target(request.param)
-    if not spec.can_run():
-        pytest.skip(f"target {spec.name} cannot run kernels on this machine ({spec.description})")
-    return spec
+    return _target_or_skip(request.param, lambda t: t.can_run(), "cannot run kernels on this machine")
 
 
 @pytest.fixture(params=TARGET_NAMES)
 def build_target(request):
     """A TargetSpec that kernels are built for, whether or not they can run here."""
-    spec = get_target(request.param)
-    if not spec.can_build():
-        pytest.skip(f"target {spec.name} cannot build on this machine")
-    return spec
+    return _target_or_skip(request.param, lambda t: t.can_build(), "cannot build on this machine")
 
 
 def seed_for(name: str) -> int:
