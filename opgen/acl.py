@@ -48,7 +48,6 @@ PLAIN_FORMATS = ("ND", "NCHW", "NHWC", "NCDHW", "NDHWC")
 ACL_MEM_MALLOC_HUGE_FIRST, ACL_MEM_MALLOC_HUGE_ONLY, ACL_MEM_MALLOC_NORMAL_ONLY = 0, 1, 2
 ACL_MEMCPY_HOST_TO_HOST, ACL_MEMCPY_HOST_TO_DEVICE = 0, 1
 ACL_MEMCPY_DEVICE_TO_HOST, ACL_MEMCPY_DEVICE_TO_DEVICE = 2, 3
-ALIGNMENT = 64
 
 _local = threading.local()
 
@@ -83,12 +82,6 @@ def _device():
     return tvm.device(dev.dlpack_device_type(), getattr(_local, "device_id", 0))
 
 
-def _is_host(dev) -> bool:
-    import tvm
-
-    return dev.dlpack_device_type() == tvm.cpu().dlpack_device_type()
-
-
 @dataclass(eq=False)
 class DeviceBuffer:
     """Memory from aclrtMalloc: ``tensor`` is a TVM uint8 tensor on the device; on a host
@@ -108,7 +101,9 @@ class DeviceBuffer:
 def _allocate(size: int, dev) -> DeviceBuffer:
     import tvm
 
-    if _is_host(dev):
+    from opgen.kernels import ALIGNMENT, is_host
+
+    if is_host(dev):
         raw = np.zeros(size + ALIGNMENT, dtype=np.uint8)
         start = (-raw.ctypes.data) % ALIGNMENT
         host = raw[start:start + size]

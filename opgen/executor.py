@@ -29,13 +29,12 @@ import tvm
 from opgen import acl
 from opgen.apispec import ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_RUNTIME_ERROR, ArgError
 from opgen.dtypes import numpy_dtype
-from opgen.kernels import to_tvm
+from opgen.kernels import ALIGNMENT, is_host, to_tvm
 
-ALIGN = 64
 
 
 def _align(n: int) -> int:
-    return (n + ALIGN - 1) // ALIGN * ALIGN
+    return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
 
 
 @dataclass
@@ -61,17 +60,13 @@ class Plan:
 
     @property
     def workspace_size(self) -> int:
-        """Slot bytes plus ALIGN of slack so any caller buffer can be aligned."""
-        return self.used_bytes + ALIGN if self.used_bytes else 0
+        """Slot bytes plus ALIGNMENT of slack so any caller buffer can be aligned."""
+        return self.used_bytes + ALIGNMENT if self.used_bytes else 0
 
     def add_slot(self, kernel, shape, dtype, kind, source=None, fill=0.0) -> None:
         nbytes = int(np.prod(shape, dtype=np.int64)) * numpy_dtype(dtype).itemsize
         self.slots.append(Slot(kernel, tuple(shape), dtype, self.used_bytes, nbytes, kind, source, fill))
         self.used_bytes += _align(nbytes)
-
-
-def is_host(dev) -> bool:
-    return dev.dlpack_device_type() == tvm.cpu().dlpack_device_type()
 
 
 def direct_view(arg, shape, output: bool, inputs) -> np.ndarray | None:
@@ -80,7 +75,7 @@ def direct_view(arg, shape, output: bool, inputs) -> np.ndarray | None:
         view = np.reshape(arg.host, shape, copy=False)
     except ValueError:
         return None
-    if not view.flags.c_contiguous or view.ctypes.data % ALIGN:
+    if not view.flags.c_contiguous or view.ctypes.data % ALIGNMENT:
         return None
     if output and (not view.flags.writeable or any(np.may_share_memory(view, i.host) for i in inputs)):
         return None
@@ -136,8 +131,8 @@ def _workspace_bytes(workspace, need: int):
             data = acl._host_bytes(workspace, "workspace", writable=True)
         except (TypeError, ValueError) as exc:
             raise ArgError(ACLNN_ERR_PARAM_INVALID, f"workspace is not a writable buffer ({exc})")
-    start = (-data.ctypes.data) % ALIGN
-    if data.size - start < need - ALIGN:
+    start = (-data.ctypes.data) % ALIGNMENT
+    if data.size - start < need - ALIGNMENT:
         raise ArgError(ACLNN_ERR_PARAM_INVALID, f"workspace holds {data.size} bytes ({data.size - start} after "
                                                 f"64-byte alignment); the executor needs {need}")
     return data, None, start

@@ -99,6 +99,16 @@ class Kernel:
             np.copyto(array, tensor.numpy().view(array.dtype))
 
 
+# TVM's from_dlpack refuses data that is not 64-byte aligned (numpy aligns to 16): every
+# zero-copy decision and every workspace slot in opgen uses this one number.
+ALIGNMENT = 64
+
+
+def is_host(dev) -> bool:
+    """Whether ``dev`` is the CPU, whose memory numpy can view directly."""
+    return dev.dlpack_device_type() == tvm.cpu().dlpack_device_type()
+
+
 def to_tvm(array, dev):
     """A TVM tensor for ``array``: zero-copy when possible; returns (tensor, copied)."""
     if isinstance(array, tvm.runtime.Tensor):
@@ -107,7 +117,7 @@ def to_tvm(array, dev):
     name = dtype_name(a.dtype)
     if name is None:
         raise TypeError(f"unsupported dtype {a.dtype}")
-    aligned = a.ctypes.data % 64 == 0 and a.flags.c_contiguous and dev.dlpack_device_type() == tvm.cpu().dlpack_device_type()
+    aligned = a.ctypes.data % ALIGNMENT == 0 and a.flags.c_contiguous and is_host(dev)
     if aligned and a.size:
         if name == BFLOAT16:
             return tvm.runtime.from_dlpack(a.view(np.uint16))._create_view(a.shape, BFLOAT16), False
