@@ -77,18 +77,23 @@ class Kernel:
         if missing:
             raise ValueError(f"{self.symbol}: missing arrays {missing}")
         dev = self.target.device()
-        scratch_shapes = self.scratch_shapes({n: tuple(arrays[n].shape) for n in tensor_names})
+        arrays = {**arrays, **self._allocate_missing_scratch(arrays, dev)}
         args, write_back = [], []
         for name in self.tensor_names:
-            if name in scratch_shapes and name not in arrays:
-                dtype = next(b.dtype for b in self.scratch if b.name == name)
-                args.append(tvm.runtime.empty(scratch_shapes[name], dtype, dev))
-                continue
             tensor, copied = to_tvm(arrays[name], dev)
             args.append(tensor)
             if copied and name in self.op.outputs:
                 write_back.append((arrays[name], tensor))
         return args, write_back
+
+    def _allocate_missing_scratch(self, arrays: dict, dev) -> dict:
+        """Device buffers for the scratch parameters the caller did not supply (executors
+        supply workspace slots, so this costs them nothing)."""
+        absent = [b for b in self.scratch if b.name not in arrays]
+        if not absent:
+            return {}
+        shapes = self.scratch_shapes({n: tuple(arrays[n].shape) for n in self.op.inputs + self.op.outputs})
+        return {b.name: tvm.runtime.empty(shapes[b.name], b.dtype, dev) for b in absent}
 
     def __call__(self, arrays: dict) -> None:
         """Run on ``arrays``; numpy outputs are written in place (through a copy when they
