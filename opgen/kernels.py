@@ -253,12 +253,16 @@ _CACHE_LOCK = threading.Lock()
 
 
 def get_kernel(op: OpSpec | str, combo: DtypeCombo | str, target: TargetSpec | str = "llvm",
-               variant: str = "default") -> Kernel:
-    """The cached kernel of (op, combo, target, variant), built on first use."""
+               variant: str = "default", knobs: dict | None = None) -> Kernel:
+    """The cached kernel of (op, combo, target, variant, knobs), built on first use.
+
+    ``knobs`` are the schedule rule's knobs (None or {}: the rule's defaults); they are
+    part of the key, so a tuned kernel never stands in for another point of the space.
+    """
     op = get_op(op) if isinstance(op, str) else op
     combo = op.combo(combo) if isinstance(combo, str) else combo
     target = get_target(target) if isinstance(target, str) else target
-    key = (op.name, combo.tag, target.name, variant)
+    key = (op.name, combo.tag, target.name, variant, tuple(sorted((knobs or {}).items())))
     with _CACHE_LOCK:
         kernel = _CACHE.get(key)
         if kernel is not None:
@@ -268,7 +272,7 @@ def get_kernel(op: OpSpec | str, combo: DtypeCombo | str, target: TargetSpec | s
         with _CACHE_LOCK:
             kernel = _CACHE.get(key)
         if kernel is None:
-            kernel = build(op, combo, target, variant)
+            kernel = build(op, combo, target, variant, knobs)
             with _CACHE_LOCK:
                 _CACHE[key] = kernel
     return kernel

@@ -24,9 +24,14 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from opgen.schedules import Block, blocks, same_extent
+from opgen.schedules import Block, Knob, blocks, same_extent
 
 DEFAULT_ROWS_PER_CHUNK = 64
+ROWS_PER_CHUNK = Knob(
+    "rows_per_chunk", (8, 16, 32, 64, 128, 256, 512), DEFAULT_ROWS_PER_CHUNK,
+    "rows summed into one partial per column; more rows: a smaller partial-sum workspace and "
+    "less final-sum work, fewer parallel chunks (measured on RmsNormGrad 4096^2 f32: "
+    "16 -> 10.2 ms, 64 -> 9.0, 256 -> 8.0)")
 
 
 def _outputs(infos: list[Block], kinds: str) -> list[Block]:
@@ -36,6 +41,9 @@ def _outputs(infos: list[Block], kinds: str) -> list[Block]:
 @dataclass(frozen=True)
 class RowPassWithColumnSums:
     """Knobs: ``rows_per_chunk`` (rows summed into one partial per column; default 64)."""
+
+    def knobs(self, target) -> tuple:
+        return (ROWS_PER_CHUNK,)
 
     def match(self, infos: list[Block]):
         elementwise = _outputs(infos, "SS")

@@ -61,7 +61,7 @@ def toy_grouped_pass():
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (7, 33), (130, 5), (0, 4)], ids=str)
-@pytest.mark.parametrize("knobs", [None, {"rows_per_chunk": 3}], ids=["default", "3-rows-per-chunk"])
+@pytest.mark.parametrize("knobs", [None, {"rows_per_chunk": 8}], ids=["default", "8-rows-per-chunk"])
 def test_row_pass_rule_schedules_a_new_op(shape, knobs):
     fn, _ = _compile(toy_row_pass(), knobs)
     a = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
@@ -81,6 +81,20 @@ def test_grouped_rule_schedules_a_new_op(shape):
     group_mean = a.astype(np.float64).sum(axis=(2, 3), keepdims=True) / max(d * hw, 1)
     np.testing.assert_allclose(out, a - group_mean, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(col, a.astype(np.float64).sum(axis=(0, 3)), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("knobs,message", [({"rows_per_chunks": 64}, "no knob 'rows_per_chunks'"),
+                                           ({"rows_per_chunk": 3}, "outside its domain")], ids=["misspelt", "domain"])
+def test_knobs_outside_the_rules_declaration_are_refused(knobs, message):
+    with pytest.raises(schedules.InvalidKnobs, match=message):
+        _compile(toy_row_pass(), knobs)
+
+
+def test_rules_declare_their_knob_spaces():
+    rule = schedules.rules_of(LLVM)[0]
+    (knob,) = schedules.rule_knobs(rule, LLVM)
+    assert knob.name == "rows_per_chunk" and knob.default in knob.values
+    assert schedules.default_knobs(rule, LLVM) == {"rows_per_chunk": knob.default}
 
 
 def test_function_matching_no_rule_is_refused_by_name():
