@@ -99,12 +99,12 @@ def _combo(call: Call):
     raise ArgError(ACLNN_ERR_PARAM_INVALID, f"no {call.product} dtype combination matches {given}")
 
 
-def _kernel(op, combo):
+def _kernel(op, combo, product: str):
     from opgen.kernels import get_kernel
     from opgen.targets import get_target
 
     try:
-        target = get_target(config.get_target())
+        target = get_target(config.get_target()).for_product(product)
     except KeyError as exc:
         raise ArgError(ACLNN_ERR_RUNTIME_ERROR, f"the kernel target is unusable ({exc.args[0]})")
     if not target.can_run():
@@ -130,7 +130,7 @@ def get_workspace_size(op, func: str, values: dict):
         if problem is not None:
             return _fail(func, *problem), 0, None
         combo = _combo(call)
-        kernel, device = _kernel(op, combo)
+        kernel, device = _kernel(op, combo, product)
         plan = make_plan(call, kernel, op.api.problem(call), combo, device)
     except ArgError as err:
         return _fail(func, err.status, err.message), 0, None

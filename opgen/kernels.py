@@ -202,7 +202,7 @@ def _disk_cache_enabled() -> bool:
 
 
 def _cache_path(target: TargetSpec, symbol: str, tir: str) -> Path:
-    digest = hashlib.sha256("\n".join([tvm.__version__, str(target.tvm_target()), tir]).encode()).hexdigest()
+    digest = hashlib.sha256("\n".join([tvm.__version__, repr(target), str(target.tvm_target()), tir]).encode()).hexdigest()
     return cache_dir() / "kernels" / f"{symbol}-{target.name}-{digest[:20]}{target.library_suffix}"
 
 
@@ -262,7 +262,7 @@ def get_kernel(op: OpSpec | str, combo: DtypeCombo | str, target: TargetSpec | s
     op = get_op(op) if isinstance(op, str) else op
     combo = op.combo(combo) if isinstance(combo, str) else combo
     target = get_target(target) if isinstance(target, str) else target
-    key = (op.name, combo.tag, target.name, variant, tuple(sorted((knobs or {}).items())))
+    key = (op.name, combo.tag, target, variant, tuple(sorted((knobs or {}).items())))
     with _CACHE_LOCK:
         kernel = _CACHE.get(key)
         if kernel is not None:

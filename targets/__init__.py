@@ -44,6 +44,17 @@ class TargetSpec:
     def can_build(self) -> bool:
         return True
 
+    def for_product(self, product: str) -> "TargetSpec":
+        """This target as configured for ``product`` (an opgen.config product name).
+
+        Most targets do not depend on the product and return themselves. A target whose
+        code depends on the hardware the product names (Ascend: UB bytes, core count,
+        available copy instructions) returns a copy bound to that hardware description;
+        since targets are frozen dataclasses, the kernel cache keys on the whole object,
+        so kernels for two products never stand in for each other.
+        """
+        return self
+
     def can_run(self) -> bool:
         """Whether kernels for this target can execute on this machine."""
         raise NotImplementedError
