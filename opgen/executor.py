@@ -75,7 +75,7 @@ def direct_view(arg, shape, output: bool, inputs) -> np.ndarray | None:
         view = np.reshape(arg.host, shape, copy=False)
     except ValueError:
         return None
-    if not view.flags.c_contiguous or view.ctypes.data % ALIGNMENT:
+    if not view.flags.c_contiguous:
         return None
     if output and (not view.flags.writeable or any(np.may_share_memory(view, i.host) for i in inputs)):
         return None

@@ -172,6 +172,42 @@ def test_misaligned_and_aliased(rng):
     assert_matches(RMS, combo, problem, arrays, args)
 
 
+def _at_offset(a: np.ndarray, offset: int) -> np.ndarray:
+    """A copy of ``a`` whose data starts ``offset`` bytes past a 64-byte boundary."""
+    raw = np.zeros(a.nbytes + 128, np.uint8)
+    start = (-raw.ctypes.data) % 64 + offset
+    placed = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+    placed[...] = a
+    return placed
+
+
+def _outputs_bytes(op, args) -> dict:
+    return {p.name: np.asarray(args[p.name]).tobytes() for p in op.api.tensors("output")}
+
+
+@pytest.mark.parametrize("op,problem,tag", [(RMS, RMSProblem((37, 941), 1), "bf16-f32"),
+                                            (RMS, RMSProblem((5, 33), 1), "f32-f32"),
+                                            (GN, GNProblem(2, 6, 33, 3), "f16-f32"),
+                                            (GN, GNProblem(3, 4, 7, 2), "f32-f32")], ids=str)
+def test_any_alignment_is_zero_copy_and_bit_identical(op, problem, tag, rng):
+    """Inputs and outputs at element-aligned offsets off 64 bytes go to the kernel without a
+    copy (the workspace holds only the kernel's own scratch) and give the aligned call's bits."""
+    combo = op.combo(tag)
+    args, arrays = base_args(op, problem, combo, rng)
+    aligned = {k: _at_offset(np.asarray(v), 0) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+    assert run_both(op, aligned)[0] == 0
+    expected = _outputs_bytes(op, aligned)
+    for offset in (2, 4, 20, 36, 60):
+        placed = {k: _at_offset(np.asarray(v), offset) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+        status, size, executor = phase_one(op, placed)
+        assert status == 0, acl.aclGetRecentErrMsg()
+        assert {slot.kind for slot in executor.plan.slots} <= {"scratch"}, f"offset {offset}: staged a copy"
+        workspace = acl.aclrtMalloc(size)[1] if size else None
+        assert getattr(aclnn, op.aclnn_name)(workspace, size, executor, None) == 0
+        assert _outputs_bytes(op, placed) == expected, f"offset {offset}: results differ from the aligned call"
+    assert_matches(op, combo, problem, arrays, aligned)
+
+
 def test_acl_tensor_with_strides_and_offset(rng):
     """A transposed view at an element offset into device memory, as input and output."""
     x = rng.standard_normal((8, 5)).astype(np.float32)      # stored (8, 5); used as (5, 8)

@@ -213,8 +213,8 @@ def test_group_norm_backward_propagates_nan(combo, special, target, rng):
 def _placed(a: np.ndarray, offset: int) -> np.ndarray:
     """A copy of ``a`` whose data starts ``offset`` bytes past a 64-byte boundary.
 
-    offset 0 takes the kernels' zero-copy path (TVM tensors alias the numpy memory), so a
-    kernel writing an input would show; other offsets take the copy path.
+    Every offset takes the kernels' zero-copy path (TVM tensors alias the numpy memory at
+    any element-aligned address), so a kernel writing an input would show.
     """
     buf = np.empty(a.nbytes + 128, np.uint8)
     start = (-buf.ctypes.data) % 64 + offset
