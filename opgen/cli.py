@@ -125,6 +125,10 @@ def build_parser() -> argparse.ArgumentParser:
     gen.set_defaults(func=cmd_generate)
     prove = sub.add_parser("prove", help="prove each op's TE against sympy's derivative of its forward")
     prove.set_defaults(func=cmd_prove)
+    from opgen import tiling_report
+    tiling = sub.add_parser("tiling", help="opgen's Ascend tiling next to CANN's formulas, on ops-nn's test shapes")
+    tiling_report.add_arguments(tiling)
+    tiling.set_defaults(func=tiling_report.main)
     return parser
 
 

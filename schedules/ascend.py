@@ -1,0 +1,228 @@
+"""Ascend schedules: the structure of a vector-core kernel, matched by stage pattern.
+
+Two rules (never op names; the same patterns as the CPU rules):
+
+* ``RowTiles``: an elementwise output over (rows, cols) fed by per-row stages (row
+  reductions, per-row scalars) and maybe column sums over the rows (RmsNorm-like; a row
+  softmax or RmsNorm's forward match too). Rows are split over the vector cores; each core
+  streams UB tiles of whole rows (split-N / small-D) or column chunks of one row (split-D).
+* ``GroupTiles``: reductions over the innermost axis of (outer..., inner) tensors, per-group
+  scalars, an elementwise output, and column sums over the first axis (GroupNorm-like).
+  The (n, g) tasks are split over the cores; each task streams its group, a few channels,
+  one channel or HxW chunks of one channel.
+
+How the work is split between the schedule and the host tiling (CANN's split): kernels are
+shape-generic, so every tiling *number* (rows per core, rows or columns per UB pass, the
+mode) is a runtime value that the emitted host tiling function computes from the shape and
+the hardware description, exactly as ops-nn's *_tiling.cpp do; schedules/ascend_tiling.py
+is that arithmetic in Python (the same formulas, used by `opgen tiling` and tests). The
+schedule decides the *structure*: which stages run per row (per task), which tensors
+stream through UB queues, how column sums cross cores (atomic or deterministic), and the
+knobs; it records them as block and root annotations ("ascend.*") that the emitter reads.
+Why annotations and not loop splits: s_tir splits only by constants or sampled random
+variables; a split by a runtime tiling value is refused (measured, TVM 0.27:
+"Cannot find corresponding ExprRV: block_factor" for a PrimFunc parameter as well as for
+the symbolic extent itself), and cache_read buffers at the root would be hoisted into
+full-size workspace parameters by opgen.kernels (they are used by two loop nests).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import s_tir
+from tvm.sym.analyzer import Analyzer
+
+from opgen.schedules import Block, Knob, blocks, same_extent
+from opgen.schedules.ascend_tiling import (GroupOperands, RowOperands, Tiling, UbBudgetError,  # noqa: F401
+                                           plan_groups, plan_rows)
+
+BUFFER_NUM = Knob("buffer_num", (2, 1), 2,
+                  "buffers per TQue: 2 overlaps the next tile's copy-in with this tile's compute "
+                  "(double buffering) at twice the UB of the streamed tiles")
+SUMS = Knob("sums", ("deterministic", "atomic"), "deterministic",
+            "column sums across cores: per-core partials in the workspace summed in a fixed order "
+            "after SyncAll (same bits every run), or SetAtomicAdd into GM (no workspace, order varies)")
+ROWS_PER_PASS = Knob("rows_per_pass", (0, 1, 2, 4, 8, 16, 32, 64, 128, 255), 0,
+                     "rows per UB pass in split-N / small-D; 0: as many as fit the UB")
+COLS_PER_PASS = Knob("cols_per_pass", (0, 1024, 2048, 4096, 8192), 0,
+                     "columns per UB pass; 0: whole rows when one fits (split-N), else the largest "
+                     "whole number of repeats that fits (split-D); a value below cols forces split-D")
+CHANNELS_PER_PASS = Knob("channels_per_pass", (0, 1, 2, 4, 8, 16, 32), 0,
+                         "channels of a group per UB pass; 0: the whole group if it fits, else as many as fit")
+
+
+def _outputs(infos: list[Block], kinds: str) -> list[Block]:
+    return [b for b in infos if b.writes_output and b.kinds == kinds]
+
+
+def _annotate(sch, roles: dict, pattern: str, knobs: dict) -> s_tir.Schedule:
+    """Record each block's role and the rule's decisions for the emitter."""
+    for name, role in roles.items():
+        sch.annotate(sch.get_sblock(name), "ascend.role", role)
+    root = sch.get_sblock("root")
+    sch.annotate(root, "ascend.pattern", pattern)
+    for key, value in sorted(knobs.items()):
+        sch.annotate(root, f"ascend.{key}", value)
+    return sch
+
+
+def bind_sizes(func, shapes) -> dict:
+    """{size variable name: value} from concrete ``shapes`` of the leading parameters."""
+    sizes = {}
+    for buf, shape in zip(func.params, shapes):
+        for extent, value in zip(buf.shape, shape):
+            if not isinstance(extent, (int,)) and hasattr(extent, "name"):
+                sizes.setdefault(extent.name, int(value))
+    return sizes
+
+
+def _value(expr, sizes: dict) -> int:
+    analyzer = Analyzer()
+    text = str(expr)
+    if text in sizes:
+        return sizes[text]
+    return int(analyzer.simplify(expr))
+
+
+def _param_roles(func, infos):
+    """{parameter buffer name: (dtype, shape)} and the names written by some block."""
+    written = {n for b in infos for n in b.writes}
+    params = {buf.name: (str(buf.dtype), tuple(buf.shape)) for buf in func.params}
+    return params, written
+
+
+def _shape_is(shape, extents) -> bool:
+    return len(shape) == len(extents) and all(same_extent(a, b) for a, b in zip(shape, extents))
+
+
+@dataclass(frozen=True)
+class RowTiles:
+    """Knobs: rows_per_pass, cols_per_pass, buffer_num, sums (see the Knob docs)."""
+
+    def knobs(self, target) -> tuple:
+        return (ROWS_PER_PASS, COLS_PER_PASS, BUFFER_NUM, SUMS)
+
+    def check_knobs(self, knobs: dict, target, shapes) -> str | None:
+        if knobs.get("rows_per_pass") and knobs.get("cols_per_pass"):
+            return "rows_per_pass applies to whole rows and cols_per_pass forces split-D: set one of them"
+        return None
+
+    def match(self, infos: list[Block]):
+        elementwise = _outputs(infos, "SS")
+        if len(elementwise) != 1:
+            return None
+        out = elementwise[0]
+        rows, cols = out.extents
+        column_sums = [b for b in infos if b.writes_output and b.kinds == "SR"
+                       and same_extent(b.extents[0], cols) and same_extent(b.extents[1], rows)]
+        others = [b for b in infos if b is not out and b not in column_sums]
+        row_stages = [b for b in others if not b.writes_output and b.kinds[0] == "S" and len(b.kinds) <= 2
+                      and same_extent(b.extents[0], rows)]
+        if len(row_stages) != len(others):
+            return None
+        return out, column_sums, row_stages
+
+    def operands(self, func) -> RowOperands:
+        sch = s_tir.Schedule(func)
+        infos = blocks(sch)
+        out, column_sums, row_stages = self.match(infos)
+        rows, cols = out.extents
+        params, written = _param_roles(func, infos)
+        pick = lambda pred: tuple((n, d) for n, (d, s) in params.items() if pred(n, s))  # noqa: E731
+        return RowOperands(
+            tiles_in=pick(lambda n, s: n not in written and _shape_is(s, (rows, cols))),
+            tiles_out=pick(lambda n, s: n in written and _shape_is(s, (rows, cols))),
+            rows_in=pick(lambda n, s: n not in written and _shape_is(s, (rows,))),
+            cols_in=pick(lambda n, s: n not in written and _shape_is(s, (cols,))),
+            col_sums=pick(lambda n, s: any(n in b.writes for b in column_sums)),
+            row_stages=tuple(b.name for b in row_stages))
+
+    def apply(self, func, target, knobs):
+        sch = s_tir.Schedule(func)
+        matched = self.match(blocks(sch))
+        if matched is None:
+            return None
+        out, column_sums, row_stages = matched
+        roles = {b.name: "row_stage" for b in row_stages}
+        roles.update({b.name: "column_sum" for b in column_sums})
+        roles[out.name] = "tile"
+        return _annotate(sch, roles, "rows", knobs)
+
+    def tiling(self, func, target, knobs: dict, shapes) -> Tiling:
+        """The tiling of ``func`` for concrete ``shapes`` (of its leading parameters)."""
+        out, _, _ = self.match(blocks(s_tir.Schedule(func)))
+        sizes = bind_sizes(func, shapes)
+        rows, cols = (_value(e, sizes) for e in out.extents)
+        return plan_rows(target.hardware, self.operands(func), rows, cols, knobs)
+
+
+@dataclass(frozen=True)
+class GroupTiles:
+    """Knobs: channels_per_pass, buffer_num, sums (see the Knob docs)."""
+
+    def knobs(self, target) -> tuple:
+        return (CHANNELS_PER_PASS, BUFFER_NUM, SUMS)
+
+    def match(self, infos: list[Block]):
+        big = [b for b in infos if b.writes_output and "R" not in b.kinds and len(b.kinds) >= 3]
+        if len(big) != 1:
+            return None
+        out = big[0]
+        rank, outer = len(out.kinds), len(out.kinds) - 2
+        scratch_names = {n for b in infos if not b.writes_output for n in b.writes}
+        row_sums = [b for b in infos if not b.writes_output and not (b.reads & scratch_names)
+                    and b.kinds == "S" * (rank - 1) + "R"
+                    and all(same_extent(a, e) for a, e in zip(b.extents, out.extents[:-1]))]
+        group_stages = [b for b in infos if b not in row_sums and not b.writes_output
+                        and b.kinds[:outer] == "S" * outer and b.reads & scratch_names
+                        and all(same_extent(a, e) for a, e in zip(b.extents[:outer], out.extents[:outer]))]
+        column = [b for b in infos if b not in row_sums and b not in group_stages and b is not out]
+        column_sums = [b for b in column if b.kinds.endswith("R") and same_extent(b.extents[-1], out.extents[0])]
+        casts = [b for b in column if b not in column_sums and "R" not in b.kinds]
+        if not row_sums or len(column_sums) + len(casts) != len(column):
+            return None
+        return out, row_sums, group_stages, column_sums, casts
+
+    def operands(self, func) -> GroupOperands:
+        infos = blocks(s_tir.Schedule(func))
+        out, row_sums, group_stages, column_sums, casts = self.match(infos)
+        n, g, d, _ = out.extents
+        params, written = _param_roles(func, infos)
+        pick = lambda pred: tuple((nm, t) for nm, (t, s) in params.items() if pred(nm, s))  # noqa: E731
+        return GroupOperands(
+            tiles_in=pick(lambda nm, s: nm not in written and _shape_is(s, out.extents)),
+            tiles_out=pick(lambda nm, s: nm in written and _shape_is(s, out.extents)),
+            tasks_in=pick(lambda nm, s: nm not in written and _shape_is(s, (n, g))),
+            chans_in=pick(lambda nm, s: nm not in written and _shape_is(s, (g, d))),
+            chan_sums=tuple((next(iter(b.writes)), "float32") for b in column_sums),
+            chan_outs=pick(lambda nm, s: any(nm in b.writes for b in casts)),
+            chan_stages=tuple(b.name for b in row_sums),
+            task_stages=tuple(b.name for b in group_stages))
+
+    def apply(self, func, target, knobs):
+        sch = s_tir.Schedule(func)
+        matched = self.match(blocks(sch))
+        if matched is None:
+            return None
+        out, row_sums, group_stages, column_sums, casts = matched
+        roles = {b.name: "channel_sum" for b in row_sums}
+        roles.update({b.name: "task_stage" for b in group_stages})
+        roles.update({b.name: "column_sum" for b in column_sums})
+        roles.update({b.name: "cast" for b in casts})
+        roles[out.name] = "tile"
+        return _annotate(sch, roles, "groups", knobs)
+
+    def tiling(self, func, target, knobs: dict, shapes) -> Tiling:
+        out = self.match(blocks(s_tir.Schedule(func)))[0]
+        sizes = bind_sizes(func, shapes)
+        n, g, d, hw_elems = (_value(e, sizes) for e in out.extents)
+        return plan_groups(target.hardware, self.operands(func), n, g, d, hw_elems, knobs)
+
+
+RULES = [RowTiles(), GroupTiles()]
+
+
+def matching_rule(func, target):
+    """The first rule whose pattern matches ``func`` (None if none does)."""
+    infos = blocks(s_tir.Schedule(func))
+    return next((rule for rule in RULES if rule.match(infos) is not None), None)

@@ -1,0 +1,331 @@
+"""The Ascend tiling arithmetic: UB buffers and their exact budget, core split, modes.
+
+Pure functions of a hardware description (opgen.targets.ascend.hardware), the operands a
+schedule rule found (names, dtypes, roles: never op names) and the runtime sizes. The
+rules in schedules/ascend.py decide the structure; these functions give the numbers, the
+same numbers the emitted host tiling function computes at run time (CANN's split: the
+kernel is shape-generic, the host tiling fills a struct per call).
+
+The budget is exact: every UB buffer x its count (2 = double buffering) x its elements x
+its dtype's bytes, each rounded up to whole 32-byte blocks (TPipe::InitBuffer rounds the
+same way). A shape or a knob that cannot fit raises UbBudgetError naming every buffer.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+FLOAT32 = "float32"
+# Row reductions of rows no longer than this many float32 repeats (10 x 256 B = 640
+# floats: CANN RmsNormGrad's SMALLD_THRESHOLD, expressed in repeats) pack many rows per
+# pass: each row's partial sums fold into one repeat, then one WholeReduceSum call reduces
+# every row of the pass (one repeat per row, so at most max_repeats rows per pass).
+SMALL_D_REPEATS = 10
+# Float32 tiles for sub-expressions of the elementwise and reduction stages: a binary
+# tree of tile operations evaluated left to right needs two live temporaries beyond its
+# operands (the emitter allocates exactly these).
+TEMP_TILES = 2
+
+
+class UbBudgetError(ValueError):
+    """A tiling whose buffers do not fit the UB (or exceed the TPipe's buffer count)."""
+
+
+def itemsize(dtype: str) -> int:
+    return 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+@dataclass(frozen=True)
+class UbBuffer:
+    """One TQue/TBuf: ``count`` buffers of ``elements`` x ``dtype`` each."""
+
+    name: str
+    position: str          # VECIN, VECOUT or VECCALC (TQue positions / TBuf)
+    count: int
+    elements: int
+    dtype: str
+
+    def bytes_each(self, block: int = 32) -> int:
+        return ceil_div(self.elements * itemsize(self.dtype), block) * block
+
+    def total(self, block: int = 32) -> int:
+        return self.count * self.bytes_each(block)
+
+    def describe(self, block: int = 32) -> str:
+        return f"{self.name} {self.count} x {self.elements} {self.dtype} = {self.total(block)} B"
+
+
+@dataclass(frozen=True)
+class Tiling:
+    """One call's tiling: what the host tiling function computes, and what it costs."""
+
+    pattern: str               # "rows" or "groups": which rule made it
+    mode: str                  # split-N, small-D, split-D / group, hw1, channels, channel, hw-chunk / empty
+    block_dim: int             # vector cores used
+    block_factor: int          # rows (or (n, g) tasks) per core; the last core may get fewer
+    ub_rows: int               # rows (or channels) per UB pass
+    ub_cols: int               # columns (or HxW elements) per UB pass
+    pitch: int                 # UB elements per tile row (ub_cols rounded up to whole blocks)
+    buffers: tuple = ()        # UbBuffer list (the exact UB budget)
+    sums: str = "none"         # cross-core column sums: deterministic, atomic, none
+    workspace_bytes: int = 0   # GM workspace for per-core partial sums
+    gm_bytes: int = 0          # bytes moved between GM and UB in total
+    fields: dict = field(default_factory=dict, compare=False)  # the tiling struct's other fields
+
+    def ub_bytes(self, block: int = 32) -> int:
+        return sum(b.total(block) for b in self.buffers)
+
+    @property
+    def tail_rows(self) -> int:
+        """Rows (tasks) of the last core."""
+        total = self.fields.get("tasks", 0)
+        return total - (self.block_dim - 1) * self.block_factor if self.block_dim else 0
+
+
+def split_cores(tasks: int, cores: int) -> tuple[int, int]:
+    """(block_factor, block_dim): CANN's split, ceil(tasks / cores) per core."""
+    if tasks <= 0:
+        return 0, 0
+    factor = ceil_div(tasks, cores)
+    return factor, ceil_div(tasks, factor)
+
+
+def check_budget(hw, buffers, what: str) -> None:
+    """Refuse ``buffers`` when they exceed the usable UB or the TPipe's buffer count."""
+    used = sum(b.total(hw.block_bytes) for b in buffers)
+    count = sum(b.count for b in buffers)
+    if used <= hw.usable_ub_bytes and count <= hw.max_buffers:
+        return
+    listing = "; ".join(b.describe(hw.block_bytes) for b in buffers)
+    raise UbBudgetError(
+        f"{what} needs {used} B of UB in {count} buffers; {hw.product} offers {hw.usable_ub_bytes} B "
+        f"and {hw.max_buffers} buffers. Buffers: {listing}")
+
+
+def fits(hw, buffers) -> bool:
+    return (sum(b.total(hw.block_bytes) for b in buffers) <= hw.usable_ub_bytes
+            and sum(b.count for b in buffers) <= hw.max_buffers)
+
+
+def pitch_of(hw, cols: int, dtypes) -> int:
+    """Elements per UB tile row: ``cols`` rounded up to a whole block of the narrowest dtype,
+    so every dtype's copy of a tile (fp16 input, its fp32 cast) has the same row pitch and one
+    count-based vector call covers the whole tile."""
+    step = max(hw.elements_per_block(itemsize(d)) for d in dtypes)
+    return ceil_div(cols, step) * step
+
+
+def largest_fitting(hw, lo: int, hi: int, buffers_for) -> int:
+    """The largest n in [lo, hi] whose ``buffers_for(n)`` fit (0 if not even ``lo``);
+    the budget grows with n, so bisection is exact."""
+    if hi < lo or not fits(hw, buffers_for(lo)):
+        return 0
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(hw, buffers_for(mid)):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+# ---- the row pattern: (rows, cols) tiles, per-row values, per-column inputs and sums ----
+
+@dataclass(frozen=True)
+class RowOperands:
+    """What a row-pattern kernel moves, by role; each entry is (buffer name, dtype)."""
+
+    tiles_in: tuple = ()       # (rows, cols) inputs
+    tiles_out: tuple = ()      # (rows, cols) outputs
+    rows_in: tuple = ()        # (rows,) inputs
+    cols_in: tuple = ()        # (cols,) inputs
+    col_sums: tuple = ()       # (cols,) outputs summed over the rows
+    row_stages: tuple = ()     # names of per-row intermediate values (float32)
+
+    @property
+    def dtypes(self) -> set:
+        return {d for _, d in self.tiles_in + self.tiles_out} | {FLOAT32}
+
+
+def row_buffers(hw, ops: RowOperands, ub_rows: int, pitch: int, nbuf: int) -> list[UbBuffer]:
+    """Every UB buffer of one pass over ``ub_rows`` rows of ``pitch`` elements."""
+    tile = ub_rows * pitch
+    bufs = [UbBuffer(f"in_{n}", "VECIN", nbuf, tile, d) for n, d in ops.tiles_in]
+    bufs += [UbBuffer(f"in_{n}", "VECIN", nbuf, ub_rows, d) for n, d in ops.rows_in]
+    bufs += [UbBuffer(f"in_{n}", "VECIN", 1, pitch, d) for n, d in ops.cols_in]
+    bufs += [UbBuffer(f"out_{n}", "VECOUT", nbuf, tile, d) for n, d in ops.tiles_out]
+    bufs += [UbBuffer(f"acc_{n}", "VECCALC", 1, pitch, FLOAT32) for n, _ in ops.col_sums]
+    bufs += [UbBuffer(f"out_{n}", "VECOUT", 1, pitch, d) for n, d in ops.col_sums if d != FLOAT32]
+    bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, tile, FLOAT32) for n, d in ops.tiles_in if d != FLOAT32]
+    bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, ub_rows, FLOAT32) for n, d in ops.rows_in if d != FLOAT32]
+    bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, pitch, FLOAT32) for n, d in ops.cols_in if d != FLOAT32]
+    bufs += [UbBuffer(f"tmp{i}", "VECCALC", 1, tile, FLOAT32) for i in range(TEMP_TILES)]
+    bufs += [UbBuffer(f"row_{s}", "VECCALC", 1, ub_rows, FLOAT32) for s in ops.row_stages]
+    bufs.append(UbBuffer("reduce_work", "VECCALC", 1, ub_rows * hw.elements_per_repeat(4), FLOAT32))
+    return bufs
+
+
+def _rows_split_n(hw, ops, rows, cols, block_factor, knobs) -> tuple[str, int, int]:
+    """(mode, rows per pass, pitch) when a whole row fits, else None."""
+    pitch = pitch_of(hw, cols, ops.dtypes)
+    nbuf = knobs["buffer_num"]
+    if knobs["cols_per_pass"] and knobs["cols_per_pass"] < cols:
+        return None                              # the tuner asked for split-D
+    wanted = knobs["rows_per_pass"]
+    if not wanted and not fits(hw, row_buffers(hw, ops, 1, pitch, nbuf)):
+        return None
+    small = pitch <= SMALL_D_REPEATS * hw.elements_per_repeat(4)
+    limit = min(block_factor, hw.max_repeats) if small else block_factor
+    if wanted:                                   # whole rows asked for: refuse, never fall back
+        ub_rows = min(wanted, block_factor)
+        check_budget(hw, row_buffers(hw, ops, ub_rows, pitch, nbuf),
+                     f"rows_per_pass={wanted} at {rows} x {cols}")
+        if small and ub_rows > hw.max_repeats:
+            raise UbBudgetError(f"rows_per_pass={wanted} exceeds {hw.max_repeats} repeats of one WholeReduceSum")
+    else:
+        ub_rows = largest_fitting(hw, 1, limit, lambda r: row_buffers(hw, ops, r, pitch, nbuf))
+    return ("small-D" if small else "split-N"), ub_rows, pitch
+
+
+def _rows_split_d(hw, ops, rows, cols, knobs) -> tuple[int, int]:
+    """(columns per pass, pitch) of split-D: one row per pass, whole float32 repeats."""
+    nbuf = knobs["buffer_num"]
+    step = hw.elements_per_repeat(4)
+    wanted = knobs["cols_per_pass"]
+    if wanted:
+        pitch = pitch_of(hw, min(wanted, cols), ops.dtypes)
+        check_budget(hw, row_buffers(hw, ops, 1, pitch, nbuf), f"cols_per_pass={wanted} at {rows} x {cols}")
+        return min(wanted, cols), pitch
+    repeats = largest_fitting(hw, 1, ceil_div(cols, step), lambda k: row_buffers(hw, ops, 1, k * step, nbuf))
+    if not repeats:
+        check_budget(hw, row_buffers(hw, ops, 1, step, nbuf), f"split-D at {rows} x {cols}")
+    return min(repeats * step, cols), repeats * step
+
+
+def plan_rows(hw, ops: RowOperands, rows: int, cols: int, knobs: dict) -> Tiling:
+    """The row pattern's tiling: rows over cores (CANN's split), then split-N / small-D when
+    a whole row fits the UB (as many rows per pass as fit), else split-D (column chunks,
+    two passes per row: its reductions first, then the elementwise outputs)."""
+    block_factor, block_dim = split_cores(rows, hw.vector_cores)
+    sums = knobs["sums"] if ops.col_sums else "none"
+    if rows == 0 or cols == 0:
+        block_dim = 1 if (ops.col_sums and cols) else 0     # column sums of no rows: zeros
+        return Tiling("rows", "empty", block_dim, 0, 0, 0, 0, (), sums, 0, cols * 4 * len(ops.col_sums) * block_dim,
+                      {"rows": rows, "cols": cols, "tasks": rows})
+    split_n = _rows_split_n(hw, ops, rows, cols, block_factor, knobs)
+    if split_n:
+        mode, ub_rows, pitch = split_n
+        ub_cols, loops, reread = cols, ceil_div(block_factor, ub_rows), 1
+    else:
+        mode, ub_rows = "split-D", 1
+        ub_cols, pitch = _rows_split_d(hw, ops, rows, cols, knobs)
+        loops, reread = ceil_div(cols, ub_cols), 2
+    buffers = tuple(row_buffers(hw, ops, ub_rows, pitch, knobs["buffer_num"]))
+    check_budget(hw, buffers, f"{mode} at {rows} x {cols}")
+    size = {n: itemsize(d) for n, d in ops.tiles_in + ops.tiles_out + ops.rows_in + ops.cols_in + ops.col_sums}
+    gm = sum(reread * rows * cols * size[n] for n, _ in ops.tiles_in)
+    gm += sum(rows * cols * size[n] for n, _ in ops.tiles_out) + sum(rows * size[n] for n, _ in ops.rows_in)
+    gm += sum((block_dim if split_n else reread * rows) * cols * size[n] for n, _ in ops.cols_in)
+    partials = block_dim * cols * 4 * len(ops.col_sums)
+    gm += partials + (partials + sum(cols * size[n] for n, _ in ops.col_sums) if sums == "deterministic" else 0)
+    workspace = block_dim * pitch_of(hw, cols, {FLOAT32}) * 4 * len(ops.col_sums) if sums == "deterministic" else 0
+    fields = {"rows": rows, "cols": cols, "tasks": rows, "ub_loops": loops,
+              "ub_tail": (block_factor - (loops - 1) * ub_rows) if split_n else cols - (loops - 1) * ub_cols}
+    return Tiling("rows", mode, block_dim, block_factor, ub_rows, ub_cols, pitch, buffers, sums, workspace, gm, fields)
+
+
+# ---- the group pattern: (N, G, D, HW) tiles, per-(n, g) tasks, per-channel sums over N ----
+
+@dataclass(frozen=True)
+class GroupOperands:
+    """What a group-pattern kernel moves, by role; each entry is (buffer name, dtype)."""
+
+    tiles_in: tuple = ()       # (N, G, D, HW) inputs
+    tiles_out: tuple = ()      # (N, G, D, HW) outputs
+    tasks_in: tuple = ()       # (N, G) inputs: one value per task
+    chans_in: tuple = ()       # (G, D) inputs: D values per task
+    chan_sums: tuple = ()      # (G, D) sums over N (float32 accumulators)
+    chan_outs: tuple = ()      # (G, D) outputs rounded from an accumulator
+    chan_stages: tuple = ()    # per-(n, g, d) reductions over HW (float32, D per task)
+    task_stages: tuple = ()    # per-(n, g) scalars
+
+    @property
+    def dtypes(self) -> set:
+        return {d for _, d in self.tiles_in + self.tiles_out} | {FLOAT32}
+
+
+def group_buffers(hw, ops: GroupOperands, channels: int, pitch: int, nbuf: int, d: int) -> list[UbBuffer]:
+    """Every UB buffer of one pass over ``channels`` channels of ``pitch`` elements of a task
+    whose group has ``d`` channels."""
+    tile = channels * pitch
+    bufs = [UbBuffer(f"in_{n}", "VECIN", nbuf, tile, t) for n, t in ops.tiles_in]
+    bufs += [UbBuffer(f"out_{n}", "VECOUT", nbuf, tile, t) for n, t in ops.tiles_out]
+    bufs += [UbBuffer(f"in_{n}", "VECIN", 1, 1, t) for n, t in ops.tasks_in]
+    bufs += [UbBuffer(f"in_{n}", "VECIN", 1, d, t) for n, t in ops.chans_in]
+    bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, tile, FLOAT32) for n, t in ops.tiles_in if t != FLOAT32]
+    bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, d, FLOAT32) for n, t in ops.chans_in if t != FLOAT32]
+    bufs += [UbBuffer(f"tmp{i}", "VECCALC", 1, tile, FLOAT32) for i in range(TEMP_TILES)]
+    bufs += [UbBuffer(f"chan_{s}", "VECCALC", 1, d, FLOAT32) for s in ops.chan_stages]
+    bufs += [UbBuffer(f"acc_{n}", "VECOUT", 1, d, FLOAT32) for n, _ in ops.chan_sums]
+    bufs += [UbBuffer(f"task_{s}", "VECCALC", 1, 1, FLOAT32) for s in ops.task_stages]
+    bufs.append(UbBuffer("reduce_work", "VECCALC", 1, max(channels, 1) * hw.elements_per_repeat(4), FLOAT32))
+    return bufs
+
+
+def _group_pass(hw, ops, d, hw_elems, knobs) -> tuple[str, int, int, int]:
+    """(mode, channels per pass, HxW elements per pass, pitch) for one task's group."""
+    nbuf, wanted = knobs["buffer_num"], knobs["channels_per_pass"]
+    if hw_elems == 1 and not wanted:
+        # Channels are contiguous: the group is one row of d elements (no per-channel padding).
+        pitch = pitch_of(hw, d, ops.dtypes)
+        if fits(hw, group_buffers(hw, ops, 1, pitch, nbuf, d)):
+            return "hw1", d, 1, pitch
+    pitch = pitch_of(hw, hw_elems, ops.dtypes)
+    if wanted:
+        channels = min(wanted, d)
+        check_budget(hw, group_buffers(hw, ops, channels, pitch, nbuf, d), f"channels_per_pass={wanted}")
+        return ("group" if channels == d else "channels" if channels > 1 else "channel"), channels, hw_elems, pitch
+    channels = largest_fitting(hw, 1, d, lambda k: group_buffers(hw, ops, k, pitch, nbuf, d))
+    if channels:
+        return ("group" if channels == d else "channels" if channels > 1 else "channel"), channels, hw_elems, pitch
+    step = hw.elements_per_repeat(4)
+    repeats = largest_fitting(hw, 1, ceil_div(hw_elems, step), lambda k: group_buffers(hw, ops, 1, k * step, nbuf, d))
+    if not repeats:
+        check_budget(hw, group_buffers(hw, ops, 1, step, nbuf, d), f"one channel of {step} elements, D={d}")
+    return "hw-chunk", 1, min(repeats * step, hw_elems), repeats * step
+
+
+def plan_groups(hw, ops: GroupOperands, n: int, g: int, d: int, hw_elems: int, knobs: dict) -> Tiling:
+    """The group pattern's tiling: the N*G tasks over cores (CANN's split), then per task the
+    largest unit that fits: the whole group (hw1 when HxW == 1), several channels, one
+    channel, or HxW chunks of one channel. Every mode but group/hw1 reads its tiles twice
+    (the group's sums first, then the elementwise outputs)."""
+    tasks = n * g
+    block_factor, block_dim = split_cores(tasks, hw.vector_cores)
+    sums = knobs["sums"] if ops.chan_sums else "none"
+    fields = {"N": n, "G": g, "D": d, "HW": hw_elems, "tasks": tasks}
+    if tasks == 0 or d == 0 or hw_elems == 0:
+        block_dim = 1 if (ops.chan_sums and g * d) else 0     # sums over no batch: zeros
+        return Tiling("groups", "empty", block_dim, 0, 0, 0, 0, (), sums, 0,
+                      g * d * 4 * len(ops.chan_sums) * block_dim, fields)
+    mode, channels, hw_pass, pitch = _group_pass(hw, ops, d, hw_elems, knobs)
+    buffers = tuple(group_buffers(hw, ops, 1 if mode == "hw1" else channels, pitch, knobs["buffer_num"], d))
+    check_budget(hw, buffers, f"{mode} at N={n} G={g} D={d} HxW={hw_elems}")
+    size = {nm: itemsize(t) for nm, t in ops.tiles_in + ops.tiles_out + ops.tasks_in + ops.chans_in + ops.chan_outs}
+    reread = 1 if mode in ("group", "hw1") else 2
+    elems = tasks * d * hw_elems
+    gm = sum(reread * elems * size[nm] for nm, _ in ops.tiles_in) + sum(elems * size[nm] for nm, _ in ops.tiles_out)
+    gm += sum(tasks * size[nm] for nm, _ in ops.tasks_in) + sum(tasks * d * size[nm] for nm, _ in ops.chans_in)
+    partials = tasks * d * 4 * len(ops.chan_sums)
+    final = g * d * 4 * len(ops.chan_sums) + sum(g * d * size[nm] for nm, _ in ops.chan_outs)
+    gm += partials + (partials + final if sums == "deterministic" else final)
+    workspace = partials if sums == "deterministic" else 0
+    fields.update({"ub_channels": channels, "ub_hw": hw_pass,
+                   "ub_loops": ceil_div(d, channels) * ceil_div(hw_elems, hw_pass) if mode != "hw1" else 1})
+    return Tiling("groups", mode, block_dim, block_factor, channels, hw_pass, pitch, buffers, sums, workspace, gm,
+                  fields)

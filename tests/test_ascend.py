@@ -1,0 +1,248 @@
+"""The Ascend target: hardware descriptions, the tiling the schedule derives, `opgen tiling`.
+
+No test here needs an NPU or the emulation; each runs in well under a second after the
+TE functions are built (the module takes ~5 s on a shared 2-core machine).
+"""
+from __future__ import annotations
+
+import argparse
+import functools
+
+import pytest
+from tvm import te
+
+from opgen import tiling_report
+from opgen.ops import get_op
+from opgen.schedules import InvalidKnobs, NoScheduleRule, default_knobs, schedule_with_rule
+from opgen.schedules.ascend import GroupTiles, RowTiles
+from opgen.schedules.ascend_tiling import UbBudgetError
+from opgen.targets import get_target
+from opgen.targets.ascend import hardware
+
+A2 = get_target("ascend-emu").for_product("AtlasA2")
+
+
+@functools.lru_cache(maxsize=None)
+def _func(op_name: str, combo: str):
+    op = get_op(op_name)
+    return te.create_prim_func(op.compute(op.combo(combo)))
+
+
+def _tiling(op_name, combo, shape, target=A2, **knobs):
+    func = _func(op_name, combo)
+    rule, _ = schedule_with_rule(func, target, knobs)
+    return rule.tiling(func, target, {**default_knobs(rule, target), **knobs}, [shape])
+
+
+def rms(shape, combo="f32-f32", target=A2, **knobs):
+    return _tiling("rms_norm_grad", combo, shape, target, **knobs)
+
+
+def gn(n, c, hxw, g, combo="f32-f32", target=A2, **knobs):
+    return _tiling("group_norm_backward", combo, (n, g, c // g, hxw), target, **knobs)
+
+
+# ---- hardware descriptions ------------------------------------------------------------
+
+def test_descriptions_follow_the_public_numbers():
+    assert hardware.describe("AtlasA2").ub_bytes == 196608 and hardware.describe("AtlasA2").usable_ub_bytes == 196352
+    assert hardware.describe("Ascend950").ub_bytes == 253952
+    assert hardware.describe("AtlasTraining").ub_bytes == hardware.describe("AtlasInference").ub_bytes == 262144
+    assert not hardware.describe("AtlasTraining").data_copy_pad and not hardware.describe("AtlasInference").data_copy_pad
+    assert hardware.describe("AtlasA3").data_copy_pad
+    assert "bfloat16" not in hardware.describe("AtlasTraining").storage_dtypes
+    hw = hardware.describe("AtlasA2")
+    assert (hw.block_bytes, hw.repeat_bytes, hw.max_repeats, hw.align(33), hw.align(32)) == (32, 256, 255, 64, 32)
+
+
+def test_core_count_override_by_argument_and_environment(monkeypatch):
+    assert hardware.describe("AtlasA2", vector_cores=40).vector_cores == 40
+    monkeypatch.setenv(hardware.CORES_ENV, "56")
+    assert hardware.describe("Ascend950").vector_cores == 56
+    with pytest.raises(ValueError):
+        hardware.describe("AtlasA2", vector_cores=0)
+    with pytest.raises(KeyError, match="known"):
+        hardware.describe("Atlas9000")
+
+
+def test_target_is_bound_to_the_product_and_keyed_by_it():
+    base = get_target("ascend-emu")
+    a2, t950 = base.for_product("AtlasA2"), base.for_product("Ascend950")
+    assert a2.hardware.product == "AtlasA2" and t950.hardware.vector_cores == 64
+    assert a2 != t950 and hash(a2) != hash(t950) and a2 == base.for_product("AtlasA2")
+    assert a2.schedule_module == "ascend"
+    # More cores split the same rows differently: the tiling follows the description.
+    assert rms((100, 16)).block_dim == 34 and rms((100, 16), target=t950).block_dim == 50
+
+
+# ---- the schedule: rules by pattern, annotations, knobs -------------------------------
+
+def test_rules_match_by_pattern_and_annotate_the_structure():
+    rule, sch = schedule_with_rule(_func("rms_norm_grad", "f16-f32"), A2)
+    assert isinstance(rule, RowTiles)
+    script = sch.mod.script()
+    assert '"ascend.pattern": "rows"' in script and '"ascend.role": "column_sum"' in script
+    assert '"ascend.sums": "deterministic"' in script and '"ascend.role": "row_stage"' in script
+    rule, sch = schedule_with_rule(_func("group_norm_backward", "f16-f16"), A2, {"sums": "atomic"})
+    assert isinstance(rule, GroupTiles)
+    script = sch.mod.script()
+    assert '"ascend.sums": "atomic"' in script and '"ascend.role": "task_stage"' in script
+    assert '"ascend.role": "cast"' in script and '"ascend.role": "channel_sum"' in script
+
+
+def test_a_row_softmax_defined_here_matches_the_row_rule_without_schedule_changes():
+    rows, cols = te.var("rows", "int64"), te.var("cols", "int64")
+    x = te.placeholder((rows, cols), "float16", name="x")
+    k = te.reduce_axis((0, cols), name="k")
+    row_max = te.compute((rows,), lambda r: te.max(x[r, k].astype("float32"), axis=k), name="softmax_max")
+    k2 = te.reduce_axis((0, cols), name="k2")
+    row_sum = te.compute((rows,), lambda r: te.sum(te.exp(x[r, k2].astype("float32") - row_max[r]), axis=k2),
+                         name="softmax_sum")
+    y = te.compute((rows, cols), lambda r, c: (te.exp(x[r, c].astype("float32") - row_max[r]) / row_sum[r])
+                   .astype("float16"), name="softmax_y")
+    func = te.create_prim_func([x, y])
+    rule, _ = schedule_with_rule(func, A2)
+    assert isinstance(rule, RowTiles)
+    ops = rule.operands(func)
+    assert ops.tiles_in == (("x", "float16"),) and ops.col_sums == () and len(ops.row_stages) == 2
+    t = rule.tiling(func, A2, default_knobs(rule, A2), [(941, 7)])
+    assert (t.mode, t.block_dim, t.block_factor, t.sums) == ("small-D", 48, 20, "none")
+
+
+def test_an_unmatched_function_is_refused_by_name():
+    a = te.placeholder((te.var("n", "int64"),), "float32", name="a")
+    cumsum_like = te.compute(a.shape, lambda i: a[i] * 2.0, name="toy_scale")
+    with pytest.raises(NoScheduleRule, match="ascend"):
+        schedule_with_rule(te.create_prim_func([a, cumsum_like]).with_attr("global_symbol", "toy"), A2)
+
+
+def test_knobs_are_declared_and_checked():
+    func = _func("rms_norm_grad", "f32-f32")
+    with pytest.raises(InvalidKnobs, match="no knob"):
+        schedule_with_rule(func, A2, {"rows_per_chunk": 64})
+    with pytest.raises(InvalidKnobs, match="outside its domain"):
+        schedule_with_rule(func, A2, {"buffer_num": 3})
+    with pytest.raises(InvalidKnobs, match="set one"):
+        schedule_with_rule(func, A2, {"rows_per_pass": 8, "cols_per_pass": 1024})
+    assert rms((48 * 64, 1000), rows_per_pass=4).ub_rows == 4
+    assert rms((8, 3000), cols_per_pass=1024).mode == "split-D"
+    single, double = rms((4096, 4000), buffer_num=1), rms((4096, 4000), buffer_num=2)
+    assert single.ub_rows > double.ub_rows >= 1
+
+
+# ---- the tiling: modes, core split, exact budget --------------------------------------
+
+@pytest.mark.parametrize("shape, mode", [
+    ((16, 16), "small-D"), ((7, 640), "small-D"), ((7, 641), "split-N"), ((4, 941), "split-N"),
+    ((16, 5000), "split-N"), ((3, 12290), "split-D"), ((2, 16384), "split-D"), ((1, 1), "small-D"),
+])
+def test_row_modes(shape, mode):
+    t = rms(shape, "f16-f32")
+    assert t.mode == mode
+    assert t.ub_bytes() <= A2.hardware.usable_ub_bytes
+    if mode == "split-D":
+        assert t.ub_rows == 1 and t.ub_cols % 64 == 0 and t.ub_cols < shape[1] and t.fields["ub_loops"] >= 2
+    else:
+        assert t.ub_cols == shape[1] and 1 <= t.ub_rows <= t.block_factor
+
+
+@pytest.mark.parametrize("rows, cores_used, per_core", [(1, 1, 1), (5, 5, 1), (48, 48, 1), (49, 25, 2), (941, 48, 20)])
+def test_rows_split_over_cores_like_cann(rows, cores_used, per_core):
+    t = rms((rows, 64))
+    assert (t.block_dim, t.block_factor) == (cores_used, per_core)
+    assert 1 <= t.tail_rows <= per_core and (t.block_dim - 1) * per_core + t.tail_rows == rows
+
+
+def test_row_budget_is_exact_to_the_byte():
+    # f16 dy/x/dx, f32 rstd, f16 gamma, f32 dgamma; 4 rows of 20 columns, pitch 32 (16-element blocks).
+    t = rms((1000, 20), "f16-f16", rows_per_pass=4)
+    tile, pitch = 4 * 32, 32
+    expected = {
+        "in_dy": 2 * tile * 2, "in_x": 2 * tile * 2, "in_rstd": 2 * 32, "in_gamma": 64,
+        "out_rms_norm_grad_dx": 2 * tile * 2, "acc_rms_norm_grad_dgamma": pitch * 4,
+        "f32_dy": tile * 4, "f32_x": tile * 4, "f32_gamma": pitch * 4, "tmp0": tile * 4, "tmp1": tile * 4,
+        "row_rms_norm_grad_dot": 32, "row_rms_norm_grad_coef": 32, "reduce_work": 4 * 64 * 4,
+    }
+    assert {b.name: b.total() for b in t.buffers} == expected
+    assert t.ub_bytes() == sum(expected.values()) and t.pitch == pitch
+
+
+@pytest.mark.parametrize("n, c, hxw, g, mode", [
+    (12, 64, 128 * 128, 32, "hw-chunk"), (1, 2130, 1664, 71, "channels"), (32, 64, 1, 64, "hw1"),
+    (2, 8, 49, 2, "group"), (2, 4, 4000, 2, "channel"),
+])
+def test_group_modes(n, c, hxw, g, mode):
+    t = gn(n, c, hxw, g)
+    assert t.mode == mode and t.ub_bytes() <= A2.hardware.usable_ub_bytes
+    assert (t.block_dim - 1) * t.block_factor < n * g <= t.block_dim * t.block_factor
+
+
+def test_empty_tensors_plan_no_passes_but_zero_column_sums():
+    t = rms((0, 16))
+    assert t.mode == "empty" and t.block_dim == 1 and t.buffers == ()    # dgamma of no rows: zeros
+    assert rms((4, 0)).block_dim == 0
+    assert gn(0, 4, 5, 2).mode == "empty" and gn(0, 4, 5, 2).block_dim == 1
+    assert gn(2, 4, 0, 2).mode == "empty"
+
+
+def test_sums_knob_sets_workspace():
+    det, atomic = rms((941, 64), sums="deterministic"), rms((941, 64), sums="atomic")
+    assert det.workspace_bytes == 48 * 64 * 4 and atomic.workspace_bytes == 0
+    assert det.gm_bytes > atomic.gm_bytes
+    assert gn(4, 8, 16, 2, sums="deterministic").workspace_bytes == 4 * 2 * 4 * 4 * 2
+
+
+def test_over_budget_tilings_are_refused_with_the_buffer_list():
+    with pytest.raises(UbBudgetError) as err:
+        rms((48 * 300, 2000), rows_per_pass=255)
+    message = str(err.value)
+    for name in ("in_dy", "in_x", "out_rms_norm_grad_dx", "tmp0", "reduce_work", "196352"):
+        assert name in message
+    with pytest.raises(UbBudgetError, match="chan_group_norm_backward_ds"):
+        gn(2, 200000, 4, 2)          # the per-channel sums of one group alone exceed the UB
+
+
+def test_every_tiling_fits_every_product():
+    for product in hardware.DESCRIPTIONS:
+        target = get_target("ascend-emu").for_product(product)
+        for shape in ((1, 1), (941, 7), (3, 12290), (48, 640), (2, 100000)):
+            t = rms(shape, "f32-f32", target)
+            assert 0 < t.ub_bytes() <= target.hardware.usable_ub_bytes
+            assert sum(b.count for b in t.buffers) <= target.hardware.max_buffers
+
+
+# ---- opgen tiling ----------------------------------------------------------------------
+
+def test_cann_formulas_by_hand():
+    # (12, 64, 16384, 32) f32: reserve 1024 + 8*4*3 = 1120; a channel needs 16384*4*3 > UB -> mode 3.
+    assert tiling_report.cann_group_norm_grad(12, 64, 16384, 32, 4, 48).mode == "hw-chunk (3)"
+    # (1, 2130, 1664, 71): reserve 1024 + 32*12 = 1408; (196608-1408) // (1664*12) = 9 channels -> mode 2.
+    line = tiling_report.cann_group_norm_grad(1, 2130, 1664, 71, 4, 48)
+    assert (line.mode, line.per_pass, line.cores, line.per_core) == ("channels (2)", "9 x 1664", 36, 2)
+    assert tiling_report.cann_group_norm_grad(32, 64, 1, 64, 4, 48).sums == "deterministic"    # N > 2
+    line = tiling_report.cann_rms_norm_grad(16, 12290, 2, 48)
+    assert (line.mode, line.per_pass, line.cores) == ("split-D", "1 x 4096", 16)
+    line = tiling_report.cann_rms_norm_grad(130, 16, 2, 48)     # ubFactor = (195584-160)//652 = 299
+    assert (line.mode, line.per_pass, line.per_core) == ("small-D", "3 x 16", 3)
+
+
+def test_opgen_tiling_report_lists_every_case_with_matching_modes():
+    lines = tiling_report.report_lines("AtlasA2")
+    assert len(lines) == 7
+    for label, mine, cann in lines:
+        assert cann.mode.split()[0] == mine.mode, label
+        assert (mine.cores, mine.per_core) == (cann.cores, cann.per_core), label
+
+
+def test_opgen_tiling_command(capsys):
+    from opgen import cli
+
+    assert cli.main(["tiling", "--product", "AtlasA2", "--cores", "40"]) == 0
+    out = capsys.readouterr().out
+    assert "40 vector cores" in out and out.count("CANN ") == 7 and out.count("opgen ") >= 7
+    assert "RmsNormGrad (16,12290) bf16" in out and "GroupNormGrad N=1 C=2130 HxW=1664 G=71" in out
+
+
+def test_tiling_report_main_without_the_cli(capsys):
+    assert tiling_report.main(argparse.Namespace(product="Ascend950", cores=None)) == 0
+    assert "Ascend950" in capsys.readouterr().out
