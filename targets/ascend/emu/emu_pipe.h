@@ -1,0 +1,196 @@
+// opgen AscendC emulation: TPipe (UB allocation), pipe synchronisation, core intrinsics.
+#ifndef OPGEN_EMU_PIPE_H
+#define OPGEN_EMU_PIPE_H
+
+#include "emu_tensor.h"
+
+namespace AscendC {
+
+class TPipe {
+public:
+    TPipe() {
+        opgen_emu::CoreState& c = opgen_emu::core();
+        if (c.live_pipe)
+            opgen_emu::fail("TPipe: a second TPipe while one is alive (one TPipe per kernel owns the UB)");
+        c.live_pipe = this;
+    }
+    TPipe(const TPipe&) = delete;
+    TPipe& operator=(const TPipe&) = delete;
+    ~TPipe() {
+        opgen_emu::CoreState* c = opgen_emu::tls_core;
+        if (!c) return;
+        if (std::uncaught_exceptions() == 0) check_drained(*c);
+        if (c->live_pipe == this) c->live_pipe = nullptr;
+    }
+
+    // num buffers of len bytes each (rounded up to 32 B) for a TQue.
+    template <TPosition pos, int32_t depth>
+    bool InitBuffer(TQue<pos, depth>& que, uint8_t num, uint32_t len,
+                    const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+        if (num == 0) opgen_emu::fail("InitBuffer: num must be at least 1");
+        add(que, num, len, "TQue", opgen_emu::first_arg_at(file, line, "InitBuffer"));
+        return true;
+    }
+    template <TPosition pos>
+    bool InitBuffer(TBuf<pos>& buf, uint32_t len,
+                    const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+        add(buf, 1, len, "TBuf", opgen_emu::first_arg_at(file, line, "InitBuffer"));
+        return true;
+    }
+    // Release every buffer: tensors and queues from before are invalid afterwards.
+    void Reset() {
+        for (opgen_emu::Slot* s : slots_) {
+            s->state = opgen_emu::SlotState::DEAD;
+            ++s->generation;
+        }
+        for (TQueBase* q : queues_) q->slots_.clear();
+        slots_.clear();
+        queues_.clear();
+        used_ = 0;
+        listing_.clear();
+    }
+    void Destroy() { Reset(); }
+    TEventID FetchEventID(HardEvent) { return 0; }
+    template <HardEvent evt> TEventID FetchEventID() { return 0; }
+    TEventID AllocEventID(HardEvent) { return 0; }
+    template <HardEvent evt> TEventID AllocEventID() { return 0; }
+    template <HardEvent evt> void ReleaseEventID(TEventID) {}
+
+private:
+    void add(TQueBase& q, uint32_t num, uint32_t len, const char* kind, const std::string& name) {
+        using namespace opgen_emu;
+        if (!q.slots_.empty()) fail(cat("InitBuffer: ", name, " was already given buffers"));
+        if (len == 0) fail(cat("InitBuffer: ", name, " with length 0"));
+        uint64_t each = round_up(len, kBlockBytes);
+        if (count_ + num > kMaxBuffers)
+            fail(cat("InitBuffer: ", name, " would make ", count_ + num, " buffers; at most ",
+                     kMaxBuffers, " are allowed"));
+        std::string entry = cat(kind, " ", name, ": ", num, " x ", each, " B");
+        if (used_ + num * each > kUbBytes)
+            fail(cat("InitBuffer: UB over-allocation: ", used_ + num * each, " B > ", kUbBytes,
+                     " B of UB. Buffers: ", listing_, listing_.empty() ? "" : "; ", entry));
+        listing_ += (listing_.empty() ? "" : "; ") + entry;
+        CoreState& c = core();
+        for (uint32_t i = 0; i < num; ++i) {
+            c.slots.emplace_back();
+            Slot* s = &c.slots.back();
+            s->offset = used_;
+            s->bytes = each;
+            s->state = std::string(kind) == "TBuf" ? SlotState::TBUF : SlotState::FREE;
+            s->owner = num > 1 ? cat(kind, " ", name, " buffer ", i + 1, "/", num) : cat(kind, " ", name);
+            used_ += each;
+            if (s->state == SlotState::TBUF) poison(*s);
+            q.slots_.push_back(s);
+            slots_.push_back(s);
+        }
+        q.name_ = cat(kind, " ", name);
+        queues_.push_back(&q);
+        count_ += num;
+    }
+    // At kernel end every queue must be empty and every tensor freed.
+    void check_drained(opgen_emu::CoreState& c) {
+        for (opgen_emu::Slot* s : slots_) {
+            if (s->state == opgen_emu::SlotState::QUEUED)
+                c.deferred.push_back(opgen_emu::cat("kernel ended with a tensor of ", s->owner,
+                                                    " still in its queue (EnQue without DeQue)"));
+            else if (s->state == opgen_emu::SlotState::ALLOCATED || s->state == opgen_emu::SlotState::DEQUEUED)
+                c.deferred.push_back(opgen_emu::cat("kernel ended with a tensor of ", s->owner,
+                                                    " never freed (missing FreeTensor)"));
+        }
+    }
+
+    std::vector<opgen_emu::Slot*> slots_;
+    std::vector<TQueBase*> queues_;
+    uint64_t used_ = 0;
+    uint32_t count_ = 0;
+    std::string listing_;
+};
+
+inline TPipe* GetTPipePtr() {
+    auto* p = static_cast<const TPipe*>(opgen_emu::core().live_pipe);
+    if (!p) opgen_emu::fail("GetTPipePtr: no TPipe is alive");
+    return const_cast<TPipe*>(p);
+}
+
+// ---------------------------------------------------------------- synchronisation
+namespace detail {
+inline opgen_emu::Pipe event_source(HardEvent e) {
+    using opgen_emu::Pipe;
+    switch (e) {
+        case HardEvent::MTE2_V: case HardEvent::MTE2_MTE3: case HardEvent::MTE2_S: return Pipe::MTE2;
+        case HardEvent::V_MTE2: case HardEvent::V_MTE3: case HardEvent::V_V: case HardEvent::V_S: return Pipe::V;
+        case HardEvent::MTE3_V: case HardEvent::MTE3_MTE2: case HardEvent::MTE3_S: return Pipe::MTE3;
+        case HardEvent::S_V: case HardEvent::S_MTE2: case HardEvent::S_MTE3: return Pipe::S;
+        default: return Pipe::NONE;
+    }
+}
+inline std::vector<std::pair<int, int>>& flags() {
+    static thread_local std::vector<std::pair<int, int>> f;  // (event, id) set and not yet waited
+    return f;
+}
+}  // namespace detail
+
+template <HardEvent evt>
+inline void SetFlag(int32_t eventId) {
+    detail::flags().emplace_back(static_cast<int>(evt), eventId);
+}
+
+template <HardEvent evt>
+inline void WaitFlag(int32_t eventId) {
+    auto& f = detail::flags();
+    auto it = std::find(f.begin(), f.end(), std::make_pair(static_cast<int>(evt), static_cast<int>(eventId)));
+    if (it == f.end())
+        opgen_emu::fail(opgen_emu::cat("WaitFlag(event ", static_cast<int>(evt), ", id ", eventId,
+                                       ") without a matching SetFlag (the hardware would hang)"));
+    f.erase(it);
+    opgen_emu::Pipe src = detail::event_source(evt);
+    opgen_emu::clear_pending(src);
+    if (src == opgen_emu::Pipe::MTE3) opgen_emu::core().gm_pending.clear();
+}
+
+template <pipe_t p>
+inline void PipeBarrier() {
+    if (p == PIPE_ALL) {
+        opgen_emu::clear_pending(opgen_emu::Pipe::NONE);
+        opgen_emu::core().gm_pending.clear();
+    }
+}
+inline void pipe_barrier(pipe_t p) {
+    if (p == PIPE_ALL) PipeBarrier<PIPE_ALL>();
+}
+
+// ---------------------------------------------------------------- cores
+inline int64_t GetBlockIdx() { return opgen_emu::core().idx; }
+inline int64_t GetBlockNum() { return opgen_emu::core().launch->block_dim; }
+
+// All cores meet here; GM written before it is visible to every core after it.
+template <bool isAIVOnly = true>
+inline void SyncAll() {
+    PipeBarrier<PIPE_ALL>();
+    opgen_emu::sync_all_barrier();
+}
+template <bool isAIVOnly = true>
+inline void SyncAll(const GlobalTensor<int32_t>&, const LocalTensor<int32_t>&, int32_t usedCores = 0) {
+    if (usedCores != 0 && usedCores != GetBlockNum())
+        opgen_emu::fail("SyncAll: usedCores other than the block dim is not emulated");
+    SyncAll<isAIVOnly>();
+}
+
+// Atomic accumulation of UB->GM copies (DataCopy, DataCopyPad) until SetAtomicNone.
+template <typename T>
+inline void SetAtomicAdd() {
+    static_assert(std::is_same<T, float>::value || std::is_same<T, half>::value ||
+                      std::is_same<T, int32_t>::value || std::is_same<T, int16_t>::value,
+                  "SetAtomicAdd supports float, half, int32_t, int16_t");
+    opgen_emu::core().atomic_type = opgen_emu::type_name<T>();
+}
+inline void SetAtomicNone() { opgen_emu::core().atomic_type = ""; }
+
+// The user part of the workspace. The emulation reserves no system workspace: the launcher's
+// workspace argument is all user workspace.
+inline GM_ADDR GetUserWorkspace(GM_ADDR workspace) { return workspace; }
+inline GM_ADDR GetSysWorkSpacePtr() { return nullptr; }
+
+}  // namespace AscendC
+
+#endif  // OPGEN_EMU_PIPE_H

@@ -1,0 +1,242 @@
+// opgen AscendC emulation: Cast (with RoundMode) and the sum reductions.
+//
+// Cast accepts the (source, destination, RoundMode) combinations AscendC documents for the
+// vector unit; anything else is an error, e.g. float -> bfloat16_t needs an explicit mode
+// (CAST_RINT is round-to-nearest-even), and widening casts take CAST_NONE.
+// Reductions sum in double and round once per stage to T: ReduceSum rounds each 256-byte
+// repeat's partial (written to workLocal, as the hardware does) and then the total.
+#ifndef OPGEN_EMU_REDUCE_CAST_H
+#define OPGEN_EMU_REDUCE_CAST_H
+
+#include "emu_vector.h"
+
+namespace opgen_emu {
+
+inline const char* mode_name(AscendC::RoundMode m) {
+    static const char* names[] = {"CAST_NONE", "CAST_RINT", "CAST_FLOOR", "CAST_CEIL",
+                                  "CAST_ROUND", "CAST_TRUNC", "CAST_ODD"};
+    return names[static_cast<int>(m)];
+}
+
+inline Rounding to_rounding(AscendC::RoundMode m) {
+    using AscendC::RoundMode;
+    switch (m) {
+        case RoundMode::CAST_FLOOR: return Rounding::FLOOR;
+        case RoundMode::CAST_CEIL: return Rounding::CEIL;
+        case RoundMode::CAST_ROUND: return Rounding::ROUND;
+        case RoundMode::CAST_TRUNC: return Rounding::TRUNC;
+        case RoundMode::CAST_ODD: return Rounding::ODD;
+        default: return Rounding::RINT;  // CAST_RINT, and CAST_NONE where it means RINT
+    }
+}
+
+inline double round_integral(double v, Rounding r) {
+    switch (r) {
+        case Rounding::FLOOR: return std::floor(v);
+        case Rounding::CEIL: return std::ceil(v);
+        case Rounding::ROUND: return std::round(v);
+        case Rounding::TRUNC: return std::trunc(v);
+        default: return std::nearbyint(v);
+    }
+}
+
+template <typename T> constexpr bool is16f = std::is_same<T, half>::value || std::is_same<T, bfloat16_t>::value;
+
+// Which RoundModes a (TS -> TD) cast accepts; "" when the pair is not supported at all.
+template <typename TD, typename TS>
+const char* cast_modes() {
+    if (is16f<TS> && std::is_same<TD, float>::value) return "N";          // exact widening
+    if (std::is_same<TS, float>::value && std::is_same<TD, half>::value) return "NRFCATO";
+    if (std::is_same<TS, float>::value && std::is_same<TD, bfloat16_t>::value) return "RFCAT";
+    if (std::is_same<TS, float>::value && std::is_same<TD, float>::value) return "RFCAT";
+    if (std::is_same<TS, int32_t>::value && std::is_same<TD, float>::value) return "N";
+    if ((std::is_same<TS, float>::value || std::is_same<TS, half>::value) && std::is_same<TD, int32_t>::value)
+        return "RFCAT";
+    return "";
+}
+
+inline char mode_letter(AscendC::RoundMode m) { return "NRFCATO"[static_cast<int>(m)]; }
+
+// The converted value as a double (exactly representable in TD).
+template <typename TD, typename TS>
+double cast_value(double a, Rounding r) {
+    if constexpr (std::is_same<TD, half>::value)
+        return half_to_float(round_to16<HalfFormat>(static_cast<float>(a), r));
+    else if constexpr (std::is_same<TD, bfloat16_t>::value)
+        return bf16_to_float(round_to16<Bf16Format>(static_cast<float>(a), r));
+    else if constexpr (std::is_same<TD, int32_t>::value) {
+        if (std::isnan(a)) return 0;
+        return std::min(2147483647.0, std::max(-2147483648.0, round_integral(a, r)));
+    } else if constexpr (std::is_same<TD, float>::value && std::is_same<TS, float>::value)
+        return round_integral(a, r);
+    else
+        return a;
+}
+
+template <typename TD, typename TS>
+Rounding check_cast(AscendC::RoundMode m, const char* api) {
+    const char* ok = cast_modes<TD, TS>();
+    if (!*ok) fail(cat(api, ": no vector Cast from ", type_name<TS>(), " to ", type_name<TD>()));
+    if (!std::strchr(ok, mode_letter(m)))
+        fail(cat(api, ": ", mode_name(m), " is not a valid RoundMode for ", type_name<TS>(), " -> ",
+                 type_name<TD>(), *ok == 'N' && !ok[1] ? " (use CAST_NONE)" :
+                 " (use CAST_RINT for round-to-nearest-even)"));
+    return to_rounding(m);
+}
+
+// Sum each group of src elements into dst[di[g]].
+template <typename T>
+void reduce_groups(const char* api, const LocalTensor<T>& dst, const std::vector<uint64_t>& di,
+                   const LocalTensor<T>& src, const std::vector<std::vector<uint64_t>>& groups) {
+    std::vector<uint64_t> all;
+    for (const auto& g : groups) all.insert(all.end(), g.begin(), g.end());
+    Span s = check_operand(src, all, api, true);
+    Span d = check_operand(dst, di, api, false);
+    check_overlap(d, dst.ub_offset(), s, src.ub_offset(), api);
+    check_unique_writes(di, api);
+    std::vector<double> out(groups.size());
+    std::vector<uint8_t> def(groups.size());
+    for (size_t g = 0; g < groups.size(); ++g) {
+        bool ok = true;
+        double acc = 0;
+        for (uint64_t i : groups[g]) acc += load(src, i, ok);
+        out[g] = acc;
+        def[g] = ok;
+    }
+    for (size_t g = 0; g < groups.size(); ++g) store(dst, di[g], out[g], def[g] != 0);
+    dst.slot()->pending = Pipe::V;
+}
+
+// Groups: the active lanes of each repeat, split per 32-byte block when per_block.
+template <typename T>
+std::vector<std::vector<uint64_t>> repeat_groups(const Lanes& l, uint64_t blk, uint64_t rep, bool per_block) {
+    std::vector<uint64_t> idx = lane_indices(l, sizeof(T), blk, rep);
+    std::vector<std::vector<uint64_t>> groups;
+    const uint32_t epb = kBlockBytes / sizeof(T);
+    size_t k = 0;
+    for (uint32_t r = 0; r < l.repeats; ++r) {
+        if (!per_block) groups.emplace_back();
+        uint32_t last_block = ~0u;
+        for (uint32_t lane : l.active) {
+            if (per_block && lane / epb != last_block) { groups.emplace_back(); last_block = lane / epb; }
+            groups.back().push_back(idx[k++]);
+        }
+    }
+    return groups;
+}
+
+}  // namespace opgen_emu
+
+namespace AscendC {
+
+template <typename TD, typename TS>
+void Cast(const LocalTensor<TD>& dst, const LocalTensor<TS>& src, const RoundMode& mode, const uint32_t calCount) {
+    using namespace opgen_emu;
+    Rounding r = check_cast<TD, TS>(mode, "Cast");
+    elementwise("Cast", count_lanes(calCount, "Cast"), dst, Strides{},
+                [r](double a) { return cast_value<TD, TS>(a, r); }, std::make_pair(&src, Strides{}));
+}
+
+template <typename TD, typename TS, bool isSetMask = true>
+void Cast(const LocalTensor<TD>& dst, const LocalTensor<TS>& src, const RoundMode& mode, uint64_t mask,
+          int32_t repeatTimes, const UnaryRepeatParams& p) {
+    using namespace opgen_emu;
+    Rounding r = check_cast<TD, TS>(mode, "Cast");
+    uint32_t lanes = kRepeatBytes / std::max(sizeof(TD), sizeof(TS));
+    elementwise("Cast", mask_lanes(mask, repeatTimes, lanes, "Cast"), dst,
+                Strides{p.dstBlkStride, p.dstRepStride}, [r](double a) { return cast_value<TD, TS>(a, r); },
+                std::make_pair(&src, Strides{p.srcBlkStride, p.srcRepStride}));
+}
+
+#define OPGEN_REDUCE_TYPES(T) \
+    static_assert(opgen_emu::vec_float<T>, "sum reductions: supported for half and float")
+
+// dst[0] = sum(src[0..count)); workLocal receives the per-repeat partial sums.
+template <typename T, bool isSetMask = true>
+void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& work,
+               const int32_t count) {
+    OPGEN_REDUCE_TYPES(T);
+    using namespace opgen_emu;
+    const char* api = "ReduceSum";
+    if (count < 1) fail(cat(api, ": count ", count, " must be at least 1"));
+    const uint64_t epr = kRepeatBytes / sizeof(T), reps = (count + epr - 1) / epr;
+    const uint64_t need = round_up(reps, kBlockBytes / sizeof(T));
+    if (work.GetSize() < need)
+        fail(cat(api, ": workLocal has ", work.GetSize(), " elements, needs ", need, " for ", count,
+                 " elements (one per 256-byte repeat, rounded up to 32 bytes)"));
+    std::vector<std::vector<uint64_t>> groups(reps);
+    std::vector<uint64_t> wi(reps);
+    for (uint64_t i = 0; i < uint64_t(count); ++i) groups[i / epr].push_back(i);
+    for (uint64_t r = 0; r < reps; ++r) wi[r] = r;
+    reduce_groups(api, work, wi, src, groups);
+    std::vector<uint64_t> second(reps);
+    for (uint64_t r = 0; r < reps; ++r) second[r] = r;
+    reduce_groups(api, dst, {0}, work, {second});
+}
+
+// dst[0] = sum over all repeats of the masked lanes.
+template <typename T>
+void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& work,
+               const int32_t mask, const int32_t repeatTimes, const int32_t srcRepStride) {
+    OPGEN_REDUCE_TYPES(T);
+    using namespace opgen_emu;
+    Lanes l = mask_lanes(mask, repeatTimes, max_lanes<T>(), "ReduceSum");
+    auto groups = repeat_groups<T>(l, 1, srcRepStride, false);
+    const uint64_t need = round_up(l.repeats, kBlockBytes / sizeof(T));
+    if (work.GetSize() < need) fail(cat("ReduceSum: workLocal has ", work.GetSize(), " elements, needs ", need));
+    std::vector<uint64_t> wi(groups.size());
+    for (size_t g = 0; g < wi.size(); ++g) wi[g] = g;
+    reduce_groups("ReduceSum", work, wi, src, groups);
+    reduce_groups("ReduceSum", dst, {0}, work, {wi});
+}
+
+// dst[r * dstRepStride] = sum of the masked lanes of repeat r (dstRepStride in elements).
+template <typename T, bool isSetMask = true>
+void WholeReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t mask,
+                    const int32_t repeatTimes, const int32_t dstRepStride, const int32_t srcBlkStride,
+                    const int32_t srcRepStride) {
+    OPGEN_REDUCE_TYPES(T);
+    using namespace opgen_emu;
+    Lanes l = mask_lanes(mask, repeatTimes, max_lanes<T>(), "WholeReduceSum");
+    auto groups = repeat_groups<T>(l, srcBlkStride, srcRepStride, false);
+    std::vector<uint64_t> di(groups.size());
+    for (size_t r = 0; r < di.size(); ++r) di[r] = r * uint64_t(dstRepStride);
+    reduce_groups("WholeReduceSum", dst, di, src, groups);
+}
+
+template <typename T, bool isSetMask = true>
+void WholeReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uint64_t mask[],
+                    const int32_t repeatTimes, const int32_t dstRepStride, const int32_t srcBlkStride,
+                    const int32_t srcRepStride) {
+    OPGEN_REDUCE_TYPES(T);
+    using namespace opgen_emu;
+    Lanes l = bitmask_lanes(mask, repeatTimes, max_lanes<T>(), "WholeReduceSum");
+    auto groups = repeat_groups<T>(l, srcBlkStride, srcRepStride, false);
+    std::vector<uint64_t> di(groups.size());
+    for (size_t r = 0; r < di.size(); ++r) di[r] = r * uint64_t(dstRepStride);
+    reduce_groups("WholeReduceSum", dst, di, src, groups);
+}
+
+// Per repeat, one sum per 32-byte block with active lanes, written to
+// dst[r * dstRepStride * 8 + block] (dstRepStride in units of one repeat's 8 results).
+template <typename T, bool isSetMask = true>
+void BlockReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t repeat,
+                    const int32_t mask, const int32_t dstRepStride, const int32_t srcBlkStride,
+                    const int32_t srcRepStride) {
+    OPGEN_REDUCE_TYPES(T);
+    using namespace opgen_emu;
+    Lanes l = mask_lanes(mask, repeat, max_lanes<T>(), "BlockReduceSum");
+    auto groups = repeat_groups<T>(l, srcBlkStride, srcRepStride, true);
+    const uint32_t epb = kBlockBytes / sizeof(T);
+    std::vector<uint64_t> di;
+    for (uint32_t r = 0; r < l.repeats; ++r) {
+        uint32_t last = ~0u;
+        for (uint32_t lane : l.active)
+            if (lane / epb != last) { last = lane / epb; di.push_back(uint64_t(r) * dstRepStride * 8 + last); }
+    }
+    reduce_groups("BlockReduceSum", dst, di, src, groups);
+}
+
+}  // namespace AscendC
+
+#endif  // OPGEN_EMU_REDUCE_CAST_H

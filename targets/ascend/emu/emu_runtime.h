@@ -1,0 +1,314 @@
+// opgen AscendC emulation: the runtime (cores as threads, GM registry and race shadow,
+// SyncAll barrier, error reporting, the launcher). See kernel_operator.h for the ABI.
+#ifndef OPGEN_EMU_RUNTIME_H
+#define OPGEN_EMU_RUNTIME_H
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <exception>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#ifndef OPGEN_UB_BYTES
+#define OPGEN_UB_BYTES 196608
+#endif
+#ifndef OPGEN_MAX_BUFFERS
+#define OPGEN_MAX_BUFFERS 64
+#endif
+
+namespace opgen_emu {
+
+constexpr uint64_t kUbBytes = OPGEN_UB_BYTES;
+constexpr uint32_t kBlockBytes = 32;    // ONE_BLK_SIZE
+constexpr uint32_t kRepeatBytes = 256;  // one vector repeat
+constexpr int32_t kMaxRepeat = 255;
+constexpr uint32_t kMaxBuffers = OPGEN_MAX_BUFFERS;
+constexpr uint32_t kMaxCores = 255;     // the race shadow stores core ids in 8 bits
+
+// A rule violation inside a kernel: caught by the core thread, reported by the launcher.
+struct EmuError : std::runtime_error {
+    using std::runtime_error::runtime_error;
+};
+// Thrown in a core that must stop because another core failed (not reported itself).
+struct EmuAbort {};
+
+template <typename... A>
+std::string cat(const A&... parts) {
+    std::ostringstream os;
+    (os << ... << parts);
+    return os.str();
+}
+
+struct CoreState;
+CoreState* current_core();
+
+[[noreturn]] void fail(const std::string& what);
+
+inline uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
+
+// The text of the first argument at a call site, e.g. "inQueueX" for
+// pipe.InitBuffer(inQueueX, 2, 1024) at file:line (best effort; used in messages only).
+inline std::string first_arg_at(const char* file, int line, const char* callee) {
+    std::string where = cat(file, ":", line);
+    std::ifstream in(file);
+    std::string text;
+    for (int i = 1; in && i <= line; ++i) std::getline(in, text);
+    size_t at = in ? text.find(callee) : std::string::npos;
+    if (at == std::string::npos) return where;
+    size_t open = text.find('(', at);
+    size_t end = text.find_first_of(",)", open);
+    if (open == std::string::npos || end == std::string::npos) return where;
+    std::string arg = text.substr(open + 1, end - open - 1);
+    arg.erase(0, arg.find_first_not_of(" \t"));
+    return cat("'", arg, "' (", where, ")");
+}
+
+// ---------------------------------------------------------------- GM registry and shadow
+// Every GM buffer the launcher was given, with a per-byte tag of the last writer and
+// reader in the current SyncAll epoch; a tag is (epoch+1) << 9 | atomic << 8 | (core+1).
+struct GmBuffer {
+    uint8_t* base;
+    uint64_t size;
+    int arg;
+    std::vector<uint32_t> write_tag, read_tag;
+};
+
+inline uint32_t make_tag(uint32_t core, uint32_t epoch, bool atomic) {
+    return ((epoch + 1) << 9) | (atomic ? 0x100u : 0u) | (core + 1);
+}
+inline uint32_t tag_core(uint32_t t) { return (t & 0xFFu) - 1; }
+inline uint32_t tag_epoch(uint32_t t) { return (t >> 9) - 1; }
+inline bool tag_atomic(uint32_t t) { return (t & 0x100u) != 0; }
+
+// ---------------------------------------------------------------- the launch
+struct Launch {
+    uint32_t block_dim = 0;
+    std::vector<GmBuffer> gm;
+    std::mutex gm_mutex;  // GM transfers are atomic per call (and atomic adds are atomic)
+    // SyncAll barrier
+    std::mutex bar_mutex;
+    std::condition_variable bar_cv;
+    uint32_t bar_waiting = 0, bar_finished = 0, bar_generation = 0;
+    bool aborted = false;
+    std::string first_error;
+    int failing_core = -1;
+
+    GmBuffer* find_gm(const void* p, uint64_t bytes) {
+        auto* b = static_cast<const uint8_t*>(p);
+        for (auto& g : gm)
+            if (b >= g.base && b + bytes <= g.base + g.size) return &g;
+        return nullptr;
+    }
+    GmBuffer* find_gm_start(const void* p) {
+        auto* b = static_cast<const uint8_t*>(p);
+        for (auto& g : gm)
+            if (b >= g.base && b < g.base + g.size) return &g;
+        return nullptr;
+    }
+    void record_error(int core, const std::string& msg) {
+        std::lock_guard<std::mutex> lk(bar_mutex);
+        if (!aborted) { aborted = true; first_error = msg; failing_core = core; }
+        bar_cv.notify_all();
+    }
+};
+
+// ---------------------------------------------------------------- per-core state
+enum class Pipe : uint8_t { NONE, MTE2, V, MTE3, S };
+inline const char* pipe_name(Pipe p) {
+    switch (p) {
+        case Pipe::MTE2: return "MTE2 (GM->UB copy)";
+        case Pipe::V: return "V (vector)";
+        case Pipe::MTE3: return "MTE3 (UB->GM copy)";
+        case Pipe::S: return "S (scalar)";
+        default: return "none";
+    }
+}
+
+// One UB buffer of a TQue or TBuf. Records live as long as the core (tensors point here).
+enum class SlotState : uint8_t { FREE, ALLOCATED, QUEUED, DEQUEUED, TBUF, DEAD };
+struct Slot {
+    uint64_t offset = 0, bytes = 0;
+    SlotState state = SlotState::FREE;
+    uint32_t generation = 0;  // bumped on FreeTensor/Reset: stale tensor copies are caught
+    Pipe pending = Pipe::NONE;  // last unsynchronised writer pipe
+    std::string owner;          // "TQue 'inQueueX' (kernel.cpp:40) buffer 1/2"
+};
+
+struct CoreState {
+    Launch* launch;
+    uint32_t idx;
+    uint32_t epoch = 0;  // SyncAll count passed
+    std::vector<uint8_t> ub;     // the unified buffer
+    std::vector<uint8_t> ub_def; // 1 where the byte was written since allocation
+    std::deque<Slot> slots;      // stable addresses
+    const void* live_pipe = nullptr;
+    const char* atomic_type = "";  // "" or the type name of SetAtomicAdd<T>
+    // GM byte ranges written by MTE3 not yet synchronised (MTE3_MTE2 / PIPE_ALL / SyncAll):
+    // reading them back on MTE2 is a hazard.
+    std::vector<std::pair<const uint8_t*, const uint8_t*>> gm_pending;
+    std::vector<std::string> deferred;  // errors found in destructors
+    CoreState(Launch* l, uint32_t i) : launch(l), idx(i), ub(kUbBytes, 0xFF), ub_def(kUbBytes, 0) {}
+};
+
+inline thread_local CoreState* tls_core = nullptr;
+inline CoreState* current_core() {
+    if (!tls_core) throw EmuError("AscendC API called outside a kernel launched by opgen_emu_launch_*");
+    return tls_core;
+}
+
+[[noreturn]] inline void fail(const std::string& what) {
+    CoreState* c = tls_core;
+    throw EmuError(c ? cat("core ", c->idx, ": ", what) : what);
+}
+
+// ---------------------------------------------------------------- GM access checks
+// Check [p, p+bytes) lies inside one launcher-given buffer, and record the access in the race
+// shadow. Must be called with launch->gm_mutex held.
+inline GmBuffer& gm_check(const void* p, uint64_t bytes, const char* api) {
+    Launch* l = current_core()->launch;
+    GmBuffer* g = l->find_gm(p, bytes);
+    if (!g) {
+        GmBuffer* s = l->find_gm_start(p);
+        if (s)
+            fail(cat(api, ": GM access of ", bytes, " B at offset ",
+                     static_cast<const uint8_t*>(p) - s->base, " of argument ", s->arg,
+                     " overruns its ", s->size, " B"));
+        fail(cat(api, ": GM address ", p, " is not inside any kernel argument buffer"));
+    }
+    return *g;
+}
+
+inline std::string race_msg(const char* api, const GmBuffer& g, uint64_t off, uint32_t other,
+                            const char* what) {
+    return cat(api, ": GM race on argument ", g.arg, " byte ", off, ": ", what, " by core ",
+               tag_core(other), " in the same SyncAll epoch ", tag_epoch(other),
+               " (add SyncAll between them, or use SetAtomicAdd for accumulation)");
+}
+
+inline void gm_note_read(GmBuffer& g, uint64_t off, uint64_t bytes, const char* api) {
+    CoreState* c = current_core();
+    uint32_t mine = make_tag(c->idx, c->epoch, false);
+    for (uint64_t i = off; i < off + bytes; ++i) {
+        uint32_t w = g.write_tag[i];
+        if (w && tag_epoch(w) == c->epoch && tag_core(w) != c->idx)
+            fail(race_msg(api, g, i, w, "read of bytes written"));
+        g.read_tag[i] = mine;
+    }
+}
+
+inline void gm_note_write(GmBuffer& g, uint64_t off, uint64_t bytes, bool atomic, const char* api) {
+    CoreState* c = current_core();
+    uint32_t mine = make_tag(c->idx, c->epoch, atomic);
+    for (uint64_t i = off; i < off + bytes; ++i) {
+        uint32_t w = g.write_tag[i], r = g.read_tag[i];
+        bool same_epoch_other = w && tag_epoch(w) == c->epoch && tag_core(w) != c->idx;
+        if (same_epoch_other && !(atomic && tag_atomic(w)))
+            fail(race_msg(api, g, i, w, atomic ? "atomic add to bytes written non-atomically"
+                                               : "write to bytes also written"));
+        if (r && tag_epoch(r) == c->epoch && tag_core(r) != c->idx)
+            fail(race_msg(api, g, i, r, "write to bytes read"));
+        g.write_tag[i] = mine;
+    }
+}
+
+// ---------------------------------------------------------------- SyncAll barrier
+inline void core_finished(Launch* l) {
+    std::lock_guard<std::mutex> lk(l->bar_mutex);
+    ++l->bar_finished;
+    l->bar_cv.notify_all();
+}
+
+inline void sync_all_barrier() {
+    CoreState* c = current_core();
+    Launch* l = c->launch;
+    std::unique_lock<std::mutex> lk(l->bar_mutex);
+    if (l->aborted) throw EmuAbort{};
+    uint32_t gen = l->bar_generation;
+    if (++l->bar_waiting == l->block_dim) {
+        l->bar_waiting = 0;
+        ++l->bar_generation;
+        l->bar_cv.notify_all();
+    } else {
+        l->bar_cv.wait(lk, [&] {
+            return l->aborted || l->bar_generation != gen ||
+                   (l->bar_finished > 0 && l->bar_waiting + l->bar_finished == l->block_dim);
+        });
+        if (l->aborted) throw EmuAbort{};
+        if (l->bar_generation == gen) {
+            lk.unlock();
+            fail(cat("SyncAll: ", l->bar_finished, " core(s) returned from the kernel without "
+                     "reaching this SyncAll (every core must call SyncAll the same number of "
+                     "times; the hardware would hang)"));
+        }
+    }
+    ++c->epoch;
+}
+
+// ---------------------------------------------------------------- the launcher
+inline thread_local std::string tls_last_error;
+
+using KernelThunk = void (*)(void* const* args);
+
+inline void run_core(Launch* l, uint32_t idx, KernelThunk thunk, void* const* args) {
+    CoreState core(l, idx);
+    tls_core = &core;
+    try {
+        thunk(args);
+        if (!core.deferred.empty()) throw EmuError(cat("core ", idx, ": ", core.deferred.front()));
+    } catch (const EmuError& e) {
+        l->record_error(static_cast<int>(idx), e.what());
+    } catch (const EmuAbort&) {
+    } catch (const std::exception& e) {
+        l->record_error(static_cast<int>(idx), cat("core ", idx, ": C++ exception: ", e.what()));
+    } catch (...) {
+        l->record_error(static_cast<int>(idx), cat("core ", idx, ": unknown C++ exception"));
+    }
+    tls_core = nullptr;
+    core_finished(l);
+}
+
+// Runs `thunk` on block_dim cores (one thread each). Returns 0, or 1 with the message in
+// opgen_emu_last_error().
+inline int launch(const char* kernel, uint32_t expected_nargs, KernelThunk thunk,
+                  uint32_t block_dim, void* const* args, const uint64_t* sizes, uint32_t nargs) {
+    tls_last_error.clear();
+    if (nargs != expected_nargs) {
+        tls_last_error = cat(kernel, ": launched with ", nargs, " arguments, the kernel takes ",
+                             expected_nargs);
+        return 2;
+    }
+    if (block_dim == 0 || block_dim > kMaxCores) {
+        tls_last_error = cat(kernel, ": block_dim ", block_dim, " outside [1, ", kMaxCores, "]");
+        return 2;
+    }
+    Launch l;
+    l.block_dim = block_dim;
+    for (uint32_t i = 0; i < nargs; ++i) {
+        if (!args[i] || !sizes[i]) continue;  // a null or empty argument: any access fails
+        l.gm.push_back({static_cast<uint8_t*>(args[i]), sizes[i], static_cast<int>(i),
+                        std::vector<uint32_t>(sizes[i], 0), std::vector<uint32_t>(sizes[i], 0)});
+    }
+    std::vector<std::thread> cores;
+    try {
+        for (uint32_t i = 0; i < block_dim; ++i) cores.emplace_back(run_core, &l, i, thunk, args);
+    } catch (const std::exception& e) {
+        l.record_error(-1, cat("could not start core threads: ", e.what()));
+    }
+    for (auto& t : cores) t.join();
+    if (!l.aborted) return 0;
+    tls_last_error = cat(kernel, ": ", l.first_error);
+    return 1;
+}
+
+}  // namespace opgen_emu
+
+#endif  // OPGEN_EMU_RUNTIME_H

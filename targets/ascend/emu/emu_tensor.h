@@ -1,0 +1,351 @@
+// opgen AscendC emulation: GlobalTensor, LocalTensor, TPipe, TQue, TBuf and pipe sync.
+//
+// A LocalTensor refers to a Slot (one UB buffer of a queue or TBuf) plus a generation: after
+// FreeTensor or TPipe::Reset the generation moves on and every stale copy is caught on use.
+// Each slot remembers the last pipe that wrote it without synchronisation; a read from another
+// pipe before EnQue/DeQue, SetFlag/WaitFlag or PipeBarrier<PIPE_ALL> is reported.
+#ifndef OPGEN_EMU_TENSOR_H
+#define OPGEN_EMU_TENSOR_H
+
+#include "emu_runtime.h"
+#include "emu_types.h"
+
+#define __aicore__
+#define __global__
+#define __gm__
+#define __ubuf__
+#define __inout_pipe__(p)
+typedef __gm__ uint8_t* GM_ADDR;
+
+namespace AscendC {
+
+constexpr uint32_t ONE_BLK_SIZE = 32;
+constexpr uint32_t ONE_REPEAT_BYTE_SIZE = 256;
+constexpr uint32_t DEFAULT_BLK_NUM = 8;
+constexpr uint32_t DEFAULT_BLK_STRIDE = 1;
+constexpr uint32_t DEFAULT_REPEAT_STRIDE = 8;
+constexpr int32_t MAX_REPEAT_TIMES = 255;
+
+enum class TPosition : uint8_t { GM, A1, A2, B1, B2, C1, C2, CO1, CO2, VECIN, VECOUT, VECCALC, MAX };
+using QuePosition = TPosition;
+
+enum pipe_t { PIPE_S = 0, PIPE_V, PIPE_M, PIPE_MTE1, PIPE_MTE2, PIPE_MTE3, PIPE_ALL, PIPE_FIX };
+enum class HardEvent : uint8_t { MTE2_V, V_MTE2, MTE3_V, V_MTE3, V_V, MTE3_MTE2, MTE2_MTE3,
+                                 S_V, V_S, S_MTE2, MTE2_S, S_MTE3, MTE3_S, MAX };
+enum event_t { EVENT_ID0 = 0, EVENT_ID1, EVENT_ID2, EVENT_ID3, EVENT_ID4, EVENT_ID5, EVENT_ID6,
+               EVENT_ID7 };
+using TEventID = int8_t;
+
+}  // namespace AscendC
+
+namespace opgen_emu {
+
+// ---------------------------------------------------------------- UB access primitives
+inline CoreState& core() { return *current_core(); }
+
+inline const char* state_problem(SlotState s) {
+    switch (s) {
+        case SlotState::FREE: return "used after FreeTensor";
+        case SlotState::QUEUED: return "used while in a queue (after EnQue, before DeQue)";
+        case SlotState::DEAD: return "used after TPipe::Reset";
+        default: return nullptr;
+    }
+}
+
+// Validate a tensor's slot: alive, this generation, not in a queue.
+inline void check_slot(const Slot* s, uint32_t gen, const char* api) {
+    if (!s) fail(cat(api, ": LocalTensor was never allocated (AllocTensor/DeQue/TBuf::Get)"));
+    if (s->generation != gen)
+        fail(cat(api, ": LocalTensor of ", s->owner, " used after FreeTensor (stale tensor)"));
+    if (const char* p = state_problem(s->state)) fail(cat(api, ": LocalTensor of ", s->owner, " ", p));
+}
+
+// A read by `pipe` of a slot last written by another pipe without sync is a hazard.
+inline void check_sync_read(Slot* s, Pipe pipe, const char* api) {
+    if (s->pending != Pipe::NONE && s->pending != pipe)
+        fail(cat(api, ": reads ", s->owner, " on pipe ", pipe_name(pipe), " right after a write on ",
+                 pipe_name(s->pending), " with no synchronisation (EnQue/DeQue, SetFlag/WaitFlag or ",
+                 "PipeBarrier<PIPE_ALL>)"));
+}
+
+inline void clear_pending(Pipe from) {
+    for (auto& s : core().slots)
+        if (from == Pipe::NONE || s.pending == from) s.pending = Pipe::NONE;
+}
+
+inline void poison(const Slot& s) {
+    CoreState& c = core();
+    std::fill(c.ub.begin() + s.offset, c.ub.begin() + s.offset + s.bytes, 0xFF);  // NaN bytes
+    std::fill(c.ub_def.begin() + s.offset, c.ub_def.begin() + s.offset + s.bytes, 0);
+}
+
+inline bool defined(uint64_t ub_off, uint64_t bytes) {
+    const uint8_t* d = core().ub_def.data() + ub_off;
+    return std::all_of(d, d + bytes, [](uint8_t v) { return v != 0; });
+}
+
+inline void set_defined(uint64_t ub_off, uint64_t bytes, bool v) {
+    uint8_t* d = core().ub_def.data() + ub_off;
+    std::fill(d, d + bytes, v ? 1 : 0);
+}
+
+}  // namespace opgen_emu
+
+namespace AscendC {
+
+template <typename T> class LocalTensor;
+
+template <typename T>
+class GlobalTensor {
+public:
+    // Bind to GM; the range must lie inside one kernel argument (as sized by the launcher).
+    void SetGlobalBuffer(__gm__ T* buffer, uint64_t bufferSize) {
+        using namespace opgen_emu;
+        Launch* l = current_core()->launch;
+        GmBuffer* g = l->find_gm(buffer, bufferSize * sizeof(T));
+        if (!g) {
+            GmBuffer* s = l->find_gm_start(buffer);
+            if (s)
+                fail(cat("SetGlobalBuffer: ", bufferSize, " elements of ", type_name<T>(),
+                         " at byte offset ", reinterpret_cast<uint8_t*>(buffer) - s->base,
+                         " overrun argument ", s->arg, " (", s->size, " B)"));
+            fail(cat("SetGlobalBuffer: address is not inside any kernel argument buffer"));
+        }
+        base_ = buffer;
+        size_ = bufferSize;
+    }
+    void SetGlobalBuffer(__gm__ T* buffer) {
+        using namespace opgen_emu;
+        GmBuffer* g = current_core()->launch->find_gm_start(buffer);
+        if (!g) fail("SetGlobalBuffer: address is not inside any kernel argument buffer");
+        uint64_t left = g->size - static_cast<uint64_t>(reinterpret_cast<uint8_t*>(buffer) - g->base);
+        SetGlobalBuffer(buffer, left / sizeof(T));
+    }
+    uint64_t GetSize() const { return size_; }
+    __gm__ T* GetPhyAddr() const { return base_; }
+    __gm__ T* GetPhyAddr(uint64_t offset) const { return base_ + offset; }
+    GlobalTensor operator[](uint64_t offset) const {
+        if (!base_) opgen_emu::fail("GlobalTensor[]: SetGlobalBuffer was not called");
+        if (offset > size_)
+            opgen_emu::fail(opgen_emu::cat("GlobalTensor[", offset, "]: beyond its ", size_, " elements"));
+        GlobalTensor r;
+        r.base_ = base_ + offset;
+        r.size_ = size_ - offset;
+        return r;
+    }
+    T GetValue(uint64_t i) const {
+        using namespace opgen_emu;
+        check_range(i, 1, "GlobalTensor::GetValue");
+        std::lock_guard<std::mutex> lk(current_core()->launch->gm_mutex);
+        GmBuffer& g = gm_check(base_ + i, sizeof(T), "GlobalTensor::GetValue");
+        gm_note_read(g, reinterpret_cast<uint8_t*>(base_ + i) - g.base, sizeof(T), "GlobalTensor::GetValue");
+        T v;
+        std::memcpy(&v, base_ + i, sizeof(T));
+        return v;
+    }
+    void SetValue(uint64_t i, const typename std::common_type<T>::type& v) const {
+        using namespace opgen_emu;
+        check_range(i, 1, "GlobalTensor::SetValue");
+        std::lock_guard<std::mutex> lk(current_core()->launch->gm_mutex);
+        GmBuffer& g = gm_check(base_ + i, sizeof(T), "GlobalTensor::SetValue");
+        gm_note_write(g, reinterpret_cast<uint8_t*>(base_ + i) - g.base, sizeof(T), false,
+                      "GlobalTensor::SetValue");
+        std::memcpy(base_ + i, &v, sizeof(T));
+    }
+    // Elements [first, first+count) must lie inside the SetGlobalBuffer range.
+    void check_range(uint64_t first, uint64_t count, const char* api) const {
+        if (!base_) opgen_emu::fail(opgen_emu::cat(api, ": GlobalTensor without SetGlobalBuffer"));
+        if (first + count > size_)
+            opgen_emu::fail(opgen_emu::cat(api, ": GM elements [", first, ", ", first + count,
+                                           ") beyond the GlobalTensor's ", size_, " elements"));
+    }
+
+private:
+    __gm__ T* base_ = nullptr;
+    uint64_t size_ = 0;
+};
+
+template <typename T>
+class LocalTensor {
+public:
+    LocalTensor() = default;
+    uint32_t GetSize() const { return size_; }
+    uint32_t GetLength() const { return size_ * sizeof(T); }
+    LocalTensor operator[](uint32_t offset) const {
+        opgen_emu::check_slot(slot_, gen_, "LocalTensor[]");
+        if (offset > size_)
+            opgen_emu::fail(opgen_emu::cat("LocalTensor[", offset, "]: beyond its ", size_, " elements"));
+        LocalTensor r = *this;
+        r.ub_off_ += uint64_t(offset) * sizeof(T);
+        r.size_ -= offset;
+        return r;
+    }
+    template <typename U>
+    LocalTensor<U> ReinterpretCast() const {
+        LocalTensor<U> r;
+        r.slot_ = slot_;
+        r.gen_ = gen_;
+        r.ub_off_ = ub_off_;
+        r.size_ = static_cast<uint32_t>(uint64_t(size_) * sizeof(T) / sizeof(U));
+        return r;
+    }
+    // Scalar access (the S pipe): needs sync after MTE2/V writes; reads must be defined.
+    T GetValue(uint32_t i) const {
+        using namespace opgen_emu;
+        uint64_t off = elem_off(i, 1, "LocalTensor::GetValue");
+        check_sync_read(slot_, Pipe::S, "LocalTensor::GetValue");
+        if (!defined(off, sizeof(T)))
+            fail(cat("LocalTensor::GetValue(", i, "): reads never-written UB of ", slot_->owner,
+                     " (poisoned NaN bytes)"));
+        T v;
+        std::memcpy(&v, core().ub.data() + off, sizeof(T));
+        return v;
+    }
+    void SetValue(uint32_t i, const typename std::common_type<T>::type& v) const {
+        using namespace opgen_emu;
+        uint64_t off = elem_off(i, 1, "LocalTensor::SetValue");
+        std::memcpy(core().ub.data() + off, &v, sizeof(T));
+        set_defined(off, sizeof(T), true);
+        slot_->pending = Pipe::S;
+    }
+    // UB byte offset of elements [i, i+n) after liveness and bounds checks (emulation use).
+    uint64_t elem_off(uint64_t i, uint64_t n, const char* api) const {
+        opgen_emu::check_slot(slot_, gen_, api);
+        if (i + n > size_)
+            opgen_emu::fail(opgen_emu::cat(api, ": UB elements [", i, ", ", i + n, ") beyond the ",
+                                           size_, "-element LocalTensor of ", slot_->owner));
+        return ub_off_ + i * sizeof(T);
+    }
+    uint64_t ub_offset() const { return ub_off_; }
+    opgen_emu::Slot* slot() const { return slot_; }
+    T* raw() const { return reinterpret_cast<T*>(opgen_emu::core().ub.data() + ub_off_); }
+
+    opgen_emu::Slot* slot_ = nullptr;
+    uint32_t gen_ = 0;
+    uint64_t ub_off_ = 0;
+    uint32_t size_ = 0;
+};
+
+class TPipe;
+
+// Common part of TQue and TBuf: the UB slots handed out by TPipe::InitBuffer.
+class TQueBase {
+public:
+    std::vector<opgen_emu::Slot*> slots_;
+    std::string name_;
+};
+
+template <TPosition pos, int32_t depth = 1>
+class TQue : public TQueBase {
+    static_assert(pos == TPosition::VECIN || pos == TPosition::VECOUT || pos == TPosition::VECCALC,
+                  "the opgen emulation models the vector core: TQue positions VECIN/VECOUT/VECCALC");
+    static_assert(depth >= 1, "TQue depth must be at least 1");
+
+public:
+    template <typename T>
+    LocalTensor<T> AllocTensor() {
+        using namespace opgen_emu;
+        if (slots_.empty()) fail("AllocTensor: queue has no buffers (TPipe::InitBuffer not called)");
+        for (size_t k = 0; k < slots_.size(); ++k) {
+            Slot* s = slots_[(next_ + k) % slots_.size()];
+            if (s->state != SlotState::FREE) continue;
+            next_ = (next_ + k + 1) % slots_.size();
+            s->state = SlotState::ALLOCATED;
+            s->pending = Pipe::NONE;
+            poison(*s);
+            return make<T>(s);
+        }
+        fail(cat("AllocTensor on ", name_, ": all ", slots_.size(),
+                 " buffers are in use (missing FreeTensor; the hardware would wait forever)"));
+    }
+    template <typename T>
+    void EnQue(const LocalTensor<T>& t) {
+        using namespace opgen_emu;
+        check_slot(t.slot_, t.gen_, "EnQue");
+        check_mine(t.slot_, "EnQue");
+        if (fifo_.size() >= static_cast<size_t>(depth))
+            fail(cat("EnQue on a full queue ", name_, " (depth ", depth, ", holds ", fifo_.size(), ")"));
+        t.slot_->state = SlotState::QUEUED;
+        t.slot_->pending = Pipe::NONE;  // the queue orders producer before consumer
+        fifo_.push_back(t.slot_);
+    }
+    template <typename T>
+    LocalTensor<T> DeQue() {
+        using namespace opgen_emu;
+        if (fifo_.empty()) fail(cat("DeQue on an empty queue ", name_, " (no EnQue before it)"));
+        Slot* s = fifo_.front();
+        fifo_.pop_front();
+        s->state = SlotState::DEQUEUED;
+        return make<T>(s);
+    }
+    template <typename T>
+    void FreeTensor(LocalTensor<T>& t) {
+        using namespace opgen_emu;
+        if (!t.slot_) fail("FreeTensor: LocalTensor was never allocated");
+        if (t.slot_->generation != t.gen_ || t.slot_->state == SlotState::FREE)
+            fail(cat("FreeTensor: tensor of ", t.slot_->owner, " was already freed"));
+        check_mine(t.slot_, "FreeTensor");
+        if (t.slot_->state == SlotState::QUEUED)
+            fail(cat("FreeTensor: tensor of ", t.slot_->owner, " is still in the queue (not DeQue'd)"));
+        t.slot_->state = SlotState::FREE;
+        ++t.slot_->generation;
+    }
+    bool HasTensorInQue() const { return !fifo_.empty(); }
+    int32_t GetTensorCountInQue() const { return static_cast<int32_t>(fifo_.size()); }
+
+    std::deque<opgen_emu::Slot*> fifo_;
+    size_t next_ = 0;
+
+private:
+    template <typename T>
+    LocalTensor<T> make(opgen_emu::Slot* s) {
+        LocalTensor<T> t;
+        t.slot_ = s;
+        t.gen_ = s->generation;
+        t.ub_off_ = s->offset;
+        t.size_ = static_cast<uint32_t>(s->bytes / sizeof(T));
+        return t;
+    }
+    void check_mine(opgen_emu::Slot* s, const char* api) {
+        if (std::find(slots_.begin(), slots_.end(), s) == slots_.end())
+            opgen_emu::fail(opgen_emu::cat(api, " on ", name_, ": the tensor belongs to ", s->owner));
+    }
+};
+
+template <TPosition pos = TPosition::VECCALC>
+class TBuf : public TQueBase {
+    static_assert(pos == TPosition::VECIN || pos == TPosition::VECOUT || pos == TPosition::VECCALC,
+                  "the opgen emulation models the vector core: TBuf positions VECIN/VECOUT/VECCALC");
+
+public:
+    template <typename T>
+    LocalTensor<T> Get() {
+        return Get<T>(static_cast<uint32_t>(slot("TBuf::Get")->bytes / sizeof(T)));
+    }
+    template <typename T>
+    LocalTensor<T> Get(uint32_t len) {
+        using namespace opgen_emu;
+        Slot* s = slot("TBuf::Get");
+        if (uint64_t(len) * sizeof(T) > s->bytes)
+            fail(cat("TBuf::Get<", type_name<T>(), ">(", len, ") on ", name_, ": ", len * sizeof(T),
+                     " B exceeds the buffer's ", s->bytes, " B"));
+        LocalTensor<T> t;
+        t.slot_ = s;
+        t.gen_ = s->generation;
+        t.ub_off_ = s->offset;
+        t.size_ = len;
+        return t;
+    }
+
+private:
+    opgen_emu::Slot* slot(const char* api) {
+        if (slots_.empty()) opgen_emu::fail(opgen_emu::cat(api, ": TPipe::InitBuffer not called"));
+        if (slots_[0]->state == opgen_emu::SlotState::DEAD)
+            opgen_emu::fail(opgen_emu::cat(api, " on ", name_, ": buffer released by TPipe::Reset"));
+        return slots_[0];
+    }
+};
+
+}  // namespace AscendC
+
+#endif  // OPGEN_EMU_TENSOR_H

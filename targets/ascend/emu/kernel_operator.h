@@ -1,0 +1,127 @@
+// opgen's strict CPU emulation of the AscendC vector-core API subset.
+//
+// An AscendC kernel written for CANN includes "kernel_operator.h"; built with g++ against this
+// directory instead, it runs on the CPU, one thread per core, with checks at least as strict as
+// CANN's CPU debug mode (ASCENDC_CPU_DEBUG) and stricter where that mode is blind.
+//
+// ============================================================================ building
+//   g++ -std=c++17 -O1 -pthread -shared -fPIC -I<this dir> [macros] kernel.cpp -o kernel.so
+// Macros (set from the product's hardware description):
+//   OPGEN_UB_BYTES=<n>      UB capacity per core in bytes (default 196608, Atlas A2/A3)
+//   OPGEN_MAX_BUFFERS=<n>   most TQue/TBuf buffers per TPipe (default 64)
+//   OPGEN_NO_DATACOPYPAD    the product has no DataCopyPad (Atlas training / Atlas inference):
+//                           calling it is an error
+//   OPGEN_VEC_BF16          the vector unit computes in bfloat16_t (otherwise arithmetic on
+//                           bfloat16_t tensors does not compile: Cast to float first)
+//
+// ============================================================================ the kernel
+//   extern "C" __global__ __aicore__ void my_kernel(GM_ADDR x, GM_ADDR y, GM_ADDR workspace,
+//                                                   GM_ADDR tiling) { ... }
+//   OPGEN_EMU_EXPORT(my_kernel, 4)     // after the kernel, once per kernel: the C launcher
+//
+// Tiling: the tiling argument points at a plain struct (POD) written by the host. Read it with
+//   GET_TILING_DATA_WITH_STRUCT(MyTilingData, t, tiling);  // MyTilingData t = copy from GM
+// or #define OPGEN_TILING_TYPE MyTilingData and GET_TILING_DATA(t, tiling). The copy is
+// bounds-checked against the tiling argument's size. GetUserWorkspace(workspace) returns the
+// workspace argument unchanged: the emulation has no system workspace.
+//
+// ============================================================================ the launcher ABI
+//   extern "C" int opgen_emu_launch_<kernel>(uint32_t block_dim, void* const* args,
+//                                            const uint64_t* sizes, uint32_t nargs);
+//     args[i]:  the i-th GM_ADDR argument (host memory; may be NULL when sizes[i] == 0)
+//     sizes[i]: its size in bytes; every GM access is checked against it
+//     Runs the kernel on block_dim cores (threads, GetBlockIdx() = 0..block_dim-1) and returns
+//     0 on success, nonzero on a violation (1) or bad launch arguments (2). The host process is
+//     never aborted: a violation throws inside its core, all cores stop (cores waiting in SyncAll
+//     are released) and the launcher returns.
+//   extern "C" const char* opgen_emu_last_error(void);
+//     The message of the last failed launch on the calling thread ("" after a success).
+//   extern "C" uint64_t opgen_emu_ub_bytes(void);       the OPGEN_UB_BYTES built in
+//   extern "C" int opgen_emu_has_datacopypad(void);     0 when built with OPGEN_NO_DATACOPYPAD
+// From Python (ctypes):
+//   lib.opgen_emu_launch_my_kernel.argtypes = [c_uint32, POINTER(c_void_p), POINTER(c_uint64), c_uint32]
+//   lib.opgen_emu_last_error.restype = c_char_p
+//
+// ============================================================================ what is checked
+// - UB: InitBuffer sizes (rounded to 32 B) against OPGEN_UB_BYTES, listing every buffer by the
+//   variable name at its InitBuffer call; at most OPGEN_MAX_BUFFERS buffers; one TPipe.
+// - Queues: EnQue on a full queue (depth), DeQue on an empty one, AllocTensor with every buffer
+//   in use, FreeTensor twice or of a queued tensor, any use of a tensor after FreeTensor /
+//   TPipe::Reset or while it sits in a queue; at kernel end, tensors left queued or unfreed.
+// - UB poison: buffers are filled with 0xFF (NaN) on AllocTensor / InitBuffer(TBuf) and every
+//   byte's "written" state is tracked through copies and vector ops; copying never-written bytes
+//   to GM, or GetValue of one, is an error naming the buffer.
+// - Copies: 32-byte UB alignment; DataCopy lengths in whole 32-byte blocks; DataCopyPad and
+//   burst parameter ranges; every element inside the LocalTensor, the GlobalTensor
+//   (SetGlobalBuffer size) and the kernel argument.
+// - Vector ops: 32-byte aligned operands, bounds of every touched element (count and repeat
+//   forms with block/repeat strides), repeatTimes <= 255, mask ranges, partial dst/src overlap,
+//   an element written twice by one instruction, the dtypes each API supports, Cast round modes.
+// - Pipe sync: reading a UB buffer on one pipe (MTE2 copy-in, V vector, MTE3 copy-out, S scalar)
+//   right after another pipe wrote it, without EnQue/DeQue, SetFlag/WaitFlag or
+//   PipeBarrier<PIPE_ALL>; reading GM back on MTE2 that this core wrote on MTE3 without sync.
+// - Cores: GM bytes written by two cores (or written by one and read by another) between the
+//   same two SyncAll calls, unless both writes are SetAtomicAdd accumulations; SyncAll is a
+//   real barrier and a core returning while others wait in SyncAll is reported (a hang).
+#ifndef OPGEN_EMU_KERNEL_OPERATOR_H
+#define OPGEN_EMU_KERNEL_OPERATOR_H
+
+#include <utility>
+
+#include "emu_reduce_cast.h"
+
+#define KERNEL_TASK_TYPE_DEFAULT(x)
+#define KERNEL_TYPE_AIV_ONLY 0
+
+namespace opgen_emu {
+
+inline void copy_tiling(void* dst, uint64_t bytes, const void* tiling) {
+    if (!tiling) fail("GET_TILING_DATA: tiling argument is NULL");
+    std::lock_guard<std::mutex> lk(current_core()->launch->gm_mutex);
+    gm_check(tiling, bytes, "GET_TILING_DATA");
+    std::memcpy(dst, tiling, bytes);
+}
+
+template <typename... P>
+constexpr size_t kernel_arity(void (*)(P...)) { return sizeof...(P); }
+
+template <typename K, size_t... I>
+void call_kernel(K kernel, void* const* args, std::index_sequence<I...>) {
+    kernel(static_cast<GM_ADDR>(args[I])...);
+}
+
+}  // namespace opgen_emu
+
+#define GET_TILING_DATA_WITH_STRUCT(type, var, tiling) \
+    type var;                                          \
+    opgen_emu::copy_tiling(&var, sizeof(type), tiling)
+#define GET_TILING_DATA(var, tiling) GET_TILING_DATA_WITH_STRUCT(OPGEN_TILING_TYPE, var, tiling)
+
+#define OPGEN_EMU_EXPORT(kernel, nargs)                                                            \
+    static_assert(opgen_emu::kernel_arity(kernel) == (nargs), #kernel " does not take " #nargs     \
+                                                                      " GM_ADDR arguments");        \
+    static void opgen_emu_thunk_##kernel(void* const* args) {                                      \
+        opgen_emu::call_kernel(kernel, args, std::make_index_sequence<(nargs)>{});                 \
+    }                                                                                              \
+    extern "C" __attribute__((visibility("default"))) int opgen_emu_launch_##kernel(              \
+        uint32_t block_dim, void* const* args, const uint64_t* sizes, uint32_t n) {                \
+        return opgen_emu::launch(#kernel, (nargs), opgen_emu_thunk_##kernel, block_dim, args,      \
+                                 sizes, n);                                                        \
+    }
+
+// Weak: several translation units of one library may include this header.
+extern "C" __attribute__((weak, visibility("default"))) const char* opgen_emu_last_error(void) {
+    return opgen_emu::tls_last_error.c_str();
+}
+extern "C" __attribute__((weak, visibility("default"))) uint64_t opgen_emu_ub_bytes(void) {
+    return opgen_emu::kUbBytes;
+}
+extern "C" __attribute__((weak, visibility("default"))) int opgen_emu_has_datacopypad(void) {
+#ifdef OPGEN_NO_DATACOPYPAD
+    return 0;
+#else
+    return 1;
+#endif
+}
+
+#endif  // OPGEN_EMU_KERNEL_OPERATOR_H
