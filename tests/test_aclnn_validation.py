@@ -100,7 +100,7 @@ def test_rms_shape_messages_say_what_and_why():
     assert status == 561002
     assert "gamma" in msg and "(15,)" in msg and "(16,)" in msg
     status, msg = rms_status(rstd=np.ones(3, np.float32))
-    assert status == 561002 and "rstd" in msg and "3 elements" in msg and "2 elements" in msg
+    assert status == 561002 and "rstd has shape (3,)" in msg and "(2, 1)" in msg and "(2,)" in msg
     status, msg = rms_status(dxOut=np.zeros((2, 16), np.float32))
     assert status == 561002 and "dxOut" in msg and "(2, 16)" in msg and "(2, 1, 16)" in msg
     status, msg = rms_status(x=np.ones((2, 1, 17), np.float32))
@@ -138,11 +138,69 @@ def test_rms_dtype_outside_table(changes):
 def test_rms_ranks():
     assert rms_status(**rms(shape=(1,) * 8 + (16,)))[0] == 561002            # x has 9 dims
     assert rms_status(**rms(shape=(1,) * 7 + (16,)))[0] == 0                 # 8 dims
+    status, msg = rms_status(rstd=np.ones((1,) * 7 + (2, 1), np.float32))    # rstd has 9 dims
+    assert status == 561002 and "rstd has 9 dimensions; expected 0 to 8" in msg
+    status, msg = rms_status(gamma=np.ones((), np.float32), dgammaOut=np.zeros((), np.float32))
+    assert status == 561002 and "gamma has 0 dimensions; expected 1 to 8" in msg
     full = {k: v for k, v in rms((1, 16), (1, 16)).items() if k != "rstd"}
     assert rms_status(rstd=np.ones((), np.float32), **full)[0] == 0          # x_shape[0:0] is ()
     assert rms_status(rstd=np.ones(1, np.float32), **full)[0] == 0
-    status, msg = rms_status(rstd=np.ones((), np.float32))                  # n = 2 here
-    assert status == 561002 and "rstd has 0 dimensions" in msg
+
+
+# CheckRstdShape (ops-nn rms_norm_grad_tiling.cpp) with n = x.dims() - gamma.dims(), r = rstd.dims():
+# r < n: rstd == x[:r] and x[r:n] all 1; r >= n: rstd[:n] == x[:n] and rstd holds prod(x[:n]) elements.
+RSTD_ACCEPTED = [
+    ((2, 1, 16), (16,), (2,)), ((2, 1, 16), (16,), (2, 1)), ((2, 1, 16), (16,), (2, 1, 1)),
+    ((2, 1, 16), (16,), (2, 1, 1, 1)), ((4, 6, 8), (8,), (4, 6)), ((4, 6, 8), (8,), (4, 6, 1)),
+    ((4, 1, 8), (8,), (4,)), ((4, 1, 8), (8,), (4, 1)), ((1, 1, 8), (8,), ()), ((1, 1, 8), (8,), (1,)),
+    ((2, 8), (2, 8), ()), ((2, 8), (2, 8), (1,)), ((2, 8), (2, 8), (1, 1)), ((16,), (16,), ()),
+    ((3, 4, 8), (4, 8), (3,)), ((3, 4, 8), (4, 8), (3, 1, 1)),
+]
+RSTD_REFUSED = [
+    ((4, 6, 8), (8,), (6, 4)),           # the right element count, other dims (the issue's example)
+    ((4, 6, 8), (8,), (24,)), ((4, 6, 8), (8,), (4,)), ((4, 6, 8), (8,), (6,)), ((4, 6, 8), (8,), ()),
+    ((4, 6, 8), (8,), (4, 6, 2)), ((4, 6, 8), (8,), (1, 4, 6)), ((2, 1, 16), (16,), (1, 2)),
+    ((2, 1, 16), (16,), (2, 2)), ((2, 1, 16), (16,), ()), ((2, 8), (2, 8), (2,)), ((4, 1, 8), (8,), (1, 4)),
+    ((3, 4, 8), (4, 8), (3, 4)),
+]
+
+
+def aclnn_shape(shape) -> str:
+    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+
+
+@pytest.mark.parametrize("prod", ["Ascend950", "AtlasA2", "AtlasInference"])
+@pytest.mark.parametrize("shape,gshape,rshape", RSTD_ACCEPTED)
+def test_rms_rstd_shapes_cann_accepts(prod, shape, gshape, rshape):
+    status, msg = rms_status(prod, **rms(shape, gshape, rstd_shape=rshape))
+    assert status == 0, msg
+
+
+@pytest.mark.parametrize("prod", ["Ascend950", "AtlasA3", "AtlasInference"])
+@pytest.mark.parametrize("shape,gshape,rshape", RSTD_REFUSED)
+def test_rms_rstd_shapes_cann_refuses(prod, shape, gshape, rshape):
+    status, msg = rms_status(prod, **rms(shape, gshape, rstd_shape=rshape))
+    assert status == 561002
+    assert f"rstd has shape {aclnn_shape(rshape)}" in msg and f"x has shape {aclnn_shape(shape)}" in msg
+
+
+def test_rms_rstd_of_zero_rows_on_950():
+    """r >= n with no rows: the tiling compares element counts (0 == 0), so further dims are free."""
+    assert rms_status(**rms((0, 8), (8,), rstd_shape=(0, 5)))[0] == 0
+    assert rms_status(**rms((0, 8), (8,), rstd_shape=(1, 5)))[0] == 561002     # rstd[:n] != x[:n]
+
+
+def test_rms_empty_rows_only_on_950():
+    """Tiling4RmsNormGrad refuses zero rows outside the 950 (dgamma still has elements to write)."""
+    assert rms_status("Ascend950", **rms((0, 16), (16,)))[0] == 0
+    assert rms_status("Ascend950", **rms((3, 0, 16), (16,)))[0] == 0
+    for prod in ("AtlasA2", "AtlasA3", "AtlasInference"):
+        status, msg = rms_status(prod, **rms((0, 16), (16,)))
+        assert status == 561002 and prod in msg and "no rows" in msg and "16 elements" in msg
+        assert rms_status(prod, **rms((3, 0, 16), (16,)))[0] == 561002
+    # every output empty (no rows and no columns, or no columns): the seed's "supports empty tensors" stands
+    assert rms_status("AtlasA2", **rms((0, 0), (0,)))[0] == 0
+    assert rms_status("AtlasA2", **rms((4, 0), (0,)))[0] == 0
 
 
 def test_rms_atlas_inference_last_axis_32_bytes():
