@@ -2,6 +2,8 @@
 
     opgen generate [--out opgen-out] [--op NAME ...] [--target NAME ...] [--fresh]
     opgen prove        # the sympy proofs of opgen.derive, and the seed-formula report
+    opgen compare [--against aten|DIR] [--op ..] [--dtypes ..] [--shape ..] [--out F.json|F.csv]
+    opgen bench [--quick] [--plot F.png] [--out F.json|F.csv]   # see opgen.compare, opgen.bench
 
 For every registered op x dtype combo x target that can build here: build the kernel,
 verify it against the float64 reference on the op's sample problems (targets that can run
@@ -113,6 +115,15 @@ def cmd_prove(args) -> int:
     return derive.main()
 
 
+def _add_from_module(parser, module_name: str) -> None:
+    """Arguments and entry point live in ``module_name`` (add_arguments, main(args))."""
+    import importlib
+
+    module = importlib.import_module(module_name)
+    module.add_arguments(parser)
+    parser.set_defaults(func=module.main)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="opgen", description="operator generator on Apache TVM")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -129,6 +140,10 @@ def build_parser() -> argparse.ArgumentParser:
     tiling = sub.add_parser("tiling", help="opgen's Ascend tiling next to CANN's formulas, on ops-nn's test shapes")
     tiling_report.add_arguments(tiling)
     tiling.set_defaults(func=tiling_report.main)
+    compare = sub.add_parser("compare", help="opgen vs a hand-written library (ATen or golden dumps), CANN's standards")
+    _add_from_module(compare, "opgen.compare")
+    bench = sub.add_parser("bench", help="time opgen's public API against the baselines and the same-run bandwidth")
+    _add_from_module(bench, "opgen.bench")
     return parser
 
 

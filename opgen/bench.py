@@ -1,0 +1,328 @@
+"""``opgen bench`` (and benchmarks/bench_cpu.py): opgen as users call it, next to its peers.
+
+What is timed: one complete two-phase aclnn call (GetWorkspaceSize, aclrtMalloc of the
+workspace, the run, aclrtFree) on arrays made the way users make them: once plain numpy
+(``rng.standard_normal``, ``np.empty``: 16-byte aligned, nothing special) and once torch
+tensors. Next to it, interleaved round by round (A B C A B C ..., so machine noise hits all
+alike; medians of the rounds): ATen's ``native_group_norm_backward``; for RmsNorm, which has
+no CPU backward kernel in ATen, the eager autograd of ``F.rms_norm`` and its torch.compile;
+a triad ``a = b + s*c`` over 64 MiB arrays (torch's one-pass multithreaded add; numpy's
+single-threaded copy without torch) as the same-run bandwidth; and "opgen after torch": the
+opgen call timed right after a torch op, the situation of a PyTorch user.
+
+GB/s counts minimal bytes: every input read once, every output written once. Tiny shapes
+measure the per-call cost (µs) instead.
+
+OMP_WAIT_POLICY (``--omp-wait``): with the default policy torch's OpenMP threads spin after
+each op and take the cores that TVM's pool needs next (and TVM's workers spin too, see
+TVM_THREAD_POOL_SPIN_COUNT), so interleaved timings measure the fight, not the kernels.
+``passive`` (the default here) sets PASSIVE; ``default`` unsets it, to measure what a
+PyTorch user with default settings sees (compare the "after torch" rows); ``inherit`` keeps
+the environment. OpenMP reads the variable once, when it loads (importing torch or TVM), so
+when it is already loaded with another value the benchmark reruns itself in a fresh process.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+RMS_SHAPES = ("4096x4096", "8192x5120", "16384x1024", "2048x8192")
+GN_SHAPES = ("2,320,64x64,32", "2,640,32x32,32", "2,1280,16x16,32", "8,256,56x56,32", "16,64,112x112,32")
+TAGS = ("f32-f32", "bf16-bf16")       # bf16 data; rstd (and RmsNorm's dgamma) stay f32
+TINY = (("group_norm_backward", "1,32,2x2,8"), ("rms_norm_grad", "4x64"))
+QUICK = (("rms_norm_grad", "4096x4096"), ("group_norm_backward", "2,640,32x32,32"))
+FLOPS_PER_ELEMENT = {"rms_norm_grad": 10, "group_norm_backward": 7}  # counted from the TE stages
+TRIAD_FLOATS = 16 << 20                                               # 64 MiB per array
+POLICIES = {"passive": "PASSIVE", "default": None}
+
+
+@dataclass(frozen=True)
+class Case:
+    op: str
+    tag: str
+    shape: str
+    tiny: bool = False
+
+
+@dataclass
+class Record:
+    """One contender on one case."""
+
+    op: str
+    dtypes: str
+    shape: str
+    contender: str
+    ms: float
+    gbs: float | None = None          # minimal bytes / time
+    pct_bandwidth: float | None = None
+    vs_opgen_numpy: float | None = None   # this contender's time / opgen-numpy's (>1: opgen faster)
+    vs_opgen_torch: float | None = None
+    tiny: bool = False
+
+
+def cases(quick: bool, ops=None, tags=None, shapes=None, tiny: bool = True) -> list[Case]:
+    """The issue-10 shape list (or --quick's one shape per op), then the tiny per-call cases."""
+    if shapes:
+        plan = [(op, s) for op in (ops or ("rms_norm_grad", "group_norm_backward")) for s in shapes.get(op, ())]
+    elif quick:
+        plan = list(QUICK)
+    else:
+        plan = [("rms_norm_grad", s) for s in RMS_SHAPES] + [("group_norm_backward", s) for s in GN_SHAPES]
+    plan = [(op, s) for op, s in plan if not ops or op in ops]
+    tag_list = tags or (TAGS[:1] if quick else TAGS)
+    result = [Case(op, tag, s) for op, s in plan for tag in tag_list]
+    if tiny:
+        result += [Case(op, "f32-f32", s, True) for op, s in TINY if not ops or op in ops]
+    return result
+
+
+def measure(contenders: dict, repeats: int) -> dict:
+    """Interleaved timing; a contender is ``run`` or ``(before, run)`` where only ``run``
+    is timed. Returns name -> median seconds."""
+    steps = {name: c if isinstance(c, tuple) else (None, c) for name, c in contenders.items()}
+    for before, run in steps.values():  # warm-up: page-in, thread pools, compilation
+        if before:
+            before()
+        run()
+    times = {name: [] for name in steps}
+    for _ in range(repeats):
+        for name, (before, run) in steps.items():
+            if before:
+                before()
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(ts) for name, ts in times.items()}
+
+
+def triad():
+    """(run, bytes): the same-run bandwidth probe."""
+    try:
+        import torch
+    except ImportError:
+        import numpy as np
+
+        src, dst = np.ones(TRIAD_FLOATS, np.float32), np.zeros(TRIAD_FLOATS, np.float32)
+        return (lambda: np.copyto(dst, src)), 2 * src.nbytes
+    a, b, c = (torch.full((TRIAD_FLOATS,), v, dtype=torch.float32) for v in (0.0, 1.0, 2.0))
+    return (lambda: torch.add(b, c, alpha=0.5, out=a)), 3 * a.numel() * 4
+
+
+def contenders(case: Case, rng, skip=()) -> tuple[dict, int]:
+    """The timed calls of one case and its minimal byte count."""
+    from opgen import baselines as B
+
+    problem = B.parse_problem(case.op, case.shape)
+    inputs = B.random_inputs(case.op, case.tag, problem, rng)
+    np_args = {**inputs, **B.output_buffers(case.op, case.tag, problem, "numpy")}
+    nbytes = sum(a.nbytes for a in np_args.values())
+    runs = {"opgen-numpy": B.aclnn_call(case.op, problem, np_args)}
+    try:
+        tensors = {k: B.to_torch(v) for k, v in inputs.items()}
+    except B.TorchMissing:
+        return runs, nbytes
+    runs["opgen-torch"] = B.aclnn_call(case.op, problem, {**tensors, **B.output_buffers(case.op, case.tag, problem, "torch")})
+    if case.op == "group_norm_backward":
+        peers = {"aten": B.aten_call}
+    else:
+        peers = {"eager": B.eager_call, "compile": B.compiled_call}
+    for name, make in peers.items():
+        if name not in skip:
+            runs[name] = make(case.op, problem, tensors)
+    first_peer = next((runs[n] for n in peers if n in runs), None)
+    if first_peer is not None and "after-torch" not in skip:
+        runs["opgen-torch after torch op"] = (first_peer, runs["opgen-torch"])
+    return runs, nbytes
+
+
+def records(case: Case, times: dict, nbytes: int, triad_gbs: float | None) -> list[Record]:
+    """Rows of one case from its median times."""
+    rows = []
+    base_np, base_pt = times.get("opgen-numpy"), times.get("opgen-torch")
+    for name, seconds in times.items():
+        gbs = None if case.tiny else nbytes / seconds / 1e9
+        pct = 100 * gbs / triad_gbs if gbs and triad_gbs else None
+        rel_np = seconds / base_np if base_np and not name.startswith("opgen-numpy") else None
+        rel_pt = seconds / base_pt if base_pt and name != "opgen-torch" and name != "opgen-numpy" else None
+        rows.append(Record(case.op, case.tag, case.shape, name, seconds * 1e3, gbs, pct, rel_np, rel_pt, case.tiny))
+    return rows
+
+
+def run(case_list: list[Case], repeats: int, skip=(), seed: int = 0, progress: bool = True) -> list[Record]:
+    """Measure every case (triad interleaved with each large one); returns the records."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    probe, probe_bytes = triad()
+    rows = []
+    bar = _progress(len(case_list), progress)
+    for case in case_list:
+        bar.set_description(f"{case.op} {case.tag} {case.shape}")
+        runs, nbytes = contenders(case, rng, skip)
+        if not case.tiny:
+            runs["triad"] = probe
+        times = measure(runs, repeats)
+        triad_s = times.pop("triad", None)
+        triad_gbs = probe_bytes / triad_s / 1e9 if triad_s else None
+        rows += records(case, times, nbytes, triad_gbs)
+        if triad_gbs:
+            rows.append(Record(case.op, case.tag, case.shape, "triad", triad_s * 1e3, triad_gbs, 100.0))
+        del runs
+        bar.update(1)
+    bar.close()
+    return rows
+
+
+def _progress(total: int, enabled: bool):
+    """tqdm on stderr (it turns itself off when stderr is not a terminal); a no-op without it."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        tqdm = None
+    if tqdm is None or not enabled:
+        class Quiet:
+            def set_description(self, _):
+                pass
+
+            def update(self, _):
+                pass
+
+            def close(self):
+                pass
+        return Quiet()
+    return tqdm(total=total, file=sys.stderr, disable=None, leave=False, unit="case")
+
+
+def _num(value, spec: str, suffix: str = "") -> str:
+    return "-" if value is None else format(value, spec) + suffix
+
+
+def print_table(rows: list[Record], stream=None) -> None:
+    """One line per case x contender; 'x opgen' columns are the contender's time over opgen's."""
+    stream = stream or sys.stdout
+    head = (f"{'op':<19} {'dtypes':<9} {'shape':<17} {'contender':<27} {'ms':>9} {'GB/s':>7} {'% triad':>8} "
+            f"{'x opgen-np':>11} {'x opgen-pt':>11}")
+    print(head, file=stream)
+    print("-" * len(head), file=stream)
+    last = None
+    for r in rows:
+        key = (r.op, r.dtypes, r.shape)
+        lead = f"{r.op:<19} {r.dtypes:<9} {r.shape:<17}" if key != last else " " * 47
+        last = key
+        ms = f"{r.ms * 1e3:7.1f}us" if r.tiny else f"{r.ms:9.3f}"
+        print(f"{lead} {r.contender:<27} {ms:>9} {_num(r.gbs, '7.1f'):>7} {_num(r.pct_bandwidth, '7.0f', '%'):>8} "
+              f"{_num(r.vs_opgen_numpy, '10.2f', 'x'):>11} {_num(r.vs_opgen_torch, '10.2f', 'x'):>11}", file=stream)
+    policy = os.environ.get("OMP_WAIT_POLICY", "unset (library default)")
+    print(f"medians of interleaved rounds; GB/s from minimal bytes; OMP_WAIT_POLICY={policy}; "
+          f"'x opgen' > 1 means opgen is faster (after-torch row: its slowdown)", file=stream)
+
+
+def write_rows(rows: list[Record], path) -> None:
+    """JSON (list of records) or CSV, by extension."""
+    path = Path(path)
+    data = [asdict(r) for r in rows]
+    if path.suffix == ".json":
+        path.write_text(json.dumps({"omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "rows": data}, indent=1))
+        return
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(data[0]) if data else ["op"])
+        writer.writeheader()
+        writer.writerows(data)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--quick", action="store_true", help="one shape per op, f32 (under a minute)")
+    parser.add_argument("--op", action="append", choices=("rms_norm_grad", "group_norm_backward"))
+    parser.add_argument("--dtypes", action="append", help="dtype combo, e.g. bf16-bf16 (repeatable)")
+    parser.add_argument("--shape", action="append", metavar="OP=SHAPE",
+                        help="e.g. rms_norm_grad=4096x4096 or group_norm_backward=2,320,64x64,32 (repeatable)")
+    parser.add_argument("--repeats", type=int, default=15, help="interleaved rounds (median)")
+    parser.add_argument("--no-tiny", action="store_true", help="leave out the per-call cost rows")
+    parser.add_argument("--skip", action="append", default=[], choices=("eager", "compile", "aten", "after-torch"),
+                        help="leave out a baseline (repeatable)")
+    parser.add_argument("--omp-wait", choices=("passive", "default", "inherit"), default="passive",
+                        help="OMP_WAIT_POLICY for the run (see the module doc)")
+    parser.add_argument("--out", help="also write the rows to FILE.json or FILE.csv")
+    parser.add_argument("--plot", help="draw GB/s per shape and a roofline panel to FILE.png (matplotlib)")
+    parser.add_argument("--seed", type=int, default=0)
+
+
+def to_argv(args) -> list[str]:
+    """The command line that reproduces ``args`` (for the rerun in a fresh process)."""
+    argv = ["--quick"] * args.quick + ["--no-tiny"] * args.no_tiny
+    for flag, values in (("--op", args.op), ("--dtypes", args.dtypes), ("--shape", args.shape), ("--skip", args.skip)):
+        for value in values or ():
+            argv += [flag, value]
+    argv += ["--repeats", str(args.repeats), "--omp-wait", args.omp_wait, "--seed", str(args.seed)]
+    for flag, value in (("--out", args.out), ("--plot", args.plot)):
+        if value:
+            argv += [flag, str(value)]
+    return argv
+
+
+def _openmp_loaded() -> bool:
+    try:
+        maps = Path("/proc/self/maps").read_text()
+    except OSError:
+        return "torch" in sys.modules or "tvm" in sys.modules
+    return any(lib in maps for lib in ("libgomp", "libiomp", "libomp"))
+
+
+def apply_policy(args) -> int | None:
+    """Make OMP_WAIT_POLICY what --omp-wait asks; returns the exit code of a rerun in a
+    fresh process when OpenMP is already loaded with another value, else None."""
+    if args.omp_wait == "inherit":
+        return None
+    want = POLICIES[args.omp_wait]
+    if os.environ.get("OMP_WAIT_POLICY") == want:
+        return None
+    env = dict(os.environ)
+    env.pop("OMP_WAIT_POLICY", None)
+    if want is not None:
+        env["OMP_WAIT_POLICY"] = want
+    if not _openmp_loaded():  # not read yet: setting it here is enough
+        os.environ.pop("OMP_WAIT_POLICY", None)
+        os.environ.update({} if want is None else {"OMP_WAIT_POLICY": want})
+        return None
+    return subprocess.run([sys.executable, "-m", "opgen.bench", *to_argv(args)], env=env).returncode
+
+
+def main(args) -> int:
+    """The ``opgen bench`` command."""
+    rerun = apply_policy(args)
+    if rerun is not None:
+        return rerun
+    shapes = {}
+    for item in args.shape or ():
+        op, _, shape = item.partition("=")
+        shapes.setdefault(op, []).append(shape)
+    case_list = cases(args.quick, args.op, args.dtypes, shapes, tiny=not args.no_tiny)
+    rows = run(case_list, args.repeats, set(args.skip), args.seed)
+    print_table(rows)
+    if args.out:
+        write_rows(rows, args.out)
+    if args.plot:
+        from opgen.bench_plot import plot
+
+        plot(rows, args.plot)
+        print(f"plot: {args.plot}")
+    return 0
+
+
+def cli(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="opgen bench", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return main(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(cli())

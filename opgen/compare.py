@@ -1,0 +1,226 @@
+"""``opgen compare``: opgen next to a hand-written library, judged by CANN's precision standards.
+
+For each op x dtype combo x shape (or each case of a golden dump) both sides get the same
+inputs; each output of each side is measured against the float64 reference
+(opgen.reference) with opgen.standards, and the row reports, for opgen: the double
+thousandths' share and verdict, MERE/MARE and verdict, then the double-benchmark ratios
+(opgen's error over the library's) and the level reached, and the time ratio. The exit
+status is 1 when any standard fails for opgen (the library's own verdicts are shown, not
+judged). opgen always runs through its public Pythonic API on numpy arrays.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from opgen import baselines, standards
+from opgen.dtypes import dtype_name
+from opgen.ops import get_op
+
+DEFAULT_CASES = {  # small enough for a few seconds per row on 2 cores, large enough for real reductions
+    "rms_norm_grad": ("256x1024",),
+    "group_norm_backward": ("2,64,16x16,8",),
+}
+DEFAULT_TAGS = {"rms_norm_grad": ("f32-f32", "bf16-f32", "f16-f16", "bf16-bf16"),
+                "group_norm_backward": ("f32-f32", "f16-f16", "bf16-bf16", "bf16-f32")}
+
+
+@dataclass
+class Row:
+    """One output of one case: opgen's and the library's errors and the verdicts."""
+
+    op: str
+    dtypes: str
+    shape: str
+    output: str
+    library: str
+    ours: standards.Errors
+    theirs: standards.Errors
+    ratios: tuple
+    level: str | None
+    opgen_ms: float | None = None
+    library_ms: float | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return self.ours.dt_pass and self.ours.mm_pass and self.level is not None
+
+    def as_dict(self) -> dict:
+        speedup = self.library_ms / self.opgen_ms if self.opgen_ms and self.library_ms else None
+        return {"op": self.op, "dtypes": self.dtypes, "shape": self.shape, "output": self.output,
+                "library": self.library, **self.ours.as_dict("opgen_"), **self.theirs.as_dict("library_"),
+                "ratio_mare": self.ratios[0], "ratio_mere": self.ratios[1], "ratio_rmse": self.ratios[2],
+                "level": self.level or "none", "opgen_ms": self.opgen_ms, "library_ms": self.library_ms,
+                "speedup": speedup, "passed": self.passed}
+
+
+def _median_ms(run, repeats: int) -> tuple[dict, float]:
+    """Outputs of a first (warm-up) call, then the median time of ``repeats`` more."""
+    outputs = run()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return outputs, statistics.median(times) * 1e3 if times else None
+
+
+def judge(op_name: str, tag: str, problem, inputs: dict, theirs: dict, library: str,
+          ours: dict | None = None, times=(None, None)) -> list[Row]:
+    """Rows for one case: both sides' outputs (by kernel name) against the reference."""
+    op = get_op(op_name)
+    combo = op.combo(tag)
+    reference = op.reference(problem, inputs)
+    if ours is None:
+        ours = baselines.opgen_call(op_name, problem, inputs)()
+    rows = []
+    for name in op.outputs:
+        if name not in theirs or ours.get(name) is None:
+            continue
+        ref = reference[name]
+        mine = standards.errors(baselines.to_float64(ours[name]).reshape(ref.shape), ref, combo["dy"], combo[name])
+        lib_dtype = _dtype_of(theirs[name])
+        other = standards.errors(baselines.to_float64(theirs[name]).reshape(ref.shape), ref, combo["dy"], lib_dtype)
+        ratios = standards.benchmark_ratios(mine, other)
+        rows.append(Row(op_name, tag, baselines.problem_label(problem), name, library, mine, other, ratios,
+                        standards.level(ratios), *times))
+    return rows
+
+
+def _dtype_of(value) -> str:
+    if type(value).__module__.startswith("torch"):
+        return str(value.dtype).replace("torch.", "")
+    return dtype_name(np.asarray(value).dtype)
+
+
+def against_aten(op_names, tags, shapes, seed: int, repeats: int, progress=None) -> list[Row]:
+    """Compare with ATen on every device torch has here (CPU; CUDA when present)."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for op_name in op_names:
+        for tag in tags.get(op_name) or DEFAULT_TAGS[op_name]:
+            for text in shapes.get(op_name) or DEFAULT_CASES[op_name]:
+                problem = baselines.parse_problem(op_name, text)
+                inputs = baselines.random_inputs(op_name, tag, problem, rng)
+                ours, ours_ms = _median_ms(baselines.opgen_call(op_name, problem, inputs), repeats)
+                for device in baselines.torch_devices():
+                    tensors = {k: baselines.to_torch(v, device) for k, v in inputs.items()}
+                    theirs, lib_ms = _median_ms(_synced(baselines.aten_call(op_name, problem, tensors), device),
+                                                repeats)
+                    rows += judge(op_name, tag, problem, inputs, theirs, f"aten-{device}", ours, (ours_ms, lib_ms))
+                if progress:
+                    progress()
+    return rows
+
+
+def _synced(run, device: str):
+    if device == "cpu":
+        return run
+    torch = baselines.import_torch()
+
+    def synced():
+        out = run()
+        torch.cuda.synchronize()
+        return out
+    return synced
+
+
+def against_dump(directory, repeats: int) -> list[Row]:
+    """Compare with a golden dump's outputs (opgen runs on the dump's own inputs)."""
+    from opgen import dumps
+
+    library, cases = dumps.read_dump(directory)
+    rows = []
+    for case in cases:
+        ours, ours_ms = _median_ms(baselines.opgen_call(case.op, case.problem, case.inputs), repeats)
+        rows += judge(case.op, case.tag, case.problem, case.inputs, case.outputs, library, ours, (ours_ms, None))
+    return rows
+
+
+def _fmt(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def print_table(rows: list[Row], stream=None) -> None:
+    stream = stream or sys.stdout
+    head = (f"{'op':<19} {'dtypes':<9} {'shape':<15} {'out':<6} {'library':<10} {'within %':>9} {'DT':>4} "
+            f"{'MERE':>8} {'MARE':>8} {'MM':>4} {'xMARE':>6} {'xMERE':>6} {'xRMSE':>6} {'level':>5} "
+            f"{'ms':>7} {'lib ms':>7}")
+    print(head, file=stream)
+    print("-" * len(head), file=stream)
+    for r in rows:
+        o = r.ours
+        print(f"{r.op:<19} {r.dtypes:<9} {r.shape:<15} {r.output:<6} {r.library[:10]:<10} "
+              f"{100 * o.within:9.3f} {'ok' if o.dt_pass else 'FAIL':>4} {o.mere:8.2e} {o.mare:8.2e} "
+              f"{'ok' if o.mm_pass else 'FAIL':>4} {r.ratios[0]:6.2f} {r.ratios[1]:6.2f} {r.ratios[2]:6.2f} "
+              f"{r.level or 'FAIL':>5} {_fmt(r.opgen_ms, '7.3f')} {_fmt(r.library_ms, '7.3f')}", file=stream)
+    print("DT: double thousandths (share within, needs 99.9% half / 99.99% f32); MM: MERE < T and MARE < 10T; "
+          "xMARE/xMERE/xRMSE: opgen's error over the library's (level L2 <= 2/1.2/1.2, L1 <= 5/1.5/1.5, "
+          "L0 <= 10/2/2); ms: median per call", file=stream)
+
+
+def write_rows(rows: list[Row], path) -> None:
+    """JSON (a list of row objects) or CSV, by the file's extension."""
+    path = Path(path)
+    records = [r.as_dict() for r in rows]
+    if path.suffix == ".json":
+        path.write_text(json.dumps(records, indent=1) + "\n")
+        return
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(records[0]) if records else ["op"])
+        writer.writeheader()
+        writer.writerows(records)
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--against", default="aten", help="'aten' (torch's native kernels) or a golden dump DIR")
+    parser.add_argument("--op", action="append", choices=tuple(DEFAULT_CASES), help="only this op (repeatable)")
+    parser.add_argument("--dtypes", action="append", help="only this dtype combo, e.g. bf16-f32 (repeatable)")
+    parser.add_argument("--shape", action="append", help="ROWSxCOLS (rms_norm_grad) or N,C,HxW,G (group_norm_backward)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls per side (median)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", help="also write the rows to FILE.json or FILE.csv")
+
+
+def _for_ops(values, op_names, accept) -> dict:
+    """Per op, the given values that ``accept(op, value)`` does not refuse."""
+    result = {}
+    for op_name in op_names:
+        picked = []
+        for value in values or ():
+            try:
+                accept(op_name, value)
+                picked.append(value)
+            except (KeyError, ValueError):
+                pass
+        result[op_name] = tuple(picked)
+    return result
+
+
+def main(args) -> int:
+    """The ``opgen compare`` command: table, optional --out, exit 1 if a standard fails."""
+    if args.against != "aten":
+        rows = against_dump(args.against, args.repeats)
+    else:
+        op_names = args.op or list(DEFAULT_CASES)
+        shapes = _for_ops(args.shape, op_names, baselines.parse_problem)
+        tags = _for_ops(args.dtypes, op_names, lambda op, tag: get_op(op).combo(tag))
+        try:
+            rows = against_aten(op_names, tags, shapes, args.seed, args.repeats)
+        except baselines.TorchMissing as err:
+            print(f"opgen compare: {err}", file=sys.stderr)
+            return 2
+    print_table(rows)
+    if args.out:
+        write_rows(rows, args.out)
+    failed = [r for r in rows if not r.passed]
+    print(f"opgen compare: {len(rows) - len(failed)} of {len(rows)} rows meet every standard")
+    return 1 if failed or not rows else 0
