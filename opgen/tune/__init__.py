@@ -1,0 +1,18 @@
+"""opgen.tune: schedule search over the knobs the schedule rules declare.
+
+    from opgen.tune import tune, Options
+    result = tune(op, combo, target, problem, Options(trials=32, strategy="model", seed=0))
+
+Pieces: ``space`` (the matched rule's knob space, pruned by its constraints),
+``strategies`` (exhaustive, random, model-guided), ``measure`` (parallel builds, checked
+and timed measurements), ``rpc`` (measurement through TVM's RPC tracker), ``database``
+(JSON lines; ``lookup`` is the kernel cache's view of it), ``metaschedule`` (TVM's
+auto-scheduler on the same workload), ``costmodel`` (targets tuned against a model),
+``cli`` (``opgen tune``).
+"""
+from __future__ import annotations
+
+from opgen.tune.driver import Options, TuneResult, tune
+from opgen.tune.measure import Settings
+
+__all__ = ["tune", "Options", "Settings", "TuneResult"]

@@ -1,0 +1,154 @@
+"""The tuning loop: propose a batch, build it in parallel, measure it, record every trial.
+
+Each measured candidate is appended to the database as soon as its measurement ends, so
+Ctrl-C (or a crash) loses at most the batch in flight. The default point is the first
+trial: the best of a run is never slower than the untuned kernel. Early stopping: the run
+ends after ``patience`` consecutive trials that did not improve the best by ``min_gain``.
+"""
+from __future__ import annotations
+
+import datetime
+import math
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+import tvm
+
+from opgen.tune import database, strategies
+from opgen.tune.measure import Builder, LocalRunner, Measurement, Settings, Workload
+from opgen.tune.space import freeze, kernel_shapes, space_for
+
+
+def opgen_version() -> str:
+    try:
+        return metadata.version("opgen")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+@dataclass
+class Trial:
+    index: int
+    knobs: dict
+    measurement: Measurement
+    build_s: float
+    record: dict
+
+
+@dataclass
+class TuneResult:
+    records_path: Path
+    trials: list = field(default_factory=list)
+    space_size: int = 0
+    pruned: int = 0
+    seconds: float = 0.0
+    interrupted: bool = False
+    stopped_early: bool = False
+    workload_bytes: int = 0
+
+    def ok(self) -> list:
+        return [t for t in self.trials if t.measurement.status == database.OK]
+
+    @property
+    def best(self) -> Trial | None:
+        return min(self.ok(), key=lambda t: t.measurement.median_ms, default=None)
+
+    @property
+    def default(self) -> Trial | None:
+        return self.trials[0] if self.trials else None
+
+
+def make_record(ctx: dict, index: int, knobs: dict, m: Measurement, build_s: float, workload: Workload) -> dict:
+    """One database line for one measured candidate."""
+    return {
+        **ctx, "trial": index, "knobs": knobs, "status": m.status, "error": m.error,
+        "times_ms": [round(t, 6) for t in m.times_ms], "median_ms": m.median_ms,
+        "gbps": workload.gbps(m.median_ms), "max_err_ratio": m.max_err_ratio, "device": m.device,
+        "model": m.model, "build_s": round(build_s, 3),
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def record_context(op, combo, target, problem, strategy: str, seed: int, engine: str) -> dict:
+    return {
+        "op": op.name, "combo": combo.tag, "target": target.name, "hardware": database.hardware_of(target),
+        "bucket": database.bucket_for(op, kernel_shapes(op, problem)), "problem": str(problem),
+        "engine": engine, "strategy": strategy, "seed": seed, "run": uuid.uuid4().hex[:12],
+        "opgen_version": opgen_version(), "tvm_version": tvm.__version__,
+    }
+
+
+@dataclass
+class Options:
+    trials: int = 32
+    strategy: str = "model"
+    seed: int = 0
+    jobs: int = 2
+    batch: int = 4
+    patience: int | None = 16
+    min_gain: float = 0.01
+    settings: Settings = Settings()
+
+
+def tune(op, combo, target, problem, options: Options = Options(), runner=None, db_path=None,
+         progress=None, workload: Workload | None = None) -> TuneResult:
+    """Search the matched rule's knob space for ``problem``; returns every trial.
+
+    ``runner``: LocalRunner (default), an RpcRunner, or a cost-model runner; ``progress``:
+    called after each trial with (trial, result, budget).
+    """
+    start = time.perf_counter()
+    db_path = Path(db_path) if db_path is not None else database.user_db_path()
+    space = space_for(op, combo, target, problem)
+    workload = workload or Workload(op, combo, problem, options.seed)
+    runner = runner or _default_runner(target, options.settings)
+    strategy = strategies.make(options.strategy, space, options.seed)
+    ctx = record_context(op, combo, target, problem, options.strategy, options.seed, database.TEMPLATE)
+    result = TuneResult(db_path, [], len(space.points), space.pruned, 0.0, workload_bytes=workload.bytes)
+    budget = min(options.trials, len(space.points))
+    measured: dict = {}
+    with tempfile.TemporaryDirectory(prefix="opgen-tune-") as scratch:
+        builder = Builder(workload, target, Path(scratch), options.jobs)
+        try:
+            _loop(strategy, builder, runner, workload, options, ctx, db_path, result, measured, budget, progress)
+        except KeyboardInterrupt:
+            result.interrupted = True
+        finally:
+            builder.close()
+    result.seconds = time.perf_counter() - start
+    return result
+
+
+def _default_runner(target, settings: Settings):
+    if getattr(target, "cost_model", None) is not None:
+        from opgen.tune.costmodel import ModelRunner
+
+        return ModelRunner(target, settings)
+    return LocalRunner(target, settings)
+
+
+def _loop(strategy, builder, runner, workload, options, ctx, db_path, result, measured, budget, progress):
+    best, since_gain = math.inf, 0
+    while len(measured) < budget:
+        batch = strategy.next_batch(min(options.batch, budget - len(measured)), measured)
+        if not batch:
+            return
+        for point in batch:
+            measured[freeze(point)] = math.inf  # reserved: never proposed again
+        for built, m in runner.run_all(workload, builder.build(batch)):
+            cost = m.median_ms if m.status == database.OK else math.inf
+            measured[freeze(built.knobs)] = cost
+            record = make_record(ctx, len(result.trials), built.knobs, m, built.build_s, workload)
+            database.append(db_path, record)
+            result.trials.append(Trial(len(result.trials), built.knobs, m, built.build_s, record))
+            since_gain = 0 if cost < best * (1 - options.min_gain) else since_gain + 1
+            best = min(best, cost)
+            if progress is not None:
+                progress(result.trials[-1], result, budget)
+        if options.patience and since_gain >= options.patience:
+            result.stopped_early = True
+            return

@@ -1,0 +1,132 @@
+"""Measuring through TVM's RPC tracker: any number of servers under one key.
+
+TVM's tracker (``python -m tvm.exec.rpc_tracker``) hands each request the next free server
+registered under the key (``python -m tvm.exec.rpc_server --tracker H:P --key K``), so
+candidates go to free servers by themselves. This runner keeps one measuring thread per
+server the tracker reports; each thread requests a session, uploads the candidate's
+library, loads it and runs the same check-then-time measurement as the local runner
+(opgen.tune.measure.measure_module) on the server's device.
+
+Failures cost one trial, never the run:
+  * a server that dies mid-measurement breaks its session: that candidate is recorded as
+    FAILED with the server's address, and the next request goes to a live server;
+  * a measurement that exceeds ``settings.timeout_s`` is recorded as FAILED; its thread is
+    abandoned (daemon) and replaced, and the server ends the session itself
+    (``session_timeout``);
+  * a server the tracker still lists but that refuses connections is skipped when the
+    session is requested (retried, bounded); no candidate is charged for it.
+"""
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+
+from tvm import rpc
+from tvm.rpc import base
+
+from opgen.tune import database
+from opgen.tune.measure import Measurement, Settings, measure_module
+
+
+def parse_address(text: str) -> tuple[str, int, str]:
+    """``HOST:PORT:KEY`` -> (host, port, key)."""
+    host, port, key = text.rsplit(":", 2)
+    return host, int(port), key
+
+
+def free_servers(host: str, port: int, key: str) -> int:
+    """How many servers the tracker lists as free under ``key``."""
+    summary = rpc.connect_tracker(host, port).summary()
+    return int(summary.get("queue_info", {}).get(key, {}).get("free", 0))
+
+
+class RpcRunner:
+    def __init__(self, host: str, port: int, key: str, target, settings: Settings = Settings(),
+                 parallel: int | None = None, on_session=None, connect_retries: int = 5):
+        self.host, self.port, self.key, self.target, self.settings = host, port, key, target, settings
+        self.parallel = parallel or max(1, free_servers(host, port, key))
+        self.on_session = on_session            # test hook: called with the server's "host:port"
+        self.connect_retries = connect_retries
+
+    def _request(self):
+        """(session, "host:port") of a free server; waits at most settings.timeout_s."""
+        tracker = rpc.connect_tracker(self.host, self.port)
+        tracker._sock.settimeout(self.settings.timeout_s)
+        last = None
+        for _ in range(self.connect_retries):
+            base.sendjson(tracker._sock, [base.TrackerCode.REQUEST, self.key, "", 1])
+            value = base.recvjson(tracker._sock)
+            if value[0] != base.TrackerCode.SUCCESS:
+                raise RuntimeError(f"tracker refused the request: {value}")
+            url, port, match_key = value[1]
+            try:
+                session = rpc.connect(url, port, match_key, int(self.settings.timeout_s) + 1)
+                return session, f"{url}:{port}"
+            except Exception as err:  # a dead server still listed: try the next one
+                last = err
+        raise RuntimeError(f"no live server under key {self.key!r} after {self.connect_retries} tries: {last}")
+
+    def run(self, workload, built) -> Measurement:
+        if built.error:
+            return Measurement(database.FAILED, error=built.error, device=f"rpc:{self.key}")
+        try:
+            session, address = self._request()
+        except Exception as err:
+            return Measurement(database.FAILED, error=f"rpc request: {type(err).__name__}: {err}",
+                               device=f"rpc:{self.key}")
+        device = f"rpc:{self.key}@{address}"
+        try:
+            if self.on_session is not None:
+                self.on_session(address)
+            name = os.path.basename(built.path)
+            session.upload(built.path, name)
+            module = session.load_module(name)
+            dev = session.device(self.target.device().dlpack_device_type(), 0)
+            return measure_module(module, workload, built, dev, self.settings, device)
+        except Exception as err:  # the server died or the session broke: one failed trial
+            return Measurement(database.FAILED, error=f"rpc {address}: {type(err).__name__}: {str(err)[:200]}",
+                               device=device)
+
+    def run_all(self, workload, builds):
+        """Yield (built, measurement) as they finish, ``parallel`` at a time."""
+        tasks, results = queue.Queue(), queue.Queue()
+        for item in enumerate(builds):
+            tasks.put(item)
+        started: dict = {}
+
+        def worker():
+            while True:
+                try:
+                    index, built = tasks.get_nowait()
+                except queue.Empty:
+                    return
+                started[index] = time.monotonic()
+                results.put((index, self.run(workload, built)))
+
+        threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(self.parallel, len(builds)))]
+        for t in threads:
+            t.start()
+        done: set = set()
+        while len(done) < len(builds):
+            try:
+                index, m = results.get(timeout=1.0)
+            except queue.Empty:
+                index, m = self._overdue(started, done)
+                if index is None:
+                    continue
+                replacement = threading.Thread(target=worker, daemon=True)  # the stuck thread's slot
+                replacement.start()
+            if index in done:
+                continue
+            done.add(index)
+            yield builds[index], m
+
+    def _overdue(self, started: dict, done: set):
+        limit = self.settings.timeout_s + 5.0
+        for index, t0 in list(started.items()):
+            if index not in done and time.monotonic() - t0 > limit:
+                return index, Measurement(database.FAILED, error=f"rpc: no result within {limit:.0f} s",
+                                          device=f"rpc:{self.key}")
+        return None, None

@@ -1,0 +1,132 @@
+"""The search space of one tuning problem, read from the schedule rule that matches it.
+
+Nothing here names a knob: the matched rule declares its knobs (``knobs(target)``) and
+its constraints (``check_knobs``), so a new rule's knobs are tuned without a change here.
+A point is a dict knob -> value; invalid points are pruned before anything is built.
+The rule's default point is always a member (the tuner measures it first), so tuning is
+never slower than not tuning.
+
+Features for the cost model: one number per knob, log2 of positive numeric values (the
+knobs here are sizes that act multiplicatively), the domain index otherwise.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import itertools
+import math
+import typing
+from dataclasses import dataclass
+
+import numpy as np
+from tvm import te
+
+from opgen import schedules
+from opgen.dtypes import numpy_dtype
+
+
+def matching_rule(op, combo, target):
+    """The first rule of the target that matches the op's function (as the kernel cache picks)."""
+    return _matching_rule(op.name, combo.tag, target)
+
+
+@functools.lru_cache(maxsize=None)
+def _matching_rule(op_name: str, combo_tag: str, target):
+    from opgen.ops import get_op
+
+    op = get_op(op_name)
+    func = te.create_prim_func(op.compute(op.combo(combo_tag))).with_attr("global_symbol", op_name)
+    rule, _ = schedules.schedule_with_rule(func, target)
+    return rule
+
+
+def parse_problem(op, text: str):
+    """An op's Problem from a shape string: fields in order, separated by commas.
+
+    A tuple field takes ``AxBxC``; an int field takes a number or a product ``56x56``.
+    Missing trailing int fields are 1 (RmsNormGrad: ``4096x4096`` -> x (4096, 4096),
+    gamma over the last axis; GroupNorm: ``8,256,56x56,32`` -> N, C, HxW, group).
+    """
+    cls = type(op.problems[0])
+    hints = typing.get_type_hints(cls)
+    parts = [p.strip() for p in text.strip("()").split(",") if p.strip()]
+    fields = dataclasses.fields(cls)
+    if len(parts) > len(fields):
+        raise ValueError(f"{op.name}: {text!r} has {len(parts)} fields; {cls.__name__} has "
+                         f"{[f.name for f in fields]}")
+    values = {}
+    for i, field in enumerate(fields):
+        dims = tuple(int(d) for d in parts[i].lower().split("x")) if i < len(parts) else (1,)
+        is_tuple = typing.get_origin(hints[field.name]) is tuple
+        values[field.name] = dims if is_tuple else math.prod(dims)
+    return cls(**values)
+
+
+def kernel_shapes(op, problem) -> dict:
+    """Tensor name -> the kernel's canonical shape for ``problem``."""
+    return op.api.kernel_shapes(problem)
+
+
+def workload_bytes(op, combo, problem) -> int:
+    """Bytes every kernel must move at least: each input read once, each output written once."""
+    shapes = kernel_shapes(op, problem)
+    return sum(math.prod(shapes[n]) * numpy_dtype(combo[n]).itemsize for n in op.inputs + op.outputs)
+
+
+@dataclass(frozen=True)
+class Space:
+    """The valid points of a rule's knobs for one problem, in exhaustive order."""
+
+    rule: object
+    knobs: tuple            # schedules.Knob
+    points: tuple           # tuple of dicts, default first
+    pruned: int             # points the rule's constraints refused
+
+    @property
+    def default(self) -> dict:
+        return self.points[0]
+
+    def features(self, point: dict) -> np.ndarray:
+        row = []
+        for knob in self.knobs:
+            value = point[knob.name]
+            numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+            row.append(math.log2(value) if numeric and value > 0 else float(knob.values.index(value)))
+        return np.asarray(row, dtype=np.float64)
+
+    def neighbours(self, point: dict) -> list[dict]:
+        """Valid points differing from ``point`` by one knob moved one step in its domain."""
+        valid = {freeze(p) for p in self.points}
+        result = []
+        for knob in self.knobs:
+            i = knob.values.index(point[knob.name])
+            for j in (i - 1, i + 1):
+                if 0 <= j < len(knob.values):
+                    moved = {**point, knob.name: knob.values[j]}
+                    if freeze(moved) in valid:
+                        result.append(moved)
+        return result
+
+
+def freeze(point: dict) -> tuple:
+    return tuple(sorted(point.items()))
+
+
+def build_space(rule, target, shapes: dict | None) -> Space:
+    """Enumerate the rule's knob space for a problem (``shapes``: kernel shapes or None)."""
+    knobs = schedules.rule_knobs(rule, target)
+    default = schedules.default_knobs(rule, target)
+    points, pruned = [default], 0
+    for values in itertools.product(*(k.values for k in knobs)):
+        point = dict(zip((k.name for k in knobs), values))
+        if point == default:
+            continue
+        if schedules.check_knobs(rule, point, target, shapes):
+            pruned += 1
+            continue
+        points.append(point)
+    return Space(rule, knobs, tuple(points), pruned)
+
+
+def space_for(op, combo, target, problem) -> Space:
+    return build_space(matching_rule(op, combo, target), target, kernel_shapes(op, problem))
