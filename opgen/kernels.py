@@ -308,3 +308,15 @@ def get_kernel(op: OpSpec | str, combo: DtypeCombo | str, target: TargetSpec | s
 def clear_memory_cache() -> None:
     with _CACHE_LOCK:
         _CACHE.clear()
+
+
+def tuned_knobs(op: OpSpec, combo: DtypeCombo, target: TargetSpec, shapes: dict) -> dict | None:
+    """The tuned knobs for a call whose kernel shapes (tensor name -> shape) are ``shapes``.
+
+    The best record of opgen.tune's database whose key (op, combo, target and its hardware,
+    shape bucket) matches, or None when this shape's bucket was never tuned (the rule's
+    defaults apply). The database is read once per process; then this is a dict lookup.
+    """
+    from opgen.tune.lookup import tuned_knobs as lookup
+
+    return lookup(op, combo, target, shapes)
