@@ -248,15 +248,25 @@ def gn_status(prod="Ascend950", args=None, **changes):
     return status, acl.aclGetRecentErrMsg()
 
 
-@pytest.mark.parametrize("name", ["gradOut", "input", "mean", "rstd", "outputMask"])
+@pytest.mark.parametrize("name", ["gradOut", "input", "mean", "rstd"])
 def test_gn_required_nulls(name):
     status, msg = gn_status(**{name: None})
     assert status == 161001 and name in msg
 
 
+@pytest.mark.parametrize("prod", ["Ascend950", "AtlasA3", "AtlasA2", "AtlasTraining"])
+def test_gn_null_mask_is_invalid_not_nullptr(prod):
+    """CANN's CheckMaskNotNull runs under CHECK_RET(..., ACLNN_ERR_PARAM_INVALID): 161002."""
+    status, msg = gn_status(prod, outputMask=None)
+    assert status == 161002 and "outputMask is a null pointer" in msg
+    assert gn_status(prod, outputMask=None, rstd=None)[0] == 161001       # the four inputs come first
+
+
 @pytest.mark.parametrize("bit,name", [(0, "gradInput"), (1, "gradGammaOut"), (2, "gradBetaOut")])
 def test_gn_masked_outputs(bit, name):
-    assert gn_status(**{name: None})[0] == 161001
+    for prod in ("Ascend950", "AtlasA2", "AtlasTraining"):
+        status, msg = gn_status(prod, **{name: None})                     # CheckMaskNotNull: 161002
+        assert status == 161002 and f"outputMask[{bit}] is true but {name} is a null pointer" in msg
     mask = [True, True, True]
     mask[bit] = False
     assert gn_status(**{name: None, "outputMask": mask})[0] == 0
@@ -326,6 +336,59 @@ def test_gn_input_shape_is_free_beyond_its_count():
     a.update(gradOut=np.ones((2, 6, 2, 2), np.float32), input=np.ones((2, 6, 2, 2), np.float32),
              gradInput=np.zeros((2, 6, 2, 2), np.float32), mean=np.zeros(6, np.float32), rstd=np.ones(6, np.float32))
     assert gn_status(args=a)[0] == 0
+
+
+def gn_sized(n, c, hw, group, **changes):
+    return dict(gn(n, c, hw, group), **changes)
+
+
+def test_gn_channel_limits_on_a2_a3():
+    """CheckAttr on NpuArch DAV_2201: C / group <= 8000 and C <= 240000 (161002)."""
+    for prod in ("AtlasA2", "AtlasA3"):
+        status, msg = gn_status(prod, gn_sized(1, 8001, 1, 1))
+        assert status == 161002 and "C / group = 8001 / 1 = 8001" in msg and "8000" in msg and prod in msg
+        assert gn_status(prod, gn_sized(1, 8000, 1, 1))[0] == 0
+        assert gn_status(prod, gn_sized(2, 16002, 1, 2))[0] == 161002
+        status, msg = gn_status(prod, gn_sized(1, 240032, 1, 32))                    # 7501 per group
+        assert status == 161002 and "C = 240032" in msg and "240000" in msg
+        assert gn_status(prod, gn_sized(1, 240000, 1, 30))[0] == 0                   # 8000 per group
+    # the limits come before the element counts, as in CheckParams (both 161002)
+    assert gn_status("AtlasA2", gn_sized(1, 8001, 1, 1, HxW=2))[0] == 161002
+
+
+def test_gn_channel_limits_elsewhere():
+    """Atlas training: no limit (the BatchNorm composition). Ascend 950: no C limit, but its kernel
+    tiling refuses C / group > 8000, which the op_api reports as 561103 (ACLNN_ERR_INNER_NULLPTR)."""
+    assert gn_status("AtlasTraining", gn_sized(1, 8001, 1, 1))[0] == 0
+    assert gn_status("AtlasTraining", gn_sized(1, 240032, 1, 32))[0] == 0
+    assert gn_status("Ascend950", gn_sized(1, 240032, 1, 32))[0] == 0
+    assert gn_status("Ascend950", gn_sized(1, 8000, 1, 1))[0] == 0
+    status, msg = gn_status("Ascend950", gn_sized(1, 8001, 1, 1))
+    assert status == 561103 and "C / group = 8001 / 1 = 8001" in msg and "ACLNN_ERR_INNER_NULLPTR" in msg
+    for bit in range(3):                       # one output asked for is enough to look at the kernel
+        assert gn_status("Ascend950", gn_sized(1, 8001, 1, 1, outputMask=[i == bit for i in range(3)]))[0] == 561103
+    assert gn_status("Ascend950", gn_sized(1, 8001, 1, 1, outputMask=[False] * 3))[0] == 0
+    assert gn_status("Ascend950", gn_sized(0, 8001, 1, 1, outputMask=[False] * 3))[0] == 561103   # empty path
+
+
+def test_gn_empty_calls_on_950_need_n_c_layout():
+    """ComputeGroupNormBackwardEmptyInput hands gradOut as given to the empty tiling (arch35)."""
+    flat = gn_sized(0, 6, 4, 3, gradOut=np.ones(0, np.float32), input=np.ones(0, np.float32),
+                    gradInput=np.zeros(0, np.float32), mean=np.zeros(0, np.float32), rstd=np.ones(0, np.float32))
+    status, msg = gn_status("Ascend950", flat)
+    assert status == 561103 and "gradOut has shape (0,)" in msg and "(0, 6, ...)" in msg
+    for prod in ("AtlasA2", "AtlasA3", "AtlasTraining"):      # there the op_api returns before any kernel
+        assert gn_status(prod, flat)[0] == 0
+    assert gn_status("Ascend950", gn_sized(0, 6, 4, 3))[0] == 0                          # (0, 6, 4)
+    assert gn_status("Ascend950", gn_sized(2, 6, 0, 3))[0] == 0                          # (2, 6, 0)
+    wide = dict(flat, gradOut=np.ones((0, 24), np.float32), input=np.ones((0, 24), np.float32),
+                gradInput=np.zeros((0, 24), np.float32))
+    assert gn_status("Ascend950", wide)[0] == 561103                                    # dim 1 is not C
+    odd = dict(gn_sized(0, 6, 4, 3), input=np.ones((0, 6, 2, 2), np.float32), gradInput=np.zeros((0, 6, 2, 2), np.float32))
+    status, msg = gn_status("Ascend950", odd)
+    assert status == 561103 and "input has shape (0, 6, 2, 2)" in msg
+    assert gn_status("Ascend950", dict(flat, C=0, gamma=np.ones(0, np.float32), gradGammaOut=np.zeros(0, np.float32),
+                                       gradBetaOut=np.zeros(0, np.float32)))[0] == 0   # C = 0 returns first
 
 
 def test_op_modules_import():

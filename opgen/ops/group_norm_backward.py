@@ -36,9 +36,9 @@ import numpy as np
 from tvm import te
 
 from opgen import reference
-from opgen.apispec import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ATTR, INPUT, MASK, OUTPUT, ApiSpec,
-                           Param, Rule, Violation, cast_args, dtype_message, first, null_message, other_float,
-                           set_args, shape_str)
+from opgen.apispec import (ACLNN_ERR_INNER_NULLPTR, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ATTR, INPUT,
+                           MASK, OUTPUT, ApiSpec, Param, Rule, Violation, cast_args, dtype_message, first,
+                           null_message, other_float, set_args, shape_str)
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype
 from opgen.ops import DtypeCombo, OpSpec, as_float32
 
@@ -180,18 +180,29 @@ def _reference(problem: Problem, arrays: dict) -> dict:
 
 
 # ---- the aclnn API, as seed 002 documents it -------------------------------------------
-# Interpretations (each quoted in the report):
-# * "Supports empty tensors": gamma may be null (ones, as CANN); the other inputs and
-#   outputMask are required (161001), an output only when its mask bit is true.
-# * The length of outputMask is checked before the masked outputs' nulls: the mask must be
-#   readable to know which outputs are required.
+# Interpretations (each quoted in the report; docs/validation-vs-cann.md lists every place
+# where CANN's public sources, hicann/ops-nn, decided against or beyond the seed):
+# * "Supports empty tensors": gamma may be null (ones, as CANN); gradOut, input, mean and
+#   rstd are required (161001), an output only when its mask bit is true.
+# * A null outputMask, an outputMask whose length is not 3, and a null output whose mask bit
+#   is true are 161002, not the seed's 161001: CANN checks all three in CheckMaskNotNull under
+#   CHECK_RET(..., ACLNN_ERR_PARAM_INVALID) (ops-nn aclnn_group_norm_backward.cpp CheckParams).
+#   The mask's null and length come first: the mask must be readable to know which outputs
+#   are required.
 # * "gradBetaOut ... Dimension 2" contradicts "The shape is the same as that of gamma":
-#   gradBetaOut is shaped like gamma. With gamma null, gamma's shape is taken as (C,).
+#   gradBetaOut is shaped like gamma. With gamma null, gamma's shape is taken as (C,)
+#   (CheckShape's orginGammaShape = op::Shape({C})).
 # * "Dimension 0-8" has no line in the error table: ranks over 8 are 161002, like every
-#   other Parameters constraint in this table. Output dtypes ("same data type as gradOut /
-#   mean") belong to "do not meet the constraints specified in Parameters" (161002).
+#   other Parameters constraint in this table (CANN's CheckShape checks gradOut's rank with
+#   OP_CHECK_MAX_DIM; the seed's 0-8 stands for the others). Output dtypes ("same data type
+#   as gradOut / mean") belong to "do not meet the constraints specified in Parameters" (161002).
 # * N, C, HxW < 0 cannot describe an element count: 161002 under the input-count line; the
 #   gradOut count is checked with input's ("The number of elements must equal NCHxW").
+# * Atlas A2/A3 (NpuArch DAV_2201) also refuse C / group > 8000 and C > 240000 (CheckAttr,
+#   161002). The Ascend 950's kernel tiling refuses C / group > 8000 too, which its op_api
+#   reports as 561103 (ACLNN_ERR_INNER_NULLPTR); Atlas training products have no such limit.
+# * On the Ascend 950 an empty call (no elements in gradOut/input, C > 0) runs the kernel's
+#   empty tiling on gradOut as given, which needs it shaped (N, C, ...) like input: 561103.
 
 _INPUTS = ("gradOut", "input", "mean", "rstd", "gamma")
 _OUTPUTS = ("gradInput", "gradGammaOut", "gradBetaOut")
@@ -276,16 +287,82 @@ def _mixed(args) -> None:
         args[name] = args[name].astype(np.float16)
 
 
+_CARRY, _MAX_C = 8000, 240000   # UPPER_CARRYING_LIMIT, MAX_C_SIZE (ops-nn aclnn_group_norm_backward.cpp)
+
+
+def _check_dav2201_limits(call) -> str | None:
+    c, g = call["C"], call["group"]
+    if c // g > _CARRY:
+        return f"C / group = {c} / {g} = {c // g}; {call.product} takes at most {_CARRY} channels per group"
+    if c > _MAX_C:
+        return f"C = {c}; {call.product} takes at most {_MAX_C} channels"
+    return None
+
+
+def _check_950_empty_layout(call) -> str | None:
+    n, c, dy, x = call["N"], call["C"], call["gradOut"].shape, call["input"].shape
+    if c <= 0 or call["gradOut"].size:
+        return None  # C = 0: the op_api returns before any kernel; elements: the regular path reshapes
+    if len(dy) < 2 or dy[:2] != (n, c):
+        return (f"gradOut has shape {shape_str(dy)}; a call without elements runs the Ascend950 kernel's empty "
+                f"tiling on gradOut as given, which needs at least 2 dimensions, (N, C, ...) = ({n}, {c}, ...)")
+    if x != dy:
+        return f"input has shape {shape_str(x)}; a call without elements on Ascend950 needs gradOut's {shape_str(dy)}"
+    return None
+
+
+def _check_950_carry(call) -> str | None:
+    c, g = call["C"], call["group"]
+    if c // g <= _CARRY or (call["gradOut"].size and not any(call["outputMask"])):
+        return None  # nothing asked for: the op_api never looks at the refused kernel's outputs
+    return (f"C / group = {c} / {g} = {c // g}; the Ascend950 kernel's tiling takes at most {_CARRY} channels "
+            f"per group")
+
+
+def _sized(n: int, c: int, hw: int, group: int):
+    """A mutate function: a consistent call of other sizes (every tensor rebuilt, dtypes kept)."""
+    shapes = {"gradOut": (n, c, hw), "input": (n, c, hw), "gradInput": (n, c, hw), "mean": (n, group),
+              "rstd": (n, group), "gamma": (c,), "gradGammaOut": (c,), "gradBetaOut": (c,)}
+
+    def mutate(args):
+        args.update({k: np.ones(v, args[k].dtype) for k, v in shapes.items() if args[k] is not None})
+        args.update(N=n, C=c, HxW=hw, group=group)
+    return mutate
+
+
+def _flat_empty(args) -> None:
+    """N = 0 with gradOut, input, gradInput, mean and rstd all of shape (0,)."""
+    for name in ("gradOut", "input", "gradInput", "mean", "rstd"):
+        args[name] = np.zeros((0,), args[name].dtype)
+    args["N"] = 0
+
+
+def _flat_empty_2d(args) -> None:
+    """N = 0 with gradOut, input and gradInput of shape (0, C * HxW)."""
+    _flat_empty(args)
+    for name in ("gradOut", "input", "gradInput"):
+        args[name] = np.zeros((0, args["C"] * args["HxW"]), args[name].dtype)
+
+
+_MASK_CHECK = ("CANN returns 161002, not the seed's 161001: CheckMaskNotNull runs under CHECK_RET(..., "
+               "ACLNN_ERR_PARAM_INVALID) in ops-nn aclnn_group_norm_backward.cpp CheckParams")
+
+
 def _rules_nulls() -> tuple:
-    required = ("gradOut", "input", "mean", "rstd", "outputMask")
+    required = ("gradOut", "input", "mean", "rstd")
     nulls = tuple(Violation(f"{n} is None", set_args(**{n: lambda a: None})) for n in required)
     masked = tuple(
-        Rule(ACLNN_ERR_PARAM_NULLPTR, f"outputMask[{bit}] is true and the passed {name} is a null pointer.",
-             _masked_null(bit, name), (Violation(f"{name} is None", set_args(**{name: lambda a: None})),))
+        Rule(ACLNN_ERR_PARAM_INVALID, f"outputMask[{bit}] is true and the passed {name} is a null pointer. "
+             f"({_MASK_CHECK})", _masked_null(bit, name),
+             (Violation(f"{name} is None", set_args(**{name: lambda a: None})),))
         for bit, name in enumerate(_OUTPUTS))
     return (
         Rule(ACLNN_ERR_PARAM_NULLPTR, "The passed gradOut, input, mean, and rstd are null pointers.",
              lambda call: null_message(call, required), nulls),
+        Rule(ACLNN_ERR_PARAM_INVALID, f"outputMask is a null pointer ({_MASK_CHECK}: OP_CHECK_NULL(outputMask))",
+             lambda call: None if call["outputMask"] is not None else "outputMask is a null pointer; expected 3 "
+             "bools (gradInput, gradGammaOut, gradBetaOut)", (Violation("outputMask is None",
+                                                                   set_args(outputMask=lambda a: None)),)),
         Rule(ACLNN_ERR_PARAM_INVALID, "The length of outputMask is not 3.", _check_mask_length, (
             Violation("outputMask of 2", set_args(outputMask=lambda a: [True, True])),
             Violation("outputMask of 4", set_args(outputMask=lambda a: [True] * 4)))),
@@ -331,6 +408,12 @@ def _rules_shapes() -> tuple:
         Rule(ACLNN_ERR_PARAM_INVALID, "C is not divisible by group.", lambda call: None if call["C"] % call["group"] == 0
              else f"C = {call['C']} is not divisible by group = {call['group']}",
              (Violation("group C + 1", group(lambda a: a["C"] + 1)),)),
+        Rule(ACLNN_ERR_PARAM_INVALID, "ops-nn aclnn_group_norm_backward.cpp CheckAttr on NpuArch DAV_2201 (Atlas "
+             "A2/A3): C / group <= 8000 (UPPER_CARRYING_LIMIT) and C <= 240000 (MAX_C_SIZE); CANN's current "
+             "table: \"C is not divisible by group, or C/group > 8000\", \"... or C is greater than 240000\"",
+             _check_dav2201_limits, (Violation("C / group = 8001", _sized(1, _CARRY + 1, 1, 1)),
+                                     Violation("C = 240032 in groups of 7501", _sized(1, 240032, 1, 32))),
+             products=("AtlasA3", "AtlasA2")),
         Rule(ACLNN_ERR_PARAM_INVALID, "The number of elements in input is not equal to N * C * HxW.",
              _check_input_count, (Violation("HxW one more", set_args(HxW=lambda a: a["HxW"] + 1)),
                                   Violation("N negative", set_args(N=lambda a: -a["N"], C=lambda a: -a["C"])))),
@@ -344,6 +427,22 @@ def _rules_shapes() -> tuple:
              _count("gamma", "C", lambda c: c["C"]), (Violation("gamma and both gradients one longer", set_args(**{
                  n: (lambda n: lambda a: np.ones(a[n].size + 1, a[n].dtype))(n)
                  for n in ("gamma", "gradGammaOut", "gradBetaOut")})),)),
+    ) + _rules_950()
+
+
+def _rules_950() -> tuple:
+    """The Ascend 950's kernel tilings, whose refusal its op_api returns as 561103."""
+    return (
+        Rule(ACLNN_ERR_INNER_NULLPTR, "ops-nn group_norm_grad_empty_tiling_arch35.cpp (InputCheck, "
+             "GetShapeAttrsInfo, CheckInputAndOutput, CheckShapeAndType) on gradOut as given, reached from "
+             "aclnn_group_norm_backward.cpp ComputeGroupNormBackwardEmptyInput; CHECK_RET(dgamma != nullptr, "
+             "ACLNN_ERR_INNER_NULLPTR)", _check_950_empty_layout,
+             (Violation("empty gradOut, input and gradInput flattened", _flat_empty),
+              Violation("empty gradOut (0, C * HxW)", _flat_empty_2d)), products=("Ascend950",)),
+        Rule(ACLNN_ERR_INNER_NULLPTR, "ops-nn group_norm_grad_tiling_arch35.cpp ParamsCheck: C / G > "
+             "UPPER_CARRYING_LIMIT (8000) fails the tiling; aclnn_group_norm_backward.cpp: CHECK_RET(dx != nullptr, "
+             "ACLNN_ERR_INNER_NULLPTR) (likewise dgamma, dbeta) for each output asked for", _check_950_carry,
+             (Violation("C / group = 8001", _sized(1, _CARRY + 1, 1, 1)),), products=("Ascend950",)),
     )
 
 
