@@ -135,7 +135,8 @@ class RowTiles:
             rows_in=pick(lambda n, s: n not in written and _shape_is(s, (rows,))),
             cols_in=pick(lambda n, s: n not in written and _shape_is(s, (cols,))),
             col_sums=pick(lambda n, s: any(n in b.writes for b in column_sums)),
-            row_stages=tuple(b.name for b in row_stages))
+            row_stages=tuple(b.name for b in row_stages),
+            row_reductions=tuple(b.name for b in row_stages if "R" in b.kinds))
 
     def apply(self, func, target, knobs):
         sch = s_tir.Schedule(func)

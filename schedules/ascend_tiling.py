@@ -49,6 +49,8 @@ class UbBuffer:
     count: int
     elements: int
     dtype: str
+    expr: str = ""         # elements as a C++ expression of the tiling (ub_rows, pitch): the host
+                           # tiling function and the kernel's InitBuffer compute the same number
 
     def bytes_each(self, block: int = 32) -> int:
         return ceil_div(self.elements * itemsize(self.dtype), block) * block
@@ -146,27 +148,38 @@ class RowOperands:
     cols_in: tuple = ()        # (cols,) inputs
     col_sums: tuple = ()       # (cols,) outputs summed over the rows
     row_stages: tuple = ()     # names of per-row intermediate values (float32)
+    row_reductions: tuple = () # the row stages that reduce over the columns
 
     @property
     def dtypes(self) -> set:
         return {d for _, d in self.tiles_in + self.tiles_out} | {FLOAT32}
 
 
+def reduce_work_elements(hw, ub_rows: int, pitch: int) -> int:
+    """float32 scratch of the row reductions: one WholeReduceSum result per row of the pass
+    (small rows), or ReduceSum's per-repeat partials of one row plus one block for its result."""
+    per_block = hw.elements_per_block(4)
+    whole = ceil_div(ub_rows, per_block) * per_block
+    per_row = per_block + ceil_div(ceil_div(pitch, hw.elements_per_repeat(4)), per_block) * per_block
+    return max(whole, per_row)
+
+
 def row_buffers(hw, ops: RowOperands, ub_rows: int, pitch: int, nbuf: int) -> list[UbBuffer]:
     """Every UB buffer of one pass over ``ub_rows`` rows of ``pitch`` elements."""
-    tile = ub_rows * pitch
-    bufs = [UbBuffer(f"in_{n}", "VECIN", nbuf, tile, d) for n, d in ops.tiles_in]
-    bufs += [UbBuffer(f"in_{n}", "VECIN", nbuf, ub_rows, d) for n, d in ops.rows_in]
-    bufs += [UbBuffer(f"in_{n}", "VECIN", 1, pitch, d) for n, d in ops.cols_in]
-    bufs += [UbBuffer(f"out_{n}", "VECOUT", nbuf, tile, d) for n, d in ops.tiles_out]
-    bufs += [UbBuffer(f"acc_{n}", "VECCALC", 1, pitch, FLOAT32) for n, _ in ops.col_sums]
-    bufs += [UbBuffer(f"out_{n}", "VECOUT", 1, pitch, d) for n, d in ops.col_sums if d != FLOAT32]
-    bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, tile, FLOAT32) for n, d in ops.tiles_in if d != FLOAT32]
-    bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, ub_rows, FLOAT32) for n, d in ops.rows_in if d != FLOAT32]
-    bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, pitch, FLOAT32) for n, d in ops.cols_in if d != FLOAT32]
-    bufs += [UbBuffer(f"tmp{i}", "VECCALC", 1, tile, FLOAT32) for i in range(TEMP_TILES)]
-    bufs += [UbBuffer(f"row_{s}", "VECCALC", 1, ub_rows, FLOAT32) for s in ops.row_stages]
-    bufs.append(UbBuffer("reduce_work", "VECCALC", 1, ub_rows * hw.elements_per_repeat(4), FLOAT32))
+    tile, t_expr = ub_rows * pitch, "ub_rows * pitch"
+    bufs = [UbBuffer(f"in_{n}", "VECIN", nbuf, tile, d, t_expr) for n, d in ops.tiles_in]
+    bufs += [UbBuffer(f"in_{n}", "VECIN", nbuf, ub_rows, d, "ub_rows") for n, d in ops.rows_in]
+    bufs += [UbBuffer(f"in_{n}", "VECIN", 1, pitch, d, "pitch") for n, d in ops.cols_in]
+    bufs += [UbBuffer(f"out_{n}", "VECOUT", nbuf, tile, d, t_expr) for n, d in ops.tiles_out]
+    bufs += [UbBuffer(f"acc_{n}", "VECCALC", 1, pitch, FLOAT32, "pitch") for n, _ in ops.col_sums]
+    bufs += [UbBuffer(f"out_{n}", "VECOUT", 1, pitch, d, "pitch") for n, d in ops.col_sums if d != FLOAT32]
+    bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, tile, FLOAT32, t_expr) for n, d in ops.tiles_in if d != FLOAT32]
+    bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, ub_rows, FLOAT32, "ub_rows") for n, d in ops.rows_in if d != FLOAT32]
+    bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, pitch, FLOAT32, "pitch") for n, d in ops.cols_in if d != FLOAT32]
+    bufs += [UbBuffer(f"tmp{i}", "VECCALC", 1, tile, FLOAT32, t_expr) for i in range(TEMP_TILES)]
+    bufs += [UbBuffer(f"row_{s}", "VECCALC", 1, ub_rows, FLOAT32, "ub_rows") for s in ops.row_stages]
+    bufs.append(UbBuffer("reduce_work", "VECCALC", 1, reduce_work_elements(hw, ub_rows, pitch), FLOAT32,
+                         "work"))
     return bufs
 
 
@@ -224,7 +237,7 @@ def plan_rows(hw, ops: RowOperands, rows: int, cols: int, knobs: dict) -> Tiling
     else:
         mode, ub_rows = "split-D", 1
         ub_cols, pitch = _rows_split_d(hw, ops, rows, cols, knobs)
-        loops, reread = ceil_div(cols, ub_cols), 2
+        loops, reread = ceil_div(cols, ub_cols), 1 + max(1, len(ops.row_reductions))
     buffers = tuple(row_buffers(hw, ops, ub_rows, pitch, knobs["buffer_num"]))
     check_budget(hw, buffers, f"{mode} at {rows} x {cols}")
     size = {n: itemsize(d) for n, d in ops.tiles_in + ops.tiles_out + ops.rows_in + ops.cols_in + ops.col_sums}
