@@ -1,0 +1,178 @@
+"""opgen compare: CANN's standards computed right, passing against ATen, failing on perturbed
+outputs exactly where each standard should; golden dumps read back exactly or refused."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from opgen import baselines, compare, dumps, standards
+from opgen.cli import main as cli_main
+from opgen.dtypes import BFLOAT16, numpy_dtype, round_to
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _case(op, tag, shape, rng):
+    problem = baselines.parse_problem(op, shape)
+    inputs = baselines.random_inputs(op, tag, problem, rng)
+    return problem, inputs
+
+
+@pytest.mark.parametrize("op,shape", [("rms_norm_grad", "64x256"), ("group_norm_backward", "2,32,8x8,8")])
+def test_passes_against_aten(op, shape):
+    pytest.importorskip("torch")
+    rows = compare.against_aten([op], {op: ("f32-f32", "bf16-bf16")}, {op: (shape,)}, seed=1, repeats=1)
+    assert {r.output for r in rows} == set(compare.get_op(op).outputs)
+    failed = [r.as_dict() for r in rows if not r.passed]
+    assert not failed
+
+
+def test_one_percent_on_dgamma_fails_f32(rng):
+    """The issue's example: every dgamma element 1% off fails DT, MERE/MARE and the double benchmark."""
+    problem, inputs = _case("rms_norm_grad", "f32-f32", "32x128", rng)
+    ours = baselines.opgen_call("rms_norm_grad", problem, inputs)()
+    library = {k: np.array(v, copy=True) for k, v in ours.items()}
+    ours["dgamma"] = (ours["dgamma"] * np.float32(1.01)).astype(np.float32)
+    rows = {r.output: r for r in compare.judge("rms_norm_grad", "f32-f32", problem, inputs, library, "lib", ours)}
+    bad, good = rows["dgamma"], rows["dx"]
+    assert not bad.ours.dt_pass and bad.ours.within == 0.0
+    assert not bad.ours.mm_pass and bad.ours.mere == pytest.approx(0.01, rel=0.01)
+    assert bad.level is None and bad.ratios[1] > 100
+    assert not bad.passed
+    assert good.passed and good.level == "L2" and good.ratios == (1.0, 1.0, 1.0)
+
+
+def test_sparse_error_fails_only_double_thousandths(rng):
+    """0.5% of f16 elements off by 0.5%: more than a thousandth outside, yet MERE/MARE hold."""
+    ref = rng.standard_normal(20000)
+    out = round_to(ref, "float16")
+    idx = rng.choice(ref.size, ref.size // 200, replace=False)
+    out[idx] = ref[idx] * 1.005
+    e = standards.errors(out, ref, "float16", "float16")
+    assert 0.994 < e.within < 0.996
+    assert not e.dt_pass and e.mm_pass
+
+
+def test_uniform_drift_fails_only_the_double_benchmark(rng):
+    """5e-6 relative everywhere on f32: inside DT and MERE/MARE, 100x a correctly rounded library."""
+    ref = rng.standard_normal(20000)
+    library = standards.errors(round_to(ref, "float32"), ref, "float32", "float32")
+    ours = standards.errors(ref * (1 + 5e-6), ref, "float32", "float32")
+    assert ours.dt_pass and ours.mm_pass
+    ratios = standards.benchmark_ratios(ours, library)
+    assert min(ratios) > 10 and standards.level(ratios) is None
+
+
+@pytest.mark.parametrize("ratios,level", [((2, 1.2, 1.2), "L2"), ((2.01, 1.2, 1.2), "L1"), ((5, 1.5, 1.5), "L1"),
+                                          ((1, 1, 1.6), "L0"), ((10, 2, 2), "L0"), ((10.5, 1, 1), None)])
+def test_levels(ratios, level):
+    assert standards.level(ratios) == level
+
+
+def test_relative_error_near_zero(rng):
+    """Exact zeros and tiny values in the reference: last-bit absolute noise is not 'infinite'
+    relative error (the floor), while a 1% relative error on normal values still shows."""
+    ref = rng.standard_normal(10000)
+    ref[::100] = 0.0
+    ref[1::100] = 1e-12
+    noisy = ref + rng.standard_normal(ref.size) * 1e-8
+    e = standards.errors(noisy, ref, "float32", "float32")
+    assert np.isfinite(e.mare) and e.mm_pass
+    assert standards.errors(ref * 1.01, ref, "float32", "float32").mare == pytest.approx(0.01)
+
+
+def test_specials_must_match():
+    ref = np.array([1.0, np.nan, np.inf, 2.0])
+    assert standards.errors(ref.copy(), ref, "float32", "float32").mm_pass
+    wrong = np.array([1.0, 0.0, np.inf, 2.0])
+    e = standards.errors(wrong, ref, "float32", "float32")
+    assert not e.specials_ok and not e.dt_pass and not e.mm_pass
+
+
+def _golden(rng):
+    """Two cases with opgen-made 'library' outputs, bf16 included."""
+    cases = []
+    for op, tag, shape, attributes in (("rms_norm_grad", "bf16-f32", "6x40", {}),
+                                       ("group_norm_backward", "bf16-bf16", "2,12,3x5,3", {"group": 3})):
+        problem, inputs = _case(op, tag, shape, rng)
+        outputs = baselines.opgen_call(op, problem, inputs)()
+        cases.append(dumps.GoldenCase(op, tag, problem, inputs, outputs, attributes))
+    return cases
+
+
+@pytest.mark.parametrize("fmt", ["bin", "npy"])
+def test_dump_round_trip(tmp_path, rng, fmt):
+    cases = _golden(rng)
+    dumps.write_dump(tmp_path, cases, "test library", fmt=fmt)
+    assert {p.suffix for p in tmp_path.iterdir()} == {f".{fmt}", ".json"}
+    library, back = dumps.read_dump(tmp_path)
+    assert library == "test library" and len(back) == len(cases)
+    for want, got in zip(cases, back):
+        assert (got.op, got.tag, got.problem, got.attributes) == (want.op, want.tag, want.problem, want.attributes)
+        for name, array in {**want.inputs, **want.outputs}.items():
+            again = {**got.inputs, **got.outputs}[name]
+            assert again.dtype == array.dtype and again.shape == array.shape
+            assert np.array_equal(again.view(np.uint8), np.ascontiguousarray(array).view(np.uint8)), name
+    assert back[1].inputs["x"].dtype == numpy_dtype(BFLOAT16)
+
+
+def test_dump_shape_mismatch_is_refused(tmp_path, rng):
+    dumps.write_dump(tmp_path, _golden(rng)[:1], "lib", fmt="bin")
+    manifest = json.loads((tmp_path / dumps.MANIFEST).read_text())
+    entry = next(t for t in manifest["cases"][0]["tensors"] if t["role"] == "x")
+    entry["shape"] = [6, 41]
+    (tmp_path / dumps.MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(dumps.DumpError, match=r"case0_x\.bin: manifest.json says shape \[6, 41\] bfloat16 = 492 "
+                                              r"bytes, but the file has 480 bytes"):
+        dumps.read_dump(tmp_path)
+
+
+def test_npy_mismatch_and_unknown_role_are_refused(tmp_path, rng):
+    dumps.write_dump(tmp_path, _golden(rng)[:1], "lib", fmt="npy")
+    manifest = json.loads((tmp_path / dumps.MANIFEST).read_text())
+    manifest["cases"][0]["tensors"][0]["shape"] = [3, 80]
+    (tmp_path / dumps.MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(dumps.DumpError, match=r"holds bfloat16 \[6, 40\]; manifest.json says bfloat16 \[3, 80\]"):
+        dumps.read_dump(tmp_path)
+    manifest["cases"][0]["tensors"][0].update(shape=[6, 40], role="dz")
+    (tmp_path / dumps.MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(dumps.DumpError, match="unknown role 'dz'"):
+        dumps.read_dump(tmp_path)
+
+
+def test_cli_against_the_example_dump(tmp_path, capsys):
+    out = tmp_path / "rows.json"
+    assert cli_main(["compare", "--against", str(ROOT / "examples" / "golden"), "--repeats", "1",
+                     "--out", str(out)]) == 0
+    rows = json.loads(out.read_text())
+    assert {(r["op"], r["output"]) for r in rows} >= {("rms_norm_grad", "dgamma"), ("group_norm_backward", "dbeta")}
+    assert all(r["passed"] for r in rows)
+    assert "5 of 5 rows meet every standard" in capsys.readouterr().out
+
+
+def test_perturbed_library_and_perturbed_opgen(tmp_path, monkeypatch, capsys):
+    dump = tmp_path / "golden"
+    shutil.copytree(ROOT / "examples" / "golden", dump)
+    path = dump / "case1_gradInput.bin"   # the GroupNorm f16 dx the library "computed"
+    dx = np.fromfile(path, np.float16)
+    (dx * np.float16(1.02)).astype(np.float16).tofile(path)
+    # the dump's library is now 2% off, so opgen's ratios are tiny: its own verdicts all pass
+    rows = compare.against_dump(dump, repeats=1)
+    assert all(r.passed for r in rows)
+    # and the other way round: opgen judged against the reference, its output perturbed, fails
+    case = dumps.read_dump(dump)[1][1]
+    ours = baselines.opgen_call(case.op, case.problem, case.inputs)()
+    ours["dx"] = (ours["dx"] * np.float16(1.02)).astype(np.float16)
+    bad = compare.judge(case.op, case.tag, case.problem, case.inputs, case.outputs, "lib", ours)
+    assert not bad[0].passed and not bad[0].ours.mm_pass and not bad[0].ours.dt_pass
+    csv_out = tmp_path / "rows.csv"
+    compare.write_rows(bad, csv_out)
+    assert csv_out.read_text().splitlines()[0].startswith("op,dtypes,shape,output,library")
+    # a failing row makes the command exit 1
+    monkeypatch.setattr(compare, "against_dump", lambda directory, repeats: bad)
+    assert cli_main(["compare", "--against", str(dump)]) == 1
+    assert "FAIL" in capsys.readouterr().out
