@@ -30,7 +30,7 @@ public:
         pipe.InitBuffer(outQueueSum, BUFFER_NUM, 8 * sizeof(float));
         pipe.InitBuffer(xfBuf, tile_ * sizeof(float));
         pipe.InitBuffer(yfBuf, tile_ * sizeof(float));
-        pipe.InitBuffer(workBuf, 64 * sizeof(float));
+        pipe.InitBuffer(workBuf, (tile_ / 64 + 7) / 8 * 8 * sizeof(float));  // one per repeat
     }
     __aicore__ inline void Process() {
         for (uint32_t i = GetBlockIdx(); i < tiles_; i += GetBlockNum()) {

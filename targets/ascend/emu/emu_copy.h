@@ -93,9 +93,12 @@ void burst_out(const char* api, const GlobalTensor<T>& dst, uint64_t gm_i, const
     uint64_t off = src.elem_off(ub_i, n, api);
     check_sync_read(src.slot(), Pipe::MTE3, api);
     CoreState& c = core();
-    if (!defined(off, n * sizeof(T)))
-        fail(cat(api, ": copies never-written UB bytes of ", src.slot()->owner, " (elements [", ub_i,
-                 ", ", ub_i + n, ") hold poisoned NaN bytes) to GM"));
+    if (!defined(off, n * sizeof(T))) {
+        uint64_t k = 0;
+        while (defined(off + k * sizeof(T), sizeof(T))) ++k;
+        fail(cat(api, ": copies never-written UB data to GM: element ", ub_i + k, " of ", src.slot()->owner,
+                 " (UB byte ", off + k * sizeof(T), ") still holds the poison of its allocation"));
+    }
     bool atomic = c.atomic_type[0] != '\0';
     if (atomic && std::string(c.atomic_type) != type_name<T>())
         fail(cat(api, ": SetAtomicAdd<", c.atomic_type, "> is on but the copy moves ", type_name<T>()));

@@ -1,0 +1,228 @@
+// Small AscendC kernels, one per mode (tiling.mode), compiled once: each negative mode commits
+// exactly one violation the emulation must report; the positive modes check API semantics
+// (repeat forms, reductions, Cast round modes, multi-core atomics and SyncAll).
+// Arguments: in (float[n]), out (float[...]), ws (float[...]), tiling.
+#include "kernel_operator.h"
+
+using namespace AscendC;
+
+struct CaseTiling {
+    int32_t mode;
+    uint32_t n;  // elements of `in` (a multiple of 64)
+};
+
+enum Mode {
+    OVER_UB = 1, MISALIGNED_UB, RAGGED_DATACOPY, GM_OVERRUN, SETGLOBAL_OVERRUN, REPEAT_OVER_255,
+    DEQUE_EMPTY, ENQUE_FULL, USE_AFTER_FREE, POISON_READ, GM_RACE, GM_ATOMIC, SYNCALL_ORDER,
+    SYNCALL_MISSING, MISSING_PIPE_SYNC, SYNCALL_MISMATCH, TOO_MANY_BUFFERS, GETVALUE_POISON,
+    REPEAT_FORMS, CAST_MODES,
+};
+
+struct Ctx {
+    GlobalTensor<float> in, out, ws;
+    uint32_t n;
+};
+
+// in -> UB (through a VECIN queue), returned dequeued.
+static LocalTensor<float> load(TQue<TPosition::VECIN, 1>& q, const GlobalTensor<float>& g, uint32_t n) {
+    LocalTensor<float> t = q.AllocTensor<float>();
+    DataCopy(t, g, n);
+    q.EnQue(t);
+    return q.DeQue<float>();
+}
+
+static void store(TQue<TPosition::VECOUT, 1>& q, LocalTensor<float>& t, const GlobalTensor<float>& g, uint32_t n) {
+    q.EnQue(t);
+    LocalTensor<float> o = q.DeQue<float>();
+    DataCopy(g, o, n);
+    q.FreeTensor(o);
+}
+
+// out = in + in, computed on whichever core calls it.
+static void copy_twice(TPipe& pipe, Ctx& c) {
+    TQue<TPosition::VECIN, 1> qi;
+    TQue<TPosition::VECOUT, 1> qo;
+    pipe.InitBuffer(qi, 1, c.n * sizeof(float));
+    pipe.InitBuffer(qo, 1, c.n * sizeof(float));
+    LocalTensor<float> x = load(qi, c.in, c.n);
+    LocalTensor<float> y = qo.AllocTensor<float>();
+    Add(y, x, x, c.n);
+    qi.FreeTensor(x);
+    store(qo, y, c.out, c.n);
+}
+
+static void queue_violations(TPipe& pipe, Ctx& c, int mode) {
+    TQue<TPosition::VECIN, 1> qi;
+    TQue<TPosition::VECOUT, 1> qo;
+    pipe.InitBuffer(qi, 2, c.n * sizeof(float));
+    pipe.InitBuffer(qo, 1, c.n * sizeof(float));
+    if (mode == DEQUE_EMPTY) {
+        LocalTensor<float> x = qi.DeQue<float>();
+        qi.FreeTensor(x);
+    } else if (mode == ENQUE_FULL) {
+        LocalTensor<float> a = qi.AllocTensor<float>();
+        LocalTensor<float> b = qi.AllocTensor<float>();
+        DataCopy(a, c.in, c.n);
+        DataCopy(b, c.in, c.n);
+        qi.EnQue(a);
+        qi.EnQue(b);  // depth 1
+    } else if (mode == USE_AFTER_FREE) {
+        LocalTensor<float> x = load(qi, c.in, c.n);
+        LocalTensor<float> stale = x;
+        qi.FreeTensor(x);
+        LocalTensor<float> y = qo.AllocTensor<float>();
+        Add(y, stale, stale, c.n);
+        store(qo, y, c.out, c.n);
+    } else if (mode == POISON_READ) {
+        LocalTensor<float> y = qo.AllocTensor<float>();
+        Duplicate(y, 1.0f, c.n - 8);  // the last 8 elements are never written
+        store(qo, y, c.out, c.n);
+    } else if (mode == GETVALUE_POISON) {
+        LocalTensor<float> x = qi.AllocTensor<float>();
+        DataCopy(x, c.in, 8);
+        qi.EnQue(x);
+        x = qi.DeQue<float>();
+        c.out.SetValue(0, x.GetValue(8));
+        qi.FreeTensor(x);
+    }
+}
+
+static void copy_violations(TPipe& pipe, Ctx& c, int mode) {
+    TQue<TPosition::VECIN, 1> qi;
+    pipe.InitBuffer(qi, 1, (c.n + 64) * sizeof(float));
+    LocalTensor<float> x = qi.AllocTensor<float>();
+    if (mode == MISALIGNED_UB) DataCopy(x[3], c.in, 8);
+    if (mode == RAGGED_DATACOPY) DataCopy(x, c.in, 10);
+    if (mode == GM_OVERRUN) DataCopy(x, c.in, c.n + 8);
+    if (mode == SETGLOBAL_OVERRUN) c.in.SetGlobalBuffer(c.in.GetPhyAddr(), c.n + 8);
+    qi.EnQue(x);
+    qi.FreeTensor(x);
+}
+
+static void vector_violations(TPipe& pipe, Ctx& c, int mode) {
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, c.n * sizeof(float));
+    LocalTensor<float> t = buf.Get<float>();
+    if (mode == REPEAT_OVER_255) {
+        Duplicate(t, 0.0f, c.n);
+        Add(t, t, t, 64, 300, BinaryRepeatParams(1, 1, 1, 8, 8, 8));
+    } else if (mode == MISSING_PIPE_SYNC) {
+        DataCopy(t, c.in, c.n);  // MTE2 writes, V reads: needs SetFlag/WaitFlag<MTE2_V>
+        Muls(t, t, 2.0f, c.n);
+    }
+}
+
+static void ub_violations(TPipe& pipe, int mode) {
+    TQue<TPosition::VECIN, 2> qa, qb;
+    TBuf<TPosition::VECCALC> tmpBuf;
+    if (mode == OVER_UB) {
+        pipe.InitBuffer(qa, 2, 32768);
+        pipe.InitBuffer(qb, 2, 32768);
+        pipe.InitBuffer(tmpBuf, OPGEN_UB_BYTES - 4 * 32768 + 32);
+    } else {
+        TBuf<TPosition::VECCALC> many[65];
+        for (auto& b : many) pipe.InitBuffer(b, 32);
+    }
+}
+
+// Every core writes out[0..8): a race unless SetAtomicAdd accumulates.
+static void all_cores_write(TPipe& pipe, Ctx& c, bool atomic) {
+    TQue<TPosition::VECOUT, 1> qo;
+    pipe.InitBuffer(qo, 1, 8 * sizeof(float));
+    LocalTensor<float> y = qo.AllocTensor<float>();
+    Duplicate(y, static_cast<float>(GetBlockIdx() + 1), 8);
+    if (atomic) SetAtomicAdd<float>();
+    store(qo, y, c.out, 8);
+    if (atomic) SetAtomicNone();
+}
+
+// Core 0 writes ws = 2*in; after SyncAll the last core reads ws and writes out = ws + ws.
+static void cross_core(TPipe& pipe, Ctx& c, int mode) {
+    TQue<TPosition::VECIN, 1> qi;
+    TQue<TPosition::VECOUT, 1> qo;
+    pipe.InitBuffer(qi, 1, c.n * sizeof(float));
+    pipe.InitBuffer(qo, 1, c.n * sizeof(float));
+    if (GetBlockIdx() == 0) {
+        LocalTensor<float> x = load(qi, c.in, c.n);
+        LocalTensor<float> y = qo.AllocTensor<float>();
+        Add(y, x, x, c.n);
+        qi.FreeTensor(x);
+        store(qo, y, c.ws, c.n);
+    }
+    if (mode == SYNCALL_ORDER) SyncAll();
+    if (GetBlockIdx() == GetBlockNum() - 1) {
+        LocalTensor<float> w = load(qi, c.ws, c.n);
+        LocalTensor<float> y = qo.AllocTensor<float>();
+        Add(y, w, w, c.n);
+        qi.FreeTensor(w);
+        store(qo, y, c.out, c.n);
+    }
+}
+
+// out[0..n) = in + in by 64-lane repeats with strides; out[n + r] = WholeReduceSum of repeat r;
+// out[2n + 8r + b] = BlockReduceSum of block b of repeat r.
+static void repeat_forms(TPipe& pipe, Ctx& c) {
+    TQue<TPosition::VECIN, 1> qi;
+    TQue<TPosition::VECOUT, 1> qo;
+    pipe.InitBuffer(qi, 1, c.n * sizeof(float));
+    pipe.InitBuffer(qo, 1, 3 * c.n * sizeof(float));
+    LocalTensor<float> x = load(qi, c.in, c.n);
+    LocalTensor<float> y = qo.AllocTensor<float>();
+    Duplicate(y, 0.0f, 3 * c.n);
+    int32_t reps = static_cast<int32_t>(c.n / 64);
+    Add(y, x, x, 64, reps, BinaryRepeatParams(1, 1, 1, 8, 8, 8));
+    WholeReduceSum(y[c.n], x, 64, reps, 1, 1, 8);
+    BlockReduceSum(y[2 * c.n], x, reps, 64, 1, 1, 8);
+    qi.FreeTensor(x);
+    store(qo, y, c.out, 3 * c.n);
+}
+
+// out halves: [mode][n] for the 7 round modes of float -> half, then bf16 for RINT, ROUND,
+// FLOOR, CEIL, TRUNC; out is viewed as uint16 by the test.
+static void cast_modes(TPipe& pipe, Ctx& c) {
+    TQue<TPosition::VECIN, 1> qi;
+    TQue<TPosition::VECOUT, 1> qo;
+    pipe.InitBuffer(qi, 1, c.n * sizeof(float));
+    pipe.InitBuffer(qo, 1, 12 * c.n * sizeof(half));
+    LocalTensor<float> x = load(qi, c.in, c.n);
+    LocalTensor<half> h = qo.AllocTensor<half>();
+    const RoundMode hm[] = {RoundMode::CAST_NONE, RoundMode::CAST_RINT, RoundMode::CAST_FLOOR, RoundMode::CAST_CEIL,
+                            RoundMode::CAST_ROUND, RoundMode::CAST_TRUNC, RoundMode::CAST_ODD};
+    for (uint32_t m = 0; m < 7; ++m) Cast(h[m * c.n], x, hm[m], c.n);
+    LocalTensor<bfloat16_t> b = h.ReinterpretCast<bfloat16_t>();
+    for (uint32_t m = 0; m < 5; ++m) Cast(b[(7 + m) * c.n], x, hm[m + 1], c.n);
+    qi.FreeTensor(x);
+    qo.EnQue(h);
+    LocalTensor<half> o = qo.DeQue<half>();
+    GlobalTensor<half> og;
+    og.SetGlobalBuffer((__gm__ half*)c.out.GetPhyAddr(), 12 * c.n);
+    DataCopy(og, o, 12 * c.n);
+    qo.FreeTensor(o);
+}
+
+extern "C" __global__ __aicore__ void emu_case(GM_ADDR in, GM_ADDR out, GM_ADDR ws, GM_ADDR tiling) {
+    GET_TILING_DATA_WITH_STRUCT(CaseTiling, t, tiling);
+    Ctx c;
+    c.n = t.n;
+    c.in.SetGlobalBuffer((__gm__ float*)in, t.n);
+    c.out.SetGlobalBuffer((__gm__ float*)out);
+    c.ws.SetGlobalBuffer((__gm__ float*)ws);
+    TPipe pipe;
+    switch (t.mode) {
+        case OVER_UB: case TOO_MANY_BUFFERS: ub_violations(pipe, t.mode); break;
+        case MISALIGNED_UB: case RAGGED_DATACOPY: case GM_OVERRUN: case SETGLOBAL_OVERRUN:
+            copy_violations(pipe, c, t.mode); break;
+        case REPEAT_OVER_255: case MISSING_PIPE_SYNC: vector_violations(pipe, c, t.mode); break;
+        case DEQUE_EMPTY: case ENQUE_FULL: case USE_AFTER_FREE: case POISON_READ: case GETVALUE_POISON:
+            queue_violations(pipe, c, t.mode); break;
+        case GM_RACE: all_cores_write(pipe, c, false); break;
+        case GM_ATOMIC: all_cores_write(pipe, c, true); break;
+        case SYNCALL_ORDER: case SYNCALL_MISSING: cross_core(pipe, c, t.mode); break;
+        case SYNCALL_MISMATCH: if (GetBlockIdx() == 0) SyncAll(); break;  // the others never arrive
+        case REPEAT_FORMS: repeat_forms(pipe, c); break;
+        case CAST_MODES: cast_modes(pipe, c); break;
+        default: copy_twice(pipe, c); break;
+    }
+}
+
+OPGEN_EMU_EXPORT(emu_case, 4)

@@ -1,0 +1,270 @@
+"""The strict AscendC CPU emulation (targets/ascend/emu/kernel_operator.h).
+
+Hand-written AscendC kernels (tests/ascend_emu_cases/) are built with g++ against the
+emulation header, loaded with ctypes and launched through the documented C ABI
+(opgen_emu_launch_<kernel>(block_dim, args, sizes, nargs), opgen_emu_last_error()). A correct
+kernel must match numpy bit for bit where the math is exact; every injected violation must be
+reported with a precise message, without taking the Python process down.
+"""
+from __future__ import annotations
+
+import ctypes
+import pathlib
+import re
+import shutil
+import subprocess
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+EMU = ROOT / "targets" / "ascend" / "emu"
+CASES = ROOT / "tests" / "ascend_emu_cases"
+CXX = shutil.which("g++")
+CXXFLAGS = ["-Wall", "-Werror", "-std=c++17", "-O1", "-pthread", "-shared", "-fPIC"]
+
+pytestmark = pytest.mark.skipif(CXX is None, reason="g++ not found: the AscendC emulation needs a C++17 compiler")
+
+# Libraries built once per session: (source, macros). Compiled concurrently.
+BUILDS = {
+    "ew": ("elementwise_reduce.cpp", []),
+    # Atlas training: 256 KB UB and no DataCopyPad.
+    "ew_training": ("elementwise_reduce.cpp", ["-DOPGEN_NO_DATACOPYPAD", "-DOPGEN_UB_BYTES=262144"]),
+    "cases": ("cases.cpp", []),
+}
+
+
+class EmuLib:
+    """A built kernel library and its launcher ABI."""
+
+    def __init__(self, path: pathlib.Path):
+        self.lib = ctypes.CDLL(str(path))
+        self.lib.opgen_emu_last_error.restype = ctypes.c_char_p
+        self.lib.opgen_emu_ub_bytes.restype = ctypes.c_uint64
+
+    def launch(self, kernel: str, block_dim: int, arrays: list) -> tuple[int, str]:
+        fn = getattr(self.lib, f"opgen_emu_launch_{kernel}")
+        fn.argtypes = [ctypes.c_uint32, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_uint64), ctypes.c_uint32]
+        fn.restype = ctypes.c_int
+        n = len(arrays)
+        args = (ctypes.c_void_p * n)(*[None if a is None else a.ctypes.data for a in arrays])
+        sizes = (ctypes.c_uint64 * n)(*[0 if a is None else a.nbytes for a in arrays])
+        status = fn(block_dim, args, sizes, n)
+        return status, self.lib.opgen_emu_last_error().decode()
+
+
+@pytest.fixture(scope="session")
+def libs(tmp_path_factory) -> dict[str, EmuLib]:
+    out = tmp_path_factory.mktemp("ascend_emu")
+    procs = {}
+    for name, (src, macros) in BUILDS.items():
+        cmd = [CXX, *CXXFLAGS, f"-I{EMU}", *macros, str(CASES / src), "-o", str(out / f"{name}.so")]
+        procs[name] = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for name, p in procs.items():
+        log, _ = p.communicate()
+        assert p.returncode == 0, f"g++ failed on {BUILDS[name][0]}:\n{log[-4000:]}"
+    return {name: EmuLib(out / f"{name}.so") for name in BUILDS}
+
+
+# ---------------------------------------------------------------- a correct kernel matches numpy
+DTYPES = {"float": np.float32, "half": np.float16, "bf16": ml_dtypes.bfloat16}
+
+
+def run_ew(lib: EmuLib, dtype: str, total: int, tile: int, cores: int, rng):
+    dt = DTYPES[dtype]
+    x = rng.standard_normal(total).astype(dt)
+    y = rng.standard_normal(total).astype(dt)
+    z = np.zeros(total, dt)
+    tiles = -(-total // tile)
+    sums = np.zeros(tiles * 8, np.float32)
+    tiling = np.array([total, tile], np.uint32)
+    status, msg = lib.launch(f"ew_reduce_{dtype}", cores, [x, y, z, sums, None, tiling])
+    return status, msg, x, y, z, sums.reshape(tiles, 8)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("total,tile,cores", [(1000, 256, 3), (4096, 512, 4), (7, 64, 2)])
+def test_elementwise_reduce_matches_numpy(libs, rng, dtype, total, tile, cores):
+    status, msg, x, y, z, sums = run_ew(libs["ew"], dtype, total, tile, cores, rng)
+    assert status == 0, msg
+    exact = x.astype(np.float32) * 2 + y.astype(np.float32)  # exact in float32, then one RNE cast
+    bits = np.uint16 if z.itemsize == 2 else np.uint32
+    np.testing.assert_array_equal(z.view(bits), exact.astype(DTYPES[dtype]).view(bits))
+    for i in range(sums.shape[0]):
+        ref = exact[i * tile:(i + 1) * tile].astype(np.float64).sum()
+        assert abs(sums[i, 0] - ref) <= 1e-6 * np.abs(exact[i * tile:(i + 1) * tile]).sum() + 1e-30
+        assert np.all(sums[i, 1:] == 0)
+
+
+def test_no_datacopypad_product_rejects_datacopypad(libs, rng):
+    lib = libs["ew_training"]
+    assert lib.lib.opgen_emu_has_datacopypad() == 0 and libs["ew"].lib.opgen_emu_has_datacopypad() == 1
+    status, msg, *_ = run_ew(lib, "half", 1000, 256, 2, rng)  # 232-element tail: 464 B, ragged
+    assert status == 1
+    assert "DataCopyPad GM->UB: DataCopyPad is not available on this product" in msg
+    status, msg, x, y, z, _ = run_ew(lib, "half", 1024, 256, 2, rng)  # whole blocks: DataCopy only
+    assert status == 0, msg
+    assert np.array_equal(z, (x.astype(np.float32) * 2 + y.astype(np.float32)).astype(np.float16))
+
+
+def test_ub_capacity_comes_from_the_build(libs, rng):
+    # float, tile 6144: 3 queues x 2 x 24 KB + 2 x 32 B + 2 scratch x 24 KB = 196672 B (fails at yfBuf)
+    assert libs["ew"].lib.opgen_emu_ub_bytes() == 196608
+    assert libs["ew_training"].lib.opgen_emu_ub_bytes() == 262144
+    status, msg, *_ = run_ew(libs["ew"], "float", 12288, 6144, 2, rng)
+    assert status == 1 and "UB over-allocation: 196672 B > 196608 B" in msg
+    for name in ("inQueueX", "inQueueY", "outQueueZ", "outQueueSum", "xfBuf", "yfBuf"):
+        assert f"'{name}'" in msg
+    status, msg, *_ = run_ew(libs["ew_training"], "float", 12288, 6144, 2, rng)
+    assert status == 0, msg
+
+
+# ---------------------------------------------------------------- cases.cpp: one mode per case
+MODES = dict(OVER_UB=1, MISALIGNED_UB=2, RAGGED_DATACOPY=3, GM_OVERRUN=4, SETGLOBAL_OVERRUN=5,
+             REPEAT_OVER_255=6, DEQUE_EMPTY=7, ENQUE_FULL=8, USE_AFTER_FREE=9, POISON_READ=10,
+             GM_RACE=11, GM_ATOMIC=12, SYNCALL_ORDER=13, SYNCALL_MISSING=14, MISSING_PIPE_SYNC=15,
+             SYNCALL_MISMATCH=16, TOO_MANY_BUFFERS=17, GETVALUE_POISON=18, REPEAT_FORMS=19,
+             CAST_MODES=20, COPY_TWICE=99)
+
+
+def run_case(libs, mode: str, cores: int = 1, x=None, n: int = 256):
+    x = np.arange(n, dtype=np.float32) if x is None else x
+    out = np.zeros(12 * n, np.float32)
+    ws = np.zeros(n, np.float32)
+    tiling = np.array([MODES[mode], n], np.int32)
+    status, msg = libs["cases"].launch("emu_case", cores, [x, out, ws, tiling])
+    return status, msg, out
+
+
+VIOLATIONS = [
+    ("OVER_UB", 1, r"InitBuffer: UB over-allocation: 196640 B > 196608 B of UB\. Buffers: "
+                   r"TQue 'qa' \(.*cases\.cpp:\d+\): 2 x 32768 B; TQue 'qb' .*: 2 x 32768 B; "
+                   r"TBuf 'tmpBuf' .*: 1 x 65568 B"),
+    ("TOO_MANY_BUFFERS", 1, r"would make 65 buffers; at most 64 are allowed"),
+    ("MISALIGNED_UB", 1, r"DataCopy GM->UB: UB address 12 of TQue 'qi' .* is not 32-byte aligned"),
+    ("RAGGED_DATACOPY", 1, r"DataCopy GM->UB: 10 elements of float = 40 B is not a multiple of 32 B"),
+    ("GM_OVERRUN", 1, r"DataCopy GM->UB: GM elements \[0, 264\) beyond the GlobalTensor's 256 elements"),
+    ("SETGLOBAL_OVERRUN", 1, r"SetGlobalBuffer: 264 elements of float at byte offset 0 overrun argument 0 \(1024 B\)"),
+    ("REPEAT_OVER_255", 1, r"Add: repeatTimes 300 outside \[0, 255\]"),
+    ("DEQUE_EMPTY", 1, r"DeQue on an empty queue TQue 'qi'"),
+    ("ENQUE_FULL", 1, r"EnQue on a full queue TQue 'qi' .*\(depth 1, holds 1\)"),
+    ("USE_AFTER_FREE", 1, r"Add: LocalTensor of TQue 'qi' .* used after FreeTensor"),
+    ("POISON_READ", 1, r"DataCopy UB->GM: copies never-written UB data to GM: element 248 of TQue 'qo'"),
+    ("GETVALUE_POISON", 1, r"LocalTensor::GetValue\(8\): reads never-written UB of TQue 'qi'"),
+    ("MISSING_PIPE_SYNC", 1, r"Muls: reads TBuf 'buf' .* on pipe V \(vector\) right after a write on MTE2"),
+    ("GM_RACE", 4, r"DataCopy UB->GM: GM race on argument 1 byte 0: write to bytes also written by core \d "
+                   r"in the same SyncAll epoch 0"),
+    # core 3 reads what core 0 writes: whichever comes first, the other access is reported.
+    ("SYNCALL_MISSING", 4, r"GM race on argument 2 byte 0: (read of bytes written by core 0|"
+                           r"write to bytes read by core 3) in the same SyncAll epoch 0"),
+    ("SYNCALL_MISMATCH", 4, r"core 0: SyncAll: 3 core\(s\) returned from the kernel without reaching this SyncAll"),
+]
+
+
+@pytest.mark.parametrize("mode,cores,pattern", VIOLATIONS, ids=[v[0] for v in VIOLATIONS])
+def test_violation_is_reported(libs, mode, cores, pattern):
+    status, msg, _ = run_case(libs, mode, cores)
+    assert status == 1
+    assert msg.startswith("emu_case: core "), msg
+    assert re.search(pattern, msg), msg
+
+
+def test_process_survives_and_next_launch_is_clean(libs):
+    status, msg, _ = run_case(libs, "GM_RACE", 4)
+    assert status == 1 and msg
+    status, msg, out = run_case(libs, "COPY_TWICE", 1)
+    assert status == 0 and msg == ""
+    np.testing.assert_array_equal(out[:256], 2 * np.arange(256, dtype=np.float32))
+    fn_status, fn_msg = libs["cases"].launch("emu_case", 1, [None, None, None])
+    assert fn_status == 2 and "launched with 3 arguments, the kernel takes 4" in fn_msg
+
+
+def test_atomic_add_accumulates_across_cores(libs):
+    status, msg, out = run_case(libs, "GM_ATOMIC", 4)
+    assert status == 0, msg
+    np.testing.assert_array_equal(out[:8], np.full(8, 1 + 2 + 3 + 4, np.float32))
+
+
+def test_syncall_orders_cross_core_work(libs, rng):
+    x = rng.standard_normal(256).astype(np.float32)
+    for _ in range(3):  # threads interleave differently each run; the result must not
+        status, msg, out = run_case(libs, "SYNCALL_ORDER", 4, x=x)
+        assert status == 0, msg
+        np.testing.assert_array_equal(out[:256], 4 * x)
+
+
+def test_repeat_forms_and_reductions(libs, rng):
+    x = rng.standard_normal(256).astype(np.float32)
+    status, msg, out = run_case(libs, "REPEAT_FORMS", 1, x=x)
+    assert status == 0, msg
+    np.testing.assert_array_equal(out[:256], 2 * x)
+    np.testing.assert_allclose(out[256:260], x.reshape(4, 64).astype(np.float64).sum(1), rtol=1e-6)
+    np.testing.assert_allclose(out[512:544], x.reshape(32, 8).astype(np.float64).sum(1), rtol=1e-6, atol=1e-6)
+    assert np.all(out[260:512] == 0) and np.all(out[544:768] == 0)
+
+
+# ---------------------------------------------------------------- Cast round modes
+def _bits_value(bits: np.ndarray, fmt) -> np.ndarray:
+    return bits.astype(np.uint16).view(fmt).astype(np.float64)
+
+
+def _neighbours(x: np.ndarray, fmt):
+    """RNE result and the representable pair (small, big) by magnitude that brackets x."""
+    rne = x.astype(fmt).view(np.uint16).astype(np.int64)
+    v = _bits_value(rne, fmt)
+    above = np.abs(v) > np.abs(x.astype(np.float64))
+    small = np.where(above, rne - 1, rne)
+    big = np.where(above, rne, rne + 1)
+    return rne, v, small, big
+
+
+def reference_cast(x: np.ndarray, fmt, mode: str) -> np.ndarray:
+    """float32 -> 16-bit float under an AscendC RoundMode, from numpy's RNE and bit neighbours."""
+    with np.errstate(all="ignore"):  # overflow to inf and the neighbours of inf/0 are expected
+        return _reference_cast(x, fmt, mode)
+
+
+def _reference_cast(x: np.ndarray, fmt, mode: str) -> np.ndarray:
+    rne, v, small, big = _neighbours(x, fmt)
+    xd = x.astype(np.float64)
+    exact = v == xd
+    neg = np.signbit(xd)
+    ds = np.abs(xd - _bits_value(small, fmt))
+    db = np.abs(_bits_value(big, fmt) - xd)
+    pick = {
+        "RINT": rne, "TRUNC": small,
+        "FLOOR": np.where(neg, big, small), "CEIL": np.where(neg, small, big),
+        "ROUND": np.where(db <= ds, big, small), "ODD": np.where(small & 1, small, big),
+    }[mode]
+    return np.where(exact, rne, pick).astype(np.uint16)
+
+
+def cast_inputs() -> np.ndarray:
+    one = np.float32(1.0)
+    ties_h = [1 + 2.0**-11, 1 + 3 * 2.0**-11, -(1 + 2.0**-11), 2049.0, 65520.0, -65520.0, 2.0**-25, 3 * 2.0**-25]
+    ties_b = [1 + 2.0**-8, 1 + 3 * 2.0**-8, -(1 + 2.0**-8), 257.0, -259.0]
+    specials = [0.0, -0.0, np.inf, -np.inf, 65504.0, 70000.0, -70000.0, 1e-8, -1e-8, 3.0e38, 1.5]
+    rng = np.random.default_rng(7)
+    vals = np.concatenate([ties_h, ties_b, specials, rng.standard_normal(64) * 100,
+                           np.float32(one) + rng.integers(1, 2**13, 64) * 2.0**-23])
+    return np.resize(vals.astype(np.float32), 256)
+
+
+def test_cast_round_modes_match_reference(libs):
+    x = cast_inputs()
+    status, msg, out = run_case(libs, "CAST_MODES", 1, x=x)
+    assert status == 0, msg
+    got = out.view(np.uint16)[: 12 * 256].reshape(12, 256)
+    half_modes = ["RINT", "RINT", "FLOOR", "CEIL", "ROUND", "TRUNC", "ODD"]  # CAST_NONE is RINT
+    for row, mode in enumerate(half_modes):
+        np.testing.assert_array_equal(got[row], reference_cast(x, np.float16, mode), err_msg=f"half {mode}")
+    for row, mode in enumerate(["RINT", "FLOOR", "CEIL", "ROUND", "TRUNC"], start=7):
+        np.testing.assert_array_equal(got[row], reference_cast(x, ml_dtypes.bfloat16, mode), err_msg=f"bf16 {mode}")
+    # Spot checks that do not depend on the reference: ties to even vs away, overflow.
+    h = got[:7].view(np.float16)
+    assert h[1, 0] == 1.0 and h[4, 0] == 1 + 2.0**-10           # 1 + 2^-11: RINT even, ROUND away
+    assert h[1, 1] == 1 + 2 * 2.0**-10                           # 1 + 3*2^-11: RINT to even (up)
+    assert np.isinf(h[1, 4]) and h[5, 4] == 65504.0              # 65520: RINT inf, TRUNC max
+    b = got[7:].view(ml_dtypes.bfloat16)
+    assert float(b[0, 8]) == 1.0 and float(b[3, 8]) == 1 + 2.0**-7
