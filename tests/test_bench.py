@@ -1,0 +1,100 @@
+"""opgen bench: the case list of issue 10, the row arithmetic, the OMP_WAIT_POLICY rerun, and
+one real ``--quick`` run through the CLI writing JSON and a PNG (checked as a file)."""
+from __future__ import annotations
+
+import argparse
+import json
+import struct
+
+import pytest
+
+from opgen import bench
+from opgen.cli import main as cli_main
+
+
+def _args(argv):
+    parser = argparse.ArgumentParser()
+    bench.add_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_full_case_list_is_issue_10s():
+    full = bench.cases(quick=False)
+    large = [c for c in full if not c.tiny]
+    assert {(c.op, c.shape) for c in large} == (
+        {("rms_norm_grad", s) for s in ("4096x4096", "8192x5120", "16384x1024", "2048x8192")}
+        | {("group_norm_backward", s) for s in ("2,320,64x64,32", "2,640,32x32,32", "2,1280,16x16,32",
+                                                 "8,256,56x56,32", "16,64,112x112,32")})
+    assert len(large) == 18 and {c.tag for c in large} == {"f32-f32", "bf16-bf16"}
+    assert {(c.op, c.shape) for c in full if c.tiny} == {("group_norm_backward", "1,32,2x2,8"), ("rms_norm_grad", "4x64")}
+    quick = bench.cases(quick=True, tiny=False)
+    assert sorted(c.op for c in quick) == ["group_norm_backward", "rms_norm_grad"]
+
+
+def test_records_arithmetic():
+    case = bench.Case("rms_norm_grad", "f32-f32", "8x8")
+    times = {"opgen-numpy": 0.002, "opgen-torch": 0.001, "eager": 0.010, "opgen-torch after torch op": 0.0015}
+    rows = {r.contender: r for r in bench.records(case, times, nbytes=4_000_000, triad_gbs=8.0)}
+    assert rows["opgen-numpy"].gbs == pytest.approx(2.0) and rows["opgen-numpy"].pct_bandwidth == pytest.approx(25)
+    assert rows["opgen-torch"].gbs == pytest.approx(4.0) and rows["opgen-torch"].vs_opgen_torch is None
+    assert rows["eager"].vs_opgen_numpy == pytest.approx(5) and rows["eager"].vs_opgen_torch == pytest.approx(10)
+    assert rows["opgen-torch after torch op"].vs_opgen_torch == pytest.approx(1.5)
+
+
+def test_measure_times_only_the_run_part():
+    calls = []
+    times = bench.measure({"a": (lambda: calls.append("before"), lambda: calls.append("a"))}, repeats=3)
+    assert calls == ["before", "a"] * 4 and set(times) == {"a"}
+
+
+def test_argv_round_trip():
+    argv = ["--quick", "--op", "rms_norm_grad", "--dtypes", "bf16-bf16", "--shape", "rms_norm_grad=64x64",
+            "--skip", "compile", "--repeats", "2", "--omp-wait", "default", "--out", "x.csv", "--plot", "p.png"]
+    args = _args(argv)
+    assert _args(bench.to_argv(args)) == args
+
+
+def test_policy_is_set_in_process_or_rerun(monkeypatch):
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    monkeypatch.setattr(bench, "_openmp_loaded", lambda: False)
+    assert bench.apply_policy(_args(["--omp-wait", "passive"])) is None
+    assert bench.os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+    assert bench.apply_policy(_args(["--omp-wait", "default"])) is None
+    assert "OMP_WAIT_POLICY" not in bench.os.environ
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    assert bench.apply_policy(_args(["--omp-wait", "inherit"])) is None
+    seen = {}
+    monkeypatch.setattr(bench, "_openmp_loaded", lambda: True)
+    monkeypatch.setattr(bench.subprocess, "run", lambda cmd, env: seen.update(cmd=cmd, env=env) or
+                        argparse.Namespace(returncode=3))
+    assert bench.apply_policy(_args(["--omp-wait", "passive", "--quick"])) == 3
+    assert seen["cmd"][1:4] == ["-m", "opgen.bench", "--quick"] and seen["env"]["OMP_WAIT_POLICY"] == "PASSIVE"
+
+
+def _png_size(path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG signature"
+    assert data[12:16] == b"IHDR"
+    assert data[-8:-4] == b"IEND"
+    return struct.unpack(">II", data[16:24])
+
+
+def test_quick_through_the_cli(tmp_path, capfd):
+    """--quick (one shape per op and the tiny rows), one round, no torch.compile (its
+    compile alone takes longer than the rest here); runs in a fresh process for PASSIVE."""
+    pytest.importorskip("torch")
+    pytest.importorskip("matplotlib")
+    out, png = tmp_path / "rows.json", tmp_path / "bench.png"
+    assert cli_main(["bench", "--quick", "--repeats", "1", "--skip", "compile", "--out", str(out),
+                     "--plot", str(png)]) == 0
+    data = json.loads(out.read_text())
+    assert data["omp_wait_policy"] == "PASSIVE"
+    by = {(r["op"], r["shape"], r["contender"]): r for r in data["rows"]}
+    for key in [("rms_norm_grad", "4096x4096", c) for c in ("opgen-numpy", "opgen-torch", "eager", "triad")] + \
+               [("group_norm_backward", "2,640,32x32,32", c) for c in ("opgen-numpy", "aten")] + \
+               [("group_norm_backward", "1,32,2x2,8", "opgen-numpy"), ("rms_norm_grad", "4x64", "eager")]:
+        assert key in by and by[key]["ms"] > 0, key
+    assert by[("rms_norm_grad", "4096x4096", "opgen-numpy")]["gbs"] > 0
+    width, height = _png_size(png)
+    assert width > 800 and height > 300
+    assert "opgen-torch after torch op" in capfd.readouterr().out
