@@ -1,0 +1,210 @@
+"""GPU schedules (CUDA, OpenCL, any target with blocks and threads), matched by stage pattern.
+
+The patterns are those of the CPU rules (schedules/llvm.py, whose ``match`` methods are
+reused): only how the matched stages are laid onto blocks and threads differs.
+
+* ``GpuRowPass`` (RmsNorm-like: per-row reductions and scalars, an elementwise output,
+  column sums over the rows). A persistent grid of ``partials`` blocks, each owning a
+  contiguous range of ceil(rows / partials) rows (QuACK sizes its grid the same way, a few
+  blocks per SM). For each of its rows a block reduces the row across its threads (a
+  cross-thread reduction: warp shuffles on CUDA, a __local tree on OpenCL), computes the
+  per-row scalars, then writes the elementwise output and adds the row into its own row
+  of column partials, in one pass over the row (threads stride the columns, with a loop
+  when the row is longer than the block). A second kernel sums the ``partials`` rows of
+  each column in a fixed order. No atomics: the bits depend on the shape and the knobs,
+  never on timing.
+* ``GpuGroupedRowPass`` (GroupNorm-like: per-(outer..., inner) row sums, per-group
+  scalars, an elementwise output, column sums over the first axis). Kernel 1: a block per
+  group reduces each of its rows across its threads into the row-sum buffers (which the
+  column sums also read, so they are kernel parameters in the workspace). Kernel 2: a
+  block per group sums those rows serially (every thread the same, fixed order), computes
+  the group scalars and writes the elementwise output. Kernel 3: a thread per column
+  sums over the first axis in a fixed order.
+
+  Why the group scalars are not computed in kernel 1 from the row sums it has just
+  written: TVM lowers a cross-thread reduction into a global buffer as a store by
+  thread 0 with no barrier after it (TVM 0.27, read in the emitted OpenCL), so other
+  threads reading the row sums in the same kernel would race. A kernel boundary is the
+  barrier; the row sums are D floats per group, and x/dy are read twice either way.
+
+Per-row and per-group scalars live in "local" scope: each thread holds its own copy
+(a global one raced in a probe; see ../shared/TVM-NOTES.md). The GPU targets build with
+StorageRewrite off because, with it on, TVM 0.27 folded a local scalar computed from a
+reduction (RmsNorm's coef) into the shared buffer holding the reduction's result, so every
+thread rewrote the value the others were still reading (seen in the emitted OpenCL).
+
+Tails: every split is guarded (TVM predicates), so any extent works, 0 included.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import s_tir
+
+from opgen.schedules import Knob, blocks
+from opgen.schedules.llvm import GroupedRowPass, RowPassWithColumnSums, _merge_nests
+
+THREADS = Knob(
+    "threads", (32, 64, 128, 256, 512, 1024), 256,
+    "threads per block: the columns a block covers per step of its row loop; more threads "
+    "help long rows and cost barrier steps in the cross-thread reduction")
+PARTIALS = Knob(
+    "partials", (1, 16, 64, 128, 256, 512, 1024, 2048), 512,
+    "blocks of the row pass (the persistent grid) and so rows of column partials in the "
+    "workspace; each block owns ceil(rows / partials) consecutive rows. 512 = about 4 "
+    "blocks per SM on an H100/H200 (132 SMs). The final sum reads partials x cols floats")
+COLUMN_THREADS = Knob(
+    "column_threads", (32, 64, 128, 256, 512, 1024), 256,
+    "threads per block of the fixed-order column sums (a thread per column)")
+
+
+def max_threads(target) -> int:
+    """The most threads per block the target allows (1024 on every CUDA GPU)."""
+    return int(getattr(target, "max_threads", 1024))
+
+
+def check_threads(knobs: dict, target) -> str | None:
+    limit = max_threads(target)
+    for name in ("threads", "column_threads"):
+        if int(knobs.get(name, 0)) > limit:
+            return f"{name}={knobs[name]} exceeds the {limit} threads per block {target.name} allows"
+    return None
+
+
+def bind_threads(sch, loop, threads: int):
+    """Split ``loop`` by ``threads`` and bind the inner part to threadIdx.x; returns the outer."""
+    outer, inner = sch.split(loop, [None, threads])
+    sch.bind(inner, "threadIdx.x")
+    return outer
+
+
+def bind_blocks_and_threads(sch, loop, threads: int) -> None:
+    """A thread per iteration of ``loop``: blocks of ``threads`` threads over it."""
+    outer, inner = sch.split(loop, [None, threads])
+    sch.bind(outer, "blockIdx.x")
+    sch.bind(inner, "threadIdx.x")
+
+
+def reduce_across_threads(sch, block_name: str, threads: int) -> None:
+    """The innermost (reduction) loop of a block strided over threadIdx.x: TVM lowers it to
+    a cross-thread reduction whose result every thread of the block sees."""
+    block = sch.get_sblock(block_name)
+    bind_threads(sch, sch.get_loops(block)[-1], threads)
+
+
+def final_column_sum(sch, block, threads: int) -> None:
+    """A thread per column; each sums its partials serially, in a fixed order."""
+    loops = sch.get_loops(block)
+    spatial = loops[:-1]
+    bind_blocks_and_threads(sch, sch.fuse(*spatial) if len(spatial) > 1 else spatial[0], threads)
+    sch.decompose_reduction(block, sch.get_loops(block)[-1])
+
+
+@dataclass(frozen=True)
+class GpuRowPass:
+    """Knobs: ``threads``, ``partials`` (the row pass's grid), ``column_threads``."""
+
+    def knobs(self, target) -> tuple:
+        return (THREADS, PARTIALS, COLUMN_THREADS)
+
+    def check_knobs(self, knobs: dict, target, shapes) -> str | None:
+        return check_threads(knobs, target)
+
+    def apply(self, func, target, knobs):
+        sch = s_tir.Schedule(func)
+        matched = RowPassWithColumnSums().match(blocks(sch))
+        if matched is None:
+            return None
+        out, column_sums, row_stages = matched
+        threads, partials = int(knobs["threads"]), int(knobs["partials"])
+        main = sch.get_sblock(out.name)
+        chunk_loop, row_loop = sch.split(sch.get_loops(main)[0], [partials, None])
+        finals = []
+        for info in column_sums:
+            block = sch.get_sblock(info.name)
+            rf = sch.rfactor(sch.split(sch.get_loops(block)[1], [partials, None])[0], 0)
+            rf_col, rf_chunk, rf_row = sch.get_loops(rf)
+            sch.reorder(rf_chunk, rf_row, rf_col)
+            chunk_loop = sch.merge(chunk_loop, rf_chunk)
+            row_loop = sch.merge(sch.get_loops(main)[1], sch.get_loops(rf)[1])
+            sch.merge(sch.get_loops(main)[2], sch.get_loops(rf)[2])
+            finals.append((block, rf))
+        for info in reversed(row_stages):
+            sch.compute_at(sch.get_sblock(info.name), row_loop)
+        sch.bind(chunk_loop, "blockIdx.x")
+        bind_threads(sch, sch.get_loops(main)[2], threads)
+        for info in row_stages:
+            if "R" in info.kinds:
+                reduce_across_threads(sch, info.name, threads)
+            sch.set_scope(sch.get_sblock(info.name), 0, "local")
+        for block, rf in finals:
+            sch.decompose_reduction(rf, sch.get_loops(rf)[1])   # zero the block's partials once
+            final_column_sum(sch, block, int(knobs["column_threads"]))
+        return sch
+
+
+@dataclass(frozen=True)
+class GpuGroupedRowPass:
+    """Knobs: ``threads`` (per group's block), ``column_threads``."""
+
+    def knobs(self, target) -> tuple:
+        return (THREADS, COLUMN_THREADS)
+
+    def check_knobs(self, knobs: dict, target, shapes) -> str | None:
+        return check_threads(knobs, target)
+
+    def apply(self, func, target, knobs):
+        sch = s_tir.Schedule(func)
+        matched = GroupedRowPass().match(blocks(sch))
+        if matched is None:
+            return None
+        out, outer, row_sums, group_stages, column_sums, casts = matched
+        threads = int(knobs["threads"])
+        self._row_sums(sch, row_sums, outer, threads)
+        self._group_pass(sch, out, outer, group_stages, threads)
+        if column_sums:
+            col_rvs = [sch.get_sblock(b.name) for b in column_sums]
+            col_loops = _merge_nests(sch, col_rvs, len(column_sums[0].kinds))[:-1]
+            for info in casts:
+                sch.reverse_compute_at(sch.get_sblock(info.name), col_loops[-1])
+            for info in column_sums:
+                if not info.writes_output:   # an accumulator rounded by a cast: one register
+                    sch.set_scope(sch.get_sblock(info.name), 0, "local")
+            fused = sch.fuse(*col_loops) if len(col_loops) > 1 else col_loops[0]
+            bind_blocks_and_threads(sch, fused, int(knobs["column_threads"]))
+            for rv in col_rvs:   # zero before the loop: with N = 0 it never runs
+                sch.decompose_reduction(rv, sch.get_loops(rv)[-1])
+        return sch
+
+    @staticmethod
+    def _row_sums(sch, row_sums, outer: int, threads: int) -> None:
+        """Kernel 1: a block per group; each row of it reduced across the block's threads.
+
+        The sibling sums share their outer loops (one pass over the group's rows), but each
+        keeps its own thread-strided inner loop: TVM lowers a cross-thread reduction only
+        when the reduction block is the last one under its thread loop."""
+        rvs = [sch.get_sblock(b.name) for b in row_sums]
+        loops = _merge_nests(sch, rvs, len(row_sums[0].kinds) - 1)
+        group = sch.fuse(*loops[:outer]) if outer > 1 else loops[0]
+        sch.bind(group, "blockIdx.x")
+        for info in row_sums:
+            reduce_across_threads(sch, info.name, threads)
+
+    @staticmethod
+    def _group_pass(sch, out, outer: int, group_stages, threads: int) -> None:
+        """Kernel 2: a block per group: the group scalars (every thread its own copy, from
+        the row sums kernel 1 wrote) and the elementwise output strided over the threads."""
+        main = sch.get_sblock(out.name)
+        loops = sch.get_loops(main)
+        for info in reversed(group_stages):
+            sch.compute_at(sch.get_sblock(info.name), loops[outer - 1])
+        for info in group_stages:
+            sch.set_scope(sch.get_sblock(info.name), 0, "local")
+        loops = sch.get_loops(main)
+        group = sch.fuse(*loops[:outer]) if outer > 1 else loops[0]
+        sch.bind(group, "blockIdx.x")
+        rest = sch.get_loops(main)[1:]
+        bind_threads(sch, sch.fuse(*rest) if len(rest) > 1 else rest[0], threads)
+
+
+RULES = [GpuRowPass(), GpuGroupedRowPass()]

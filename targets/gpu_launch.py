@@ -1,0 +1,204 @@
+"""Launch plans for device kernels that opgen launches itself (OpenCL through pyopencl).
+
+TVM splits a scheduled PrimFunc into device kernels plus host code that launches them in
+order, with grid and block sizes that are expressions of the shapes (``ceil(cols / 256)``)
+and extra scalar arguments that are too (``cse_v7``). The TVM runtime in the wheel cannot
+launch OpenCL kernels without a vendor runtime, so opgen reads the host code instead: it
+captures the module right after TVM's SplitHostDevice pass (during the ordinary
+``tvm.compile``, through a pass instrument) and turns each ``call_ffi_kernel`` into a
+``Launch``: kernel name, arguments (a tensor parameter, or a scalar computed from the
+shapes) and the grid/block extents. The expressions are compiled to Python once, at build
+time, so a call costs a few dict lookups, not TVM simplifier calls.
+
+Only straight-line host code is supported (what the GPU schedules produce); anything else
+(a host loop, a branch, a host allocation) is refused at build time with the reason.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+from tvm import tirx
+
+_BINARY = {tirx.Add: "({} + {})", tirx.Sub: "({} - {})", tirx.Mul: "({} * {})",
+           tirx.FloorDiv: "({} // {})", tirx.FloorMod: "({} % {})", tirx.Min: "min({}, {})",
+           tirx.Max: "max({}, {})", tirx.LT: "({} < {})", tirx.LE: "({} <= {})",
+           tirx.GT: "({} > {})", tirx.GE: "({} >= {})", tirx.EQ: "({} == {})", tirx.NE: "({} != {})",
+           tirx.And: "({} and {})", tirx.Or: "({} or {})"}
+# Truncating division and modulo agree with floor ones on the non-negative sizes seen here.
+_BINARY[tirx.Div] = "({} // {})"
+_BINARY[tirx.Mod] = "({} % {})"
+
+THREAD_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
+
+
+class UnsupportedHostCode(NotImplementedError):
+    """The host side of a scheduled function does more than launch kernels in sequence."""
+
+
+class _Names:
+    """Python names for TVM Vars (matched by identity, as TVM does)."""
+
+    def __init__(self):
+        self.vars: list = []
+
+    def name(self, var) -> str | None:
+        for i, known in enumerate(self.vars):
+            if known.same_as(var):
+                return f"v{i}"
+        return None
+
+    def add(self, var) -> str:
+        self.vars.append(var)
+        return f"v{len(self.vars) - 1}"
+
+
+def python_expr(expr, names: _Names) -> str:
+    """Python source computing an integer PrimExpr from the named variables."""
+    if isinstance(expr, (tirx.IntImm, int)):
+        return str(int(expr))
+    if isinstance(expr, tirx.Var):
+        name = names.name(expr)
+        if name is None:
+            raise UnsupportedHostCode(f"launch expression uses unbound variable {expr.name}")
+        return f"e[{name!r}]"
+    if isinstance(expr, tirx.Cast):
+        return python_expr(expr.value, names)
+    if isinstance(expr, tirx.Not):
+        return f"(not {python_expr(expr.a, names)})"
+    if isinstance(expr, tirx.Select):
+        return "({} if {} else {})".format(python_expr(expr.true_value, names), python_expr(expr.condition, names),
+                                          python_expr(expr.false_value, names))
+    template = _BINARY.get(type(expr))
+    if template is None:
+        raise UnsupportedHostCode(f"launch expression {expr} ({type(expr).__name__}) is not supported")
+    return template.format(python_expr(expr.a, names), python_expr(expr.b, names))
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One device kernel launch. ``args``: ("tensor", parameter index) or ("scalar", dtype,
+    python expression); ``grid``/``block``: python expressions per axis (x, y, z)."""
+
+    kernel: str
+    args: tuple
+    grid: tuple
+    block: tuple
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """The launches of one scheduled function, in order, and how to size them."""
+
+    launches: tuple
+    shape_vars: tuple        # (python name, parameter index, axis)
+    binds: tuple             # (python name, python expression), in host program order
+
+    def environment(self, shapes: list) -> dict:
+        """Values of every name the launches use, given each parameter's shape."""
+        env = {name: int(shapes[index][axis]) for name, index, axis in self.shape_vars}
+        for name, code in self.binds:
+            env[name] = eval(code, {"min": min, "max": max}, {"e": env})  # noqa: S307 (our own generated code)
+        return env
+
+    @staticmethod
+    def evaluate(code: str, env: dict) -> int:
+        return int(eval(code, {"min": min, "max": max}, {"e": env}))  # noqa: S307
+
+
+def _statements(stmt) -> list:
+    """The host body flattened: SeqStmt and DeclBuffer are transparent; others refused."""
+    if isinstance(stmt, tirx.SeqStmt):
+        return [s for child in stmt.seq for s in _statements(child)]
+    if isinstance(stmt, (tirx.Bind, tirx.Evaluate, tirx.DeclBuffer)):
+        return [stmt]
+    raise UnsupportedHostCode(f"host code holds a {type(stmt).__name__}; opgen launches straight-line code only")
+
+
+def _buffer_var(expr):
+    """The buffer variable behind ``expr`` (TVM 0.27 writes a buffer's data pointer as
+    ``tirx.buffer_data(buffer)``, a new Call object at every access)."""
+    if isinstance(expr, tvm.ir.Call) and expr.op.name == "tirx.buffer_data":
+        return expr.args[0]
+    return expr
+
+
+def _tensor_index(expr, tensors: list) -> int | None:
+    var = _buffer_var(expr)
+    return next((index for known, index in tensors if known.same_as(var)), None)
+
+
+def _kernel_call(stmt):
+    value = stmt.value
+    if isinstance(value, tvm.ir.Call) and value.args and isinstance(value.args[0], tvm.ir.StringImm):
+        return value
+    return None
+
+
+def _launch(call, device_funcs: dict, names: _Names, tensors: list) -> Launch:
+    name = call.args[0].value
+    func = device_funcs[name]
+    params = list(func.params)
+    launch_params = [str(p) for p in func.attrs["tirx.kernel_launch_params"]]
+    unknown = [p for p in launch_params if p not in THREAD_AXES]
+    if unknown:
+        raise UnsupportedHostCode(f"kernel {name} needs launch parameters {unknown}")
+    values = list(call.args[1:])
+    args = []
+    for param, value in zip(params, values[:len(params)]):
+        if isinstance(param.ty, tvm.ir.PointerType):
+            index = _tensor_index(value, tensors)
+            if index is None:
+                raise UnsupportedHostCode(f"kernel {name} takes a buffer that is not a parameter ({value})")
+            args.append(("tensor", index))
+        else:
+            args.append(("scalar", str(param.ty.dtype), python_expr(value, names)))
+    extents = dict(zip(launch_params, values[len(params):]))
+    axis = lambda kind: tuple(python_expr(extents[f"{kind}.{d}"], names) if f"{kind}.{d}" in extents else "1"  # noqa: E731
+                              for d in "xyz")
+    return Launch(name, tuple(args), axis("blockIdx"), axis("threadIdx"))
+
+
+def launch_plan(split_mod, symbol: str) -> LaunchPlan:
+    """The LaunchPlan of ``symbol`` in a module captured after SplitHostDevice."""
+    host = split_mod[symbol]
+    device_funcs = {gv.name_hint: f for gv, f in split_mod.functions.items()
+                    if int(f.attrs.get("calling_conv", 0)) == 2}
+    names = _Names()
+    shape_vars = []
+    for index, buf in enumerate(host.params):
+        for axis, extent in enumerate(buf.shape):
+            if isinstance(extent, tirx.Var) and names.name(extent) is None:
+                shape_vars.append((names.add(extent), index, axis))
+    tensors = [(buf, index) for index, buf in enumerate(host.params)]   # (buffer var, parameter)
+    binds, launches = [], []
+    for stmt in _statements(host.body):
+        if isinstance(stmt, tirx.DeclBuffer):     # a flattened view of a parameter
+            index = _tensor_index(stmt.data, tensors)
+            if index is None:
+                raise UnsupportedHostCode(f"host code declares a buffer {stmt.buffer} that is not a parameter")
+            tensors.append((stmt.buffer, index))
+        elif isinstance(stmt, tirx.Bind):
+            code = python_expr(stmt.value, names)
+            binds.append((names.add(stmt.var), code))
+        elif _kernel_call(stmt) is not None:
+            launches.append(_launch(_kernel_call(stmt), device_funcs, names, tensors))
+        else:
+            raise UnsupportedHostCode(f"host code evaluates {stmt.value}; opgen only launches kernels")
+    return LaunchPlan(tuple(launches), tuple(shape_vars), tuple(binds))
+
+
+def compile_capturing_split(mod, target, config: dict):
+    """``tvm.compile(mod, target)`` under ``config``; returns (executable, module right after
+    SplitHostDevice)."""
+    captured = {}
+
+    @tvm.ir.instrument.pass_instrument
+    class _Capture:
+        def run_after_pass(self, module, info):
+            if info.name == "tirx.SplitHostDevice":
+                captured["mod"] = module
+
+    with tvm.transform.PassContext(config=config, instruments=[_Capture()]):
+        executable = tvm.compile(mod, target=target)
+    return executable, captured["mod"]
