@@ -125,7 +125,8 @@ MODES = dict(OVER_UB=1, MISALIGNED_UB=2, RAGGED_DATACOPY=3, GM_OVERRUN=4, SETGLO
              REPEAT_OVER_255=6, DEQUE_EMPTY=7, ENQUE_FULL=8, USE_AFTER_FREE=9, POISON_READ=10,
              GM_RACE=11, GM_ATOMIC=12, SYNCALL_ORDER=13, SYNCALL_MISSING=14, MISSING_PIPE_SYNC=15,
              SYNCALL_MISMATCH=16, TOO_MANY_BUFFERS=17, GETVALUE_POISON=18, REPEAT_FORMS=19,
-             CAST_MODES=20, COPY_TWICE=99)
+             CAST_MODES=20, LEAK=21, PAD_BURSTS=22, SETFLAG_SYNC=23, VS_MISSING=24, SETVALUE_DMA=25,
+             INIT_ATOMIC=26, REDUCE_MAX_AXPY=27, COPY_TWICE=99)
 
 
 def run_case(libs, mode: str, cores: int = 1, x=None, n: int = 256):
@@ -158,6 +159,10 @@ VIOLATIONS = [
     # core 3 reads what core 0 writes: whichever comes first, the other access is reported.
     ("SYNCALL_MISSING", 4, r"GM race on argument 2 byte 0: (read of bytes written by core 0|"
                            r"write to bytes read by core 3) in the same SyncAll epoch 0"),
+    ("LEAK", 1, r"kernel ended with a tensor of TQue 'q' .* never freed \(missing FreeTensor\)"),
+    ("VS_MISSING", 1, r"LocalTensor::GetValue: reads TBuf 'sum' .* on pipe S \(scalar\) right after a write on V"),
+    ("SETVALUE_DMA", 1, r"DataCopy GM->UB: copies GM bytes this core wrote with GlobalTensor::SetValue .*"
+                        r"DataCacheCleanAndInvalid"),
     ("SYNCALL_MISMATCH", 4, r"core 0: SyncAll: 3 core\(s\) returned from the kernel without reaching this SyncAll"),
 ]
 
@@ -268,3 +273,34 @@ def test_cast_round_modes_match_reference(libs):
     assert np.isinf(h[1, 4]) and h[5, 4] == 65504.0              # 65520: RINT inf, TRUNC max
     b = got[7:].view(ml_dtypes.bfloat16)
     assert float(b[0, 8]) == 1.0 and float(b[3, 8]) == 1 + 2.0**-7
+
+
+def test_datacopypad_bursts_pad_and_ragged_rows(libs, rng):
+    x = rng.standard_normal(256).astype(np.float32)
+    status, msg, out = run_case(libs, "PAD_BURSTS", 1, x=x)
+    assert status == 0, msg
+    np.testing.assert_array_equal(out[:65], 2 * x[:65])  # 5 rows of 13, UB rows of 16
+    assert np.all(out[65:80] == 0)                       # DataCopyPad wrote 65 elements only
+    np.testing.assert_allclose(out[80], x[:65].astype(np.float64).sum(), rtol=1e-6)  # pads were 0
+
+
+def test_explicit_flags_synchronise(libs, rng):
+    x = rng.standard_normal(256).astype(np.float32)
+    status, msg, out = run_case(libs, "SETFLAG_SYNC", 1, x=x)
+    assert status == 0, msg
+    np.testing.assert_array_equal(out[:256], 2 * x)
+    np.testing.assert_allclose(out[256], 2 * x.astype(np.float64).sum(), rtol=1e-6)
+
+
+def test_init_global_memory_then_atomics(libs):
+    status, msg, out = run_case(libs, "INIT_ATOMIC", 4)
+    assert status == 0, msg
+    np.testing.assert_array_equal(out[:8], np.full(8, 10.5, np.float32))
+
+
+def test_reduce_max_with_index_and_axpy(libs, rng):
+    x = rng.standard_normal(256).astype(np.float32)
+    status, msg, out = run_case(libs, "REDUCE_MAX_AXPY", 1, x=x)
+    assert status == 0, msg
+    assert out[0] == x.max() and out[1:2].view(np.int32)[0] == int(np.argmax(x))
+    np.testing.assert_array_equal(out[8:264], (x.astype(np.float64) * 1.5).astype(np.float32))

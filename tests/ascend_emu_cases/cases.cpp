@@ -15,7 +15,8 @@ enum Mode {
     OVER_UB = 1, MISALIGNED_UB, RAGGED_DATACOPY, GM_OVERRUN, SETGLOBAL_OVERRUN, REPEAT_OVER_255,
     DEQUE_EMPTY, ENQUE_FULL, USE_AFTER_FREE, POISON_READ, GM_RACE, GM_ATOMIC, SYNCALL_ORDER,
     SYNCALL_MISSING, MISSING_PIPE_SYNC, SYNCALL_MISMATCH, TOO_MANY_BUFFERS, GETVALUE_POISON,
-    REPEAT_FORMS, CAST_MODES,
+    REPEAT_FORMS, CAST_MODES, LEAK, PAD_BURSTS, SETFLAG_SYNC, VS_MISSING, SETVALUE_DMA, INIT_ATOMIC,
+    REDUCE_MAX_AXPY,
 };
 
 struct Ctx {
@@ -200,6 +201,92 @@ static void cast_modes(TPipe& pipe, Ctx& c) {
     qo.FreeTensor(o);
 }
 
+// A 5 x 13 float matrix (in[0..65)) through DataCopyPad bursts: UB rows padded to 16 floats
+// (right pad 3 zeros), out[0..65) = 2 * in, out[80] = sum of the padded UB block.
+static void pad_bursts(TPipe& pipe, Ctx& c) {
+    TQue<TPosition::VECIN, 1> qi;
+    TQue<TPosition::VECOUT, 1> qo;
+    TBuf<TPosition::VECCALC> work;
+    pipe.InitBuffer(qi, 1, 80 * sizeof(float));
+    pipe.InitBuffer(qo, 1, 80 * sizeof(float));
+    pipe.InitBuffer(work, 32);
+    LocalTensor<float> x = qi.AllocTensor<float>();
+    DataCopyPad(x, c.in, DataCopyExtParams(5, 13 * sizeof(float), 0, 0, 0),
+                DataCopyPadExtParams<float>(true, 0, 3, 0.0f));
+    qi.EnQue(x);
+    x = qi.DeQue<float>();
+    LocalTensor<float> y = qo.AllocTensor<float>();
+    Muls(y, x, 2.0f, 80);
+    qo.EnQue(y);
+    y = qo.DeQue<float>();
+    DataCopyPad(c.out, y, DataCopyExtParams(5, 13 * sizeof(float), 0, 0, 0));
+    qo.FreeTensor(y);
+    LocalTensor<float> s = qo.AllocTensor<float>();
+    Duplicate(s, 0.0f, 8);
+    ReduceSum(s, x, work.Get<float>(), 80);
+    qi.FreeTensor(x);
+    store(qo, s, c.out[80], 8);
+}
+
+// Explicit flags instead of queues: TBuf in, vector, TBuf out; a V->S flag before GetValue.
+static void setflag_sync(TPipe& pipe, Ctx& c, bool with_flags) {
+    TBuf<TPosition::VECCALC> buf, work, sum;
+    pipe.InitBuffer(buf, c.n * sizeof(float));
+    pipe.InitBuffer(work, c.n * sizeof(float));
+    pipe.InitBuffer(sum, 32);
+    LocalTensor<float> t = buf.Get<float>();
+    DataCopy(t, c.in, c.n);
+    SetFlag<HardEvent::MTE2_V>(EVENT_ID0);
+    WaitFlag<HardEvent::MTE2_V>(EVENT_ID0);
+    Muls(t, t, 2.0f, c.n);
+    LocalTensor<float> s = sum.Get<float>();
+    ReduceSum(s, t, work.Get<float>(), c.n);
+    if (with_flags) {
+        event_t e = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::V_S));
+        SetFlag<HardEvent::V_S>(e);
+        WaitFlag<HardEvent::V_S>(e);
+    }
+    float total = s.GetValue(0);
+    SetFlag<HardEvent::V_MTE3>(EVENT_ID1);
+    WaitFlag<HardEvent::V_MTE3>(EVENT_ID1);
+    DataCopy(c.out, t, c.n);
+    c.out.SetValue(c.n, total);
+}
+
+static void setvalue_dma(TPipe& pipe, Ctx& c) {
+    TQue<TPosition::VECIN, 1> qi;
+    pipe.InitBuffer(qi, 1, 32);
+    c.out.SetValue(0, 1.0f);
+    LocalTensor<float> x = load(qi, c.out, 8);  // DMA of a line still in the data cache
+    qi.FreeTensor(x);
+}
+
+// out[0..8) = 0.5 by core 0, then every core atomically adds its index + 1.
+static void init_atomic(TPipe& pipe, Ctx& c) {
+    if (GetBlockIdx() == 0) InitGlobalMemory(c.out, 8, 0.5f);
+    SyncAll();
+    all_cores_write(pipe, c, true);
+}
+
+// out[0] = max(in), out[1] = its index (int bits), out[8..8+n) = in + 0.5 * in (Axpy).
+static void reduce_max_axpy(TPipe& pipe, Ctx& c) {
+    TQue<TPosition::VECIN, 1> qi;
+    TQue<TPosition::VECOUT, 1> qo;
+    TBuf<TPosition::VECCALC> work;
+    pipe.InitBuffer(qi, 1, c.n * sizeof(float));
+    pipe.InitBuffer(qo, 1, (c.n + 8) * sizeof(float));
+    pipe.InitBuffer(work, c.n * sizeof(float));
+    LocalTensor<float> x = load(qi, c.in, c.n);
+    LocalTensor<float> y = qo.AllocTensor<float>();
+    Duplicate(y, 0.0f, 8);
+    ReduceMax(y, x, work.Get<float>(), c.n, true);
+    LocalTensor<float> z = y[8];
+    DataCopy(z, x, c.n);  // UB->UB on the vector pipe
+    Axpy(z, x, 0.5f, c.n);
+    qi.FreeTensor(x);
+    store(qo, y, c.out, c.n + 8);
+}
+
 extern "C" __global__ __aicore__ void emu_case(GM_ADDR in, GM_ADDR out, GM_ADDR ws, GM_ADDR tiling) {
     GET_TILING_DATA_WITH_STRUCT(CaseTiling, t, tiling);
     Ctx c;
@@ -221,6 +308,12 @@ extern "C" __global__ __aicore__ void emu_case(GM_ADDR in, GM_ADDR out, GM_ADDR 
         case SYNCALL_MISMATCH: if (GetBlockIdx() == 0) SyncAll(); break;  // the others never arrive
         case REPEAT_FORMS: repeat_forms(pipe, c); break;
         case CAST_MODES: cast_modes(pipe, c); break;
+        case LEAK: { TQue<TPosition::VECIN, 1> q; pipe.InitBuffer(q, 1, 32); q.AllocTensor<float>(); break; }
+        case PAD_BURSTS: pad_bursts(pipe, c); break;
+        case SETFLAG_SYNC: case VS_MISSING: setflag_sync(pipe, c, t.mode == SETFLAG_SYNC); break;
+        case SETVALUE_DMA: setvalue_dma(pipe, c); break;
+        case INIT_ATOMIC: init_atomic(pipe, c); break;
+        case REDUCE_MAX_AXPY: reduce_max_axpy(pipe, c); break;
         default: copy_twice(pipe, c); break;
     }
 }

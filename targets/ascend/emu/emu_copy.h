@@ -63,6 +63,15 @@ inline bool overlaps(const uint8_t* a0, const uint8_t* a1, const uint8_t* b0, co
     return a0 < b1 && b0 < a1;
 }
 
+// A DMA copy of GM bytes this core wrote with GlobalTensor::SetValue would bypass the scalar
+// data cache that still holds them.
+inline void check_not_dirty(const uint8_t* p, uint64_t bytes, const char* api) {
+    for (auto& r : core().gm_dirty)
+        if (overlaps(p, p + bytes, r.first, r.second))
+            fail(cat(api, ": copies GM bytes this core wrote with GlobalTensor::SetValue that are still in ",
+                     "the scalar data cache (call DataCacheCleanAndInvalid first)"));
+}
+
 // One burst GM -> UB (MTE2).
 template <typename T>
 void burst_in(const char* api, const LocalTensor<T>& dst, uint64_t ub_i, const GlobalTensor<T>& src,
@@ -76,12 +85,13 @@ void burst_in(const char* api, const LocalTensor<T>& dst, uint64_t ub_i, const G
         if (overlaps(p, p + n * sizeof(T), r.first, r.second))
             fail(cat(api, ": reads GM this core wrote by a UB->GM copy (MTE3) with no ",
                      "synchronisation in between (SetFlag/WaitFlag<MTE3_MTE2> or PipeBarrier<PIPE_ALL>)"));
+    check_not_dirty(p, n * sizeof(T), api);
     std::lock_guard<std::mutex> lk(c.launch->gm_mutex);
     GmBuffer& g = gm_check(p, n * sizeof(T), api);
     gm_note_read(g, static_cast<uint64_t>(p - g.base), n * sizeof(T), api);
     std::memcpy(c.ub.data() + off, p, n * sizeof(T));
     set_defined(off, n * sizeof(T), true);
-    dst.slot()->pending = Pipe::MTE2;
+    mark_write(dst.slot(), Pipe::MTE2);
 }
 
 // One burst UB -> GM (MTE3); an atomic add when SetAtomicAdd<T> is on.
@@ -103,6 +113,7 @@ void burst_out(const char* api, const GlobalTensor<T>& dst, uint64_t gm_i, const
     if (atomic && std::string(c.atomic_type) != type_name<T>())
         fail(cat(api, ": SetAtomicAdd<", c.atomic_type, "> is on but the copy moves ", type_name<T>()));
     uint8_t* p = reinterpret_cast<uint8_t*>(dst.GetPhyAddr() + gm_i);
+    check_not_dirty(p, n * sizeof(T), api);
     std::lock_guard<std::mutex> lk(c.launch->gm_mutex);
     GmBuffer& g = gm_check(p, n * sizeof(T), api);
     gm_note_write(g, static_cast<uint64_t>(p - g.base), n * sizeof(T), atomic, api);
@@ -200,7 +211,7 @@ void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, uint32_t cal
     CoreState& c = core();
     std::memmove(c.ub.data() + d, c.ub.data() + so, uint64_t(calCount) * sizeof(T));
     std::memmove(c.ub_def.data() + d, c.ub_def.data() + so, uint64_t(calCount) * sizeof(T));
-    dst.slot()->pending = Pipe::V;
+    mark_write(dst.slot(), Pipe::V);
 }
 
 // GM -> UB with ragged bursts: blockLen bytes per burst, GM gaps in bytes, UB gaps in 32-byte
@@ -226,7 +237,7 @@ void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Da
         if (!pad.isPad) continue;
         for (uint64_t k = 0; k < lp; ++k) dst.SetValue(ub_i + k, pad.paddingValue);
         for (uint64_t k = 0; k < rp; ++k) dst.SetValue(ub_i + lp + n + k, pad.paddingValue);
-        dst.slot()->pending = Pipe::MTE2;
+        mark_write(dst.slot(), Pipe::MTE2);
     }
 }
 

@@ -124,27 +124,32 @@ inline opgen_emu::Pipe event_source(HardEvent e) {
         default: return Pipe::NONE;
     }
 }
-inline std::vector<std::pair<int, int>>& flags() {
-    static thread_local std::vector<std::pair<int, int>> f;  // (event, id) set and not yet waited
+struct Flag { int event; int id; uint64_t seq; };
+inline std::vector<Flag>& flags() {
+    static thread_local std::vector<Flag> f;  // set and not yet waited for
     return f;
 }
 }  // namespace detail
 
+// SetFlag covers the writes its source pipe made before it; WaitFlag makes them visible.
 template <HardEvent evt>
 inline void SetFlag(int32_t eventId) {
-    detail::flags().emplace_back(static_cast<int>(evt), eventId);
+    detail::flags().push_back({static_cast<int>(evt), eventId, opgen_emu::core().seq});
 }
 
 template <HardEvent evt>
 inline void WaitFlag(int32_t eventId) {
     auto& f = detail::flags();
-    auto it = std::find(f.begin(), f.end(), std::make_pair(static_cast<int>(evt), static_cast<int>(eventId)));
+    auto it = std::find_if(f.begin(), f.end(), [&](const detail::Flag& x) {
+        return x.event == static_cast<int>(evt) && x.id == eventId;
+    });
     if (it == f.end())
         opgen_emu::fail(opgen_emu::cat("WaitFlag(event ", static_cast<int>(evt), ", id ", eventId,
                                        ") without a matching SetFlag (the hardware would hang)"));
+    uint64_t upto = it->seq;
     f.erase(it);
     opgen_emu::Pipe src = detail::event_source(evt);
-    opgen_emu::clear_pending(src);
+    opgen_emu::clear_pending(src, upto);
     if (src == opgen_emu::Pipe::MTE3) opgen_emu::core().gm_pending.clear();
 }
 

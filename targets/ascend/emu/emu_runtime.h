@@ -140,6 +140,7 @@ struct Slot {
     SlotState state = SlotState::FREE;
     uint32_t generation = 0;  // bumped on FreeTensor/Reset: stale tensor copies are caught
     Pipe pending = Pipe::NONE;  // last unsynchronised writer pipe
+    uint64_t pending_seq = 0;   // when it wrote (core's write counter), for SetFlag snapshots
     std::string owner;          // "TQue 'inQueueX' (kernel.cpp:40) buffer 1/2"
 };
 
@@ -155,6 +156,10 @@ struct CoreState {
     // GM byte ranges written by MTE3 not yet synchronised (MTE3_MTE2 / PIPE_ALL / SyncAll):
     // reading them back on MTE2 is a hazard.
     std::vector<std::pair<const uint8_t*, const uint8_t*>> gm_pending;
+    // GM bytes written by GlobalTensor::SetValue (the scalar data cache) not yet flushed with
+    // DataCacheCleanAndInvalid: a DMA copy of them would see stale memory.
+    std::vector<std::pair<const uint8_t*, const uint8_t*>> gm_dirty;
+    uint64_t seq = 0;  // counts pipe writes to UB
     std::vector<std::string> deferred;  // errors found in destructors
     CoreState(Launch* l, uint32_t i) : launch(l), idx(i), ub(kUbBytes, 0xFF), ub_def(kUbBytes, 0) {}
 };
@@ -194,7 +199,16 @@ inline std::string race_msg(const char* api, const GmBuffer& g, uint64_t off, ui
                " (add SyncAll between them, or use SetAtomicAdd for accumulation)");
 }
 
+// The shadow is allocated on a buffer's first access: untouched arguments cost nothing.
+inline void gm_shadow(GmBuffer& g) {
+    if (g.write_tag.empty()) {
+        g.write_tag.assign(g.size, 0);
+        g.read_tag.assign(g.size, 0);
+    }
+}
+
 inline void gm_note_read(GmBuffer& g, uint64_t off, uint64_t bytes, const char* api) {
+    gm_shadow(g);
     CoreState* c = current_core();
     uint32_t mine = make_tag(c->idx, c->epoch, false);
     for (uint64_t i = off; i < off + bytes; ++i) {
@@ -206,6 +220,7 @@ inline void gm_note_read(GmBuffer& g, uint64_t off, uint64_t bytes, const char* 
 }
 
 inline void gm_note_write(GmBuffer& g, uint64_t off, uint64_t bytes, bool atomic, const char* api) {
+    gm_shadow(g);
     CoreState* c = current_core();
     uint32_t mine = make_tag(c->idx, c->epoch, atomic);
     for (uint64_t i = off; i < off + bytes; ++i) {
@@ -294,8 +309,7 @@ inline int launch(const char* kernel, uint32_t expected_nargs, KernelThunk thunk
     l.block_dim = block_dim;
     for (uint32_t i = 0; i < nargs; ++i) {
         if (!args[i] || !sizes[i]) continue;  // a null or empty argument: any access fails
-        l.gm.push_back({static_cast<uint8_t*>(args[i]), sizes[i], static_cast<int>(i),
-                        std::vector<uint32_t>(sizes[i], 0), std::vector<uint32_t>(sizes[i], 0)});
+        l.gm.push_back({static_cast<uint8_t*>(args[i]), sizes[i], static_cast<int>(i), {}, {}});
     }
     std::vector<std::thread> cores;
     try {

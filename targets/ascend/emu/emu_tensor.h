@@ -68,9 +68,15 @@ inline void check_sync_read(Slot* s, Pipe pipe, const char* api) {
                  "PipeBarrier<PIPE_ALL>)"));
 }
 
-inline void clear_pending(Pipe from) {
+inline void mark_write(Slot* s, Pipe pipe) {
+    s->pending = pipe;
+    s->pending_seq = ++core().seq;
+}
+
+// Synchronise writes by `from` (every pipe for NONE) made up to write number `upto`.
+inline void clear_pending(Pipe from, uint64_t upto = ~uint64_t(0)) {
     for (auto& s : core().slots)
-        if (from == Pipe::NONE || s.pending == from) s.pending = Pipe::NONE;
+        if ((from == Pipe::NONE || s.pending == from) && s.pending_seq <= upto) s.pending = Pipe::NONE;
 }
 
 inline void poison(const Slot& s) {
@@ -151,6 +157,10 @@ public:
         gm_note_write(g, reinterpret_cast<uint8_t*>(base_ + i) - g.base, sizeof(T), false,
                       "GlobalTensor::SetValue");
         std::memcpy(base_ + i, &v, sizeof(T));
+        const uint8_t* p = reinterpret_cast<const uint8_t*>(base_ + i);
+        auto& dirty = current_core()->gm_dirty;  // in the scalar data cache until flushed
+        if (!dirty.empty() && dirty.back().second == p) dirty.back().second = p + sizeof(T);
+        else dirty.emplace_back(p, p + sizeof(T));
     }
     // Elements [first, first+count) must lie inside the SetGlobalBuffer range.
     void check_range(uint64_t first, uint64_t count, const char* api) const {
@@ -206,7 +216,7 @@ public:
         uint64_t off = elem_off(i, 1, "LocalTensor::SetValue");
         std::memcpy(core().ub.data() + off, &v, sizeof(T));
         set_defined(off, sizeof(T), true);
-        slot_->pending = Pipe::S;
+        mark_write(slot_, Pipe::S);
     }
     // UB byte offset of elements [i, i+n) after liveness and bounds checks (emulation use).
     uint64_t elem_off(uint64_t i, uint64_t n, const char* api) const {
@@ -333,6 +343,22 @@ public:
         t.slot_ = s;
         t.gen_ = s->generation;
         t.ub_off_ = s->offset;
+        t.size_ = len;
+        return t;
+    }
+
+    // len elements starting bufOffset bytes into the buffer (bufOffset 32-byte aligned).
+    template <typename T>
+    LocalTensor<T> GetWithOffset(uint32_t len, uint32_t bufOffset) {
+        using namespace opgen_emu;
+        Slot* s = slot("TBuf::GetWithOffset");
+        if (bufOffset % kBlockBytes != 0)
+            fail(cat("TBuf::GetWithOffset on ", name_, ": offset ", bufOffset, " B is not 32-byte aligned"));
+        if (bufOffset + uint64_t(len) * sizeof(T) > s->bytes)
+            fail(cat("TBuf::GetWithOffset<", type_name<T>(), ">(", len, ", ", bufOffset, ") on ", name_,
+                     ": exceeds the buffer's ", s->bytes, " B"));
+        LocalTensor<T> t = Get<T>(0);
+        t.ub_off_ += bufOffset;
         t.size_ = len;
         return t;
     }

@@ -42,6 +42,29 @@
 //   lib.opgen_emu_launch_my_kernel.argtypes = [c_uint32, POINTER(c_void_p), POINTER(c_uint64), c_uint32]
 //   lib.opgen_emu_last_error.restype = c_char_p
 //
+// ============================================================================ the API subset
+// Types: half, bfloat16_t (16-bit storage, RNE from float). GM_ADDR, __gm__, __aicore__, __global__.
+// GlobalTensor<T>: SetGlobalBuffer(ptr, size) / (ptr), GetValue, SetValue, operator[], GetSize,
+//   GetPhyAddr. LocalTensor<T>: GetValue, SetValue, operator[], GetSize, GetLength,
+//   ReinterpretCast<U>. TPipe: InitBuffer(TQue&, num, bytes), InitBuffer(TBuf&, bytes), Reset,
+//   FetchEventID. TQue<pos, depth>: AllocTensor<T>, EnQue, DeQue<T>, FreeTensor, HasTensorInQue.
+//   TBuf<pos>: Get<T>(), Get<T>(len), GetWithOffset<T>(len, byteOffset). GetTPipePtr().
+// Copies: DataCopy (count; DataCopyParams; UB->UB), DataCopyPad (DataCopyExtParams +
+//   DataCopyPadExtParams<T>; DataCopyParams + DataCopyPadParams), InitGlobalMemory,
+//   DataCacheCleanAndInvalid.
+// Vector (count form, and repeat form: mask or mask[2], repeatTimes, Binary/UnaryRepeatParams):
+//   Add Sub Mul Div Max Min; Adds Muls Maxs Mins; Exp Ln Sqrt Rsqrt Abs Reciprocal Relu;
+//   Duplicate; Cast with RoundMode; Axpy (count). Reductions: ReduceSum (count; mask+repeat),
+//   WholeReduceSum, BlockReduceSum, ReduceMax/ReduceMin (count, calIndex).
+// Sync and cores: PipeBarrier<pipe_t>, pipe_barrier, SetFlag/WaitFlag<HardEvent>, GetBlockIdx,
+//   GetBlockNum, SyncAll, SetAtomicAdd<T>, SetAtomicNone, GetUserWorkspace.
+// Semantics chosen where the docs leave room (documented, checked by tests/test_ascend_emu.py):
+//   repeatTimes is int32_t (values > 255 are reported, not wrapped); WholeReduceSum's
+//   dstRepStride counts elements, BlockReduceSum's counts one repeat's 8 results; DataCopyPad
+//   GM->UB without isPad leaves the pad bytes poisoned; ReduceSum sums in double and rounds each
+//   256-byte partial (written to workLocal) and the total once to T; vector math is computed in
+//   double and rounded once to the destination (RNE), so results are correctly rounded.
+//
 // ============================================================================ what is checked
 // - UB: InitBuffer sizes (rounded to 32 B) against OPGEN_UB_BYTES, listing every buffer by the
 //   variable name at its InitBuffer call; at most OPGEN_MAX_BUFFERS buffers; one TPipe.
@@ -60,6 +83,8 @@
 // - Pipe sync: reading a UB buffer on one pipe (MTE2 copy-in, V vector, MTE3 copy-out, S scalar)
 //   right after another pipe wrote it, without EnQue/DeQue, SetFlag/WaitFlag or
 //   PipeBarrier<PIPE_ALL>; reading GM back on MTE2 that this core wrote on MTE3 without sync.
+// - GM data cache: DataCopy of GM bytes this core wrote with GlobalTensor::SetValue before a
+//   DataCacheCleanAndInvalid.
 // - Cores: GM bytes written by two cores (or written by one and read by another) between the
 //   same two SyncAll calls, unless both writes are SetAtomicAdd accumulations; SyncAll is a
 //   real barrier and a core returning while others wait in SyncAll is reported (a hang).
@@ -68,7 +93,7 @@
 
 #include <utility>
 
-#include "emu_reduce_cast.h"
+#include "emu_extra.h"
 
 #define KERNEL_TASK_TYPE_DEFAULT(x)
 #define KERNEL_TYPE_AIV_ONLY 0
