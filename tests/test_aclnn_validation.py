@@ -384,7 +384,8 @@ def test_gn_empty_calls_on_950_need_n_c_layout():
     wide = dict(flat, gradOut=np.ones((0, 24), np.float32), input=np.ones((0, 24), np.float32),
                 gradInput=np.zeros((0, 24), np.float32))
     assert gn_status("Ascend950", wide)[0] == 561103                                    # dim 1 is not C
-    odd = dict(gn_sized(0, 6, 4, 3), input=np.ones((0, 6, 2, 2), np.float32), gradInput=np.zeros((0, 6, 2, 2), np.float32))
+    odd = dict(gn_sized(0, 6, 4, 3), input=np.ones((0, 6, 2, 2), np.float32),
+               gradInput=np.zeros((0, 6, 2, 2), np.float32))
     status, msg = gn_status("Ascend950", odd)
     assert status == 561103 and "input has shape (0, 6, 2, 2)" in msg
     assert gn_status("Ascend950", dict(flat, C=0, gamma=np.ones(0, np.float32), gradGammaOut=np.zeros(0, np.float32),

@@ -449,23 +449,26 @@ def _rules_950() -> tuple:
 _DT = "FLOAT32, FLOAT16, BFLOAT16"
 API = ApiSpec(
     params=(
-        Param("gradOut", INPUT, "The gradient (`gradOut`); N*C*HxW elements, dtype of input.", "dy", _DT, "0-8"),
+        Param("gradOut", INPUT, "The gradient (`gradOut`); N*C*HxW elements, dtype of input (Ascend 950, no "
+              "elements: shaped (N, C, ...) like input).", "dy", _DT, "0-8"),
         Param("input", INPUT, "The forward input (`x`); N*C*HxW elements.", "x", _DT, "0-8"),
         Param("mean", INPUT, "The forward's per-group mean; N*group elements.", "mean", _DT, "0-8"),
         Param("rstd", INPUT, "The forward's per-group 1/std; N*group elements, dtype of mean.", "rstd", _DT, "0-8"),
         Param("gamma", INPUT, "Per-channel scale; C elements, dtype of mean; may be null (ones).", "gamma", _DT,
               "0-8", optional=True),
         Param("N", ATTR, "Size of the N dimension."),
-        Param("C", ATTR, "Size of the C dimension."),
+        Param("C", ATTR, "Size of the C dimension; at most 240000 on Atlas A2/A3."),
         Param("HxW", ATTR, "Size of the dimensions after N and C, multiplied."),
-        Param("group", ATTR, "Number of groups C is divided into; > 0 and dividing C."),
-        Param("outputMask", MASK, "Three bools: whether to output gradInput, gradGammaOut, gradBetaOut."),
-        Param("gradInput", OUTPUT, "The gradient of input; input's shape, gradOut's dtype.", "dx", _DT, "0-8",
-              mask_bit=0),
-        Param("gradGammaOut", OUTPUT, "The gradient of gamma; gamma's shape, mean's dtype.", "dgamma", _DT, "0-8",
-              mask_bit=1),
-        Param("gradBetaOut", OUTPUT, "The gradient of beta; gamma's shape, mean's dtype.", "dbeta", _DT, "0-8",
-              mask_bit=2),
+        Param("group", ATTR, "Number of groups C is divided into; > 0 and dividing C; C / group at most 8000 "
+              "on Atlas A2/A3 and Ascend 950."),
+        Param("outputMask", MASK, "Three bools: whether to output gradInput, gradGammaOut, gradBetaOut; "
+              "required (null: 161002)."),
+        Param("gradInput", OUTPUT, "The gradient of input; input's shape, gradOut's dtype; may be null when "
+              "outputMask[0] is false.", "dx", _DT, "0-8", mask_bit=0),
+        Param("gradGammaOut", OUTPUT, "The gradient of gamma; gamma's shape, mean's dtype; may be null when "
+              "outputMask[1] is false.", "dgamma", _DT, "0-8", mask_bit=1),
+        Param("gradBetaOut", OUTPUT, "The gradient of beta; gamma's shape, mean's dtype; may be null when "
+              "outputMask[2] is false.", "dbeta", _DT, "0-8", mask_bit=2),
     ),
     rules=_rules_nulls() + _rules_dtypes() + _rules_shapes(),
     problem=lambda call: Problem(call["N"], call["C"], call["HxW"], call["group"]),

@@ -271,6 +271,11 @@ def _no_rows(args) -> None:
         args[name] = np.zeros((0,) + a.shape[1:], a.dtype)
 
 
+def _scalar(a: np.ndarray) -> np.ndarray:
+    """A 0-d array holding ``a``'s first element (an array, not a numpy scalar)."""
+    return a.reshape(-1)[:1].reshape(())
+
+
 def _n_args(args) -> int:
     return np.ndim(args["x"]) - np.ndim(args["gamma"])
 
@@ -288,8 +293,8 @@ def _rules_shapes() -> tuple:
     return (
         Rule(ACLNN_ERR_INNER_TILING_ERROR, _SHAPE_DOC + " (Dimension 1-8; rstd 0-8: CheckInputDim in ops-nn "
              "rms_norm_grad_tiling.cpp bounds x and gamma only)", _check_ranks, (
-                 Violation("gamma and dgammaOut 0-d", set_args(gamma=lambda a: a["gamma"].reshape(-1)[:1].reshape(()),
-                                                              dgammaOut=lambda a: a["dgammaOut"].reshape(-1)[:1].reshape(()))),
+                 Violation("gamma and dgammaOut 0-d", set_args(gamma=lambda a: _scalar(a["gamma"]),
+                                                              dgammaOut=lambda a: _scalar(a["dgammaOut"]))),
                  Violation("9-d rstd", set_args(rstd=lambda a: a["rstd"].reshape((1,) * 8 + (-1,)))),
                  Violation("9-d dy/x/dxOut", _nine_dims),
              )),
