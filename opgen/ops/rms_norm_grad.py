@@ -260,8 +260,9 @@ def _check_empty_rows(call) -> str | None:
     x, n = call["x"].shape, _n(call)
     if math.prod(x[:n]) or not math.prod(x[n:]):
         return None  # rows to compute, or nothing to write at all (every output empty)
-    return (f"x has shape {shape_str(x)}: no rows (x_shape[0:n] = {shape_str(x[:n])}) while dgammaOut has "
-            f"{math.prod(x[n:])} elements; {call.product} has no empty-tensor tiling (only Ascend950 has)")
+    return (f"x has shape {shape_str(x)}, so no rows (x_shape[0:n] = {shape_str(x[:n])}); expected at least one "
+            f"row on {call.product}, whose tiling has no empty-tensor path (only Ascend950's has) while dgammaOut "
+            f"has {math.prod(x[n:])} elements to write")
 
 
 def _no_rows(args) -> None:
