@@ -193,8 +193,10 @@ def _check_dtypes(call) -> str | None:
 
 def _check_ranks(call) -> str | None:
     """Ranks 1-8 (CheckInputDim: x and gamma in [1, 8]); rstd 0-8, its shape rule decides."""
-    return first(f"{p} has {call[p].ndim} dimensions; expected {0 if p == 'rstd' else 1} to 8"
-                 for p in _TENSORS if not (p == "rstd" or 1 <= call[p].ndim) or call[p].ndim > 8)
+    def lowest(p):
+        return 0 if p == "rstd" else 1
+    return first(f"{p} has {call[p].ndim} dimensions; expected {lowest(p)} to 8"
+                 for p in _TENSORS if not lowest(p) <= call[p].ndim <= 8)
 
 
 def _check_gamma(call) -> str | None:
@@ -249,7 +251,7 @@ def _resized(last: int):
 
 
 def _nine_dims(args) -> None:
-    """dy, x and dxOut get 9 dimensions (x's rows spread over leading ones); rstd still fits."""
+    """dy, x and dxOut get 9 dimensions (x's rows spread over leading ones); gamma still fits."""
     for name in ("dy", "x", "dxOut"):
         a = args[name]
         args[name] = a.reshape((1,) * 7 + (-1,) + a.shape[-1:])
