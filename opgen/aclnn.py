@@ -21,7 +21,7 @@ the seeds document none:
 """
 from __future__ import annotations
 
-import inspect
+import keyword
 import operator
 
 import numpy as np
@@ -30,7 +30,7 @@ from opgen import acl, config
 from opgen.apispec import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ACLNN_ERR_RUNTIME_ERROR,
                            ACLNN_ERR_INNER_TILING_ERROR, ACLNN_SUCCESS, ATTR, INPUT, MASK, OUTPUT, STATUS_NAMES,
                            ArgError, Call)
-from opgen.executor import Executor, check_workspace, make_plan
+from opgen.executor import Executor, make_plan
 from opgen.ops import all_ops
 from opgen.tensorarg import describe
 
@@ -84,7 +84,7 @@ def _check_generic(call: Call):
             continue
         if arg.format not in acl.PLAIN_FORMATS:
             return ACLNN_ERR_PARAM_INVALID, f"{p.name} has format {arg.format}; expected ND (a plain layout)"
-        if p.role == OUTPUT and not arg.host.flags.writeable:
+        if p.role == OUTPUT and not arg.writeable:
             return ACLNN_ERR_PARAM_INVALID, f"{p.name} is read-only but is an output"
     return None
 
@@ -121,24 +121,70 @@ def _fail(func: str, status: int, reason: str) -> int:
     return status
 
 
-def get_workspace_size(op, func: str, values: dict):
+# ---- the plan cache ----------------------------------------------------------------------
+# Phase one decides its outcome from the call's metadata alone: the product, the target,
+# and per parameter the dtype, shape, strides, format, writability and element alignment
+# of a tensor (None for a null pointer), the value of an attribute or mask, plus which
+# outputs overlap an input. A successful decision (combo, kernel, plan) is kept under
+# exactly that key, so a repeated call skips the rules, the kernel lookup and the
+# planning; any difference in the key is a different entry, and failures are never
+# cached (each bad call is checked, and reported, in full).
+
+_PLANS: dict = {}
+_MAX_PLANS = 4096
+
+
+def _aliased(op, values: dict) -> frozenset:
+    """The outputs whose memory may overlap an input's."""
+    inputs = [values[name] for name in op.api.names(INPUT) if values[name] is not None]
+    return frozenset(name for name in op.api.names(OUTPUT) if values[name] is not None
+                     and any(values[name].may_overlap(i) for i in inputs))
+
+
+def _plan_key(op, product: str, target: str, values: dict, aliased: frozenset) -> tuple:
+    return (op.name, product, target, aliased,
+            tuple(v.key if v is not None and name in op.api.tensor_names else v for name, v in values.items()))
+
+
+def clear_plan_cache() -> None:
+    """Forget every cached plan (tests; after kernels were rebuilt or retuned)."""
+    _PLANS.clear()
+
+
+def _new_plan(op, product: str, values: dict, aliased: frozenset):
+    """Validate, choose the kernel and plan: the slow path of phase one. None + status on failure."""
+    call = Call(op, product, values)
+    problem = _check_call(call)
+    if problem is not None:
+        return None, problem
+    combo = _combo(call)
+    kernel, device = _kernel(op, combo, product)
+    return make_plan(call, kernel, op.api.problem(call), combo, device, aliased), None
+
+
+def get_workspace_size(op, func: str, arguments: tuple):
     """Phase one: read, validate, choose the kernel, plan. Returns (status, size, executor)."""
     try:
         product = config.get_product()
-        call = Call(op, product, {p.name: _read_value(p, values[p.name]) for p in op.api.params})
-        problem = _check_call(call)
-        if problem is not None:
-            return _fail(func, *problem), 0, None
-        combo = _combo(call)
-        kernel, device = _kernel(op, combo, product)
-        plan = make_plan(call, kernel, op.api.problem(call), combo, device)
+        values = {p.name: _read_value(p, v) for p, v in zip(op.api.params, arguments)}
+        aliased = _aliased(op, values)
+        key = _plan_key(op, product, config.get_target(), values, aliased)
+        plan = _PLANS.get(key)
+        if plan is None:
+            plan, problem = _new_plan(op, product, values, aliased)
+            if problem is not None:
+                return _fail(func, *problem), 0, None
+            if len(_PLANS) >= _MAX_PLANS:
+                _PLANS.clear()
+            _PLANS[key] = plan
     except ArgError as err:
         return _fail(func, err.status, err.message), 0, None
     except ValueError as exc:  # an unknown OPGEN_PRODUCT
         return _fail(func, ACLNN_ERR_PARAM_INVALID, str(exc)), 0, None
     except Exception as exc:  # a bug of ours: still a status, never a crash for the caller
         return _fail(func, ACLNN_ERR_RUNTIME_ERROR, f"internal error {type(exc).__name__}: {exc}"), 0, None
-    return ACLNN_SUCCESS, plan.workspace_size, Executor(op.name, plan)
+    tensors = {p.name: values[p.name] for p in op.api.tensors() if values[p.name] is not None}
+    return ACLNN_SUCCESS, plan.workspace_size, Executor(op.name, plan, tensors)
 
 
 def _check_run_args(op, workspace, workspace_size, executor, stream):
@@ -164,11 +210,10 @@ def run(op, func: str, workspace, workspace_size, executor, stream) -> int:
     """Phase two: check the workspace and executor, run the plan once."""
     try:
         _check_run_args(op, workspace, workspace_size, executor, stream)
-        if executor.workspace_size:
-            check_workspace(workspace, executor.workspace_size)  # a short buffer keeps the executor unused
+        memory = executor.open_workspace(workspace)   # a short buffer keeps the executor unused
         if not executor.claim():
             raise ArgError(ACLNN_ERR_PARAM_INVALID, "executor was already run; executors are single-use")
-        executor.run(workspace)
+        executor.run(memory)
     except ArgError as err:
         return _fail(func, err.status, err.message)
     except Exception as exc:
@@ -208,36 +253,35 @@ def _docs(op) -> tuple[str, str]:
     return first, second
 
 
+def _function(name: str, params: tuple, body, doc: str):
+    """A plain Python function ``name(*params)`` calling ``body(tuple of the arguments)``.
+
+    Written out with exec (as dataclasses does) so the signature is the real one, for
+    introspection and for the caller's TypeError on a wrong argument list, at no per-call
+    cost; ``inspect.Signature.bind`` cost more per call than a whole plan-cache hit.
+    """
+    bad = [p for p in params if not p.isidentifier() or keyword.iskeyword(p)]
+    if bad:
+        raise ValueError(f"{name}: parameter names {bad} cannot be Python parameters")
+    source = f"def {name}({', '.join(params)}):\n    return _body(({', '.join(params)},))\n"
+    namespace = {"_body": body}
+    exec(source, namespace)  # noqa: S102 (names checked above)
+    fn = namespace[name]
+    fn.__doc__ = doc
+    fn.__module__ = __name__
+    return fn
+
+
 def _make_phase_one(op):
     func = f"{op.aclnn_name}GetWorkspaceSize"
-    sig = inspect.Signature([inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-                             for p in op.api.params])
-
-    def phase_one(*args, **kwargs):
-        bound = sig.bind(*args, **kwargs)
-        return get_workspace_size(op, func, bound.arguments)
-
-    phase_one.__signature__ = sig
-    phase_one.__name__ = phase_one.__qualname__ = func
-    phase_one.__doc__ = _docs(op)[0]
-    phase_one.__module__ = __name__
-    return func, phase_one
+    params = tuple(p.name for p in op.api.params)
+    return func, _function(func, params, lambda args: get_workspace_size(op, func, args), _docs(op)[0])
 
 
 def _make_phase_two(op):
     func = op.aclnn_name
-    names = ("workspace", "workspaceSize", "executor", "stream")
-    sig = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names])
-
-    def phase_two(*args, **kwargs):
-        bound = sig.bind(*args, **kwargs)
-        return run(op, func, *(bound.arguments[n] for n in names))
-
-    phase_two.__signature__ = sig
-    phase_two.__name__ = phase_two.__qualname__ = func
-    phase_two.__doc__ = _docs(op)[1]
-    phase_two.__module__ = __name__
-    return func, phase_two
+    params = ("workspace", "workspaceSize", "executor", "stream")
+    return func, _function(func, params, lambda args: run(op, func, *args), _docs(op)[1])
 
 
 def _generate() -> None:

@@ -8,6 +8,7 @@ machinery (opgen.aclnn, opgen.executor) reads only this; it has no per-op code.
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -118,6 +119,18 @@ class ApiSpec:
     def tensors(self, role: str | None = None) -> tuple[Param, ...]:
         roles = (INPUT, OUTPUT) if role is None else (role,)
         return tuple(p for p in self.params if p.role in roles)
+
+    @functools.cached_property
+    def tensor_names(self) -> frozenset:
+        return frozenset(p.name for p in self.tensors())
+
+    @functools.cached_property
+    def _names_by_role(self) -> dict:
+        return {role: tuple(p.name for p in self.params if p.role == role) for role in (INPUT, OUTPUT, ATTR, MASK)}
+
+    def names(self, role: str) -> tuple[str, ...]:
+        """Parameter names of one role, in order (computed once: it is on every call's path)."""
+        return self._names_by_role[role]
 
 
 @dataclass

@@ -27,13 +27,12 @@ def numpy_dtype(name: str) -> np.dtype:
     return NUMPY_DTYPES[name]
 
 
+_NAMES = {dt: name for name, dt in NUMPY_DTYPES.items()}
+
+
 def dtype_name(dtype) -> str | None:
     """TVM dtype name of a numpy dtype (or anything numpy.dtype accepts); None if unsupported."""
-    dt = np.dtype(dtype)
-    for name, candidate in NUMPY_DTYPES.items():
-        if dt == candidate:
-            return name
-    return None
+    return _NAMES.get(dtype if isinstance(dtype, np.dtype) else np.dtype(dtype))
 
 
 def short(name: str) -> str:

@@ -1,121 +1,158 @@
 """Plans and executors: what GetWorkspaceSize hands out and the second phase runs.
 
-A plan decides, per kernel tensor, where the kernel reads or writes it:
-  * direct:  the caller's memory, zero-copy (a contiguous, 64-byte aligned numpy view in
-             the kernel's shape that no output overlaps an input of);
-  * a slot:  a 64-byte aligned slice of the caller's workspace: a staged copy of a strided,
-             misaligned or overlapping tensor (inputs copied in, outputs copied back), the
-             fill of a null optional input (GroupNorm's gamma), or scratch for an output
-             the mask turned off (computed, never written to the caller), or the kernel's
-             own scratch: the partial sums its passes hand to each other;
+A plan decides, per kernel parameter (in the kernel's parameter order), where the kernel
+reads or writes it:
+  * direct:  the caller's memory, zero-copy, at any element-aligned address: a C-contiguous
+             view in the kernel's shape that no output overlaps an input of;
+  * a slot:  a 64-byte aligned slice of the caller's workspace: a staged copy of a tensor
+             the kernel cannot read in place (strided, overlapping, not element-aligned;
+             inputs copied in, outputs copied back), the fill of a null optional input
+             (GroupNorm's gamma), scratch for an output the mask turned off (computed,
+             never written to the caller), or the kernel's own scratch: the partial sums
+             its passes hand to each other;
   * empty:   a zero-element tensor (nothing to stage; the kernel still runs so that the
              other outputs get the math's zeros).
 On a target whose device is not the host, every tensor goes through a slot: the workspace
 is device memory there (aclrtMalloc on that device) and slots are TVM views of it.
-The partial sums of split reductions are kernel parameters (opgen.kernels hoists every
-buffer shared by two loop nests), so they live in the workspace too; per-row scalars stay
-inside the kernel, in registers.
+
+A ``Plan`` holds only decisions, never the caller's arrays, and is immutable: it depends
+on nothing but the call's metadata (see opgen.aclnn's plan cache), so one plan serves
+every call with the same shapes, strides, dtypes, mask, nulls and aliasing. The arrays of
+one call are bound to it in an ``Executor``.
 
 Executors are single-use (aclnn's default): the first run marks it used, under a lock.
 """
 from __future__ import annotations
 
+import functools
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import tvm
+import tvm_ffi
 
 from opgen import acl
 from opgen.apispec import ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_RUNTIME_ERROR, ArgError
 from opgen.dtypes import numpy_dtype
-from opgen.kernels import ALIGNMENT, is_host, to_tvm
+from opgen.kernels import ALIGNMENT, host_tensor, is_host, tensor_view
 
+DIRECT, EMPTY, STAGE_IN, STAGE_OUT, FILL, SCRATCH = "direct", "empty", "in", "out", "fill", "scratch"
+SLOT_KINDS = (STAGE_IN, STAGE_OUT, FILL, SCRATCH)
 
 
 def _align(n: int) -> int:
     return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
 
 
-@dataclass
-class Slot:
-    kernel: str
-    shape: tuple
+@dataclass(frozen=True)
+class Placement:
+    """Where one kernel parameter lives during the run."""
+
+    kernel: str                  # the kernel's tensor (or scratch buffer) name
+    kind: str                    # DIRECT, EMPTY or one of SLOT_KINDS
+    shape: tuple                 # the kernel's shape of it
     dtype: str
-    offset: int                  # bytes from the aligned start of the workspace
-    nbytes: int
-    kind: str                    # "in", "out", "fill", "scratch"
-    source: object = None        # the caller's TensorArg for "in" / "out"
+    param: str | None = None     # the aclnn parameter it comes from (DIRECT, STAGE_IN, STAGE_OUT)
+    offset: int = 0              # slots: bytes from the aligned start of the workspace
+    nbytes: int = 0
     fill: float = 0.0
 
+    @property
+    def is_slot(self) -> bool:
+        return self.kind in SLOT_KINDS
 
-@dataclass
+    @functools.cached_property
+    def tvm_shape(self):
+        return tvm_ffi.Shape(self.shape)
+
+    @functools.cached_property
+    def tvm_dtype(self):
+        return tvm.DataType(self.dtype)
+
+    def direct_tensor(self, arg):
+        """The kernel's view of the caller's tensor (no copy; reused as is when it already
+        has the kernel's shape and dtype)."""
+        if arg.shape == self.shape and not arg.storage_only:
+            return arg.tensor
+        return tensor_view(arg.tensor, self.tvm_shape, self.tvm_dtype)
+
+
+@dataclass(frozen=True)
 class Plan:
+    """Every kernel parameter placed, in parameter order; the workspace it needs."""
+
     kernel: object
     device: object
-    direct: dict = field(default_factory=dict)      # kernel name -> numpy view
-    empty: dict = field(default_factory=dict)       # kernel name -> (shape, dtype)
-    slots: list = field(default_factory=list)
-    used_bytes: int = 0
+    host: bool                   # the device is the host: numpy views, zero-copy
+    placements: tuple
+    used_bytes: int
 
     @property
     def workspace_size(self) -> int:
         """Slot bytes plus ALIGNMENT of slack so any caller buffer can be aligned."""
         return self.used_bytes + ALIGNMENT if self.used_bytes else 0
 
-    def add_slot(self, kernel, shape, dtype, kind, source=None, fill=0.0) -> None:
-        nbytes = int(np.prod(shape, dtype=np.int64)) * numpy_dtype(dtype).itemsize
-        self.slots.append(Slot(kernel, tuple(shape), dtype, self.used_bytes, nbytes, kind, source, fill))
-        self.used_bytes += _align(nbytes)
+    @property
+    def slots(self) -> tuple:
+        return tuple(p for p in self.placements if p.is_slot)
 
 
-def direct_view(arg, shape, output: bool, inputs) -> np.ndarray | None:
-    """The caller's memory in the kernel's shape, if the kernel can use it as it is."""
-    try:
-        view = np.reshape(arg.host, shape, copy=False)
-    except ValueError:
-        return None
-    if not view.flags.c_contiguous:
-        return None
-    if output and (not view.flags.writeable or any(np.may_share_memory(view, i.host) for i in inputs)):
-        return None
-    return view
+class _Planner:
+    """Accumulates placements and workspace offsets while a plan is made."""
+
+    def __init__(self):
+        self.placed: dict[str, Placement] = {}
+        self.used = 0
+
+    def put(self, kernel, kind, shape, dtype, param=None, fill=0.0) -> None:
+        shape = tuple(int(d) for d in shape)
+        if kind in SLOT_KINDS:
+            nbytes = int(np.prod(shape, dtype=np.int64)) * numpy_dtype(dtype).itemsize
+            self.placed[kernel] = Placement(kernel, kind, shape, dtype, param, self.used, nbytes, fill)
+            self.used += _align(nbytes)
+        else:
+            self.placed[kernel] = Placement(kernel, kind, shape, dtype, param)
 
 
-def make_plan(call, kernel, problem, combo, device) -> Plan:
-    """Place every kernel tensor: direct, in a workspace slot, or empty."""
+def readable_in_place(arg, shape) -> bool:
+    """Whether the kernel can use the caller's memory as it is: a C-contiguous DLPack view,
+    element-aligned (the kernels promise LLVM no more than element alignment)."""
+    return (arg.tensor is not None and arg.tensor.is_contiguous() and arg.key[-1]
+            and arg.tensor.device.dlpack_device_type() == 1
+            and int(np.prod(shape, dtype=np.int64)) == arg.size)
+
+
+def make_plan(call, kernel, problem, combo, device, aliased) -> Plan:
+    """Place every kernel tensor: direct, in a workspace slot, or empty.
+
+    ``aliased`` names the outputs whose memory overlaps an input's (they are staged so the
+    kernel never reads what it already wrote).
+    """
     api = call.api
     shapes = api.kernel_shapes(problem)
-    plan = Plan(kernel, device)
-    inputs = [call[p.name] for p in api.tensors("input") if call[p.name] is not None]
+    host = is_host(device)
+    planner = _Planner()
     for p in api.tensors():
         shape, dtype, arg = shapes[p.kernel], combo[p.kernel], call[p.name]
         output = p.role == "output"
         if int(np.prod(shape, dtype=np.int64)) == 0:
-            plan.empty[p.kernel] = (shape, dtype)
+            planner.put(p.kernel, EMPTY, shape, dtype)
         elif arg is None and not output:
-            plan.add_slot(p.kernel, shape, dtype, "fill", fill=api.fill[p.kernel])
+            planner.put(p.kernel, FILL, shape, dtype, fill=api.fill[p.kernel])
         elif output and not call.wanted(p):
-            plan.add_slot(p.kernel, shape, dtype, "scratch")
+            planner.put(p.kernel, SCRATCH, shape, dtype)
+        elif host and readable_in_place(arg, shape) and not (output and p.name in aliased):
+            planner.put(p.kernel, DIRECT, shape, dtype, p.name)
         else:
-            view = direct_view(arg, shape, output, inputs) if is_host(device) else None
-            if view is not None:
-                plan.direct[p.kernel] = view
-            else:
-                plan.add_slot(p.kernel, shape, dtype, "out" if output else "in", source=arg)
-    add_kernel_scratch(plan, kernel, shapes)
-    return plan
-
-
-def add_kernel_scratch(plan: Plan, kernel, shapes: dict) -> None:
-    """Workspace slots for the kernel's own scratch (partial sums carried between passes)."""
+            planner.put(p.kernel, STAGE_OUT if output else STAGE_IN, shape, dtype, p.name)
     scratch_shapes = kernel.scratch_shapes(shapes)
     for buf in kernel.scratch:
         shape = scratch_shapes[buf.name]
-        if int(np.prod(shape, dtype=np.int64)) == 0:
-            plan.empty[buf.name] = (shape, buf.dtype)
-        else:
-            plan.add_slot(buf.name, shape, buf.dtype, "scratch")
+        empty = int(np.prod(shape, dtype=np.int64)) == 0
+        planner.put(buf.name, EMPTY if empty else SCRATCH, shape, buf.dtype)
+    placements = tuple(planner.placed[name] for name in kernel.tensor_names)
+    return Plan(kernel, device, host, placements, planner.used)
 
 
 def _workspace_bytes(workspace, need: int):
@@ -138,50 +175,60 @@ def _workspace_bytes(workspace, need: int):
     return data, None, start
 
 
-def check_workspace(workspace, need: int) -> None:
-    """ArgError unless ``workspace`` is a usable buffer of at least ``need`` bytes."""
-    _workspace_bytes(workspace, need)
+class Workspace:
+    """The caller's workspace, checked once, and the slots' tensors over it.
 
+    On the host, the workspace is converted to a TVM tensor once and every slot is a view
+    of it; on a device, slots are views of the device buffer. Building one raises ArgError
+    for a bad workspace, before the executor is claimed, so the caller may retry with a
+    proper one.
+    """
 
-class _Memory:
-    """Slot views over the workspace: numpy views on the host, TVM views on a device."""
-
-    def __init__(self, workspace, need: int, device):
-        self.host, self.tensor, self.start = _workspace_bytes(workspace, need)
-        self.device = device
-
-    def view(self, slot: Slot):
-        if self.host is not None:
-            raw = self.host[self.start + slot.offset:self.start + slot.offset + slot.nbytes]
-            arr = raw.view(numpy_dtype(slot.dtype)).reshape(slot.shape)
-            tensor = to_tvm(arr, self.device)[0] if is_host(self.device) else tvm.runtime.tensor(arr, self.device)
-            return arr, tensor
-        return None, self.tensor._create_view(slot.shape, slot.dtype, slot.offset)
-
-    def stage_in(self, slot: Slot, arr, tensor) -> None:
-        if slot.kind == "fill":
-            data = np.full(slot.shape, slot.fill, numpy_dtype(slot.dtype))
+    def __init__(self, workspace, plan: Plan):
+        self.bytes, device_tensor, self.start = _workspace_bytes(workspace, plan.workspace_size)
+        self.device = plan.device
+        self.on_host = plan.host
+        if self.bytes is None:
+            self.whole = device_tensor
+        elif self.on_host:
+            self.whole = host_tensor(self.bytes[self.start:self.start + plan.used_bytes])
         else:
-            data = slot.source.host
-        if arr is not None:
-            np.copyto(arr.reshape(data.shape), data)
-            if not is_host(self.device):
-                tensor.copyfrom(arr)
+            self.whole = None   # host bytes for a device kernel: each slot is copied over
+
+    def array(self, slot: Placement) -> np.ndarray:
+        """The slot as a numpy array (host workspaces only)."""
+        begin = self.start + slot.offset
+        return self.bytes[begin:begin + slot.nbytes].view(numpy_dtype(slot.dtype)).reshape(slot.shape)
+
+    def tensor(self, slot: Placement):
+        """The TVM tensor the kernel gets for ``slot``."""
+        if self.whole is None:
+            return tvm.runtime.tensor(self.array(slot), self.device)
+        if self.on_host:
+            return tensor_view(self.whole, slot.tvm_shape, slot.tvm_dtype, slot.offset)
+        return self.whole._create_view(slot.shape, slot.dtype, slot.offset)
+
+    def stage_in(self, slot: Placement, source, tensor) -> None:
+        """Fill ``slot`` with the caller's input (or the slot's constant)."""
+        data = np.full(slot.shape, slot.fill, numpy_dtype(slot.dtype)) if slot.kind == FILL else source.host
+        if self.on_host:
+            np.copyto(self.array(slot).reshape(data.shape), data)
         else:
             tensor.copyfrom(np.ascontiguousarray(data).reshape(slot.shape))
 
-    def stage_out(self, slot: Slot, arr, tensor) -> None:
-        if arr is None or not is_host(self.device):
-            arr = tensor.numpy()
-        np.copyto(slot.source.host, arr.reshape(slot.source.shape))
+    def stage_out(self, slot: Placement, source, tensor) -> None:
+        """Copy ``slot``'s result to the caller's output."""
+        result = self.array(slot) if self.on_host else tensor.numpy()
+        np.copyto(source.host, result.reshape(source.shape))
 
 
 class Executor:
-    """aclOpExecutor: one planned call of one op, runnable once."""
+    """aclOpExecutor: one planned call of one op, bound to that call's arguments, runnable once."""
 
-    def __init__(self, op_name: str, plan: Plan):
+    def __init__(self, op_name: str, plan: Plan, args: dict):
         self.op_name = op_name
         self.plan = plan
+        self.args = args              # aclnn parameter name -> TensorArg (this call's memory)
         self._lock = threading.Lock()
         self._used = False
 
@@ -189,30 +236,35 @@ class Executor:
     def workspace_size(self) -> int:
         return self.plan.workspace_size
 
+    def open_workspace(self, workspace) -> Workspace | None:
+        """The checked workspace (None when the plan needs none); ArgError if unusable."""
+        return Workspace(workspace, self.plan) if self.plan.used_bytes else None
+
     def claim(self) -> bool:
         """Mark used; False if it already was (single use)."""
         with self._lock:
             used, self._used = self._used, True
         return not used
 
-    def run(self, workspace) -> None:
-        """Stage, run the kernel, copy back. ArgError for a bad workspace, other errors raise."""
+    def run(self, memory: Workspace | None) -> None:
+        """Stage, run the kernel, copy back. ArgError if the kernel fails."""
         plan = self.plan
-        memory = _Memory(workspace, plan.workspace_size, plan.device) if plan.slots else None
-        tensors = {name: to_tvm(view, plan.device)[0] for name, view in plan.direct.items()}
-        for name, (shape, dtype) in plan.empty.items():
-            tensors[name] = tvm.runtime.empty(shape, dtype, plan.device)
-        staged = []
-        for slot in plan.slots:
-            arr, tensor = memory.view(slot)
-            if slot.kind in ("in", "fill"):
-                memory.stage_in(slot, arr, tensor)
-            elif slot.kind == "out":
-                staged.append((slot, arr, tensor))
-            tensors[slot.kernel] = tensor
+        tensors, staged = [], []
+        for place in plan.placements:
+            if place.kind == DIRECT:
+                tensors.append(place.direct_tensor(self.args[place.param]))
+            elif place.kind == EMPTY:
+                tensors.append(tvm.runtime.empty(place.shape, place.dtype, plan.device))
+            else:
+                tensor = memory.tensor(place)
+                if place.kind in (STAGE_IN, FILL):
+                    memory.stage_in(place, self.args.get(place.param), tensor)
+                elif place.kind == STAGE_OUT:
+                    staged.append((place, tensor))
+                tensors.append(tensor)
         try:
-            plan.kernel(tensors)
+            plan.kernel.function(*tensors)
         except Exception as exc:
             raise ArgError(ACLNN_ERR_RUNTIME_ERROR, f"the {plan.kernel.symbol} kernel failed ({exc})")
-        for slot, arr, tensor in staged:
-            memory.stage_out(slot, arr, tensor)
+        for place, tensor in staged:
+            memory.stage_out(place, self.args[place.param], tensor)

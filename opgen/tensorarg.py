@@ -2,30 +2,48 @@
 
 aclTensors from ``opgen.acl``, numpy arrays (any strides, any alignment) and DLPack
 exporters (torch tensors, bf16 included) all become a ``TensorArg``: shape, dtype name,
-format, and a numpy view of the caller's memory in the caller's shape (zero-copy, so
-outputs are written in place and strided views keep the rest of their base untouched).
+format, and two zero-copy views of the caller's memory in the caller's shape:
+  * ``tensor``: a TVM tensor made by one DLPack conversion (what the kernel is handed;
+    ml_dtypes' bfloat16, which numpy cannot export, crosses as uint16 storage), or None
+    when DLPack cannot describe the memory;
+  * ``host``: a numpy view (for staging copies and for outputs written in place), made
+    only when needed: for torch it costs more than everything else a call does.
 A problem with the argument itself is an ``ArgError`` that the aclnn layer turns into a
 status code; nothing here raises anything else for bad input.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import functools
 
 import ml_dtypes
 import numpy as np
+import tvm_ffi
 
 from opgen import acl
 from opgen.apispec import ACLNN_ERR_PARAM_INVALID, ArgError
 from opgen.dtypes import dtype_name
 
+_UINT16 = np.dtype(np.uint16)
+_HOST = 1   # DLPack's kDLCPU
 
-@dataclass
+
 class TensorArg:
-    name: str
-    shape: tuple
-    dtype: str            # "float32", "float16", "bfloat16", or numpy's name of anything else
-    format: str           # "ND" for arrays; an aclTensor's own format name
-    host: np.ndarray      # the caller's elements, caller's shape, zero-copy
+    """A tensor argument: metadata, a TVM view (``tensor``) and a numpy view (``host``)."""
+
+    def __init__(self, name: str, shape: tuple, dtype: str, itemsize: int, fmt: str, tensor,
+                 host: np.ndarray | None = None, make_host=None, writeable: bool = True):
+        self.name, self.shape, self.dtype, self.itemsize, self.format = name, shape, dtype, itemsize, fmt
+        self.tensor = tensor              # tvm_ffi Tensor over the caller's memory, or None
+        self.writeable = writeable
+        self.storage_only = False         # tensor's dtype is only the storage (bf16 as uint16)
+        if host is not None:
+            self.__dict__["host"] = host
+        self._make_host = make_host
+
+    @functools.cached_property
+    def host(self) -> np.ndarray:
+        """The caller's elements as a numpy array in the caller's shape, zero-copy."""
+        return self._make_host()
 
     @property
     def ndim(self) -> int:
@@ -35,13 +53,51 @@ class TensorArg:
     def size(self) -> int:
         return int(np.prod(self.shape, dtype=np.int64))
 
-    @property
-    def itemsize(self) -> int:
-        return self.host.dtype.itemsize
+    @functools.cached_property
+    def bounds(self) -> tuple[int, int]:
+        """[first, last) byte addresses the tensor may touch (numpy's may_share_memory rule)."""
+        if self.tensor is None:
+            return np.lib.array_utils.byte_bounds(self.host)
+        if 0 in self.shape:
+            return 0, 0
+        start = self.tensor.data_ptr()
+        low = sum((n - 1) * s for n, s in zip(self.shape, self.tensor.strides) if s < 0)
+        high = sum((n - 1) * s for n, s in zip(self.shape, self.tensor.strides) if s > 0)
+        return start + low * self.itemsize, start + (high + 1) * self.itemsize
+
+    def may_overlap(self, other: "TensorArg") -> bool:
+        (a, b), (c, d) = self.bounds, other.bounds
+        return a < d and c < b
+
+    @functools.cached_property
+    def key(self) -> tuple:
+        """Everything about this argument that can decide a call's outcome or plan: dtype,
+        shape, layout (strides), format, writability, element alignment; never the data."""
+        if self.tensor is not None:
+            layout = self.tensor.strides
+            aligned = self.tensor.data_ptr() % self.itemsize == 0
+        else:
+            layout = ("bytes",) + self.host.strides
+            aligned = self.host.ctypes.data % self.itemsize == 0
+        return (self.dtype, self.shape, layout, self.format, self.writeable, aligned)
 
 
-def _name_of(dtype: np.dtype) -> str:
-    return dtype_name(dtype) or str(dtype)
+def _dlpack_view(array: np.ndarray):
+    """A TVM tensor over a numpy array's memory, or None if DLPack cannot describe it."""
+    try:
+        if array.dtype == ml_dtypes.bfloat16:
+            return tvm_ffi.from_dlpack(array.view(_UINT16))
+        return tvm_ffi.from_dlpack(array)
+    except Exception:  # odd strides, unsupported dtype: the host view still serves
+        return None
+
+
+def _from_numpy(name: str, array: np.ndarray, fmt: str = "ND") -> TensorArg:
+    dt = array.dtype
+    arg = TensorArg(name, array.shape, dtype_name(dt) or str(dt), dt.itemsize, fmt, _dlpack_view(array),
+                    host=array, writeable=array.flags.writeable)
+    arg.storage_only = dt == ml_dtypes.bfloat16
+    return arg
 
 
 def _from_acl(name: str, t: acl.aclTensor) -> TensorArg:
@@ -50,37 +106,46 @@ def _from_acl(name: str, t: acl.aclTensor) -> TensorArg:
     if t.buffer is not None and (t.buffer.freed or t.buffer.host is None) and 0 not in t.shape:
         where = "freed memory" if t.buffer.freed else "memory of a device the host cannot address"
         raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{name} points to {where}")
-    return TensorArg(name, t.shape, t.dtype, t.format_name, t.host_view())
+    arg = _from_numpy(name, t.host_view(), t.format_name)
+    arg.dtype = t.dtype
+    return arg
 
 
-def _torch_bf16(obj):
+def _torch_host(obj):
     """torch's bfloat16 cannot cross into numpy through DLPack: reinterpret as int16."""
     import torch
 
-    return np.from_dlpack(obj.view(torch.int16)).view(ml_dtypes.bfloat16)
+    if obj.dtype == torch.bfloat16:
+        return np.from_dlpack(obj.view(torch.int16)).view(ml_dtypes.bfloat16)
+    return np.from_dlpack(obj)
 
 
 def _from_dlpack(name: str, obj) -> TensorArg:
     if hasattr(obj, "detach"):
         obj = obj.detach()  # torch refuses to export a tensor that requires grad
     try:
-        if str(getattr(obj, "dtype", "")) == "torch.bfloat16":
-            host = _torch_bf16(obj)
-        else:
-            host = np.from_dlpack(obj)
+        tensor = tvm_ffi.from_dlpack(obj)
     except Exception as exc:  # foreign device, unsupported dtype: the producer decides
         raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{name} cannot be read through DLPack on the host ({exc})")
-    return TensorArg(name, tuple(host.shape), _name_of(host.dtype), "ND", host)
+    dtype = str(tensor.dtype)
+    itemsize = (tensor.dtype.bits * tensor.dtype.lanes + 7) // 8
+
+    def make_host():
+        if tensor.device.dlpack_device_type() != _HOST:
+            raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{name} lives on {tensor.device}; this target reads host memory")
+        return _torch_host(obj) if hasattr(obj, "detach") else np.from_dlpack(obj)
+
+    return TensorArg(name, tuple(tensor.shape), dtype, itemsize, "ND", tensor, make_host=make_host)
 
 
 def describe(name: str, obj) -> TensorArg | None:
     """The TensorArg of parameter ``name`` (None for a null pointer)."""
     if obj is None:
         return None
+    if isinstance(obj, np.ndarray):
+        return _from_numpy(name, obj)
     if isinstance(obj, acl.aclTensor):
         return _from_acl(name, obj)
-    if isinstance(obj, np.ndarray):
-        return TensorArg(name, tuple(obj.shape), _name_of(obj.dtype), "ND", obj)
     if hasattr(obj, "__dlpack__"):
         return _from_dlpack(name, obj)
     raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{name} must be an aclTensor, a numpy array, a DLPack tensor "

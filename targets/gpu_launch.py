@@ -172,6 +172,14 @@ def launch_plan(split_mod, symbol: str) -> LaunchPlan:
                 shape_vars.append((names.add(extent), index, axis))
     tensors = [(buf, index) for index, buf in enumerate(host.params)]   # (buffer var, parameter)
     binds, launches = [], []
+    for buf in host.params:
+        # Buffers that declare an element offset (any-alignment parameters): the module
+        # hands each kernel a buffer starting at the tensor's first element, so it is 0.
+        if isinstance(buf.elem_offset, tirx.Var) and names.name(buf.elem_offset) is None:
+            binds.append((names.add(buf.elem_offset), "0"))
+    for buf in host.params:   # buffers are handed over from their first element: offset 0
+        if isinstance(buf.elem_offset, tirx.Var) and names.name(buf.elem_offset) is None:
+            binds.append((names.add(buf.elem_offset), "0"))
     for stmt in _statements(host.body):
         if isinstance(stmt, tirx.DeclBuffer):     # a flattened view of a parameter
             index = _tensor_index(stmt.data, tensors)

@@ -183,30 +183,46 @@ def _at_offset(a: np.ndarray, offset: int) -> np.ndarray:
     return placed
 
 
+def _placed_call(args: dict, elements: int, extra_bytes: int = 0) -> dict:
+    """Every array of a call moved ``elements`` of its own elements (+ bytes) off 64 bytes."""
+    return {k: _at_offset(v, elements * v.itemsize + extra_bytes) if isinstance(v, np.ndarray) else v
+            for k, v in args.items()}
+
+
 def _outputs_bytes(op, args) -> dict:
     return {p.name: np.asarray(args[p.name]).tobytes() for p in op.api.tensors("output")}
+
+
+def _run_placed(op, args) -> set:
+    """Both phases on ``args``; returns the kinds of workspace slot the plan used."""
+    status, size, executor = phase_one(op, args)
+    assert status == 0, acl.aclGetRecentErrMsg()
+    workspace = acl.aclrtMalloc(size)[1] if size else None
+    assert getattr(aclnn, op.aclnn_name)(workspace, size, executor, None) == 0, acl.aclGetRecentErrMsg()
+    return {slot.kind for slot in executor.plan.slots}
 
 
 @pytest.mark.parametrize("op,problem,tag", [(RMS, RMSProblem((37, 941), 1), "bf16-f32"),
                                             (RMS, RMSProblem((5, 33), 1), "f32-f32"),
                                             (GN, GNProblem(2, 6, 33, 3), "f16-f32"),
-                                            (GN, GNProblem(3, 4, 7, 2), "f32-f32")], ids=str)
+                                            (GN, GNProblem(3, 4, 7, 2), "f32-f32")],
+                         ids=lambda v: v.name if hasattr(v, "aclnn_name") else str(v))
 def test_any_alignment_is_zero_copy_and_bit_identical(op, problem, tag, rng):
-    """Inputs and outputs at element-aligned offsets off 64 bytes go to the kernel without a
-    copy (the workspace holds only the kernel's own scratch) and give the aligned call's bits."""
+    """Inputs and outputs at any element-aligned address go to the kernel without a copy
+    (the workspace holds only the kernel's own scratch) and give the aligned call's bits;
+    memory that is not even element-aligned is staged, with the same bits."""
     combo = op.combo(tag)
     args, arrays = base_args(op, problem, combo, rng)
-    aligned = {k: _at_offset(np.asarray(v), 0) if isinstance(v, np.ndarray) else v for k, v in args.items()}
-    assert run_both(op, aligned)[0] == 0
+    aligned = _placed_call(args, 0)
+    _run_placed(op, aligned)
     expected = _outputs_bytes(op, aligned)
-    for offset in (2, 4, 20, 36, 60):
-        placed = {k: _at_offset(np.asarray(v), offset) if isinstance(v, np.ndarray) else v for k, v in args.items()}
-        status, size, executor = phase_one(op, placed)
-        assert status == 0, acl.aclGetRecentErrMsg()
-        assert {slot.kind for slot in executor.plan.slots} <= {"scratch"}, f"offset {offset}: staged a copy"
-        workspace = acl.aclrtMalloc(size)[1] if size else None
-        assert getattr(aclnn, op.aclnn_name)(workspace, size, executor, None) == 0
-        assert _outputs_bytes(op, placed) == expected, f"offset {offset}: results differ from the aligned call"
+    for elements in (1, 3, 5, 9, 15):
+        placed = _placed_call(args, elements)
+        assert _run_placed(op, placed) <= {"scratch"}, f"{elements} elements off: staged a copy"
+        assert _outputs_bytes(op, placed) == expected, f"{elements} elements off: results differ"
+    odd = _placed_call(args, 0, extra_bytes=1)
+    assert {"in", "out"} <= _run_placed(op, odd), "byte-misaligned data must be staged"
+    assert _outputs_bytes(op, odd) == expected
     assert_matches(op, combo, problem, arrays, aligned)
 
 

@@ -1,0 +1,138 @@
+"""The plan cache of phase one: a repeated call reuses its plan, and only an identical call.
+
+Every part of the cache key is changed in turn after a successful call has been cached;
+the changed call must get exactly the outcome it gets with a cold cache (status, workspace
+size, placements), and that outcome must differ from the cached call's (so the change
+mattered). Results are checked against the float64 reference wherever a call succeeds.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from opgen import acl, aclnn, config
+from opgen.ops import get_op
+from opgen.ops.group_norm_backward import Problem as GNProblem
+from opgen.ops.rms_norm_grad import Problem as RMSProblem
+
+from aclnn_helpers import assert_matches, base_args, phase_one, product
+
+RMS, GN = get_op("rms_norm_grad"), get_op("group_norm_backward")
+
+
+def outcome(op, args) -> tuple:
+    """(status, workspace size, kernel, placements) of phase one, running phase two on success."""
+    status, size, executor = phase_one(op, args)
+    if status:
+        return status, acl.aclGetRecentErrMsg().split(":")[0]
+    assert getattr(aclnn, op.aclnn_name)(acl.aclrtMalloc(size)[1] if size else None, size, executor, None) == 0
+    return status, size, executor.plan.kernel.symbol, tuple((p.kernel, p.kind) for p in executor.plan.placements)
+
+
+def test_a_repeated_call_reuses_the_plan_with_its_own_arrays(rng):
+    combo = RMS.combo("f32-f32")
+    problem = RMSProblem((6, 40), 1)
+    first_args, _ = base_args(RMS, problem, combo, rng)
+    second_args, second_arrays = base_args(RMS, problem, combo, rng)
+    first = phase_one(RMS, first_args)[2]
+    status, size, second = phase_one(RMS, second_args)
+    assert status == 0 and second.plan is first.plan, "an identical call must hit the cache"
+    assert aclnn.aclnnRmsNormGrad(acl.aclrtMalloc(size)[1] if size else None, size, second, None) == 0
+    assert_matches(RMS, combo, problem, second_arrays, second_args)
+
+
+def _transposed_x(args):
+    x = args["x"]
+    args["x"] = np.ascontiguousarray(x.T).T       # same values, Fortran order
+
+
+def _odd_address(args):
+    raw = np.zeros(args["x"].nbytes + 1, np.uint8)
+    moved = raw[1:].view(args["x"].dtype).reshape(args["x"].shape)
+    moved[...] = args["x"]
+    args["x"] = moved
+
+
+def _read_only_dx(args):
+    args["dxOut"].flags.writeable = False
+
+
+def _private_format(args):
+    x = args["x"]
+    args["x"] = acl.aclCreateTensor(list(x.shape), acl.ACL_FLOAT, None, 0, acl.ACL_FORMAT_NC1HWC0,
+                                    list(x.shape), x)
+
+
+RMS_CHANGES = {
+    "dtype": lambda a: a.update({k: a[k].astype(np.float16) for k in ("dy", "x", "dxOut")}),
+    "shape": lambda a: a.update(gamma=np.ones(a["gamma"].size + 1, np.float32)),
+    "strides": _transposed_x,
+    "alignment": _odd_address,
+    "aliasing": lambda a: a.update(dxOut=a["dy"].copy(), dy=None) or a.update(dy=a["dxOut"]),
+    "writability": _read_only_dx,
+    "format": _private_format,
+    "null": lambda a: a.update(gamma=None),
+}
+
+
+@pytest.mark.parametrize("change", RMS_CHANGES, ids=str)
+def test_rms_key_changes_are_never_served_from_the_cache(change, rng):
+    args, _ = base_args(RMS, RMSProblem((5, 24), 1), RMS.combo("f32-f32"), rng)
+    cached = outcome(RMS, args)
+    changed = dict(args)
+    RMS_CHANGES[change](changed)
+    warm = outcome(RMS, changed)
+    aclnn.clear_plan_cache()
+    assert warm == outcome(RMS, changed), f"{change}: the cached outcome differs from a cold one"
+    assert warm != cached, f"{change}: the change should have changed the outcome"
+
+
+def test_product_is_part_of_the_key(rng):
+    args, _ = base_args(RMS, RMSProblem((4, 16), 1), RMS.combo("bf16-f32"), rng)
+    assert outcome(RMS, args)[0] == 0
+    with product("AtlasInference"):          # no bfloat16 there
+        assert outcome(RMS, args)[0] == aclnn.ACLNN_ERR_PARAM_INVALID
+
+
+def test_target_is_part_of_the_key(rng, monkeypatch):
+    args, _ = base_args(RMS, RMSProblem((4, 16), 1), RMS.combo("f32-f32"), rng)
+    assert outcome(RMS, args)[0] == 0
+    monkeypatch.setenv("OPGEN_TARGET", "no-such-target")
+    config.reset()
+    assert outcome(RMS, args)[0] == aclnn.ACLNN_ERR_RUNTIME_ERROR
+
+
+GN_CHANGES = {
+    "group": lambda a: a.update(group=a["group"] * 2),
+    "mask": lambda a: a.update(outputMask=[True, False, True], gradGammaOut=None),
+    "null gamma": lambda a: a.update(gamma=None),
+}
+
+
+@pytest.mark.parametrize("change", GN_CHANGES, ids=str)
+def test_gn_key_changes_are_never_served_from_the_cache(change, rng):
+    problem = GNProblem(2, 8, 5, 2)
+    args, arrays = base_args(GN, problem, GN.combo("f32-f32"), rng)
+    cached = outcome(GN, args)
+    changed = dict(args)
+    GN_CHANGES[change](changed)
+    warm = outcome(GN, changed)
+    aclnn.clear_plan_cache()
+    cold = outcome(GN, changed)
+    assert warm == cold and warm != cached, change
+    if change == "group":                     # the math changed too: check the numbers
+        changed_problem = GNProblem(2, 8, 5, 4)
+        mean = arrays["x"].reshape(2, 4, -1).mean(axis=2).astype(np.float32)
+        rstd = (1 / np.sqrt(arrays["x"].reshape(2, 4, -1).var(axis=2) + 1e-5)).astype(np.float32)
+        changed.update(mean=mean, rstd=rstd)
+        assert outcome(GN, changed)[0] == 0
+        assert_matches(GN, GN.combo("f32-f32"), changed_problem, {**arrays, "mean": mean, "rstd": rstd}, changed)
+
+
+def test_failures_are_not_cached(rng):
+    args, _ = base_args(RMS, RMSProblem((4, 16), 1), RMS.combo("f32-f32"), rng)
+    bad = dict(args, gamma=np.ones(15, np.float32))
+    assert outcome(RMS, bad)[0] == aclnn.ACLNN_ERR_INNER_TILING_ERROR
+    assert outcome(RMS, bad)[0] == aclnn.ACLNN_ERR_INNER_TILING_ERROR   # reported again, in full
+    assert "gamma" in acl.aclGetRecentErrMsg()
+    assert outcome(RMS, args)[0] == 0
