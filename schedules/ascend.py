@@ -66,6 +66,16 @@ def _annotate(sch, roles: dict, pattern: str, knobs: dict) -> s_tir.Schedule:
     return sch
 
 
+def _roles(sch) -> dict:
+    """{block name: "ascend.role" annotation} of an already scheduled function ({} if none)."""
+    result = {}
+    for rv in sch.get_child_blocks(sch.get_sblock("root")):
+        blk = sch.get(rv)
+        if "ascend.role" in blk.annotations:
+            result[blk.name_hint] = str(blk.annotations["ascend.role"])
+    return result
+
+
 def bind_sizes(func, shapes) -> dict:
     """{size variable name: value} from concrete ``shapes`` of the leading parameters."""
     sizes = {}
@@ -125,7 +135,14 @@ class RowTiles:
     def operands(self, func) -> RowOperands:
         sch = s_tir.Schedule(func)
         infos = blocks(sch)
-        out, column_sums, row_stages = self.match(infos)
+        roles = _roles(sch)
+        if roles:   # a scheduled function: kernels.hoist_pass_buffers may have made the row
+            # stages' buffers parameters, so read the roles the schedule recorded instead
+            out = next(b for b in infos if roles[b.name] == "tile")
+            column_sums = [b for b in infos if roles[b.name] == "column_sum"]
+            row_stages = [b for b in infos if roles[b.name] == "row_stage"]
+        else:
+            out, column_sums, row_stages = self.match(infos)
         rows, cols = out.extents
         params, written = _param_roles(func, infos)
         pick = lambda pred: tuple((n, d) for n, (d, s) in params.items() if pred(n, s))  # noqa: E731

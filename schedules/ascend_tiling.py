@@ -174,7 +174,6 @@ def row_buffers(hw, ops: RowOperands, ub_rows: int, pitch: int, nbuf: int) -> li
     bufs += [UbBuffer(f"acc_{n}", "VECCALC", 1, pitch, FLOAT32, "pitch") for n, _ in ops.col_sums]
     bufs += [UbBuffer(f"out_{n}", "VECOUT", 1, pitch, d, "pitch") for n, d in ops.col_sums if d != FLOAT32]
     bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, tile, FLOAT32, t_expr) for n, d in ops.tiles_in if d != FLOAT32]
-    bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, ub_rows, FLOAT32, "ub_rows") for n, d in ops.rows_in if d != FLOAT32]
     bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, pitch, FLOAT32, "pitch") for n, d in ops.cols_in if d != FLOAT32]
     bufs += [UbBuffer(f"tmp{i}", "VECCALC", 1, tile, FLOAT32, t_expr) for i in range(TEMP_TILES)]
     bufs += [UbBuffer(f"row_{s}", "VECCALC", 1, ub_rows, FLOAT32, "ub_rows") for s in ops.row_stages]
@@ -220,6 +219,20 @@ def _rows_split_d(hw, ops, rows, cols, knobs) -> tuple[int, int]:
     return min(repeats * step, cols), repeats * step
 
 
+def _rows_empty(hw, ops, rows, cols, knobs, sums) -> Tiling:
+    """No rows or no columns: nothing to launch, except column sums of no rows, which are
+    zeros: one core runs the split-D structure over no rows (its zero partials are summed)."""
+    fields = {"rows": rows, "cols": cols, "tasks": rows, "ub_loops": 0, "ub_tail": 0}
+    if not (ops.col_sums and cols):
+        return Tiling("rows", "empty", 0, 0, 0, 0, 0, (), sums, 0, 0, fields)
+    ub_cols, pitch = _rows_split_d(hw, ops, rows, cols, knobs)
+    buffers = tuple(row_buffers(hw, ops, 1, pitch, knobs["buffer_num"]))
+    n = len(ops.col_sums)
+    workspace = pitch_of(hw, cols, {FLOAT32}) * 4 * n if sums == "deterministic" else 0
+    return Tiling("rows", "empty", 1, 0, 1, ub_cols, pitch, buffers, sums, workspace,
+                  cols * 4 * n * (3 if sums == "deterministic" else 1), fields)
+
+
 def plan_rows(hw, ops: RowOperands, rows: int, cols: int, knobs: dict) -> Tiling:
     """The row pattern's tiling: rows over cores (CANN's split), then split-N / small-D when
     a whole row fits the UB (as many rows per pass as fit), else split-D (column chunks,
@@ -227,9 +240,7 @@ def plan_rows(hw, ops: RowOperands, rows: int, cols: int, knobs: dict) -> Tiling
     block_factor, block_dim = split_cores(rows, hw.vector_cores)
     sums = knobs["sums"] if ops.col_sums else "none"
     if rows == 0 or cols == 0:
-        block_dim = 1 if (ops.col_sums and cols) else 0     # column sums of no rows: zeros
-        return Tiling("rows", "empty", block_dim, 0, 0, 0, 0, (), sums, 0, cols * 4 * len(ops.col_sums) * block_dim,
-                      {"rows": rows, "cols": cols, "tasks": rows})
+        return _rows_empty(hw, ops, rows, cols, knobs, sums)
     split_n = _rows_split_n(hw, ops, rows, cols, block_factor, knobs)
     if split_n:
         mode, ub_rows, pitch = split_n

@@ -7,9 +7,12 @@ Its schedule rules live in schedules/ascend.py (``schedule_module`` is "ascend" 
 Ascend target, whatever its name), its code comes from the AscendC emitter, and it runs
 the emitted code under the CPU emulation of the AscendC API (targets/ascend/emu/).
 
-Status: the hardware descriptions, the schedule and the tiling are in place; the emitter
-and the emulated build are not yet, so ``can_build``/``can_run`` say False and
-``opgen generate`` skips this target instead of reporting a failure.
+``build`` prints the CANN custom-op project (targets/ascend/build.py), compiles kernel +
+host tiling + emulation with g++ and returns a module whose ``[symbol]`` runs the kernel on
+emulated cores. It needs g++ and the emulation header (targets/ascend/emu/); without them
+the target neither builds nor runs. Patterns the emitter has no printer for (today: the
+group pattern) raise NotImplementedError naming the pattern: ``opgen generate`` reports
+such a row as not emitted instead of failing it.
 """
 from __future__ import annotations
 
@@ -19,6 +22,8 @@ import tvm
 
 from opgen.config import DEFAULT_PRODUCT
 from opgen.targets import TargetSpec
+from opgen.targets.ascend.build import EmuKernel, EmuModule, compile_project, emulation_available, project
+from opgen.targets.ascend.exprs import EmitError
 from opgen.targets.ascend.hardware import AscendHardware, describe
 
 
@@ -42,13 +47,24 @@ class AscendEmuTarget(TargetSpec):
         return tvm.cpu(0)            # the emulation's GM is host memory
 
     def can_build(self) -> bool:
-        return False
+        return emulation_available()
 
     def can_run(self) -> bool:
-        return False
+        return emulation_available()
 
     def build(self, mod):
-        raise NotImplementedError("the AscendC emitter is not in place yet (see targets/ascend/__init__.py)")
+        (gvar, func), = mod.functions.items()
+        symbol = gvar.name_hint
+        try:
+            kernel, files = project(func, symbol, self.hardware)
+        except EmitError as err:
+            raise NotImplementedError(f"ascend-emu: {err}") from err
+        lib = compile_project(files, symbol, self.hardware)
+        return EmuModule(symbol, EmuKernel(lib, kernel, self.hardware), files)
+
+    def source_of(self, module):
+        """The emitted kernel (opgen generate writes the whole project next to it)."""
+        return f"{module.symbol}.cpp", module.files[f"op_kernel/{module.symbol}.cpp"]
 
 
 TARGET = AscendEmuTarget(name="ascend-emu",

@@ -1,0 +1,157 @@
+"""Build and run emitted AscendC under the CPU emulation: g++ -> shared library -> ctypes.
+
+``project(func, symbol, hw)`` prints the CANN custom-op layout (op_kernel/, op_host/);
+``compile_project`` builds kernel + host tiling + the emulation header into one shared
+library (cached by a hash of the sources and flags under opgen's cache directory, since g++
+on the emulation header takes seconds); ``EmuModule`` is what the target's ``build``
+returns: ``module[symbol](*tvm_tensors)`` computes the tiling with the library's own host
+tiling function, allocates the workspace, launches the kernel on ``block_dim`` emulated
+cores and raises with the emulation's message on any violation.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from opgen.targets.ascend.emit_flow import kernel_source
+from opgen.targets.ascend.emitter import read_row_kernel
+from opgen.targets.ascend.host import FIELDS, def_source, tiling_header, tiling_source
+
+EMU_DIR = Path(__file__).parent / "emu"
+CXXFLAGS = ("-std=c++17", "-O1", "-pthread", "-shared", "-fPIC", "-Wall", "-Werror")
+
+
+def emulation_available() -> bool:
+    return (EMU_DIR / "kernel_operator.h").exists() and shutil.which("g++") is not None
+
+
+def project(func, symbol: str, hw) -> tuple[object, dict]:
+    """(the row kernel description, {relative path: text}) of the CANN layout."""
+    k = read_row_kernel(func, symbol)
+    files = {
+        f"op_kernel/{symbol}.cpp": kernel_source(k, hw),
+        f"op_host/{symbol}_tiling.h": tiling_header(k),
+        f"op_host/{symbol}_tiling.cpp": tiling_source(k, hw),
+        f"op_host/{symbol}_def.cpp": def_source(k, {hw.product: None}),
+    }
+    return k, files
+
+
+def write_project(files: dict, root: Path) -> None:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def emu_flags(hw) -> list[str]:
+    flags = [f"-DOPGEN_UB_BYTES={hw.usable_ub_bytes}", f"-DOPGEN_MAX_BUFFERS={hw.max_buffers}", "-DOPGEN_EMU"]
+    return flags + ([] if hw.data_copy_pad else ["-DOPGEN_NO_DATACOPYPAD"])
+
+
+def _cache_root() -> Path:
+    from opgen.kernels import cache_dir
+
+    return cache_dir() / "ascend-emu"
+
+
+def compile_project(files: dict, symbol: str, hw, extra_flags=()) -> Path:
+    """The shared library of kernel + host tiling (built once per distinct source and flags)."""
+    flags = list(CXXFLAGS) + emu_flags(hw) + list(extra_flags)
+    header_text = "".join(p.read_text() for p in sorted(EMU_DIR.glob("*.h")))
+    digest = hashlib.sha256("\0".join([*sorted(files.items()).__repr__(), *flags, header_text]).encode()).hexdigest()
+    lib = _cache_root() / f"{symbol}-{digest[:20]}.so"
+    if lib.exists():
+        return lib
+    lib.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        write_project(files, Path(tmp))
+        out = Path(tmp) / "lib.so"
+        cmd = ["g++", *flags, f"-I{EMU_DIR}", f"-I{Path(tmp) / 'op_host'}",
+               str(Path(tmp) / f"op_kernel/{symbol}.cpp"), str(Path(tmp) / f"op_host/{symbol}_tiling.cpp"),
+               "-o", str(out)]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"g++ failed on the emitted {symbol}:\n{done.stderr[-4000:]}")
+        fd, staged = tempfile.mkstemp(dir=lib.parent, suffix=".so")
+        os.close(fd)
+        shutil.copyfile(out, staged)
+        os.replace(staged, lib)
+    return lib
+
+
+class Tiling(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_int64) for name in FIELDS]
+
+    def as_dict(self) -> dict:
+        return {name: int(getattr(self, name)) for name in FIELDS}
+
+
+def load_tiling_fn(lib, symbol: str):
+    fn = getattr(lib, f"{symbol}_tiling")
+    fn.argtypes = [ctypes.c_int64] * 4 + [ctypes.POINTER(Tiling)]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+class EmuKernel:
+    """One emitted kernel in a loaded library: call it with TVM tensors in parameter order."""
+
+    def __init__(self, lib_path: Path, kernel, hw):
+        self.lib = ctypes.CDLL(str(lib_path))
+        self.k, self.hw = kernel, hw
+        self.launch = getattr(self.lib, f"opgen_emu_launch_{kernel.symbol}")
+        self.launch.argtypes = [ctypes.c_uint32, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_uint64),
+                                ctypes.c_uint32]
+        self.launch.restype = ctypes.c_int
+        self.lib.opgen_emu_last_error.restype = ctypes.c_char_p
+        self.tiling_fn = load_tiling_fn(self.lib, kernel.symbol)
+
+    def tiling(self, rows: int, cols: int) -> Tiling:
+        t = Tiling()
+        if self.tiling_fn(rows, cols, self.hw.vector_cores, self.hw.usable_ub_bytes, ctypes.byref(t)):
+            raise RuntimeError(f"{self.k.symbol}: rows={rows} cols={cols} does not fit the UB of {self.hw.product}")
+        return t
+
+    def __call__(self, *tensors) -> None:
+        by_name = dict(zip(self.k.param_names, tensors))
+        tile = next(n for n, _, role in self.k.args if role == "tile")
+        rows, cols = (int(v) for v in by_name[tile].shape)
+        t = self.tiling(rows, cols)
+        if t.block_dim == 0:
+            return
+        ws = np.zeros(max(1, t.ws_pitch * t.block_dim * len(self.k.ops.col_sums)), np.float32)
+        tiling = np.frombuffer(bytes(t), np.uint8).copy()
+        ptrs, sizes = [], []
+        for name, dtype, _ in self.k.args:
+            arr = by_name[name]
+            ptrs.append(arr.data_ptr())
+            sizes.append(int(np.prod(arr.shape)) * (2 if dtype != "float32" else 4))
+        ptrs += [ws.ctypes.data, tiling.ctypes.data]
+        sizes += [ws.nbytes, tiling.nbytes]
+        ptrs = [p if s else None for p, s in zip(ptrs, sizes)]
+        argv = (ctypes.c_void_p * len(ptrs))(*ptrs)
+        sizev = (ctypes.c_uint64 * len(sizes))(*sizes)
+        rc = self.launch(t.block_dim, argv, sizev, len(ptrs))
+        if rc:
+            raise RuntimeError(f"AscendC emulation: {self.lib.opgen_emu_last_error().decode(errors='replace')}")
+
+
+class EmuModule:
+    """What AscendEmuTarget.build returns: ``module[symbol]`` is the callable kernel; the
+    CANN project files ride along for ``opgen generate`` to write."""
+
+    def __init__(self, symbol: str, kernel: EmuKernel, files: dict):
+        self.symbol, self.kernel, self.files = symbol, kernel, files
+
+    def __getitem__(self, symbol: str):
+        if symbol != self.symbol:
+            raise KeyError(f"this module holds {self.symbol}, not {symbol}")
+        return self.kernel

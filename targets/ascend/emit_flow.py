@@ -1,0 +1,162 @@
+"""The control flow of a row-pattern AscendC kernel: passes, modes, cross-core sums.
+
+targets/ascend/emitter.py prints the per-stage functions; this module prints how they are
+driven (split-N / small-D passes of whole rows, split-D column chunks) and how column sums
+cross cores, then assembles op_kernel/<kernel>.cpp. Every core calls SyncAll the same
+number of times whatever its share of rows (a core that skipped one would hang the others:
+the emulation reports it).
+"""
+from __future__ import annotations
+
+from opgen.schedules.ascend_tiling import row_buffers
+from opgen.targets.ascend.emitter import (CPP_TYPE, MODES, RowKernel, _column_sum_fns, _init, _load_fns,
+                                          _members, _outputs_fn, _row_stage_fn)
+
+ONE = "DataCopyExtParams(1, len * 4, 0, 0, 0)"
+
+
+def _begin_sums(k: RowKernel) -> list[str]:
+    """Zero the accumulators (split-N) or this core's workspace row (split-D); atomic sums
+    have core 0 zero the outputs before any core adds."""
+    out = ["__aicore__ inline void BeginSums(bool split_d) {", "    const int32_t P = t_.pitch; (void)P;"]
+    for i, (n, _) in enumerate(k.ops.col_sums):
+        out.append(f"    Duplicate(acc_{n}_t_, 0.0f, P);")
+    if not k.ops.col_sums:
+        return out + ["    (void)split_d; (void)P;", "}"]
+    out.append("    PipeBarrier<PIPE_ALL>();")
+    if k.knobs.get("sums") == "atomic":
+        out.append("    if (core_ == 0) {")
+        out.append("        for (int64_t c0 = 0; c0 < t_.cols; c0 += P) { int32_t len = t_.cols - c0 < P ? t_.cols - c0 : P;")
+        out += [f"            DataCopyPad(g_{n}_[c0], acc_{n}_t_, {ONE});" for n, _ in k.ops.col_sums]
+        out += ["        }", "    }", "    SyncAll();", "    (void)split_d;"]
+    else:
+        out.append("    if (split_d) {")
+        out.append("        for (int64_t c0 = 0; c0 < t_.cols; c0 += P) { int32_t len = t_.cols - c0 < P ? t_.cols - c0 : P;")
+        out += [f"            DataCopyPad(g_ws_[({i} * t_.block_dim + core_) * t_.ws_pitch + c0], acc_{n}_t_, {ONE});"
+                for i, (n, _) in enumerate(k.ops.col_sums)]
+        out += ["        }", "    }"]
+    out.append("}")
+    return out
+
+
+def _end_sums(k: RowKernel) -> list[str]:
+    out = ["__aicore__ inline void EndSums(bool split_d) {", "    const int32_t P = t_.pitch; (void)P; (void)split_d;"]
+    if not k.ops.col_sums:
+        return out + ["}"]
+    out.append("    PipeBarrier<PIPE_ALL>();")
+    if k.knobs.get("sums") == "atomic":
+        out += ["    if (split_d) return;", "    const int32_t len = t_.cols;", "    SetAtomicAdd<float>();"]
+        out += [f"    DataCopyPad(g_{n}_, acc_{n}_t_, {ONE});" for n, _ in k.ops.col_sums]
+        return out + ["    SetAtomicNone();", "}"]
+    out += ["    if (!split_d) {", "        const int32_t len = t_.cols;"]
+    out += [f"        DataCopyPad(g_ws_[({i} * t_.block_dim + core_) * t_.ws_pitch], acc_{n}_t_, {ONE});"
+            for i, (n, _) in enumerate(k.ops.col_sums)]
+    out += ["    }", "    SyncAll();", "    FinalSums();", "}"]
+    return out
+
+
+def _final_sums(k: RowKernel) -> list[str]:
+    """The deterministic sum: core c owns a slice of the columns and adds the block_dim
+    partials of its slice in core order (the same order on every run and machine)."""
+    out = ["__aicore__ inline void FinalSums() {", "    const int32_t P = t_.pitch; (void)P;",
+           "    const int64_t chunk = AlignUp((t_.cols + t_.block_dim - 1) / t_.block_dim, 8);",
+           "    const int64_t begin = core_ * chunk, end = begin + chunk < t_.cols ? begin + chunk : t_.cols;",
+           "    for (int64_t c0 = begin; c0 < end; c0 += P) {",
+           "        const int32_t len = end - c0 < P ? end - c0 : P;"]
+    for i, (n, d) in enumerate(k.ops.col_sums):
+        out += ["        Duplicate(tmp0_t_, 0.0f, P);",
+                "        for (int64_t c = 0; c < t_.block_dim; ++c) {",
+                "            PipeBarrier<PIPE_ALL>();",
+                f"            DataCopyPad(tmp1_t_, g_ws_[({i} * t_.block_dim + c) * t_.ws_pitch + c0], {ONE}, "
+                "DataCopyPadExtParams<float>(false, 0, 0, 0));",
+                "            PipeBarrier<PIPE_ALL>();",
+                "            Add(tmp0_t_, tmp0_t_, tmp1_t_, len);",
+                "        }",
+                "        PipeBarrier<PIPE_ALL>();"]
+        if d == "float32":
+            out.append(f"        DataCopyPad(g_{n}_[c0], tmp0_t_, {ONE});")
+        else:
+            ty = CPP_TYPE[d]
+            out += [f"        {{ LocalTensor<{ty}> o = out_{n}_.AllocTensor<{ty}>();",
+                    "          Cast(o, tmp0_t_, RoundMode::CAST_RINT, P);",
+                    f"          out_{n}_.EnQue(o); o = out_{n}_.DeQue<{ty}>();",
+                    f"          DataCopyPad(g_{n}_[c0], o, DataCopyExtParams(1, len * sizeof({ty}), 0, 0, 0));",
+                    f"          out_{n}_.FreeTensor(o); }}"]
+    out += ["    }", "}"]
+    return out
+
+
+def _stage_calls(k: RowKernel, split_d: bool) -> list[str]:
+    """Calls of the row stages in program order; in split-D a reduction gets its own pass
+    over the column chunks (it may depend on an earlier stage's per-row value)."""
+    out = []
+    for name, role, blk in k.stages:
+        if role != "row_stage":
+            continue
+        reduction = len(blk.iter_vars) == 2
+        if reduction:
+            out.append(f"for (int32_t i = 0; i < n; ++i) r_{name}_.SetValue(i, 0.0f);")
+        if reduction and split_d:
+            out += ["for (int64_t c0 = 0; c0 < t_.cols; c0 += t_.ub_cols) {",
+                    "    const int32_t len = t_.cols - c0 < t_.ub_cols ? t_.cols - c0 : t_.ub_cols;",
+                    "    LoadCols(c0, len); LoadTiles(r0, c0, n, len);",
+                    f"    Stage_{name}(n, len);", "    FreeTiles(); FreeCols();", "}"]
+        else:
+            out.append(f"Stage_{name}(n, {'t_.cols' if not split_d else '0'});")
+    return out
+
+
+def _tail_calls(k: RowKernel, direct: str) -> list[str]:
+    calls = ["Outputs(r0, c0, n, len);"]
+    calls += [f"ColSum_{n}(n, len, c0, {direct});" for n, _ in k.ops.col_sums]
+    return calls
+
+
+def _process(k: RowKernel) -> list[str]:
+    split_n = ["__aicore__ inline void SplitN() {", "    BeginSums(false);", "    LoadCols(0, t_.cols);",
+               "    for (int64_t p = 0; p < nrows_; p += t_.ub_rows) {",
+               "        const int32_t n = nrows_ - p < t_.ub_rows ? nrows_ - p : t_.ub_rows;",
+               "        const int64_t r0 = row0_ + p, c0 = 0;", "        const int32_t len = t_.cols;",
+               "        LoadRows(r0, n); LoadTiles(r0, 0, n, len);"]
+    split_n += [f"        {c}" for c in _stage_calls(k, False) + _tail_calls(k, "false")]
+    split_n += ["        FreeTiles(); FreeRows();", "    }", "    FreeCols();", "    EndSums(false);", "}"]
+    split_d = ["__aicore__ inline void SplitD() {", "    BeginSums(true);",
+               "    for (int64_t r0 = row0_; r0 < row0_ + nrows_; ++r0) {", "        const int32_t n = 1;",
+               "        LoadRows(r0, n);"]
+    split_d += [f"        {c}" for c in _stage_calls(k, True)]
+    split_d += ["        for (int64_t c0 = 0; c0 < t_.cols; c0 += t_.ub_cols) {",
+                "            const int32_t len = t_.cols - c0 < t_.ub_cols ? t_.cols - c0 : t_.ub_cols;",
+                "            LoadCols(c0, len); LoadTiles(r0, c0, n, len);"]
+    split_d += [f"            {c}" for c in _tail_calls(k, "true")]
+    split_d += ["            FreeTiles(); FreeCols();", "        }", "        FreeRows();", "    }",
+                "    EndSums(true);", "}"]
+    main = ["__aicore__ inline void Process() {",
+            f"    if (t_.mode == {MODES['split-D']} || t_.mode == {MODES['empty']}) SplitD(); else SplitN();", "}"]
+    return main + split_n + split_d
+
+
+def kernel_source(k: RowKernel, hw) -> str:
+    """op_kernel/<kernel>.cpp of a row-pattern kernel."""
+    buffers = row_buffers(hw, k.ops, 1, 16, int(k.knobs.get("buffer_num", 2)))
+    body = (_init(k, buffers) + _load_fns(k) + _process(k) + _begin_sums(k) + _end_sums(k) + _final_sums(k))
+    for name, role, blk in k.stages:
+        if role == "row_stage":
+            body += _row_stage_fn(k, name, blk)
+    body += _outputs_fn(k) + _column_sum_fns(k)
+    cls = f"{''.join(p.capitalize() for p in k.symbol.split('_'))}Kernel"
+    params = ", ".join(f"GM_ADDR {n}" for n, _, _ in k.args)
+    names = ", ".join(n for n, _, _ in k.args)
+    lines = [f"// Generated by opgen from the scheduled TIR of {k.symbol} (row pattern). Do not edit.",
+             "#include \"kernel_operator.h\"", f"#include \"{k.symbol}_tiling.h\"", "", "using namespace AscendC;", "",
+             f"constexpr int32_t BUFFER_NUM = {int(k.knobs.get('buffer_num', 2))};", "",
+             "__aicore__ inline int64_t AlignUp(int64_t v, int64_t a = 32) { return (v + a - 1) / a * a; }",
+             "__aicore__ inline float opgen_fmax(float a, float b) { return a > b ? a : b; }",
+             "__aicore__ inline float opgen_fmin(float a, float b) { return a < b ? a : b; }", "",
+             f"class {cls} {{", "public:"]
+    lines += [f"    {line}" for line in body]
+    lines += ["private:"] + [f"    {line}" for line in _members(k, buffers)] + ["};", ""]
+    lines += [f"extern \"C\" __global__ __aicore__ void {k.symbol}({params}, GM_ADDR workspace, GM_ADDR tiling) {{",
+              f"    GET_TILING_DATA_WITH_STRUCT({k.struct}, t, tiling);", f"    {cls} op;",
+              f"    op.Init({names}, workspace, t);", "    op.Process();", "}", "",
+              "#ifdef OPGEN_EMU", f"OPGEN_EMU_EXPORT({k.symbol}, {len(k.args) + 2})", "#endif", ""]
+    return "\n".join(lines)

@@ -1,0 +1,276 @@
+"""Scheduled TIR -> an AscendC kernel (op_kernel/<kernel>.cpp), by pattern, never by op.
+
+The schedule (schedules/ascend.py) annotated every block with its role and the root with
+the pattern and knobs; the tiling numbers are runtime fields of a struct the host tiling
+function fills (targets/ascend/host.py). This module prints the kernel class of the row
+pattern:
+
+  Init:     GlobalTensor::SetGlobalBuffer per argument, pipe.InitBuffer per UB buffer of
+            the plan (the same list and sizes as the budget in schedules/ascend_tiling.py);
+  SplitN:   per pass of n <= ub_rows whole rows: DataCopyPad in (EnQue/DeQue), Cast to
+            float32, the row stages in program order (sum reductions -> WholeReduceSum for
+            rows of one repeat, else ReduceSum per row; per-row scalars -> scalar code), the
+            elementwise outputs (vector calls, Cast with CAST_RINT, DataCopyPad out) and the
+            column sums accumulated into a UB vector;
+  SplitD:   per row, one pass over the column chunks per row reduction, then one for the
+            outputs; column sums go straight to GM per chunk;
+  sums:     deterministic (per-core partials in the workspace, SyncAll, a fixed-order sum
+            split over the cores by columns) or atomic (core 0 zeroes, SyncAll, SetAtomicAdd).
+
+Expressions are translated by targets/ascend/exprs.py. Other patterns (the group pattern)
+raise EmitError: the emitter refuses what it cannot print instead of guessing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import s_tir
+
+from opgen.schedules.ascend import RowTiles
+from opgen.schedules.ascend_tiling import TEMP_TILES
+from opgen.targets.ascend.exprs import Context, EmitError, emit_expr, reduction_body, stored_value
+
+CPP_TYPE = {"float32": "float", "float16": "half", "bfloat16": "bfloat16_t"}
+MODES = {"split-N": 0, "small-D": 1, "split-D": 2, "empty": 3}
+
+
+@dataclass
+class RowKernel:
+    """Everything the row-pattern printer needs, read from the annotated TIR."""
+
+    symbol: str
+    ops: object                # RowOperands
+    stages: list               # (name, role, SBlock) in program order
+    args: list                 # (buffer name, dtype, "tile"|"row"|"col") kernel GM arguments
+    sizes: dict                # size variable name -> C++ field
+    knobs: dict
+    param_names: tuple = ()    # every parameter of the TIR function, in order
+
+    @property
+    def struct(self) -> str:
+        return f"{camel(self.symbol)}TilingData"
+
+
+def camel(symbol: str) -> str:
+    return "".join(part.capitalize() for part in symbol.split("_"))
+
+
+def read_row_kernel(func, symbol: str) -> RowKernel:
+    """The row pattern's pieces from the scheduled function (EmitError for other patterns)."""
+    sch = s_tir.Schedule(func)
+    root = sch.get(sch.get_sblock("root"))
+    pattern = str(root.annotations.get("ascend.pattern", ""))
+    if pattern != "rows":
+        raise EmitError(f"the Ascend emitter prints the row pattern only; {symbol} is '{pattern}'")
+    knobs = {k[len("ascend."):]: v for k, v in root.annotations.items() if k.startswith("ascend.") and k != "ascend.pattern"}
+    knobs = {k: (str(v) if isinstance(v, str) or hasattr(v, "startswith") else int(v)) for k, v in knobs.items()}
+    stages = []
+    for rv in sch.get_child_blocks(sch.get_sblock("root")):
+        blk = sch.get(rv)
+        stages.append((blk.name_hint, str(blk.annotations["ascend.role"]), blk))
+    ops = RowTiles().operands(func)
+    tile_out = next(b for n, r, b in stages if r == "tile")
+    rows, cols = (iv.dom.extent for iv in tile_out.iter_vars)
+    sizes = {str(rows): "t_.rows", str(cols): "t_.cols"}
+    scratch = set(ops.row_stages)
+    role = {n: "tile" for n, _ in ops.tiles_in + ops.tiles_out}
+    role.update({n: "row" for n, _ in ops.rows_in})
+    role.update({n: "col" for n, _ in ops.cols_in + ops.col_sums})
+    args = [(b.name, str(b.dtype), role[b.name]) for b in func.params if b.name not in scratch]
+    return RowKernel(symbol, ops, stages, args, sizes, knobs, tuple(b.name for b in func.params))
+
+
+# ---- pieces of the class -------------------------------------------------------------
+
+def _gm_size(role: str) -> str:
+    return {"tile": "t_.rows * t_.cols", "row": "t_.rows", "col": "t_.cols"}[role]
+
+
+def _members(k: RowKernel, buffers) -> list[str]:
+    lines = ["TPipe pipe_;", f"{k.struct} t_;", "int64_t core_ = 0, row0_ = 0, nrows_ = 0;"]
+    for b in buffers:
+        if b.position == "VECCALC":
+            lines.append(f"TBuf<TPosition::VECCALC> {b.name}_;")
+        else:
+            depth = "BUFFER_NUM" if b.count > 1 else "1"
+            lines.append(f"TQue<TPosition::{b.position}, {depth}> {b.name}_;")
+    lines += [f"GlobalTensor<{CPP_TYPE[d]}> g_{n}_;" for n, d, _ in k.args]
+    lines.append("GlobalTensor<float> g_ws_;")
+    lines += [f"LocalTensor<{CPP_TYPE[d]}> q_{n}_;" for n, d in k.ops.tiles_in + k.ops.rows_in + k.ops.cols_in]
+    lines += [f"LocalTensor<float> v_{n}_;" for n, _ in k.ops.tiles_in + k.ops.cols_in]
+    lines += [f"LocalTensor<float> r_{s}_;" for s in k.ops.row_stages]
+    lines += [f"LocalTensor<float> {b.name}_t_;" for b in buffers if b.position == "VECCALC"]
+    return lines
+
+
+def _init(k: RowKernel, buffers) -> list[str]:
+    params = ", ".join(f"GM_ADDR {n}" for n, _, _ in k.args)
+    lines = [f"__aicore__ inline void Init({params}, GM_ADDR workspace, const {k.struct}& t) {{",
+             "    t_ = t;", "    core_ = GetBlockIdx();", "    row0_ = core_ * t_.block_factor;",
+             "    nrows_ = row0_ < t_.rows ? (t_.rows - row0_ < t_.block_factor ? t_.rows - row0_ : t_.block_factor) : 0;"]
+    for n, d, role in k.args:
+        size = _gm_size(role)      # an empty tensor has no buffer: bind only what exists
+        lines.append(f"    if ({size} > 0) g_{n}_.SetGlobalBuffer((__gm__ {CPP_TYPE[d]}*){n}, {size});")
+    if k.ops.col_sums and k.knobs.get("sums") != "atomic":
+        lines.append(f"    g_ws_.SetGlobalBuffer((__gm__ float*)workspace, t_.ws_pitch * t_.block_dim * {len(k.ops.col_sums)});")
+    for b in buffers:
+        size = b.expr.replace("ub_rows", "t_.ub_rows").replace("pitch", "t_.pitch").replace("work", "t_.work")
+        count = "BUFFER_NUM, " if b.count > 1 else ("1, " if b.position != "VECCALC" else "")
+        lines.append(f"    pipe_.InitBuffer({b.name}_, {count}({size}) * sizeof({CPP_TYPE[b.dtype]}));")
+        if b.position == "VECCALC":
+            lines.append(f"    {b.name}_t_ = {b.name}_.Get<float>();")
+    lines += [f"    r_{s}_ = row_{s}_t_;" for s in k.ops.row_stages]
+    lines.append("}")
+    return lines
+
+
+def _copy_params(n: str, length: str, itemsize: str, to_ub: bool) -> str:
+    """DataCopyExtParams of n rows of ``length`` elements between GM rows of t_.cols and UB
+    rows of P (UB gaps in 32-byte blocks, GM gaps in bytes)."""
+    ub_gap = f"(P * {itemsize} - AlignUp({length} * {itemsize})) / 32"
+    gm_gap = f"(t_.cols - {length}) * {itemsize}"
+    src, dst = (gm_gap, ub_gap) if to_ub else (ub_gap, gm_gap)
+    return f"DataCopyExtParams({n}, {length} * {itemsize}, {src}, {dst}, 0)"
+
+
+def _load_fns(k: RowKernel) -> list[str]:
+    out = ["__aicore__ inline void LoadTiles(int64_t r0, int64_t c0, int32_t n, int32_t len) {",
+           "    const int32_t P = t_.pitch; (void)P;"]
+    for n, d in k.ops.tiles_in:
+        ty, q = CPP_TYPE[d], f"in_{n}_"
+        out += [f"    {{ LocalTensor<{ty}> a = {q}.AllocTensor<{ty}>();",
+                f"      DataCopyPad(a, g_{n}_[r0 * t_.cols + c0], {_copy_params('n', 'len', f'sizeof({ty})', True)}, "
+                f"DataCopyPadExtParams<{ty}>(false, 0, 0, 0));",
+                f"      {q}.EnQue(a); }}"]
+    for n, d in k.ops.tiles_in:
+        ty = CPP_TYPE[d]
+        out.append(f"    q_{n}_ = in_{n}_.DeQue<{ty}>();")
+        out.append(f"    v_{n}_ = q_{n}_;" if d == "float32" else
+                   f"    v_{n}_ = f32_{n}_t_; Cast(v_{n}_, q_{n}_, RoundMode::CAST_NONE, n * P);")
+    out += ["}", "__aicore__ inline void FreeTiles() {"]
+    out += [f"    in_{n}_.FreeTensor(q_{n}_);" for n, _ in k.ops.tiles_in]
+    out += ["}", "__aicore__ inline void LoadRows(int64_t r0, int32_t n) {"]
+    for n, d in k.ops.rows_in:
+        ty = CPP_TYPE[d]
+        out += [f"    {{ LocalTensor<{ty}> a = in_{n}_.AllocTensor<{ty}>();",
+                f"      DataCopyPad(a, g_{n}_[r0], DataCopyExtParams(1, n * sizeof({ty}), 0, 0, 0), "
+                f"DataCopyPadExtParams<{ty}>(false, 0, 0, 0));",
+                f"      in_{n}_.EnQue(a); q_{n}_ = in_{n}_.DeQue<{ty}>(); }}"]
+    out += ["}", "__aicore__ inline void FreeRows() {"]
+    out += [f"    in_{n}_.FreeTensor(q_{n}_);" for n, _ in k.ops.rows_in]
+    out += ["}", "__aicore__ inline void LoadCols(int64_t c0, int32_t len) {", "    const int32_t P = t_.pitch; (void)P;"]
+    for n, d in k.ops.cols_in:
+        ty = CPP_TYPE[d]
+        out += [f"    {{ LocalTensor<{ty}> a = in_{n}_.AllocTensor<{ty}>();",
+                f"      DataCopyPad(a, g_{n}_[c0], DataCopyExtParams(1, len * sizeof({ty}), 0, 0, 0), "
+                f"DataCopyPadExtParams<{ty}>(false, 0, 0, 0));",
+                f"      in_{n}_.EnQue(a); q_{n}_ = in_{n}_.DeQue<{ty}>(); }}",
+                f"    v_{n}_ = q_{n}_;" if d == "float32" else
+                f"    v_{n}_ = f32_{n}_t_; Cast(v_{n}_, q_{n}_, RoundMode::CAST_NONE, P);"]
+    out += ["}", "__aicore__ inline void FreeCols() {"]
+    out += [f"    in_{n}_.FreeTensor(q_{n}_);" for n, _ in k.ops.cols_in]
+    out.append("}")
+    return out
+
+
+def _context(k: RowKernel, blk, row_iter: int, col_iter: int | None) -> Context:
+    ivs = [str(iv.var) for iv in blk.iter_vars]
+    rows = {n: (f"q_{n}_.GetValue(i)" if d == "float32" else f"static_cast<float>(q_{n}_.GetValue(i))")
+            for n, d in k.ops.rows_in}
+    rows.update({s: f"r_{s}_.GetValue(i)" for s in k.ops.row_stages})
+    return Context(row_var=ivs[row_iter], col_var=ivs[col_iter] if col_iter is not None else None,
+                   tiles={n: f"v_{n}_" for n, _ in k.ops.tiles_in},
+                   rows=rows, cols={n: f"v_{n}_" for n, _ in k.ops.cols_in}, sizes=k.sizes,
+                   temps=[f"tmp{i}_t_" for i in range(TEMP_TILES)])
+
+
+def _row_stage_fn(k: RowKernel, name: str, blk) -> list[str]:
+    """RowStage_<name>(n, len): a sum reduction accumulates into its row buffer; a per-row
+    scalar is computed with scalar code."""
+    out = [f"__aicore__ inline void Stage_{name}(int32_t n, int32_t len) {{", "    const int32_t P = t_.pitch; (void)P;",
+           "    (void)len; (void)P;"]
+    if len(blk.iter_vars) == 2:                         # reduction over the columns
+        ctx = _context(k, blk, 0, 1)
+        value = emit_expr(reduction_body(blk.body), ctx)
+        if value.kind != "tile":
+            raise EmitError(f"{name}: a row reduction of a non-tile value")
+        out += [f"    {line}" for line in ctx.lines]
+        out += ["    PipeBarrier<PIPE_ALL>();",
+                "    if (P * 4 <= 256) {",
+                f"        WholeReduceSum<float>(reduce_work_t_, {value.text}, len, n, 1, 1, P / 8);",
+                "        PipeBarrier<PIPE_ALL>();",
+                f"        for (int32_t i = 0; i < n; ++i) r_{name}_.SetValue(i, r_{name}_.GetValue(i) + reduce_work_t_.GetValue(i));",
+                "    } else {",
+                "        for (int32_t i = 0; i < n; ++i) {",
+                f"            ReduceSum<float>(reduce_work_t_, {value.text}[i * P], reduce_work_t_[8], len);",
+                "            PipeBarrier<PIPE_ALL>();",
+                f"            r_{name}_.SetValue(i, r_{name}_.GetValue(i) + reduce_work_t_.GetValue(0));",
+                "        }", "    }"]
+    else:
+        ctx = _context(k, blk, 0, None)
+        value = emit_expr(blk.body.value, ctx)
+        if value.kind not in ("row", "scalar") or ctx.lines:
+            raise EmitError(f"{name}: a per-row stage must be scalar code")
+        out.append(f"    for (int32_t i = 0; i < n; ++i) r_{name}_.SetValue(i, {value.text});")
+    out.append("}")
+    return out
+
+
+def _outputs_fn(k: RowKernel) -> list[str]:
+    out = ["__aicore__ inline void Outputs(int64_t r0, int64_t c0, int32_t n, int32_t len) {",
+           "    const int32_t P = t_.pitch; (void)P;"]
+    for name, role, blk in k.stages:
+        if role != "tile":
+            continue
+        target = blk.body.buffer.name
+        ctx = _context(k, blk, 0, 1)
+        expr, dtype = stored_value(blk.body)
+        value = emit_expr(expr, ctx)
+        ty = CPP_TYPE[dtype]
+        out += [f"    {line}" for line in ctx.lines]
+        src = value.text
+        if value.kind != "tile":
+            raise EmitError(f"{name}: an elementwise output that is not a tile")
+        out += [f"    {{ LocalTensor<{ty}> o = out_{target}_.AllocTensor<{ty}>();",
+                f"      DataCopy(o, {src}, n * P);" if dtype == "float32" else
+                f"      Cast(o, {src}, RoundMode::CAST_RINT, n * P);",
+                f"      out_{target}_.EnQue(o); o = out_{target}_.DeQue<{ty}>();",
+                f"      DataCopyPad(g_{target}_[r0 * t_.cols + c0], o, {_copy_params('n', 'len', f'sizeof({ty})', False)});",
+                f"      out_{target}_.FreeTensor(o); }}"]
+    out.append("}")
+    return out
+
+
+def _column_sum_fns(k: RowKernel) -> list[str]:
+    """ColSum_<out>(n, len, direct): accumulate this pass's rows into the UB accumulator
+    (split-N) or, with ``direct``, add the one row straight into GM (split-D)."""
+    out = []
+    index = {n: i for i, (n, _) in enumerate(k.ops.col_sums)}
+    for name, role, blk in k.stages:
+        if role != "column_sum":
+            continue
+        target = blk.body.buffer.name
+        ctx = _context(k, blk, 1, 0)          # iterators (col, row)
+        value = emit_expr(reduction_body(blk.body), ctx)
+        if value.kind != "tile":
+            raise EmitError(f"{name}: a column sum of a non-tile value")
+        spare = next((t for t in ctx.temps if t != value.text), None)
+        if spare is None:
+            raise EmitError(f"{name}: no float32 temporary left for the split-D read-modify-write")
+        ws = f"g_ws_[({index[target]} * t_.block_dim + core_) * t_.ws_pitch + c0]"
+        one = "DataCopyExtParams(1, len * 4, 0, 0, 0)"
+        out += [f"__aicore__ inline void ColSum_{target}(int32_t n, int32_t len, int64_t c0, bool direct) {{",
+                "    const int32_t P = t_.pitch; (void)P;"]
+        out += [f"    {line}" for line in ctx.lines]
+        out += ["    if (!direct) {",
+                f"        for (int32_t i = 0; i < n; ++i) Add(acc_{target}_t_, acc_{target}_t_, {value.text}[i * P], P);",
+                "        return;", "    }", "    PipeBarrier<PIPE_ALL>();"]
+        if k.knobs.get("sums") == "atomic":
+            out += ["    SetAtomicAdd<float>();", f"    DataCopyPad(g_{target}_[c0], {value.text}, {one});",
+                    "    SetAtomicNone();"]
+        else:
+            out += [f"    DataCopyPad({spare}, {ws}, {one}, DataCopyPadExtParams<float>(false, 0, 0, 0));",
+                    "    PipeBarrier<PIPE_ALL>();", f"    Add({spare}, {spare}, {value.text}, len);",
+                    "    PipeBarrier<PIPE_ALL>();", f"    DataCopyPad({ws}, {spare}, {one});"]
+        out.append("}")
+    return out

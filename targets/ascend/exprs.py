@@ -1,0 +1,204 @@
+"""TIR expressions -> AscendC vector calls over UB tiles (patterns, never ops).
+
+A block body of the scheduled TIR is an expression over buffer loads. Each load is
+classified by its indices against the block's row and column iterators:
+  * ``tile``:   X[row, col]  -> a float32 UB tile of the pass (``n`` rows x ``P`` pitch);
+  * ``row``:    X[row]       -> one value per row of the pass, read with GetValue(i);
+  * ``col``:    X[col]       -> a float32 UB vector of ``P`` elements (broadcast over rows);
+  * ``scalar``: constants and size variables (C++ expressions of the tiling struct).
+Binary operations pick the vector form their operand kinds call for: Add/Sub/Mul/Div/Max/Min
+on two tiles (one count-based call over the whole pass), Adds/Muls/Maxs/Mins with a scalar,
+a loop over the pass's rows for a per-row value (Muls(dst[i*P], a[i*P], v_i, P)) or a column
+vector (Mul(dst[i*P], a[i*P], col, P)). Tile-valued sub-expressions live in a pool of float32
+temporaries (the schedule budgets TEMP_TILES of them); an expression needing more is refused
+with its text. Scalar and per-row values become C++ scalar code.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+VECTOR_BINARY = {"Add": "Add", "Sub": "Sub", "Mul": "Mul", "Div": "Div", "Max": "Max", "Min": "Min"}
+SCALAR_BINARY = {"Add": "({a} + {b})", "Sub": "({a} - {b})", "Mul": "({a} * {b})", "Div": "({a} / {b})",
+                 "Max": "opgen_fmax({a}, {b})", "Min": "opgen_fmin({a}, {b})"}
+VECTOR_UNARY = {"tirx.exp": "Exp", "tirx.sqrt": "Sqrt", "tirx.rsqrt": "Rsqrt", "tirx.log": "Ln", "tirx.fabs": "Abs"}
+SCALAR_UNARY = {"tirx.exp": "expf({a})", "tirx.sqrt": "sqrtf({a})", "tirx.rsqrt": "(1.0f / sqrtf({a}))",
+                "tirx.log": "logf({a})", "tirx.fabs": "fabsf({a})"}
+
+
+LOADS = ("BufferLoad", "TensorLoad")   # TVM 0.27 prints and names a buffer load TensorLoad
+
+
+class EmitError(ValueError):
+    """A TIR construct the Ascend emitter has no pattern for (the message names it)."""
+
+
+@dataclass
+class Value:
+    kind: str                  # tile, row, col, scalar
+    text: str                  # tile/col: a LocalTensor<float> name; row: C++ with {i}; scalar: C++
+    temp: bool = False         # a pool temporary this expression owns
+
+
+@dataclass
+class Context:
+    """What loads mean in one block: iterator names -> roles, buffers -> UB tensors."""
+
+    row_var: str | None
+    col_var: str | None
+    tiles: dict                # buffer name -> LocalTensor<float> name (tile, f32 view)
+    rows: dict                 # buffer name -> C++ of element i (e.g. "rstd_t.GetValue(i)")
+    cols: dict                 # buffer name -> LocalTensor<float> name
+    sizes: dict                # size variable name -> C++ (e.g. "t_.cols")
+    temps: list                # free temporaries (LocalTensor<float> names)
+    lines: list = field(default_factory=list)
+
+    def take(self, expr) -> str:
+        if not self.temps:
+            raise EmitError(f"expression needs more float32 temporaries than the schedule budgets: {expr}")
+        return self.temps.pop(0)
+
+    def give(self, value: Value) -> None:
+        if value.temp:
+            self.temps.insert(0, value.text)
+
+
+def _kind(node) -> str:
+    return type(node).__name__
+
+
+def dtype_of(node) -> str:
+    """An expression's dtype (PrimExpr.dtype; TVM 0.27 names it ``ty``)."""
+    return str(node.dtype if hasattr(node, "dtype") else node.ty)
+
+
+def load_name(node) -> str:
+    """The buffer a load reads (BufferLoad.buffer; TVM 0.27's TensorLoad calls it source)."""
+    return (node.buffer if hasattr(node, "buffer") else node.source).name
+
+
+def _load(node, ctx: Context) -> Value:
+    name = load_name(node)
+    idx = [str(i) for i in node.indices]
+    if idx == [ctx.row_var, ctx.col_var] and name in ctx.tiles:
+        return Value("tile", ctx.tiles[name])
+    if idx == [ctx.row_var] and name in ctx.rows:
+        return Value("row", ctx.rows[name])
+    if idx == [ctx.col_var] and name in ctx.cols:
+        return Value("col", ctx.cols[name])
+    raise EmitError(f"no UB home for load {name}[{', '.join(idx)}] (rows {ctx.row_var}, cols {ctx.col_var})")
+
+
+def _scalar_text(v: Value) -> str:
+    return v.text
+
+
+def _combine_scalars(op: str, a: Value, b: Value) -> Value:
+    kind = "row" if "row" in (a.kind, b.kind) else "scalar"
+    return Value(kind, SCALAR_BINARY[op].format(a=a.text, b=b.text))
+
+
+def _row_loop(ctx: Context, call: str) -> None:
+    ctx.lines.append(f"for (int32_t i = 0; i < n; ++i) {{ {call} }}")
+
+
+def _tile_scalar(op: str, dst: str, t: Value, s: Value, tile_first: bool, ctx: Context) -> None:
+    """dst = t op s (or s op t) for a scalar or per-row value s."""
+    per_row = s.kind == "row"
+    src = f"{t.text}[i * P]" if per_row else t.text
+    out = f"{dst}[i * P]" if per_row else dst
+    count = "P" if per_row else "n * P"
+    val = s.text
+    if op == "Add":
+        calls = [f"Adds({out}, {src}, {val}, {count});"]
+    elif op == "Mul":
+        calls = [f"Muls({out}, {src}, {val}, {count});"]
+    elif op in ("Max", "Min"):
+        calls = [f"{op}s({out}, {src}, {val}, {count});"]
+    elif op == "Sub":
+        calls = ([f"Adds({out}, {src}, -({val}), {count});"] if tile_first else
+                 [f"Muls({out}, {src}, -1.0f, {count});", f"Adds({out}, {out}, {val}, {count});"])
+    elif op == "Div":
+        calls = ([f"Muls({out}, {src}, 1.0f / ({val}), {count});"] if tile_first else
+                 [f"Reciprocal({out}, {src}, {count});", f"Muls({out}, {out}, {val}, {count});"])
+    else:
+        raise EmitError(f"no vector form of {op} with a scalar")
+    if per_row:
+        _row_loop(ctx, " ".join(calls))
+    else:
+        ctx.lines.extend(calls)
+
+
+def _binary(op: str, node, ctx: Context) -> Value:
+    a, b = emit_expr(node.a, ctx), emit_expr(node.b, ctx)
+    if a.kind in ("scalar", "row") and b.kind in ("scalar", "row"):
+        return _combine_scalars(op, a, b)
+    if "col" in (a.kind, b.kind) and "tile" not in (a.kind, b.kind):
+        raise EmitError(f"a column vector combined with a non-tile value: {node}")
+    dst = a.text if a.temp else b.text if b.temp else ctx.take(node)
+    if a.kind == "tile" and b.kind == "tile":
+        ctx.lines.append(f"{VECTOR_BINARY[op]}({dst}, {a.text}, {b.text}, n * P);")
+    elif "col" in (a.kind, b.kind):
+        x = f"{a.text}[i * P]" if a.kind == "tile" else a.text
+        y = f"{b.text}[i * P]" if b.kind == "tile" else b.text
+        _row_loop(ctx, f"{VECTOR_BINARY[op]}({dst}[i * P], {x}, {y}, P);")
+    else:
+        tile, other = (a, b) if a.kind == "tile" else (b, a)
+        _tile_scalar(op, dst, tile, other, a.kind == "tile", ctx)
+    for v in (a, b):
+        if v.temp and v.text != dst:
+            ctx.give(v)
+    return Value("tile", dst, temp=True)
+
+
+def _call(node, ctx: Context) -> Value:
+    name = node.op.name
+    if name not in VECTOR_UNARY or len(node.args) != 1:
+        raise EmitError(f"no AscendC pattern for call {name}")
+    a = emit_expr(node.args[0], ctx)
+    if a.kind in ("scalar", "row"):
+        return Value(a.kind, SCALAR_UNARY[name].format(a=a.text))
+    if a.kind == "col":
+        raise EmitError(f"{name} of a column vector: {node}")
+    dst = a.text if a.temp else ctx.take(node)
+    ctx.lines.append(f"{VECTOR_UNARY[name]}({dst}, {a.text}, n * P);")
+    return Value("tile", dst, temp=True)
+
+
+def emit_expr(node, ctx: Context) -> Value:
+    """The value of ``node`` for the current pass; vector calls are appended to ctx.lines."""
+    kind = _kind(node)
+    if kind in VECTOR_BINARY:
+        return _binary(kind, node, ctx)
+    if kind in LOADS:
+        return _load(node, ctx)
+    if kind == "Cast":
+        if dtype_of(node) != "float32":
+            raise EmitError(f"a cast to {dtype_of(node)} inside an expression (only the stored value is rounded)")
+        return emit_expr(node.value, ctx)          # loads are float32 views already
+    if kind == "FloatImm":
+        return Value("scalar", f"{float(node.value)!r}f".replace("inff", "INFINITY"))
+    if kind == "IntImm":
+        return Value("scalar", f"{int(node.value)}")
+    if kind in ("Var", "SizeVar"):
+        if node.name not in ctx.sizes:
+            raise EmitError(f"unknown variable {node.name}")
+        return Value("scalar", f"static_cast<float>({ctx.sizes[node.name]})")
+    if kind == "Call":
+        return _call(node, ctx)
+    raise EmitError(f"no AscendC pattern for {kind}: {node}")
+
+
+def reduction_body(store) -> object:
+    """E of a sum reduction's update ``acc[...] = acc[...] + E`` (refuses other reductions)."""
+    value = store.value
+    if _kind(value) == "Add" and _kind(value.a) in LOADS and load_name(value.a) == store.buffer.name:
+        return value.b
+    raise EmitError(f"only sum reductions have an AscendC pattern here: {store.buffer.name} = {value}")
+
+
+def stored_value(store) -> tuple[object, str]:
+    """(float32 expression, output dtype) of an elementwise store (a final Cast is the rounding)."""
+    value = store.value
+    if _kind(value) == "Cast" and dtype_of(value) != "float32":
+        return value.value, dtype_of(value)
+    return value, str(store.buffer.dtype)
