@@ -31,6 +31,9 @@ from opgen.targets.ascend.hardware import AscendHardware, describe
 class AscendEmuTarget(TargetSpec):
     hardware: AscendHardware = field(default_factory=lambda: describe(DEFAULT_PRODUCT))
     library_suffix: str = ""          # ctypes-loaded g++ libraries: no TVM export
+    # The generic `target` fixture skips this target: g++ on the emulation header takes
+    # ~10 s per kernel (cached on disk afterwards), so tests/test_ascend.py runs it on chosen shapes.
+    own_suite: str = "tests/test_ascend.py"
 
     @property
     def schedule_module(self) -> str:
