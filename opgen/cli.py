@@ -49,6 +49,9 @@ def write_artifacts(kernel, out_dir: Path) -> None:
     if source is not None:
         name, text = source(kernel.module)
         (out_dir / name).write_text(text)
+    for rel, text in getattr(kernel.module, "files", {}).items():   # a generated project (ascend-emu: CANN layout)
+        (out_dir / rel).parent.mkdir(parents=True, exist_ok=True)
+        (out_dir / rel).write_text(text)
 
 
 def verify_kernel(kernel, rng: np.random.Generator) -> tuple[float, str]:
@@ -66,6 +69,9 @@ def generate_one(op, combo, target, out_root: Path, rng) -> Row:
     start = time.perf_counter()
     try:
         kernel = kernels.get_kernel(op, combo, target)
+    except NotImplementedError as err:  # the target has no code printer for this op's pattern yet
+        return Row(op.name, combo.tag, target.name, (time.perf_counter() - start) * 1e3, False, None,
+                   "NOT EMITTED", str(err))
     except Exception as err:  # report, keep going with the other kernels
         return Row(op.name, combo.tag, target.name, (time.perf_counter() - start) * 1e3, False, None,
                    "FAIL", f"build: {type(err).__name__}: {err}")
