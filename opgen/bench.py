@@ -155,28 +155,37 @@ def records(case: Case, times: dict, nbytes: int, triad_gbs: float | None) -> li
     return rows
 
 
-def run(case_list: list[Case], repeats: int, skip=(), seed: int = 0, progress: bool = True) -> list[Record]:
-    """Measure every case (triad interleaved with each large one); returns the records."""
+def run(case_list: list[Case], repeats: int, skip=(), seed: int = 0, progress: bool = True):
+    """Measure every case (triad interleaved with each large one). Returns (records,
+    failures): a case whose call raises is reported and skipped, the others still run."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
     probe, probe_bytes = triad()
-    rows = []
+    rows, failures = [], []
     bar = _progress(len(case_list), progress)
     for case in case_list:
         bar.set_description(f"{case.op} {case.tag} {case.shape}")
-        runs, nbytes = contenders(case, rng, skip)
-        if not case.tiny:
-            runs["triad"] = probe
-        times = measure(runs, repeats)
-        triad_s = times.pop("triad", None)
-        triad_gbs = probe_bytes / triad_s / 1e9 if triad_s else None
-        rows += records(case, times, nbytes, triad_gbs)
-        if triad_gbs:
-            rows.append(Record(case.op, case.tag, case.shape, "triad", triad_s * 1e3, triad_gbs, 100.0))
-        del runs
+        try:
+            rows += _one_case(case, rng, skip, repeats, probe, probe_bytes)
+        except Exception as err:  # keep measuring the other cases; the exit status says it
+            failures.append(f"{case.op} {case.tag} {case.shape}: {type(err).__name__}: {err}")
+            print(f"opgen bench: FAILED {failures[-1]}", file=sys.stderr)
         bar.update(1)
     bar.close()
+    return rows, failures
+
+
+def _one_case(case: Case, rng, skip, repeats: int, probe, probe_bytes: int) -> list[Record]:
+    runs, nbytes = contenders(case, rng, skip)
+    if not case.tiny:
+        runs["triad"] = probe
+    times = measure(runs, repeats)
+    triad_s = times.pop("triad", None)
+    triad_gbs = probe_bytes / triad_s / 1e9 if triad_s else None
+    rows = records(case, times, nbytes, triad_gbs)
+    if triad_gbs:
+        rows.append(Record(case.op, case.tag, case.shape, "triad", triad_s * 1e3, triad_gbs, 100.0))
     return rows
 
 
@@ -304,7 +313,7 @@ def main(args) -> int:
         op, _, shape = item.partition("=")
         shapes.setdefault(op, []).append(shape)
     case_list = cases(args.quick, args.op, args.dtypes, shapes, tiny=not args.no_tiny)
-    rows = run(case_list, args.repeats, set(args.skip), args.seed)
+    rows, failures = run(case_list, args.repeats, set(args.skip), args.seed)
     print_table(rows)
     if args.out:
         write_rows(rows, args.out)
@@ -313,7 +322,9 @@ def main(args) -> int:
 
         plot(rows, args.plot)
         print(f"plot: {args.plot}")
-    return 0
+    for failure in failures:
+        print(f"FAILED {failure}")
+    return 1 if failures else 0
 
 
 def cli(argv=None) -> int:

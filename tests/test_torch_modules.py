@@ -1,0 +1,154 @@
+"""opgen.torch: the custom ops pass torch's opcheck; RMSNorm/GroupNorm are drop-ins for
+torch.nn's (state_dict, gradients in f32 and bf16, gradcheck) whose backward really is opgen,
+also inside a torch.compile'd model with no graph break."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+ot = pytest.importorskip("opgen.torch")
+
+import opgen  # noqa: E402
+
+
+@pytest.fixture
+def opgen_calls(monkeypatch):
+    """Counts the calls reaching opgen's Pythonic API (what the custom ops call)."""
+    counts = {"rms_norm_grad": 0, "group_norm_backward": 0}
+    for name in counts:
+        real = getattr(opgen, name)
+
+        def counted(*a, _real=real, _name=name, **k):
+            counts[_name] += 1
+            return _real(*a, **k)
+        monkeypatch.setattr(opgen, name, counted, raising=False)
+    return counts
+
+
+def _pair(ours, theirs):
+    with torch.no_grad():
+        for p in ours.parameters():
+            p.uniform_(0.5, 1.5)
+    theirs.load_state_dict(ours.state_dict())
+    return ours, theirs
+
+
+def _grads(module, x, dy):
+    x = x.detach().clone().requires_grad_(True)
+    module.zero_grad()
+    module(x).backward(dy)
+    return [x.grad] + [p.grad for p in module.parameters()]
+
+
+def test_custom_ops_pass_opcheck():
+    torch.manual_seed(0)
+    torch.library.opcheck(torch.ops.opgen.rms_norm_grad.default,
+                          (torch.randn(3, 8), torch.randn(3, 8), torch.rand(3) + 0.5, torch.rand(8) + 0.5))
+    torch.library.opcheck(torch.ops.opgen.group_norm_backward.default,
+                          (torch.randn(2, 4, 3), torch.randn(2, 4, 3), torch.randn(2, 2), torch.rand(2, 2) + 0.5,
+                           torch.rand(4), 2, [True, False, True]))
+
+
+def test_state_dicts_are_torch_nn_ones():
+    assert ot.RMSNorm((6, 32)).state_dict().keys() == torch.nn.RMSNorm((6, 32)).state_dict().keys()
+    assert not ot.RMSNorm(8, elementwise_affine=False).state_dict()
+    assert ot.GroupNorm(4, 8).state_dict().keys() == torch.nn.GroupNorm(4, 8).state_dict().keys()
+    ours = ot.GroupNorm(4, 8)
+    ours.load_state_dict(torch.nn.GroupNorm(4, 8).state_dict())  # strict: same names and shapes
+    assert isinstance(ours, torch.nn.GroupNorm) and isinstance(ot.RMSNorm(8), torch.nn.RMSNorm)
+
+
+@pytest.mark.parametrize("shape", [(32,), (6, 32)])
+def test_rms_norm_f32_matches_torch(shape, opgen_calls):
+    torch.manual_seed(1)
+    ours, theirs = _pair(ot.RMSNorm(shape), torch.nn.RMSNorm(shape, eps=1e-6))
+    x, dy = torch.randn(4, 6, 32), torch.randn(4, 6, 32)
+    torch.testing.assert_close(ours(x), theirs(x))
+    for a, b in zip(_grads(ours, x, dy), _grads(theirs, x, dy)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert opgen_calls["rms_norm_grad"] == 1
+
+
+@pytest.mark.parametrize("affine", [True, False])
+def test_group_norm_f32_matches_torch(affine, opgen_calls):
+    torch.manual_seed(2)
+    ours, theirs = _pair(ot.GroupNorm(4, 12, affine=affine), torch.nn.GroupNorm(4, 12, affine=affine))
+    x, dy = torch.randn(3, 12, 5, 7) * 2 + 0.5, torch.randn(3, 12, 5, 7)
+    torch.testing.assert_close(ours(x), theirs(x), rtol=1e-5, atol=1e-5)
+    for a, b in zip(_grads(ours, x, dy), _grads(theirs, x, dy)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert opgen_calls["group_norm_backward"] == 1
+
+
+def test_group_norm_input_without_grad_asks_only_parameter_grads():
+    torch.manual_seed(3)
+    ours, theirs = _pair(ot.GroupNorm(2, 4), torch.nn.GroupNorm(2, 4))
+    x, dy = torch.randn(2, 4, 9), torch.randn(2, 4, 9)
+    ours(x).backward(dy)
+    theirs(x).backward(dy)
+    torch.testing.assert_close(ours.weight.grad, theirs.weight.grad, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(ours.bias.grad, theirs.bias.grad, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["rms", "group"])
+def test_bf16_within_tolerance_of_float64(kind):
+    """bf16 modules: opgen's gradients are as close to the float64 truth (torch.nn on float64
+    copies of the same bf16 values) as bf16 outputs can be."""
+    torch.manual_seed(4)
+    if kind == "rms":
+        ours, exact = ot.RMSNorm(64, dtype=torch.bfloat16), torch.nn.RMSNorm(64, eps=1e-6, dtype=torch.float64)
+        x = torch.randn(8, 64)
+    else:
+        ours, exact = ot.GroupNorm(4, 16, dtype=torch.bfloat16), torch.nn.GroupNorm(4, 16, dtype=torch.float64)
+        x = torch.randn(2, 16, 6, 6)
+    with torch.no_grad():
+        for p in ours.parameters():
+            p.uniform_(0.5, 1.5)
+    exact.load_state_dict({k: v.double() for k, v in ours.state_dict().items()})
+    x, dy = x.bfloat16(), torch.randn(x.shape).bfloat16()
+    got = _grads(ours, x, dy)
+    want = _grads(exact, x.double(), dy.double())
+    for a, b in zip(got, want):
+        assert a.dtype == torch.bfloat16
+        torch.testing.assert_close(a.double(), b, rtol=2 ** -7, atol=2e-2 * b.abs().max().item())
+
+
+@pytest.mark.parametrize("kind", ["rms", "group"])
+def test_gradcheck_through_a_float64_wrapper(kind):
+    """opgen has no float64 kernels: the wrapper casts to float32 around the module, and
+    gradcheck's finite differences (eps 1e-2 keeps f32 rounding far below them) check the
+    opgen backward against the forward."""
+    torch.manual_seed(5)
+    module = ot.RMSNorm(6) if kind == "rms" else ot.GroupNorm(2, 4)
+    x = torch.randn((3, 6) if kind == "rms" else (2, 4, 3), dtype=torch.float64, requires_grad=True)
+    params = [torch.rand(p.shape, dtype=torch.float64).add(0.5).requires_grad_() for p in module.parameters()]
+
+    def wrapped(x, *ps):
+        overrides = {name: p.float() for (name, _), p in zip(module.named_parameters(), ps)}
+        return torch.func.functional_call(module, overrides, (x.float(),)).double()
+    assert torch.autograd.gradcheck(wrapped, (x, *params), eps=1e-2, atol=2e-3, rtol=2e-3)
+
+
+def test_compiled_model_has_no_graph_break_and_runs_opgen(opgen_calls):
+    """One small compile (slow on 2 cores): fullgraph=True refuses any graph break; the
+    backward still reaches opgen through the custom ops; gradients equal eager ones."""
+    torch.manual_seed(6)
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gn, self.rms = ot.GroupNorm(4, 8), ot.RMSNorm(16)
+            self.register_buffer("w", torch.randn(2, 8, 16))
+
+        def forward(self, x):
+            return (self.rms(self.gn(x).reshape(2, 8, 16)) * self.w).sum()
+
+    model, x = Model(), torch.randn(2, 8, 4, 4, requires_grad=True)
+    torch.compile(model, fullgraph=True)(x).backward()
+    compiled = [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
+    assert opgen_calls == {"rms_norm_grad": 1, "group_norm_backward": 1}
+    x.grad = None
+    model.zero_grad()
+    model(x).backward()
+    for a, b in zip(compiled, [x.grad] + [p.grad for p in model.parameters()]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
