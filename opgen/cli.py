@@ -37,6 +37,7 @@ class Row:
     max_ratio: float | None    # worst |err| / allowed over all outputs and problems
     verdict: str
     detail: str = ""
+    note: str = ""             # printed on every row: a compile check, where the kernel ran
 
 
 def write_artifacts(kernel, out_dir: Path) -> None:
@@ -76,13 +77,38 @@ def generate_one(op, combo, target, out_root: Path, rng) -> Row:
         return Row(op.name, combo.tag, target.name, (time.perf_counter() - start) * 1e3, False, None,
                    "FAIL", f"build: {type(err).__name__}: {err}")
     build_ms = kernel.build_seconds * 1e3
-    write_artifacts(kernel, out_root / target.name / op.name / combo.tag)
+    out_dir = out_root / target.name / op.name / combo.tag
+    write_artifacts(kernel, out_dir)
+    compiled, note = compile_check(kernel, out_dir)
+    if not compiled:
+        return Row(op.name, combo.tag, target.name, build_ms, kernel.from_disk, None, "FAIL", note, note)
     if not target.can_run():
         return Row(op.name, combo.tag, target.name, build_ms, kernel.from_disk, None, "BUILT",
-                   "cannot run here: compiled only")
+                   "cannot run here: compiled only", f"{note}; run: {run_place(target)}".lstrip("; "))
     ratio, where = verify_kernel(kernel, rng)
     verdict = "PASS" if ratio <= 1.0 else "FAIL"
-    return Row(op.name, combo.tag, target.name, build_ms, kernel.from_disk, ratio, verdict, where)
+    note = f"{note}; run: {run_place(target)}".lstrip("; ") if note or hasattr(target, "run_place") else ""
+    return Row(op.name, combo.tag, target.name, build_ms, kernel.from_disk, ratio, verdict, where, note)
+
+
+def compile_check(kernel, out_dir: Path) -> tuple[bool, str]:
+    """A target's own compile check (cuda: nvcc per architecture, registers and spills)."""
+    check = getattr(kernel.target, "compile_check", None)
+    if check is None:
+        return True, ""
+    reports = check(kernel.module, out_dir)
+    archs = "/".join(r.arch for r in reports)
+    failed = [r for r in reports if not r.ok]
+    if failed:
+        return False, f"compiled {archs}: FAIL ({failed[0].arch}: {failed[0].error})"
+    usage = ", ".join(f"{r.arch} {r.max_registers} regs {r.spill_bytes} B spilled" for r in reports)
+    return True, f"compiled {archs}: PASS ({usage})"
+
+
+def run_place(target) -> str:
+    """Where a target's kernels ran (or why they did not)."""
+    place = getattr(target, "run_place", None)
+    return place() if place is not None else ("here" if target.can_run() else "not here")
 
 
 def print_table(rows: list[Row], stream=None) -> None:
@@ -94,8 +120,10 @@ def print_table(rows: list[Row], stream=None) -> None:
         build = f"{r.build_ms:8.0f}{'c' if r.cached else ' '}"
         ratio = "-" if r.max_ratio is None else f"{r.max_ratio:.3g}"
         line = f"{r.op:<20} {r.dtypes:<10} {r.target:<10} {build:>9} {ratio:>12}  {r.verdict}"
-        if r.verdict == "FAIL":
+        if r.verdict == "FAIL" and r.detail != r.note:
             line += f"  ({r.detail})"
+        if r.note:
+            line += f"  [{r.note}]"
         print(line, file=stream)
     print("(c: loaded from the kernel disk cache; max err/tol <= 1 passes)", file=stream)
 
@@ -104,8 +132,9 @@ def cmd_generate(args) -> int:
     if args.fresh:
         os.environ["OPGEN_DISK_CACHE"] = "0"
     ops = [get_op(n) for n in args.op] if args.op else all_ops()
-    targets = [get_target(n) for n in args.target] if args.target else all_targets()
-    targets = [t for t in targets if t.can_build()]
+    targets = requested_targets(args.target)
+    if targets is None:
+        return 2
     rng = np.random.default_rng(args.seed)
     out_root = Path(args.out)
     rows = [generate_one(op, combo, target, out_root, rng)
@@ -113,6 +142,37 @@ def cmd_generate(args) -> int:
     print_table(rows)
     print(f"artifacts: {out_root.resolve()}")
     return 0 if all(r.verdict != "FAIL" for r in rows) else 1
+
+
+def requested_targets(names: list | None) -> list | None:
+    """The targets to generate for; None (after one line on stderr) when a target named on
+    the command line is unknown or cannot build here. Unnamed ones that cannot build are
+    skipped with a note."""
+    registered = ", ".join(t.name for t in all_targets())
+    if not names:
+        usable = [t for t in all_targets() if t.can_build()]
+        for t in all_targets():
+            if not t.can_build():
+                print(f"note: skipping target {t.name}: {why_not_buildable(t)}", file=sys.stderr)
+        return usable
+    chosen = []
+    for name in names:
+        try:
+            target = get_target(name)
+        except KeyError:
+            print(f"opgen generate: unknown target {name!r}; registered targets: {registered}", file=sys.stderr)
+            return None
+        if not target.can_build():
+            print(f"opgen generate: target {name} cannot build here: {why_not_buildable(target)}; "
+                  f"registered targets: {registered}", file=sys.stderr)
+            return None
+        chosen.append(target)
+    return chosen
+
+
+def why_not_buildable(target) -> str:
+    missing = getattr(target, "missing", None)
+    return (missing() if missing is not None else None) or "its can_build() is false"
 
 
 def cmd_prove(args) -> int:

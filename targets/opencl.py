@@ -128,8 +128,18 @@ class OpenclTarget(TargetSpec):
     def device(self):
         return tvm.cpu(0)   # the module takes host tensors (see the module docstring)
 
+    def missing(self) -> str | None:
+        """Why this machine cannot build/run opencl kernels, or None."""
+        return missing()
+
     def can_build(self) -> bool:
         return missing() is None
+
+    def run_place(self) -> str:
+        """The OpenCL device kernels run on (PoCL's CPU device here)."""
+        device = _cl()[1].devices[0]
+        platform = device.platform.name.replace("Portable Computing Language", "PoCL")
+        return f"{platform} ({device.name.strip()})"
 
     def can_run(self) -> bool:
         return missing() is None

@@ -1,0 +1,164 @@
+"""CUDA: the GPU schedules (schedules/gpu.py) as CUDA C, checked by nvcc for sm_80 and sm_90.
+
+Without a GPU (this machine, CI): TVM 0.27 emits CUDA C without libcuda (a source-only
+module, ~30 ms), ``build`` returns that source (``CudaSource``), and ``compile_check``
+compiles it with ``nvcc -cubin`` for every architecture in ``archs`` with ``-Xptxas -v``,
+reporting registers and spills per kernel. ``opgen generate --target cuda`` writes
+``kernel.cu`` and prints that check; running such a kernel raises.
+
+With a GPU (UNTESTED in the sessions that wrote this: none had one): ``can_run`` is true,
+``build`` compiles through TVM inside ``with target:`` (TVM's compile callback reads
+``Target.current()``) with ``TVM_CUDA_COMPILE_MODE=nvcc`` unless the user chose a mode
+(the default, NVRTC, needs the cuda-bindings package), and the result is an ordinary TVM
+runtime module: kernels take ``tvm.cuda(0)`` tensors, which the aclnn layer provides
+(workspace slots on the device; torch CUDA tensors through DLPack).
+
+Built with StorageRewrite off, like OpenCL: see schedules/gpu.py for the race it caused.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import tvm
+
+from opgen.targets import TargetSpec
+
+BUILD_CONFIG = {"tirx.disable_storage_rewrite": True}
+
+
+@functools.lru_cache(maxsize=None)
+def gpu_present() -> bool:
+    """Whether TVM's runtime has CUDA and sees a device (False without a driver)."""
+    try:
+        return bool(tvm.runtime.enabled("cuda") and tvm.cuda(0).exist)
+    except Exception:  # no libcuda: the runtime cannot even ask
+        return False
+
+
+def nvcc() -> str | None:
+    return shutil.which("nvcc")
+
+
+class CudaSource:
+    """A CUDA kernel that can only be read and compiled here: no GPU to run it on."""
+
+    def __init__(self, source: str):
+        self.source = source
+
+    def __getitem__(self, symbol: str):
+        def no_gpu(*_args):
+            raise RuntimeError(f"cuda kernel {symbol} cannot run here: no GPU (compile-checked only)")
+        return no_gpu
+
+
+@dataclass(frozen=True)
+class ArchReport:
+    """nvcc's verdict for one architecture: per kernel (registers, spill bytes)."""
+
+    arch: str
+    ok: bool
+    kernels: dict          # kernel name -> (registers, spill store bytes + spill load bytes)
+    error: str = ""
+
+    @property
+    def max_registers(self) -> int:
+        return max((r for r, _ in self.kernels.values()), default=0)
+
+    @property
+    def spill_bytes(self) -> int:
+        return sum(s for _, s in self.kernels.values())
+
+
+_ENTRY = re.compile(r"Compiling entry function '(\w+)' for '(\w+)'")
+_SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+_REGISTERS = re.compile(r"Used (\d+) registers")
+
+
+def parse_ptxas(log: str) -> dict:
+    """kernel -> (registers, spill bytes) from ``ptxas -v`` output."""
+    kernels, current, spills = {}, None, 0
+    for line in log.splitlines():
+        if m := _ENTRY.search(line):
+            current, spills = m.group(1), 0
+        elif (m := _SPILLS.search(line)) and current:
+            spills = int(m.group(1)) + int(m.group(2))
+        elif (m := _REGISTERS.search(line)) and current:
+            kernels[current] = (int(m.group(1)), spills)
+    return kernels
+
+
+def compile_source(source: str, arch: str, out_dir: Path | None = None) -> ArchReport:
+    """``nvcc -cubin -arch=<arch> -Xptxas -v`` on ``source``; the cubin lands in ``out_dir``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cu = Path(tmp) / "kernel.cu"
+        cu.write_text(source)
+        cubin = (out_dir or Path(tmp)) / f"kernel.{arch}.cubin"
+        proc = subprocess.run([nvcc(), "-cubin", f"-arch={arch}", "-Xptxas", "-v", str(cu), "-o", str(cubin)],
+                              capture_output=True, text=True, timeout=300)
+    log = proc.stdout + proc.stderr
+    if proc.returncode:
+        return ArchReport(arch, False, {}, log.strip().splitlines()[-1] if log.strip() else "nvcc failed")
+    return ArchReport(arch, True, parse_ptxas(log))
+
+
+@dataclass(frozen=True)
+class CudaTarget(TargetSpec):
+    archs: tuple = ("sm_80", "sm_90")
+    max_threads: int = 1024
+
+    def arch(self) -> str:
+        """The architecture TVM generates for: the GPU's when one is present, else the oldest."""
+        if gpu_present():
+            major, minor = tvm.cuda(0).compute_version.split(".")
+            return f"sm_{major}{minor}"
+        return self.archs[0]
+
+    def tvm_target(self):
+        return tvm.target.Target({"kind": "cuda", "arch": self.arch(), "max_num_threads": self.max_threads},
+                                 host={"kind": "llvm"})
+
+    def device(self):
+        return tvm.cuda(0)
+
+    def missing(self) -> str | None:
+        """Why this machine cannot build (compile-check) cuda kernels, or None."""
+        return None if gpu_present() or nvcc() else "nvcc is not on PATH (and no GPU)"
+
+    def can_build(self) -> bool:
+        return self.missing() is None
+
+    def can_run(self) -> bool:
+        return gpu_present()
+
+    def run_place(self) -> str:
+        return f"GPU {tvm.cuda(0).device_name}" if gpu_present() else "no GPU"
+
+    def build(self, mod):
+        target = self.tvm_target()
+        if not gpu_present():
+            with tvm.transform.PassContext(config=BUILD_CONFIG):
+                return CudaSource(tvm.compile(mod, target=target).mod.imports[0].inspect_source())
+        os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")   # UNTESTED here (no GPU)
+        with target, tvm.transform.PassContext(config=BUILD_CONFIG):
+            return tvm.compile(mod, target=target).mod
+
+    def source_of(self, module) -> tuple[str, str]:
+        if isinstance(module, CudaSource):
+            return "kernel.cu", module.source
+        return "kernel.cu", module.imports[0].inspect_source()
+
+    def compile_check(self, module, out_dir: Path | None = None) -> list[ArchReport]:
+        """nvcc on the kernel's source for every architecture in ``archs``."""
+        source = self.source_of(module)[1]
+        return [compile_source(source, arch, out_dir) for arch in self.archs]
+
+
+TARGET = CudaTarget(name="cuda", description="GPU schedules as CUDA C; nvcc sm_80/sm_90 (runs only with a GPU)",
+                    library_suffix="")
