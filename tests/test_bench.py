@@ -98,3 +98,14 @@ def test_quick_through_the_cli(tmp_path, capfd):
     width, height = _png_size(png)
     assert width > 800 and height > 300
     assert "opgen-torch after torch op" in capfd.readouterr().out
+
+
+def test_a_failing_case_is_reported_and_the_rest_still_run(monkeypatch):
+    def fake(case, rng, skip):
+        if case.op == "group_norm_backward":
+            raise RuntimeError("kernel failed")
+        return {"opgen-numpy": lambda: None}, 1000
+    monkeypatch.setattr(bench, "contenders", fake)
+    rows, failures = bench.run(bench.cases(quick=True, tiny=False), repeats=1, progress=False)
+    assert {r.op for r in rows} == {"rms_norm_grad"} and {r.contender for r in rows} == {"opgen-numpy", "triad"}
+    assert failures == ["group_norm_backward f32-f32 2,640,32x32,32: RuntimeError: kernel failed"]
