@@ -90,7 +90,8 @@ void burst_in(const char* api, const LocalTensor<T>& dst, uint64_t ub_i, const G
     GmBuffer& g = gm_check(p, n * sizeof(T), api);
     gm_note_read(g, static_cast<uint64_t>(p - g.base), n * sizeof(T), api);
     std::memcpy(c.ub.data() + off, p, n * sizeof(T));
-    set_defined(off, n * sizeof(T), true);
+    if (g.def.empty()) set_defined(off, n * sizeof(T), true);
+    else std::copy(g.def.begin() + (p - g.base), g.def.begin() + (p - g.base) + n * sizeof(T), c.ub_def.begin() + off);
     mark_write(dst.slot(), Pipe::MTE2);
 }
 
@@ -107,7 +108,8 @@ void burst_out(const char* api, const GlobalTensor<T>& dst, uint64_t gm_i, const
         uint64_t k = 0;
         while (defined(off + k * sizeof(T), sizeof(T))) ++k;
         fail(cat(api, ": copies never-written UB data to GM: element ", ub_i + k, " of ", src.slot()->owner,
-                 " (UB byte ", off + k * sizeof(T), ") still holds the poison of its allocation"));
+                 " (UB byte ", off + k * sizeof(T), ") derives from the poison of its allocation or from ",
+                 "never-written workspace"));
     }
     bool atomic = c.atomic_type[0] != '\0';
     if (atomic && std::string(c.atomic_type) != type_name<T>())
@@ -117,6 +119,10 @@ void burst_out(const char* api, const GlobalTensor<T>& dst, uint64_t gm_i, const
     std::lock_guard<std::mutex> lk(c.launch->gm_mutex);
     GmBuffer& g = gm_check(p, n * sizeof(T), api);
     gm_note_write(g, static_cast<uint64_t>(p - g.base), n * sizeof(T), atomic, api);
+    if (atomic && !g.defined(static_cast<uint64_t>(p - g.base), n * sizeof(T)))
+        fail(cat(api, ": SetAtomicAdd accumulates into workspace bytes never written in this launch (device ",
+                 "workspace is not zeroed: InitGlobalMemory or copy zeros first)"));
+    g.set_defined(static_cast<uint64_t>(p - g.base), n * sizeof(T));
     const T* s = reinterpret_cast<const T*>(c.ub.data() + off);
     T* d = reinterpret_cast<T*>(p);
     for (uint64_t i = 0; i < n; ++i) {

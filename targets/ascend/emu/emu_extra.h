@@ -39,6 +39,7 @@ void InitGlobalMemory(GlobalTensor<T>& gm, const uint64_t size, const T value) {
     std::lock_guard<std::mutex> lk(c.launch->gm_mutex);
     GmBuffer& g = gm_check(p, size * sizeof(T), api);
     gm_note_write(g, static_cast<uint64_t>(p - g.base), size * sizeof(T), false, api);
+    g.set_defined(static_cast<uint64_t>(p - g.base), size * sizeof(T));
     for (uint64_t i = 0; i < size; ++i) std::memcpy(p + i * sizeof(T), &value, sizeof(T));
     c.gm_pending.emplace_back(p, p + size * sizeof(T));
 }

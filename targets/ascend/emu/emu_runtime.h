@@ -80,6 +80,14 @@ struct GmBuffer {
     uint64_t size;
     int arg;
     std::vector<uint32_t> write_tag, read_tag;
+    // The workspace only: 1 where a byte was written during this launch (empty: all defined).
+    std::vector<uint8_t> def;
+    bool defined(uint64_t off, uint64_t bytes) const {
+        return def.empty() || std::all_of(def.begin() + off, def.begin() + off + bytes, [](uint8_t v) { return v != 0; });
+    }
+    void set_defined(uint64_t off, uint64_t bytes) {
+        if (!def.empty()) std::fill(def.begin() + off, def.begin() + off + bytes, 1);
+    }
 };
 
 inline uint32_t make_tag(uint32_t core, uint32_t epoch, bool atomic) {
@@ -273,11 +281,26 @@ inline thread_local std::string tls_last_error;
 
 using KernelThunk = void (*)(void* const* args);
 
+// CANN's kernel signature ends (..., workspace, tiling). Device workspace holds garbage, so the
+// launcher fills it with NaN bytes and tracks which bytes the kernel writes: data read from
+// never-written workspace stays "never written" in UB, and an atomic add into it is an error.
+inline void poison_workspace(Launch& l, void* const* args, const uint64_t* sizes, uint32_t nargs) {
+    if (nargs < 2 || !args[nargs - 2] || !sizes[nargs - 2]) return;
+    for (auto& g : l.gm) {
+        if (g.arg != static_cast<int>(nargs - 2)) continue;
+        std::fill(g.base, g.base + g.size, 0xFF);
+        g.def.assign(g.size, 0);
+    }
+}
+
 inline void run_core(Launch* l, uint32_t idx, KernelThunk thunk, void* const* args) {
     CoreState core(l, idx);
     tls_core = &core;
     try {
         thunk(args);
+        if (core.atomic_type[0])
+            core.deferred.push_back(cat("kernel ended with SetAtomicAdd<", core.atomic_type,
+                                        "> still on (call SetAtomicNone)"));
         if (!core.deferred.empty()) throw EmuError(cat("core ", idx, ": ", core.deferred.front()));
     } catch (const EmuError& e) {
         l->record_error(static_cast<int>(idx), e.what());
@@ -309,8 +332,9 @@ inline int launch(const char* kernel, uint32_t expected_nargs, KernelThunk thunk
     l.block_dim = block_dim;
     for (uint32_t i = 0; i < nargs; ++i) {
         if (!args[i] || !sizes[i]) continue;  // a null or empty argument: any access fails
-        l.gm.push_back({static_cast<uint8_t*>(args[i]), sizes[i], static_cast<int>(i), {}, {}});
+        l.gm.push_back({static_cast<uint8_t*>(args[i]), sizes[i], static_cast<int>(i), {}, {}, {}});
     }
+    poison_workspace(l, args, sizes, nargs);
     std::vector<std::thread> cores;
     try {
         for (uint32_t i = 0; i < block_dim; ++i) cores.emplace_back(run_core, &l, i, thunk, args);

@@ -144,7 +144,10 @@ public:
         check_range(i, 1, "GlobalTensor::GetValue");
         std::lock_guard<std::mutex> lk(current_core()->launch->gm_mutex);
         GmBuffer& g = gm_check(base_ + i, sizeof(T), "GlobalTensor::GetValue");
-        gm_note_read(g, reinterpret_cast<uint8_t*>(base_ + i) - g.base, sizeof(T), "GlobalTensor::GetValue");
+        uint64_t off = static_cast<uint64_t>(reinterpret_cast<uint8_t*>(base_ + i) - g.base);
+        gm_note_read(g, off, sizeof(T), "GlobalTensor::GetValue");
+        if (!g.defined(off, sizeof(T)))
+            fail(cat("GlobalTensor::GetValue(", i, "): reads workspace never written in this launch"));
         T v;
         std::memcpy(&v, base_ + i, sizeof(T));
         return v;
@@ -156,6 +159,7 @@ public:
         GmBuffer& g = gm_check(base_ + i, sizeof(T), "GlobalTensor::SetValue");
         gm_note_write(g, reinterpret_cast<uint8_t*>(base_ + i) - g.base, sizeof(T), false,
                       "GlobalTensor::SetValue");
+        g.set_defined(static_cast<uint64_t>(reinterpret_cast<uint8_t*>(base_ + i) - g.base), sizeof(T));
         std::memcpy(base_ + i, &v, sizeof(T));
         const uint8_t* p = reinterpret_cast<const uint8_t*>(base_ + i);
         auto& dirty = current_core()->gm_dirty;  // in the scalar data cache until flushed

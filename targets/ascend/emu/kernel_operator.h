@@ -30,6 +30,9 @@
 //                                            const uint64_t* sizes, uint32_t nargs);
 //     args[i]:  the i-th GM_ADDR argument (host memory; may be NULL when sizes[i] == 0)
 //     sizes[i]: its size in bytes; every GM access is checked against it
+//     args[nargs-2] is the workspace (CANN's order: ..., workspace, tiling): the launcher fills
+//     it with 0xFF (NaN) bytes, as device workspace holds garbage, and tracks which bytes the
+//     kernel writes; data read from never-written workspace counts as never written.
 //     Runs the kernel on block_dim cores (threads, GetBlockIdx() = 0..block_dim-1) and returns
 //     0 on success, nonzero on a violation (1) or bad launch arguments (2). The host process is
 //     never aborted: a violation throws inside its core, all cores stop (cores waiting in SyncAll
@@ -83,6 +86,8 @@
 // - Pipe sync: reading a UB buffer on one pipe (MTE2 copy-in, V vector, MTE3 copy-out, S scalar)
 //   right after another pipe wrote it, without EnQue/DeQue, SetFlag/WaitFlag or
 //   PipeBarrier<PIPE_ALL>; reading GM back on MTE2 that this core wrote on MTE3 without sync.
+// - Workspace: SetAtomicAdd into never-written workspace; never-written workspace reaching an
+//   output (through UB) or GlobalTensor::GetValue. SetAtomicAdd still on at kernel end.
 // - GM data cache: DataCopy of GM bytes this core wrote with GlobalTensor::SetValue before a
 //   DataCacheCleanAndInvalid.
 // - Cores: GM bytes written by two cores (or written by one and read by another) between the
