@@ -95,17 +95,27 @@ def parse_ptxas(log: str) -> dict:
 
 
 def compile_source(source: str, arch: str, out_dir: Path | None = None) -> ArchReport:
-    """``nvcc -cubin -arch=<arch> -Xptxas -v`` on ``source``; the cubin lands in ``out_dir``."""
+    """``nvcc -cubin -arch=<arch> -Xptxas -v`` on ``source``; the cubin is written to ``out_dir``."""
+    report, cubin = _compile_cached(source, arch)
+    if out_dir is not None and cubin:
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        (Path(out_dir) / f"kernel.{arch}.cubin").write_bytes(cubin)
+    return report
+
+
+@functools.lru_cache(maxsize=256)
+def _compile_cached(source: str, arch: str) -> tuple[ArchReport, bytes]:
+    """One nvcc run per (source, arch) per process: the tests and ``opgen generate`` ask
+    for the same kernels, and each run costs about a second."""
     with tempfile.TemporaryDirectory() as tmp:
-        cu = Path(tmp) / "kernel.cu"
+        cu, cubin = Path(tmp) / "kernel.cu", Path(tmp) / "kernel.cubin"
         cu.write_text(source)
-        cubin = (out_dir or Path(tmp)) / f"kernel.{arch}.cubin"
         proc = subprocess.run([nvcc(), "-cubin", f"-arch={arch}", "-Xptxas", "-v", str(cu), "-o", str(cubin)],
                               capture_output=True, text=True, timeout=300)
-    log = proc.stdout + proc.stderr
-    if proc.returncode:
-        return ArchReport(arch, False, {}, log.strip().splitlines()[-1] if log.strip() else "nvcc failed")
-    return ArchReport(arch, True, parse_ptxas(log))
+        log = proc.stdout + proc.stderr
+        if proc.returncode:
+            return ArchReport(arch, False, {}, log.strip().splitlines()[-1] if log.strip() else "nvcc failed"), b""
+        return ArchReport(arch, True, parse_ptxas(log)), cubin.read_bytes()
 
 
 @dataclass(frozen=True)
