@@ -65,6 +65,14 @@ class AscendEmuTarget(TargetSpec):
         lib = compile_project(files, symbol, self.hardware)
         return EmuModule(symbol, EmuKernel(lib, kernel, self.hardware), files)
 
+    def run_place(self) -> str:
+        """Where kernels run (opgen generate prints it on each row)."""
+        return (f"emitted AscendC, emulated on {self.hardware.vector_cores} cores of {self.hardware.product}"
+                if self.can_run() else "not here: g++ or the emulation header is missing")
+
+    def missing(self) -> str | None:
+        return None if emulation_available() else "g++ or targets/ascend/emu/kernel_operator.h is missing"
+
     def source_of(self, module):
         """The emitted kernel (opgen generate writes the whole project next to it)."""
         return f"{module.symbol}.cpp", module.files[f"op_kernel/{module.symbol}.cpp"]

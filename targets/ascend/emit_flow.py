@@ -58,6 +58,8 @@ def _end_sums(k: RowKernel) -> list[str]:
 def _final_sums(k: RowKernel) -> list[str]:
     """The deterministic sum: core c owns a slice of the columns and adds the block_dim
     partials of its slice in core order (the same order on every run and machine)."""
+    if not k.ops.col_sums:
+        return ["__aicore__ inline void FinalSums() {}"]
     out = ["__aicore__ inline void FinalSums() {", "    const int32_t P = t_.pitch; (void)P;",
            "    const int64_t chunk = AlignUp((t_.cols + t_.block_dim - 1) / t_.block_dim, 8);",
            "    const int64_t begin = core_ * chunk, end = begin + chunk < t_.cols ? begin + chunk : t_.cols;",

@@ -1,0 +1,158 @@
+"""ascend-emu end to end (the target; tests/test_ascend_emu.py tests the emulation itself): emitted AscendC, built with g++ -Wall -Werror against the emulation,
+run on emulated cores, compared with the float64 reference.
+
+Cost: each distinct kernel is one g++ run (~6-10 s on the shared 2-core machine, then cached
+on disk under the kernel cache directory); this module builds 9 kernels (5 combos + atomic +
+AtlasA2 + a test-only op + an injected fault), ~90 s cold, ~10 s warm (noisy measurements).
+"""
+from __future__ import annotations
+
+import ctypes
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tvm
+from tvm import te
+
+from opgen import kernels, verify
+from opgen.ops import get_op
+from opgen.schedules import default_knobs, schedule_with_rule
+from opgen.schedules.ascend_tiling import UbBudgetError
+from opgen.targets import get_target
+from opgen.targets.ascend import build as emu_build
+
+EMU = get_target("ascend-emu")
+pytestmark = pytest.mark.skipif(not EMU.can_build(), reason="g++ or the AscendC emulation header is missing")
+RMS = get_op("rms_norm_grad")
+Problem = type(RMS.problems[0])
+# split-N, ragged 941, small-D (+ ragged 7 over many rows), one row, fewer rows than cores,
+# split-D (12290 ragged, 16384 whole), small rows of 640, empty (no rows; no columns).
+SHAPES = ((7, 33), (4, 941), (941, 7), (1, 16), (5, 64), (3, 12290), (2, 16384), (49, 640), (0, 16), (3, 0))
+
+
+def _worst(kernel, shape, rng) -> float:
+    comparisons, outputs = verify.run_and_compare(kernel, Problem(shape, 1), rng)
+    return max((c.ratio for c in comparisons), default=0.0)
+
+
+@pytest.mark.parametrize("combo", [c.tag for c in RMS.combos])
+def test_rms_norm_grad_every_combo_matches_the_reference(combo, rng):
+    kernel = kernels.get_kernel(RMS, combo, EMU)
+    for shape in SHAPES:
+        assert _worst(kernel, shape, rng) <= 1.0, (combo, shape)
+
+
+def test_atomic_column_sums_and_another_product(rng):
+    atomic = kernels.get_kernel(RMS, "f32-f32", EMU, knobs={"sums": "atomic"})
+    a2 = kernels.get_kernel(RMS, "bf16-bf16", EMU.for_product("AtlasA2"))
+    for shape in ((941, 7), (3, 12290), (5, 64), (0, 16)):
+        assert _worst(atomic, shape, rng) <= 1.0, shape
+    for shape in ((16, 16), (16, 12288), (130, 16), (16, 12290)):      # CANN's tiling-test shapes
+        assert _worst(a2, shape, rng) <= 1.0, shape
+    assert "SetAtomicAdd<float>()" in atomic.module.files["op_kernel/rms_norm_grad_f32_f32.cpp"]
+
+
+def test_deterministic_sums_give_the_same_bits_every_run(rng):
+    kernel = kernels.get_kernel(RMS, "f16-f32", EMU)
+    inputs = RMS.random_inputs(Problem((941, 96), 1), RMS.combo("f16-f32"), rng)
+    runs = [verify.run_and_compare(kernel, Problem((941, 96), 1), rng, inputs)[1]["dgamma"] for _ in range(3)]
+    assert all(np.array_equal(r.view(np.uint32), runs[0].view(np.uint32)) for r in runs)
+
+
+def test_host_tiling_in_cpp_equals_the_schedule_tiling():
+    """The emitted op_host tiling function and schedules/ascend_tiling compute the same tiling."""
+    for combo in ("f16-f32", "f32-f32"):
+        kernel = kernels.get_kernel(RMS, combo, EMU)
+        func = te.create_prim_func(RMS.compute(RMS.combo(combo)))
+        rule, _ = schedule_with_rule(func, EMU)
+        for rows, cols in ((1, 1), (7, 33), (941, 7), (16, 12290), (4, 6080), (4, 6200), (100000, 64), (0, 16)):
+            mine = rule.tiling(func, EMU, default_knobs(rule, EMU), [(rows, cols)])
+            got = kernel.module.kernel.tiling(rows, cols).as_dict()
+            want = {"block_dim": mine.block_dim, "block_factor": mine.block_factor, "ub_rows": mine.ub_rows,
+                    "ub_cols": mine.ub_cols, "pitch": mine.pitch}
+            assert {k: got[k] for k in want} == want, (combo, rows, cols)
+            ub = {b.name: b.total() for b in mine.buffers}
+            if mine.buffers:
+                assert ub["reduce_work"] == got["work"] * 4 + (-(got["work"] * 4) % 32), (rows, cols)
+
+
+def test_emitted_project_layout_and_patterns(tmp_path):
+    kernel = kernels.get_kernel(RMS, "bf16-bf16", EMU)
+    files = kernel.module.files
+    stem = "rms_norm_grad_bf16_bf16"
+    assert set(files) == {f"op_kernel/{stem}.cpp", f"op_host/{stem}_tiling.h", f"op_host/{stem}_tiling.cpp",
+                          f"op_host/{stem}_def.cpp"}
+    src = files[f"op_kernel/{stem}.cpp"]
+    for pattern in ("DataCopyPad(", "EnQue(", "DeQue<", "FreeTensor(", "Cast(o, ", "RoundMode::CAST_RINT",
+                    "WholeReduceSum<float>", "ReduceSum<float>", "SyncAll()", "GetBlockIdx()", "TBuf<TPosition::VECCALC>"):
+        assert pattern in src, pattern
+    assert "ge::DT_BF16" in files[f"op_host/{stem}_def.cpp"]
+    # -Wall -Werror: the build flags; compiling the written project from scratch succeeds.
+    assert {"-Wall", "-Werror"} <= set(emu_build.CXXFLAGS)
+
+
+def test_no_op_names_in_the_ascend_schedule_and_target_code():
+    roots = [Path(emu_build.__file__).parent, Path(__import__("opgen.schedules.ascend").schedules.ascend.__file__).parent]
+    sources = [p for p in roots[0].glob("*.py")] + [p for p in roots[1].glob("ascend*.py")]
+    for path in sources:
+        code = re.sub(r'""".*?"""|#[^\n]*', "", path.read_text(), flags=re.S)
+        assert not re.search(r"rms_norm|group_norm", code), path
+
+
+def _rms_norm_forward():
+    """A third op, defined only here: y = x * rsqrt(mean(x^2) + eps) * gamma (float16 io)."""
+    rows, cols = te.var("rows", "int64"), te.var("cols", "int64")
+    x = te.placeholder((rows, cols), "float16", name="x")
+    gamma = te.placeholder((cols,), "float16", name="gamma")
+    k = te.reduce_axis((0, cols), name="k")
+    ss = te.compute((rows,), lambda r: te.sum(x[r, k].astype("float32") * x[r, k].astype("float32"), axis=k),
+                    name="fwd_ss")
+    inv = te.compute((rows,), lambda r: te.rsqrt(ss[r] / cols.astype("float32") + 1e-6), name="fwd_rstd")
+    y = te.compute((rows, cols), lambda r, c: (x[r, c].astype("float32") * inv[r] * gamma[c].astype("float32"))
+                   .astype("float16"), name="fwd_y")
+    return te.create_prim_func([x, gamma, y]).with_attr("global_symbol", "test_rms_norm_forward")
+
+
+def test_a_third_op_defined_here_is_emitted_and_emulated_correctly(rng):
+    func = _rms_norm_forward()
+    _, sch = schedule_with_rule(func, EMU)
+    module = EMU.build(tvm.IRModule({"test_rms_norm_forward": kernels.hoist_pass_buffers(sch)}))
+    for rows, cols in ((7, 33), (941, 7), (3, 12290), (1, 16)):
+        x = rng.standard_normal((rows, cols)).astype(np.float16)
+        gamma = rng.uniform(0.5, 1.5, cols).astype(np.float16)
+        y = np.full((rows, cols), np.nan, np.float16)
+        args = [tvm.runtime.tensor(a) for a in (x, gamma, y)]
+        module["test_rms_norm_forward"](*args)
+        x64 = x.astype(np.float64)
+        want = x64 / np.sqrt(np.mean(x64 * x64, axis=1, keepdims=True) + 1e-6) * gamma.astype(np.float64)
+        got = args[2].numpy().astype(np.float64)
+        assert np.all(np.abs(got - want) <= 1e-3 + 1e-3 * np.abs(want) + np.spacing(np.float16(np.abs(want))) / 2), \
+            (rows, cols)
+
+
+def test_over_budget_tiling_is_refused_by_the_host_tiling_with_the_buffers(rng):
+    func = te.create_prim_func(RMS.compute(RMS.combo("f32-f32")))
+    rule, _ = schedule_with_rule(func, EMU, {"rows_per_pass": 255})
+    with pytest.raises(UbBudgetError, match=r"in_dy .*out_rms_norm_grad_dx"):
+        rule.tiling(func, EMU, {**default_knobs(rule, EMU), "rows_per_pass": 255}, [(64 * 300, 2000)])
+
+
+def test_an_injected_misaligned_copy_is_caught_by_the_emulation(tmp_path, rng):
+    """Shift one DataCopyPad destination by one element (not 32-byte aligned): the emulation
+    must stop the launch with an alignment message instead of computing anything."""
+    kernel = kernels.get_kernel(RMS, "f32-f32", EMU)
+    files = dict(kernel.module.files)
+    src = files["op_kernel/rms_norm_grad_f32_f32.cpp"]
+    faulty = src.replace("DataCopyPad(a, g_x_[", "DataCopyPad(a[1], g_x_[", 1)
+    assert faulty != src
+    files["op_kernel/rms_norm_grad_f32_f32.cpp"] = faulty
+    lib = emu_build.compile_project(files, "rms_norm_grad_f32_f32", EMU.hardware)
+    bad = emu_build.EmuKernel(lib, kernel.module.kernel.k, EMU.hardware)
+    dy, x, out = (np.ones((4, 64), np.float32) for _ in range(3))
+    rstd, gamma, dgamma = np.ones(4, np.float32), np.ones(64, np.float32), np.zeros(64, np.float32)
+    args = [tvm.runtime.tensor(a) for a in (dy, x, rstd, gamma, out, dgamma)]
+    with pytest.raises(RuntimeError, match=r"(?i)align"):
+        bad(*args)
+    assert ctypes is not None
