@@ -127,8 +127,10 @@ def aten_call(op_name: str, problem, tensors: dict):
 
 
 def compiled_call(op_name: str, problem, tensors: dict):
-    """torch.compile's backward: RmsNorm's compiled F.rms_norm (AOT autograd's backward
-    graph, rerun with retain_graph); GroupNorm's compiled F.group_norm likewise."""
+    """torch.compile's backward: AOT autograd's compiled backward graph of F.rms_norm /
+    F.group_norm. Returns ``(before, run)``: ``before`` runs the compiled forward (a compiled
+    backward donates its buffers, so each backward needs a fresh graph), ``run`` only the
+    backward (a ``run`` without ``before`` does both)."""
     torch = import_torch()
     if op_name == "rms_norm_grad":
         return _autograd_rms(torch, tensors, compiled=True)
@@ -143,15 +145,26 @@ def eager_call(op_name: str, problem, tensors: dict):
     return _autograd_group_norm(torch, problem, tensors, compiled=False)
 
 
-def _backward_closure(torch, forward, leaves: list, dy):
-    """Run ``forward`` once, then return a closure rerunning only its backward."""
+def _backward_closure(torch, forward, leaves: list, dy, names: tuple, compiled: bool):
+    """Eager: run ``forward`` once and return a closure rerunning only its backward
+    (retain_graph). Compiled: ``(before, run)`` with a fresh forward before each backward."""
     leaves = [leaf.detach().requires_grad_(True) for leaf in leaves]
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "Mismatch dtype between input and weight": expected for f32 gamma
-        y = forward(*leaves)
+    pending = {}
+
+    def before():
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "Mismatch dtype between input and weight": expected for f32 gamma
+            pending["y"] = forward(*leaves)
 
     def run():
-        return torch.autograd.grad(y, leaves, dy, retain_graph=True)
+        if not compiled:
+            return dict(zip(names, torch.autograd.grad(pending["y"], leaves, dy, retain_graph=True)))
+        if "y" not in pending:
+            before()
+        return dict(zip(names, torch.autograd.grad(pending.pop("y"), leaves, dy)))
+    if compiled:
+        return before, run
+    before()
     return run
 
 
@@ -162,12 +175,8 @@ def _autograd_rms(torch, t: dict, compiled: bool):
 
     def forward(x, gamma):
         return F.rms_norm(x, shape, gamma, RMS_EPS)
-    run = _backward_closure(torch, torch.compile(forward) if compiled else forward, [t["x"], t["gamma"]], t["dy"])
-
-    def outputs():
-        dx, dgamma = run()
-        return {"dx": dx, "dgamma": dgamma}
-    return outputs
+    return _backward_closure(torch, torch.compile(forward) if compiled else forward, [t["x"], t["gamma"]], t["dy"],
+                             ("dx", "dgamma"), compiled)
 
 
 def _autograd_group_norm(torch, problem, t: dict, compiled: bool):
@@ -175,12 +184,8 @@ def _autograd_group_norm(torch, problem, t: dict, compiled: bool):
 
     def forward(x, gamma):
         return F.group_norm(x, problem.group, gamma, None, 1e-5)
-    run = _backward_closure(torch, torch.compile(forward) if compiled else forward, [t["x"], t["gamma"]], t["dy"])
-
-    def outputs():
-        dx, dgamma = run()
-        return {"dx": dx, "dgamma": dgamma}
-    return outputs
+    return _backward_closure(torch, torch.compile(forward) if compiled else forward, [t["x"], t["gamma"]], t["dy"],
+                             ("dx", "dgamma"), compiled)
 
 
 def torch_devices() -> list[str]:

@@ -137,6 +137,9 @@ def contenders(case: Case, rng, skip=()) -> tuple[dict, int]:
         if name not in skip:
             runs[name] = make(case.op, problem, tensors)
     first_peer = next((runs[n] for n in peers if n in runs), None)
+    if isinstance(first_peer, tuple):  # compiled: (forward, backward), both are the torch op here
+        forward, backward = first_peer
+        first_peer = lambda: (forward(), backward())  # noqa: E731
     if first_peer is not None and "after-torch" not in skip:
         runs["opgen-torch after torch op"] = (first_peer, runs["opgen-torch"])
     return runs, nbytes
