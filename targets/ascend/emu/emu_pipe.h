@@ -23,19 +23,30 @@ public:
         if (c->live_pipe == this) c->live_pipe = nullptr;
     }
 
-    // num buffers of len bytes each (rounded up to 32 B) for a TQue.
+    // num buffers of len bytes each (rounded up to 32 B) for a TQue. kernel_operator.h turns
+    // every `InitBuffer(args)` call into InitBufferNamed("args", args) so messages can name the
+    // buffer by its variable; InitBuffer itself remains for explicit template arguments.
     template <TPosition pos, int32_t depth>
-    bool InitBuffer(TQue<pos, depth>& que, uint8_t num, uint32_t len,
-                    const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+    bool InitBufferNamed(const char* args, TQue<pos, depth>& que, uint8_t num, uint32_t len,
+                         const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
         if (num == 0) opgen_emu::fail("InitBuffer: num must be at least 1");
-        add(que, num, len, "TQue", opgen_emu::first_arg_at(file, line, "InitBuffer"));
+        add(que, num, len, "TQue", opgen_emu::buffer_name(args, file, line));
         return true;
     }
     template <TPosition pos>
-    bool InitBuffer(TBuf<pos>& buf, uint32_t len,
-                    const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
-        add(buf, 1, len, "TBuf", opgen_emu::first_arg_at(file, line, "InitBuffer"));
+    bool InitBufferNamed(const char* args, TBuf<pos>& buf, uint32_t len,
+                         const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+        add(buf, 1, len, "TBuf", opgen_emu::buffer_name(args, file, line));
         return true;
+    }
+    template <TPosition pos, int32_t depth>
+    bool InitBuffer(TQue<pos, depth>& que, uint8_t num, uint32_t len,
+                    const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+        return InitBufferNamed("", que, num, len, file, line);
+    }
+    template <TPosition pos>
+    bool InitBuffer(TBuf<pos>& buf, uint32_t len, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
+        return InitBufferNamed("", buf, len, file, line);
     }
     // Release every buffer: tensors and queues from before are invalid afterwards.
     void Reset() {

@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <deque>
 #include <exception>
-#include <fstream>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -55,21 +54,19 @@ CoreState* current_core();
 
 inline uint64_t round_up(uint64_t v, uint64_t a) { return (v + a - 1) / a * a; }
 
-// The text of the first argument at a call site, e.g. "inQueueX" for
-// pipe.InitBuffer(inQueueX, 2, 1024) at file:line (best effort; used in messages only).
-inline std::string first_arg_at(const char* file, int line, const char* callee) {
+// "'inQueueX' (kernel.cpp:40)" from the stringified arguments "inQueueX, 2, len" of an
+// InitBuffer call (the text before the first top-level comma) and its location.
+inline std::string buffer_name(const char* args, const char* file, int line) {
+    std::string text(args), first;
+    int depth = 0;
+    for (char ch : text) {
+        if (ch == '(' || ch == '[' || ch == '<') ++depth;
+        if (ch == ')' || ch == ']' || ch == '>') --depth;
+        if (ch == ',' && depth <= 0) break;
+        first += ch;
+    }
     std::string where = cat(file, ":", line);
-    std::ifstream in(file);
-    std::string text;
-    for (int i = 1; in && i <= line; ++i) std::getline(in, text);
-    size_t at = in ? text.find(callee) : std::string::npos;
-    if (at == std::string::npos) return where;
-    size_t open = text.find('(', at);
-    size_t end = text.find_first_of(",)", open);
-    if (open == std::string::npos || end == std::string::npos) return where;
-    std::string arg = text.substr(open + 1, end - open - 1);
-    arg.erase(0, arg.find_first_not_of(" \t"));
-    return cat("'", arg, "' (", where, ")");
+    return first.empty() ? cat("(", where, ")") : cat("'", first, "' (", where, ")");
 }
 
 // ---------------------------------------------------------------- GM registry and shadow
@@ -314,10 +311,25 @@ inline void run_core(Launch* l, uint32_t idx, KernelThunk thunk, void* const* ar
     core_finished(l);
 }
 
-// Runs `thunk` on block_dim cores (one thread each). Returns 0, or 1 with the message in
-// opgen_emu_last_error().
+inline int launch_cores(const char* kernel, uint32_t expected_nargs, KernelThunk thunk,
+                        uint32_t block_dim, void* const* args, const uint64_t* sizes, uint32_t nargs);
+
+// Runs `thunk` on block_dim cores (one thread each). Returns 0, or nonzero with the message in
+// opgen_emu_last_error(). Nothing may escape: this is called through a C ABI from Python.
 inline int launch(const char* kernel, uint32_t expected_nargs, KernelThunk thunk,
                   uint32_t block_dim, void* const* args, const uint64_t* sizes, uint32_t nargs) {
+    try {
+        return launch_cores(kernel, expected_nargs, thunk, block_dim, args, sizes, nargs);
+    } catch (const std::exception& e) {
+        tls_last_error = cat(kernel, ": emulation failure: ", e.what());
+    } catch (...) {
+        tls_last_error = cat(kernel, ": emulation failure");
+    }
+    return 3;
+}
+
+inline int launch_cores(const char* kernel, uint32_t expected_nargs, KernelThunk thunk,
+                        uint32_t block_dim, void* const* args, const uint64_t* sizes, uint32_t nargs) {
     tls_last_error.clear();
     if (nargs != expected_nargs) {
         tls_last_error = cat(kernel, ": launched with ", nargs, " arguments, the kernel takes ",

@@ -139,6 +139,11 @@ void call_kernel(K kernel, void* const* args, std::index_sequence<I...>) {
                                  sizes, n);                                                        \
     }
 
+// Name UB buffers in messages by their variable: pipe.InitBuffer(inQueueX, 2, len) becomes
+// pipe.InitBufferNamed("inQueueX, 2, len", inQueueX, 2, len). Defined last, after every use of
+// the real member names inside the emulation.
+#define InitBuffer(...) InitBufferNamed(#__VA_ARGS__, __VA_ARGS__)
+
 // Weak: several translation units of one library may include this header.
 extern "C" __attribute__((weak, visibility("default"))) const char* opgen_emu_last_error(void) {
     return opgen_emu::tls_last_error.c_str();
