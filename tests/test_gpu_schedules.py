@@ -1,0 +1,183 @@
+"""The GPU schedules' structure (no GPU needed) and the pieces the GPU targets are made of.
+
+* Structure, read from the scheduled TIR and the emitted CUDA: blocks and threads bound,
+  per-row/per-group scalars in "local" scope, cross-thread reductions in shared memory,
+  no atomics (the deterministic path), the expected number of kernels.
+* Pattern matching: the toy ops of tests/test_schedules.py get GPU schedules with no code
+  of their own and compute the right answer on PoCL, at default and non-default knobs.
+* Knobs: declared, constrained by the target's threads per block, part of the kernel.
+* The OpenCL source rewrites and launch-expression compiler, on small inputs.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import numpy as np
+import pytest
+import tvm
+from tvm import te
+from tvm.sym.analyzer import Analyzer
+
+from opgen import kernels, schedules
+from opgen.ops import all_ops, get_op
+from opgen.ops.rms_norm_grad import Problem as RMSProblem
+from opgen.targets import get_target
+from opgen.targets.gpu_launch import LaunchPlan, _Names, python_expr
+from opgen.targets.opencl_source import (HalfRewriteError, fence_thread0_stores, hoist_local_declarations,
+                                         needs_half_rewrite, rewrite_half)
+from opgen.verify import run_and_compare
+
+from test_schedules import toy_grouped_pass, toy_row_pass
+
+CUDA, OPENCL = get_target("cuda"), get_target("opencl")
+KERNELS = [(op, combo) for op in all_ops() for combo in op.combos]
+IDS = [f"{op.name}-{combo.tag}" for op, combo in KERNELS]
+needs_opencl = pytest.mark.skipif(not OPENCL.can_run(), reason=f"opencl cannot run here: {OPENCL.missing()}")
+
+
+# ---- structure ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("op,combo", KERNELS, ids=IDS)
+def test_gpu_schedule_structure(op, combo):
+    mod, symbol = kernels.scheduled_module(op, combo, CUDA)
+    tir = mod.script()
+    assert 'thread="blockIdx.x"' in tir and 'thread="threadIdx.x"' in tir
+    extents = [int(e) for e in re.findall(r'T\.thread_binding\(T\.int64\((\d+)\), thread="threadIdx\.x"\)', tir)]
+    assert extents and max(extents) <= 1024
+    assert 'scope="local"' in tir, "per-row / per-group scalars must be per-thread"
+    with tvm.transform.PassContext(config={"tirx.disable_storage_rewrite": True}):
+        source = tvm.compile(mod, target=CUDA.tvm_target()).mod.imports[0].inspect_source()
+    assert "__shared__" in source, "the cross-thread reductions go through shared memory"
+    assert "atomic" not in source.lower() and "atomic" not in tir.lower(), "no atomics on the deterministic path"
+    expected = 2 if op.name == "rms_norm_grad" else 3     # row pass + final sum; sums, group pass, columns
+    assert len(set(re.findall(r'__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(', source))) == expected
+
+
+def test_partial_sums_are_workspace_parameters_sized_by_the_knob():
+    kernel = kernels.get_kernel("rms_norm_grad", "f32-f32", CUDA)
+    assert [b.name for b in kernel.scratch] == ["rms_norm_grad_dgamma.rf"]
+    shapes = {"dy": (5, 7), "x": (5, 7), "rstd": (5,), "gamma": (7,), "dx": (5, 7), "dgamma": (7,)}
+    assert kernel.scratch_shapes(shapes) == {"rms_norm_grad_dgamma.rf": (512, 7)}
+
+
+def test_gpu_rules_declare_and_check_their_knobs():
+    row_rule, group_rule = schedules.rules_of(CUDA)
+    assert schedules.default_knobs(row_rule, CUDA) == {"threads": 256, "partials": 512, "column_threads": 256}
+    assert set(schedules.default_knobs(group_rule, CUDA)) == {"threads", "column_threads"}
+    small = dataclasses.replace(OPENCL, max_threads=256)
+    assert schedules.check_knobs(row_rule, {"threads": 256}, small) is None
+    assert "exceeds the 256 threads" in schedules.check_knobs(row_rule, {"threads": 512}, small)
+    assert "outside its domain" in schedules.check_knobs(row_rule, {"threads": 100}, CUDA)
+
+
+# ---- toy ops on PoCL ----------------------------------------------------------------------
+
+def _run_toy(tensors, arrays: list, knobs=None) -> list:
+    """Schedule a toy TE with the GPU rules, build it for opencl, run it on ``arrays``."""
+    func = te.create_prim_func(tensors).with_attr("global_symbol", "toy")
+    func = kernels.hoist_pass_buffers(schedules.schedule(func, OPENCL, knobs))
+    module = OPENCL.build(tvm.IRModule({"toy": func}))
+    analyzer = Analyzer()
+    for buf, array in zip(func.params, arrays):
+        for extent, size in zip(buf.shape, array.shape):
+            if isinstance(extent, tvm.tirx.Var):
+                analyzer.bind(extent, size)
+    scratch = [np.full([int(analyzer.simplify(e)) for e in buf.shape], np.nan, np.float32)
+               for buf in func.params[len(arrays):]]
+    host = [tvm.runtime.tensor(np.ascontiguousarray(a)) for a in arrays + scratch]
+    module["toy"](*host)
+    return [t.numpy() for t in host[:len(arrays)]]
+
+
+@needs_opencl
+@pytest.mark.parametrize("knobs", [None, {"threads": 32, "partials": 16, "column_threads": 64}],
+                         ids=["default", "small-blocks"])
+@pytest.mark.parametrize("shape", [(1, 1), (7, 33), (130, 5), (0, 4), (3, 0)], ids=str)
+def test_row_pass_rule_schedules_a_new_op_on_opencl(shape, knobs):
+    a = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    _, out, col = _run_toy(toy_row_pass(), [a, np.zeros(shape, np.float32), np.full(shape[1], np.nan, np.float32)],
+                           knobs)
+    np.testing.assert_allclose(out, a - a.sum(axis=1, keepdims=True) / max(shape[1], 1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(col, (a.astype(np.float64) ** 2).sum(axis=0), rtol=1e-5, atol=1e-5)
+
+
+@needs_opencl
+@pytest.mark.parametrize("knobs", [None, {"threads": 64, "column_threads": 32}], ids=["default", "small-blocks"])
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (1, 1, 1, 1), (3, 2, 5, 300), (0, 2, 2, 2)], ids=str)
+def test_grouped_rule_schedules_a_new_op_on_opencl(shape, knobs):
+    a = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
+    n, g, d, hw = shape
+    _, out, col = _run_toy(toy_grouped_pass(), [a, np.zeros(shape, np.float32), np.full((g, d), np.nan, np.float32)],
+                           knobs)
+    group_mean = a.astype(np.float64).sum(axis=(2, 3), keepdims=True) / max(d * hw, 1)
+    np.testing.assert_allclose(out, a - group_mean, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(col, a.astype(np.float64).sum(axis=(0, 3)), rtol=1e-5, atol=1e-5)
+
+
+@needs_opencl
+@pytest.mark.parametrize("knobs", [{"threads": 1024, "partials": 1}, {"threads": 32, "partials": 2048}],
+                         ids=["one-block-all-rows", "more-blocks-than-rows"])
+def test_rms_norm_grad_at_other_knobs_on_opencl(knobs, rng):
+    kernel = kernels.get_kernel("rms_norm_grad", "bf16-f32", OPENCL, knobs=knobs)
+    for problem in (RMSProblem((1100, 33), 1), RMSProblem((3, 941), 1)):
+        comparisons, _ = run_and_compare(kernel, problem, rng)
+        assert all(c.passed for c in comparisons), (problem, comparisons)
+
+
+@needs_opencl
+def test_opencl_results_are_bit_identical_run_to_run(rng):
+    op = get_op("group_norm_backward")
+    kernel = kernels.get_kernel(op, "f32-f32", OPENCL)
+    problem = op.problems[-1]
+    inputs = op.random_inputs(problem, op.combo("f32-f32"), rng)
+    first = run_and_compare(kernel, problem, rng, inputs=inputs)[1]
+    second = run_and_compare(kernel, problem, rng, inputs=inputs)[1]
+    for name in op.outputs:
+        assert first[name].tobytes() == second[name].tobytes(), name
+
+
+# ---- OpenCL source rewrites and launch expressions ---------------------------------------
+
+HALF_SOURCE = """#ifdef cl_khr_fp16
+#pragma OPENCL EXTENSION cl_khr_fp16 : enable
+#endif
+__kernel void k(__global half* restrict a_ptr, __global float* restrict b_ptr, __global half* restrict o_ptr, long n) {
+  o_ptr[(b_ptr[0] > 0 ? 1 : 0)] = (convert_half((convert_float(a_ptr[(long)2]) * b_ptr[a_ptr[0] > 0])));
+}
+"""
+
+
+def test_half_rewrite_carries_float16_as_storage():
+    assert needs_half_rewrite(HALF_SOURCE, "cl_khr_fp64 cl_khr_byte_addressable_store")
+    assert not needs_half_rewrite(HALF_SOURCE, "cl_khr_fp16 cl_khr_fp64")
+    text = rewrite_half(HALF_SOURCE)
+    assert "cl_khr_fp16" not in text and "convert_half" not in text
+    assert ("vstore_half((convert_float((convert_float(vload_half((long)2, a_ptr)) * "
+            "b_ptr[vload_half(0, a_ptr) > 0]))), (b_ptr[0] > 0 ? 1 : 0), o_ptr);") in text
+
+
+def test_half_rewrite_refuses_half_arithmetic_it_cannot_carry():
+    with pytest.raises(HalfRewriteError, match="beyond loads and stores"):
+        rewrite_half(HALF_SOURCE.replace("long n) {", "long n) {\n  half t = 0;"))
+
+
+def test_local_declarations_move_to_the_kernel_scope_and_thread0_stores_are_fenced():
+    source = ("__kernel void k(__global float* restrict o) {\n  for (long i = 0; i < 4; ++i) {\n"
+              "    __local float red[64];\n    barrier(CLK_LOCAL_MEM_FENCE);\n"
+              "    long cse_v1 = i;\n    if ((convert_long(get_local_id(0))) == (long)0) {\n      o[i] = red[0];\n"
+              "    }\n  }\n}\n")
+    hoisted = hoist_local_declarations(source).splitlines()
+    assert hoisted[1].strip() == "__local float red[64];" and hoisted.count("    __local float red[64];") == 0
+    fenced = fence_thread0_stores(source).splitlines()
+    assert fenced[fenced.index("      o[i] = red[0];") + 2].strip() == "barrier(CLK_LOCAL_MEM_FENCE);"
+
+
+def test_launch_expressions_compile_to_python():
+    rows, cols = tvm.tirx.Var("rows", "int64"), tvm.tirx.Var("cols", "int64")
+    names = _Names()
+    plan = LaunchPlan((), ((names.add(rows), 0, 0), (names.add(cols), 0, 1)), ())
+    code = python_expr(tvm.tirx.floordiv(cols + 255, 256) * tvm.tirx.max(rows, 1), names)
+    env = plan.environment([(3, 1000)])
+    assert plan.evaluate(code, env) == 4 * 3
+    assert plan.evaluate(code, plan.environment([(0, 0)])) == 0
