@@ -233,6 +233,21 @@ def _rows_empty(hw, ops, rows, cols, knobs, sums) -> Tiling:
                   cols * 4 * n * (3 if sums == "deterministic" else 1), fields)
 
 
+def _column_sum_traffic(ops, rows, cols, block_dim, sums, split_n, size) -> int:
+    """GM bytes of the column sums as the emitted kernel moves them. split-N: one UB
+    accumulator per core, flushed once; split-D: every row's chunk goes to GM (a
+    read-modify-write of the core's workspace row, or an atomic add)."""
+    per_sum = 0
+    flushed = block_dim * cols * 4 if split_n else rows * cols * 4
+    if sums == "deterministic":
+        zero = 0 if split_n else block_dim * cols * 4
+        per_sum = zero + flushed * (1 if split_n else 2) + block_dim * cols * 4      # + the final read
+    else:
+        per_sum = cols * 4 + flushed                                                 # zeroing + atomic adds
+    final = sum(cols * size[n] for n, _ in ops.col_sums) if sums == "deterministic" else 0
+    return per_sum * len(ops.col_sums) + final
+
+
 def plan_rows(hw, ops: RowOperands, rows: int, cols: int, knobs: dict) -> Tiling:
     """The row pattern's tiling: rows over cores (CANN's split), then split-N / small-D when
     a whole row fits the UB (as many rows per pass as fit), else split-D (column chunks,
@@ -255,8 +270,7 @@ def plan_rows(hw, ops: RowOperands, rows: int, cols: int, knobs: dict) -> Tiling
     gm = sum(reread * rows * cols * size[n] for n, _ in ops.tiles_in)
     gm += sum(rows * cols * size[n] for n, _ in ops.tiles_out) + sum(rows * size[n] for n, _ in ops.rows_in)
     gm += sum((block_dim if split_n else reread * rows) * cols * size[n] for n, _ in ops.cols_in)
-    partials = block_dim * cols * 4 * len(ops.col_sums)
-    gm += partials + (partials + sum(cols * size[n] for n, _ in ops.col_sums) if sums == "deterministic" else 0)
+    gm += _column_sum_traffic(ops, rows, cols, block_dim, sums, bool(split_n), size)
     workspace = block_dim * pitch_of(hw, cols, {FLOAT32}) * 4 * len(ops.col_sums) if sums == "deterministic" else 0
     fields = {"rows": rows, "cols": cols, "tasks": rows, "ub_loops": loops,
               "ub_tail": (block_factor - (loops - 1) * ub_rows) if split_n else cols - (loops - 1) * ub_cols}
