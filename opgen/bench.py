@@ -287,9 +287,10 @@ def _openmp_loaded() -> bool:
     return any(lib in maps for lib in ("libgomp", "libiomp", "libomp"))
 
 
-def apply_policy(args) -> int | None:
-    """Make OMP_WAIT_POLICY what --omp-wait asks; returns the exit code of a rerun in a
-    fresh process when OpenMP is already loaded with another value, else None."""
+def apply_policy(args, module: str = "opgen.bench", argv: list[str] | None = None) -> int | None:
+    """Make OMP_WAIT_POLICY what --omp-wait asks; returns the exit code of a rerun
+    (``python -m module argv``) in a fresh process when OpenMP is already loaded with
+    another value, else None."""
     if args.omp_wait == "inherit":
         return None
     want = POLICIES[args.omp_wait]
@@ -303,7 +304,8 @@ def apply_policy(args) -> int | None:
         os.environ.pop("OMP_WAIT_POLICY", None)
         os.environ.update({} if want is None else {"OMP_WAIT_POLICY": want})
         return None
-    return subprocess.run([sys.executable, "-m", "opgen.bench", *to_argv(args)], env=env).returncode
+    argv = to_argv(args) if argv is None else argv
+    return subprocess.run([sys.executable, "-m", module, *argv], env=env).returncode
 
 
 def main(args) -> int:

@@ -62,15 +62,14 @@ class Row:
                 "speedup": speedup, "passed": self.passed}
 
 
-def _median_ms(run, repeats: int) -> tuple[dict, float]:
-    """Outputs of a first (warm-up) call, then the median time of ``repeats`` more."""
-    outputs = run()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        run()
-        times.append(time.perf_counter() - start)
-    return outputs, statistics.median(times) * 1e3 if times else None
+def _timed(runs: dict, repeats: int) -> tuple[dict, dict]:
+    """Each run's outputs (first call) and median ms over interleaved rounds (opgen.bench.measure)."""
+    from opgen.bench import measure
+
+    outputs = {name: run() for name, run in runs.items()}
+    if repeats < 1:
+        return outputs, {name: None for name in runs}
+    return outputs, {name: t * 1e3 for name, t in measure(runs, repeats).items()}
 
 
 def judge(op_name: str, tag: str, problem, inputs: dict, theirs: dict, library: str,
@@ -110,12 +109,13 @@ def against_aten(op_names, tags, shapes, seed: int, repeats: int, progress=None)
             for text in shapes.get(op_name) or DEFAULT_CASES[op_name]:
                 problem = baselines.parse_problem(op_name, text)
                 inputs = baselines.random_inputs(op_name, tag, problem, rng)
-                ours, ours_ms = _median_ms(baselines.opgen_call(op_name, problem, inputs), repeats)
                 for device in baselines.torch_devices():
                     tensors = {k: baselines.to_torch(v, device) for k, v in inputs.items()}
-                    theirs, lib_ms = _median_ms(_synced(baselines.aten_call(op_name, problem, tensors), device),
-                                                repeats)
-                    rows += judge(op_name, tag, problem, inputs, theirs, f"aten-{device}", ours, (ours_ms, lib_ms))
+                    runs = {"opgen": baselines.opgen_call(op_name, problem, inputs),
+                            "lib": _synced(baselines.aten_call(op_name, problem, tensors), device)}
+                    out, ms = _timed(runs, repeats)
+                    rows += judge(op_name, tag, problem, inputs, out["lib"], f"aten-{device}", out["opgen"],
+                                  (ms["opgen"], ms["lib"]))
                 if progress:
                     progress()
     return rows
@@ -140,8 +140,9 @@ def against_dump(directory, repeats: int) -> list[Row]:
     library, cases = dumps.read_dump(directory)
     rows = []
     for case in cases:
-        ours, ours_ms = _median_ms(baselines.opgen_call(case.op, case.problem, case.inputs), repeats)
-        rows += judge(case.op, case.tag, case.problem, case.inputs, case.outputs, library, ours, (ours_ms, None))
+        out, ms = _timed({"opgen": baselines.opgen_call(case.op, case.problem, case.inputs)}, repeats)
+        rows += judge(case.op, case.tag, case.problem, case.inputs, case.outputs, library, out["opgen"],
+                      (ms["opgen"], None))
     return rows
 
 
@@ -188,6 +189,19 @@ def add_arguments(parser) -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per side (median)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="also write the rows to FILE.json or FILE.csv")
+    parser.add_argument("--omp-wait", choices=("passive", "default", "inherit"), default="passive",
+                        help="OMP_WAIT_POLICY while timing (as opgen bench; passive keeps spinning threads "
+                             "of one side from slowing the other)")
+
+
+def to_argv(args) -> list[str]:
+    """The command line that reproduces ``args`` (for the rerun in a fresh process)."""
+    argv = ["--against", str(args.against), "--repeats", str(args.repeats), "--seed", str(args.seed),
+            "--omp-wait", args.omp_wait]
+    for flag, values in (("--op", args.op), ("--dtypes", args.dtypes), ("--shape", args.shape)):
+        for value in values or ():
+            argv += [flag, value]
+    return argv + (["--out", str(args.out)] if args.out else [])
 
 
 def _for_ops(values, op_names, accept) -> dict:
@@ -207,6 +221,11 @@ def _for_ops(values, op_names, accept) -> dict:
 
 def main(args) -> int:
     """The ``opgen compare`` command: table, optional --out, exit 1 if a standard fails."""
+    from opgen.bench import apply_policy
+
+    rerun = apply_policy(args, "opgen.compare", to_argv(args))
+    if rerun is not None:
+        return rerun
     if args.against != "aten":
         rows = against_dump(args.against, args.repeats)
     else:
@@ -224,3 +243,15 @@ def main(args) -> int:
     failed = [r for r in rows if not r.passed]
     print(f"opgen compare: {len(rows) - len(failed)} of {len(rows)} rows meet every standard")
     return 1 if failed or not rows else 0
+
+
+def cli(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="opgen compare", description=__doc__.splitlines()[0])
+    add_arguments(parser)
+    return main(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(cli())

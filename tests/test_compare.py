@@ -144,14 +144,15 @@ def test_npy_mismatch_and_unknown_role_are_refused(tmp_path, rng):
         dumps.read_dump(tmp_path)
 
 
-def test_cli_against_the_example_dump(tmp_path, capsys):
+def test_cli_against_the_example_dump(tmp_path, capfd):
+    """Through the CLI; with OMP_WAIT_POLICY not PASSIVE here, it reruns itself in a fresh process."""
     out = tmp_path / "rows.json"
     assert cli_main(["compare", "--against", str(ROOT / "examples" / "golden"), "--repeats", "1",
                      "--out", str(out)]) == 0
     rows = json.loads(out.read_text())
     assert {(r["op"], r["output"]) for r in rows} >= {("rms_norm_grad", "dgamma"), ("group_norm_backward", "dbeta")}
     assert all(r["passed"] for r in rows)
-    assert "5 of 5 rows meet every standard" in capsys.readouterr().out
+    assert "5 of 5 rows meet every standard" in capfd.readouterr().out
 
 
 def test_perturbed_library_and_perturbed_opgen(tmp_path, monkeypatch, capsys):
@@ -174,5 +175,5 @@ def test_perturbed_library_and_perturbed_opgen(tmp_path, monkeypatch, capsys):
     assert csv_out.read_text().splitlines()[0].startswith("op,dtypes,shape,output,library")
     # a failing row makes the command exit 1
     monkeypatch.setattr(compare, "against_dump", lambda directory, repeats: bad)
-    assert cli_main(["compare", "--against", str(dump)]) == 1
+    assert cli_main(["compare", "--against", str(dump), "--omp-wait", "inherit"]) == 1
     assert "FAIL" in capsys.readouterr().out
