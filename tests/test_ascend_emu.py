@@ -31,7 +31,7 @@ BUILDS = {
     "ew": ("elementwise_reduce.cpp", []),
     # Atlas training: 256 KB UB and no DataCopyPad.
     "ew_training": ("elementwise_reduce.cpp", ["-DOPGEN_NO_DATACOPYPAD", "-DOPGEN_UB_BYTES=262144"]),
-    "cases": ("cases.cpp", []),
+    "cases": ("cases.cpp", ["-DOPGEN_VECTOR_CORES=8"]),
 }
 
 
@@ -131,7 +131,7 @@ MODES = dict(OVER_UB=1, MISALIGNED_UB=2, RAGGED_DATACOPY=3, GM_OVERRUN=4, SETGLO
              SYNCALL_MISMATCH=16, TOO_MANY_BUFFERS=17, GETVALUE_POISON=18, REPEAT_FORMS=19,
              CAST_MODES=20, LEAK=21, PAD_BURSTS=22, SETFLAG_SYNC=23, VS_MISSING=24, SETVALUE_DMA=25,
              INIT_ATOMIC=26, REDUCE_MAX_AXPY=27, WS_UNINIT_ATOMIC=28, WS_UNINIT_READ=29, ATOMIC_LEFT_ON=30,
-             COPY_TWICE=99)
+             GM_GETVALUE_AFTER_MTE3=31, COPY_TWICE=99)
 
 
 def run_case(libs, mode: str, cores: int = 1, x=None, n: int = 256):
@@ -172,11 +172,13 @@ VIOLATIONS = [
     ("WS_UNINIT_READ", 1, r"DataCopy UB->GM: copies never-written UB data to GM: element 0 of TQue 'qo' .*"
                           r"never-written workspace"),
     ("ATOMIC_LEFT_ON", 1, r"kernel ended with SetAtomicAdd<float> still on"),
+    ("GM_GETVALUE_AFTER_MTE3", 1, r"GlobalTensor::GetValue\(1\): reads GM this core wrote by a UB->GM copy \(MTE3\)"),
+    ("SYNCALL_ORDER", 9, r"SyncAll with block_dim 9 > 8 vector cores: not every core is resident"),
     ("SYNCALL_MISMATCH", 4, r"core 0: SyncAll: 3 core\(s\) returned from the kernel without reaching this SyncAll"),
 ]
 
 
-@pytest.mark.parametrize("mode,cores,pattern", VIOLATIONS, ids=[v[0] for v in VIOLATIONS])
+@pytest.mark.parametrize("mode,cores,pattern", VIOLATIONS, ids=[f"{v[0]}-{v[1]}" for v in VIOLATIONS])
 def test_violation_is_reported(libs, mode, cores, pattern):
     status, msg, _ = run_case(libs, mode, cores)
     assert status == 1

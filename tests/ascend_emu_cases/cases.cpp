@@ -16,7 +16,7 @@ enum Mode {
     DEQUE_EMPTY, ENQUE_FULL, USE_AFTER_FREE, POISON_READ, GM_RACE, GM_ATOMIC, SYNCALL_ORDER,
     SYNCALL_MISSING, MISSING_PIPE_SYNC, SYNCALL_MISMATCH, TOO_MANY_BUFFERS, GETVALUE_POISON,
     REPEAT_FORMS, CAST_MODES, LEAK, PAD_BURSTS, SETFLAG_SYNC, VS_MISSING, SETVALUE_DMA, INIT_ATOMIC,
-    REDUCE_MAX_AXPY, WS_UNINIT_ATOMIC, WS_UNINIT_READ, ATOMIC_LEFT_ON,
+    REDUCE_MAX_AXPY, WS_UNINIT_ATOMIC, WS_UNINIT_READ, ATOMIC_LEFT_ON, GM_GETVALUE_AFTER_MTE3,
 };
 
 struct Ctx {
@@ -317,6 +317,7 @@ extern "C" __global__ __aicore__ void emu_case(GM_ADDR in, GM_ADDR out, GM_ADDR 
         case WS_UNINIT_ATOMIC: { Ctx w = c; w.out = c.ws; all_cores_write(pipe, w, true); break; }
         case WS_UNINIT_READ: { Ctx w = c; w.in = c.ws; copy_twice(pipe, w); break; }
         case ATOMIC_LEFT_ON: SetAtomicAdd<float>(); break;
+        case GM_GETVALUE_AFTER_MTE3: copy_twice(pipe, c); c.ws.SetValue(0, c.out.GetValue(1)); break;
         default: copy_twice(pipe, c); break;
     }
 }

@@ -182,6 +182,11 @@ inline int64_t GetBlockNum() { return opgen_emu::core().launch->block_dim; }
 // All cores meet here; GM written before it is visible to every core after it.
 template <bool isAIVOnly = true>
 inline void SyncAll() {
+#ifdef OPGEN_VECTOR_CORES
+    if (GetBlockNum() > OPGEN_VECTOR_CORES)
+        opgen_emu::fail(opgen_emu::cat("SyncAll with block_dim ", GetBlockNum(), " > ", OPGEN_VECTOR_CORES,
+                                       " vector cores: not every core is resident, the hardware would hang"));
+#endif
     PipeBarrier<PIPE_ALL>();
     opgen_emu::sync_all_barrier();
 }

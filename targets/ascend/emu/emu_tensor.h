@@ -142,6 +142,11 @@ public:
     T GetValue(uint64_t i) const {
         using namespace opgen_emu;
         check_range(i, 1, "GlobalTensor::GetValue");
+        const uint8_t* at = reinterpret_cast<const uint8_t*>(base_ + i);
+        for (auto& r : current_core()->gm_pending)
+            if (at < r.second && r.first < at + sizeof(T))
+                fail(cat("GlobalTensor::GetValue(", i, "): reads GM this core wrote by a UB->GM copy (MTE3) ",
+                         "with no synchronisation in between (SetFlag/WaitFlag<MTE3_S> or PipeBarrier<PIPE_ALL>)"));
         std::lock_guard<std::mutex> lk(current_core()->launch->gm_mutex);
         GmBuffer& g = gm_check(base_ + i, sizeof(T), "GlobalTensor::GetValue");
         uint64_t off = static_cast<uint64_t>(reinterpret_cast<uint8_t*>(base_ + i) - g.base);

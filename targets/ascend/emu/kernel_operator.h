@@ -11,6 +11,8 @@
 //   OPGEN_MAX_BUFFERS=<n>   most TQue/TBuf buffers per TPipe (default 64)
 //   OPGEN_NO_DATACOPYPAD    the product has no DataCopyPad (Atlas training / Atlas inference):
 //                           calling it is an error
+//   OPGEN_VECTOR_CORES=<n> the product's vector cores: SyncAll with block_dim > n is an error
+//                           (cores would not all be resident; the hardware would hang)
 //   OPGEN_VEC_BF16          the vector unit computes in bfloat16_t (otherwise arithmetic on
 //                           bfloat16_t tensors does not compile: Cast to float first)
 //
