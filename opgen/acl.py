@@ -188,12 +188,12 @@ def aclrtFree(devPtr) -> int:
 
 def _host_bytes(obj, name: str, writable: bool) -> np.ndarray:
     """A flat uint8 view of a host buffer (numpy array, bytearray, memoryview)."""
-    a = np.asarray(obj) if isinstance(obj, np.ndarray) else np.frombuffer(obj, dtype=np.uint8)
+    a = obj if isinstance(obj, np.ndarray) else np.frombuffer(obj, dtype=np.uint8)
     if not a.flags.c_contiguous:
         raise ValueError(f"{name} must be contiguous host memory")
     if writable and not a.flags.writeable:
         raise ValueError(f"{name} is read-only")
-    return a.reshape(-1).view(np.uint8)
+    return a if a.ndim == 1 and a.dtype == np.uint8 else a.reshape(-1).view(np.uint8)
 
 
 def _endpoint(obj, name: str, on_device: bool, writable: bool):

@@ -136,9 +136,14 @@ _MAX_PLANS = 4096
 
 def _aliased(op, values: dict) -> frozenset:
     """The outputs whose memory may overlap an input's."""
-    inputs = [values[name] for name in op.api.names(INPUT) if values[name] is not None]
-    return frozenset(name for name in op.api.names(OUTPUT) if values[name] is not None
-                     and any(values[name].may_overlap(i) for i in inputs))
+    inputs = [values[name].bounds for name in op.api.names(INPUT) if values[name] is not None]
+    aliased = []
+    for name in op.api.names(OUTPUT):
+        if values[name] is not None:
+            low, high = values[name].bounds
+            if any(low < end and start < high for start, end in inputs):
+                aliased.append(name)
+    return frozenset(aliased)
 
 
 def _plan_key(op, product: str, target: str, values: dict, aliased: frozenset) -> tuple:

@@ -30,8 +30,7 @@ def set_product(name: str) -> None:
 
 def get_product() -> str:
     """The current product: set_product's, else $OPGEN_PRODUCT, else Ascend950."""
-    with _lock:
-        chosen = _state["product"]
+    chosen = _state["product"]   # a dict read is atomic; the lock guards writers (every call reads this)
     if chosen is not None:
         return chosen
     name = os.environ.get("OPGEN_PRODUCT") or DEFAULT_PRODUCT
@@ -51,8 +50,7 @@ def set_target(name: str) -> None:
 
 def get_target() -> str:
     """The current target name: set_target's, else $OPGEN_TARGET, else llvm."""
-    with _lock:
-        chosen = _state["target"]
+    chosen = _state["target"]
     return chosen if chosen is not None else (os.environ.get("OPGEN_TARGET") or DEFAULT_TARGET)
 
 

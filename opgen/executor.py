@@ -35,10 +35,11 @@ import tvm_ffi
 from opgen import acl
 from opgen.apispec import ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_RUNTIME_ERROR, ArgError
 from opgen.dtypes import numpy_dtype
-from opgen.kernels import ALIGNMENT, host_tensor, is_host, tensor_view
+from opgen.kernels import ALIGNMENT, is_host, tensor_view
 
 DIRECT, EMPTY, STAGE_IN, STAGE_OUT, FILL, SCRATCH = "direct", "empty", "in", "out", "fill", "scratch"
 SLOT_KINDS = (STAGE_IN, STAGE_OUT, FILL, SCRATCH)
+_BYTES = tvm.DataType("uint8")
 
 
 def _align(n: int) -> int:
@@ -156,23 +157,28 @@ def make_plan(call, kernel, problem, combo, device, aliased) -> Plan:
 
 
 def _workspace_bytes(workspace, need: int):
-    """(uint8 numpy view or None, device tensor or None, aligned start) of the workspace."""
+    """(uint8 numpy view or None, TVM uint8 tensor or None, aligned start) of the workspace.
+
+    aclrtMalloc's buffers come with their TVM tensor (made once at allocation); other
+    buffers get one here (its data pointer is also the cheapest way to the address).
+    """
     if isinstance(workspace, acl.DeviceBuffer):
         if workspace.freed:
             raise ArgError(ACLNN_ERR_PARAM_INVALID, "workspace was freed with aclrtFree")
         if workspace.host is None:
             return None, workspace.tensor, 0
-        data = workspace.host
+        data, tensor = workspace.host, workspace.tensor
     else:
         try:
             data = acl._host_bytes(workspace, "workspace", writable=True)
         except (TypeError, ValueError) as exc:
             raise ArgError(ACLNN_ERR_PARAM_INVALID, f"workspace is not a writable buffer ({exc})")
-    start = (-data.ctypes.data) % ALIGNMENT
+        tensor = tvm_ffi.from_dlpack(data)
+    start = (-tensor.data_ptr()) % ALIGNMENT
     if data.size - start < need - ALIGNMENT:
         raise ArgError(ACLNN_ERR_PARAM_INVALID, f"workspace holds {data.size} bytes ({data.size - start} after "
                                                 f"64-byte alignment); the executor needs {need}")
-    return data, None, start
+    return data, tensor, start
 
 
 class Workspace:
@@ -185,15 +191,15 @@ class Workspace:
     """
 
     def __init__(self, workspace, plan: Plan):
-        self.bytes, device_tensor, self.start = _workspace_bytes(workspace, plan.workspace_size)
+        self.bytes, tensor, self.start = _workspace_bytes(workspace, plan.workspace_size)
         self.device = plan.device
         self.on_host = plan.host
         if self.bytes is None:
-            self.whole = device_tensor
-        elif self.on_host:
-            self.whole = host_tensor(self.bytes[self.start:self.start + plan.used_bytes])
-        else:
+            self.whole = tensor
+        elif not self.on_host:
             self.whole = None   # host bytes for a device kernel: each slot is copied over
+        else:
+            self.whole = tensor_view(tensor, tvm_ffi.Shape((plan.used_bytes,)), _BYTES, self.start)
 
     def array(self, slot: Placement) -> np.ndarray:
         """The slot as a numpy array (host workspaces only)."""

@@ -13,8 +13,6 @@ status code; nothing here raises anything else for bad input.
 """
 from __future__ import annotations
 
-import functools
-
 import ml_dtypes
 import numpy as np
 import tvm_ffi
@@ -24,26 +22,39 @@ from opgen.apispec import ACLNN_ERR_PARAM_INVALID, ArgError
 from opgen.dtypes import dtype_name
 
 _UINT16 = np.dtype(np.uint16)
+_BF16 = np.dtype(ml_dtypes.bfloat16)
 _HOST = 1   # DLPack's kDLCPU
 
 
 class TensorArg:
-    """A tensor argument: metadata, a TVM view (``tensor``) and a numpy view (``host``)."""
+    """A tensor argument: metadata, a TVM view (``tensor``) and a numpy view (``host``).
 
-    def __init__(self, name: str, shape: tuple, dtype: str, itemsize: int, fmt: str, tensor,
-                 host: np.ndarray | None = None, make_host=None, writeable: bool = True):
+    ``key`` holds everything about the argument that can decide a call's outcome or plan
+    (dtype, shape, layout, format, writability, element alignment; never the data) and
+    ``bounds`` the byte range it may touch; both are computed once, here, because every
+    call needs them (see opgen.aclnn's plan cache).
+    """
+
+    __slots__ = ("name", "shape", "dtype", "itemsize", "format", "tensor", "writeable", "storage_only",
+                 "key", "_bounds", "_host", "_make_host")
+
+    def __init__(self, name, shape, dtype, itemsize, fmt, tensor, layout, address, contiguous,
+                 host=None, make_host=None, writeable=True, storage_only=False):
         self.name, self.shape, self.dtype, self.itemsize, self.format = name, shape, dtype, itemsize, fmt
         self.tensor = tensor              # tvm_ffi Tensor over the caller's memory, or None
         self.writeable = writeable
-        self.storage_only = False         # tensor's dtype is only the storage (bf16 as uint16)
-        if host is not None:
-            self.__dict__["host"] = host
-        self._make_host = make_host
+        self.storage_only = storage_only  # the tensor's dtype is only the storage (bf16 as uint16)
+        self.key = (dtype, shape, layout, fmt, writeable, address % itemsize == 0)
+        nbytes = itemsize * _count(shape)
+        self._bounds = (address, address + nbytes) if contiguous or not nbytes else None
+        self._host, self._make_host = host, make_host
 
-    @functools.cached_property
+    @property
     def host(self) -> np.ndarray:
         """The caller's elements as a numpy array in the caller's shape, zero-copy."""
-        return self._make_host()
+        if self._host is None:
+            self._host = self._make_host()
+        return self._host
 
     @property
     def ndim(self) -> int:
@@ -51,53 +62,40 @@ class TensorArg:
 
     @property
     def size(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return _count(self.shape)
 
-    @functools.cached_property
+    @property
     def bounds(self) -> tuple[int, int]:
         """[first, last) byte addresses the tensor may touch (numpy's may_share_memory rule)."""
-        if self.tensor is None:
-            return np.lib.array_utils.byte_bounds(self.host)
-        if 0 in self.shape:
-            return 0, 0
-        start = self.tensor.data_ptr()
-        low = sum((n - 1) * s for n, s in zip(self.shape, self.tensor.strides) if s < 0)
-        high = sum((n - 1) * s for n, s in zip(self.shape, self.tensor.strides) if s > 0)
-        return start + low * self.itemsize, start + (high + 1) * self.itemsize
+        if self._bounds is None:
+            self._bounds = np.lib.array_utils.byte_bounds(self.host)
+        return self._bounds
 
-    def may_overlap(self, other: "TensorArg") -> bool:
-        (a, b), (c, d) = self.bounds, other.bounds
-        return a < d and c < b
 
-    @functools.cached_property
-    def key(self) -> tuple:
-        """Everything about this argument that can decide a call's outcome or plan: dtype,
-        shape, layout (strides), format, writability, element alignment; never the data."""
-        if self.tensor is not None:
-            layout = self.tensor.strides
-            aligned = self.tensor.data_ptr() % self.itemsize == 0
-        else:
-            layout = ("bytes",) + self.host.strides
-            aligned = self.host.ctypes.data % self.itemsize == 0
-        return (self.dtype, self.shape, layout, self.format, self.writeable, aligned)
+def _count(shape) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def _dlpack_view(array: np.ndarray):
     """A TVM tensor over a numpy array's memory, or None if DLPack cannot describe it."""
     try:
-        if array.dtype == ml_dtypes.bfloat16:
+        if array.dtype is _BF16:
             return tvm_ffi.from_dlpack(array.view(_UINT16))
         return tvm_ffi.from_dlpack(array)
     except Exception:  # odd strides, unsupported dtype: the host view still serves
         return None
 
 
-def _from_numpy(name: str, array: np.ndarray, fmt: str = "ND") -> TensorArg:
+def _from_numpy(name: str, array: np.ndarray, fmt: str = "ND", dtype: str | None = None) -> TensorArg:
     dt = array.dtype
-    arg = TensorArg(name, array.shape, dtype_name(dt) or str(dt), dt.itemsize, fmt, _dlpack_view(array),
-                    host=array, writeable=array.flags.writeable)
-    arg.storage_only = dt == ml_dtypes.bfloat16
-    return arg
+    tensor = _dlpack_view(array)
+    address = tensor.data_ptr() if tensor is not None else array.ctypes.data
+    return TensorArg(name, array.shape, dtype or dtype_name(dt) or str(dt), dt.itemsize, fmt, tensor,
+                     array.strides, address, array.flags.c_contiguous, host=array,
+                     writeable=array.flags.writeable, storage_only=dt is _BF16)
 
 
 def _from_acl(name: str, t: acl.aclTensor) -> TensorArg:
@@ -106,9 +104,7 @@ def _from_acl(name: str, t: acl.aclTensor) -> TensorArg:
     if t.buffer is not None and (t.buffer.freed or t.buffer.host is None) and 0 not in t.shape:
         where = "freed memory" if t.buffer.freed else "memory of a device the host cannot address"
         raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{name} points to {where}")
-    arg = _from_numpy(name, t.host_view(), t.format_name)
-    arg.dtype = t.dtype
-    return arg
+    return _from_numpy(name, t.host_view(), t.format_name, t.dtype)
 
 
 def _torch_host(obj):
@@ -129,13 +125,15 @@ def _from_dlpack(name: str, obj) -> TensorArg:
         raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{name} cannot be read through DLPack on the host ({exc})")
     dtype = str(tensor.dtype)
     itemsize = (tensor.dtype.bits * tensor.dtype.lanes + 7) // 8
+    shape, strides = tuple(tensor.shape), tuple(tensor.strides)
 
     def make_host():
         if tensor.device.dlpack_device_type() != _HOST:
             raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{name} lives on {tensor.device}; this target reads host memory")
         return _torch_host(obj) if hasattr(obj, "detach") else np.from_dlpack(obj)
 
-    return TensorArg(name, tuple(tensor.shape), dtype, itemsize, "ND", tensor, make_host=make_host)
+    return TensorArg(name, shape, dtype, itemsize, "ND", tensor, ("elements",) + strides, tensor.data_ptr(),
+                     tensor.is_contiguous(), make_host=make_host)
 
 
 def describe(name: str, obj) -> TensorArg | None:
