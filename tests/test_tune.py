@@ -1,0 +1,190 @@
+"""opgen.tune: a real local tuning run (parallel builds, checked measurements), a wrong
+candidate rejected, early stopping, Ctrl-C, seeds, and the search strategies' goals."""
+from __future__ import annotations
+
+import math
+import statistics
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+import tvm
+
+from opgen import schedules
+from opgen.ops import get_op
+from opgen.schedules import Knob
+from opgen.schedules.llvm import RowPassWithColumnSums
+from opgen.targets import get_target
+from opgen.targets.llvm import LlvmTarget
+from opgen.tune import Options, Settings, database, lookup, strategies, tune
+from opgen.tune.measure import Measurement
+from opgen.tune.space import build_space, parse_problem, space_for
+
+OP = get_op("rms_norm_grad")
+COMBO = OP.combo("f32-f32")
+LLVM = get_target("llvm")
+FAST = Settings(repeat=3, min_repeat_ms=1)
+
+
+def test_shape_strings_parse_into_each_ops_problem():
+    assert parse_problem(OP, "4096x4096").x_shape == (4096, 4096)
+    assert parse_problem(OP, "4096x4096").gamma_ndim == 1
+    gn = parse_problem(get_op("group_norm_backward"), "8,256,56x56,32")
+    assert (gn.N, gn.C, gn.HxW, gn.group) == (8, 256, 3136, 32)
+
+
+@pytest.mark.timeout(180)
+def test_local_run_builds_in_a_pool_checks_times_and_records_every_trial(tmp_path, monkeypatch):
+    db = tmp_path / "db.jsonl"
+    monkeypatch.setenv("OPGEN_TUNE_DB", str(db))
+    problem = parse_problem(OP, "96x1000")
+    result = tune(OP, COMBO, LLVM, problem, Options(trials=4, strategy="random", seed=3, jobs=1, settings=FAST))
+    records = database.load(db)
+    space = space_for(OP, COMBO, LLVM, problem)
+    assert len(records) == len(result.trials) == 4
+    assert records[0]["knobs"] == space.default and result.default.knobs == space.default
+    assert all(r["status"] == database.OK and len(r["times_ms"]) == 3 for r in records), records
+    assert all(r["max_err_ratio"] <= 1.0 and r["tvm_version"] == tvm.__version__ for r in records)
+    assert result.best.measurement.median_ms <= result.default.measurement.median_ms
+    lookup.reload()
+    from opgen import kernels
+    assert kernels.tuned_knobs(OP, COMBO, LLVM, OP.api.kernel_shapes(problem)) == result.best.knobs
+    lookup.reload()
+
+
+# ---- a wrong candidate: a toy target whose rule swaps dy and x when asked to -------------
+
+@dataclass(frozen=True)
+class ToyTarget(LlvmTarget):
+    pass
+
+
+@dataclass(frozen=True)
+class SwapsInputs:
+    """RowPass, plus a knob that builds a wrong kernel (dy and x swapped: dx differs)."""
+
+    def knobs(self, target):
+        return (Knob("rows_per_chunk", (32, 64, 128), 64), Knob("corrupt", (False, True), False))
+
+    def apply(self, func, target, knobs):
+        if knobs.get("corrupt"):
+            params = list(func.params)
+            func = tvm.tirx.PrimFunc([params[1], params[0], *params[2:]], func.body, attrs=func.attrs)
+        return RowPassWithColumnSums().apply(func, target, {"rows_per_chunk": knobs["rows_per_chunk"]})
+
+
+class ToySchedules:
+    RULES = [SwapsInputs()]
+
+
+@pytest.mark.timeout(120)
+def test_a_wrong_candidate_is_rejected_and_never_the_best(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "opgen.schedules.tunetoy", ToySchedules)
+    target = ToyTarget(name="tunetoy", description="llvm with a corrupting knob")
+    db = tmp_path / "db.jsonl"
+    result = tune(OP, COMBO, target, parse_problem(OP, "64x1000"),
+                  Options(trials=6, strategy="exhaustive", jobs=0, settings=FAST), db_path=db)
+    records = database.load(db)
+    assert len(records) == 6
+    wrong = [r for r in records if r["knobs"]["corrupt"]]
+    assert len(wrong) == 3 and all(r["status"] == database.WRONG and not r["times_ms"] for r in wrong)
+    assert all("dx" in r["error"] and r["max_err_ratio"] > 1 for r in wrong)
+    assert not result.best.knobs["corrupt"]
+    assert all(not r["knobs"]["corrupt"] for r in database.best_records(records).values())
+
+
+# ---- the loop's control: early stopping, Ctrl-C ------------------------------------------
+
+class ScriptedRunner:
+    """Costs from a formula instead of a clock, so the loop's decisions are deterministic."""
+
+    def __init__(self, cost):
+        self.cost = cost
+
+    def run_all(self, workload, builds):
+        for built in builds:
+            yield built, Measurement(database.OK, [self.cost(built.knobs)], 0.0, None, "scripted")
+
+
+@pytest.mark.timeout(120)
+def test_early_stopping_ends_a_run_that_stopped_improving(tmp_path):
+    runner = ScriptedRunner(lambda k: 1.0 + abs(math.log2(k["rows_per_chunk"]) - 6))  # the default is best
+    result = tune(OP, COMBO, LLVM, parse_problem(OP, "64x1000"),
+                  Options(trials=7, strategy="exhaustive", jobs=0, batch=1, patience=3), runner=runner,
+                  db_path=tmp_path / "db.jsonl")
+    assert result.stopped_early and len(result.trials) == 4
+    assert result.best.knobs == {"rows_per_chunk": 64}
+
+
+@pytest.mark.timeout(120)
+def test_ctrl_c_keeps_every_finished_record(tmp_path):
+    db = tmp_path / "db.jsonl"
+
+    def interrupt_after_two(trial, result, budget):
+        if len(result.trials) == 2:
+            raise KeyboardInterrupt
+
+    result = tune(OP, COMBO, LLVM, parse_problem(OP, "64x1000"),
+                  Options(trials=7, strategy="exhaustive", jobs=0, batch=4), runner=ScriptedRunner(lambda k: 1.0),
+                  db_path=db, progress=interrupt_after_two)
+    assert result.interrupted and len(result.trials) == 2
+    assert [r["trial"] for r in database.load(db)] == [0, 1]
+
+
+# ---- strategies -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SyntheticRule:
+    """Four ordinal knobs, 8 values each (4096 points); a point is invalid when the
+    product of the first two exceeds a budget (like a UB or threads-per-block limit)."""
+
+    def knobs(self, target):
+        return tuple(Knob(n, tuple(2 ** i for i in range(8)), 8) for n in ("a", "b", "c", "d"))
+
+    def check_knobs(self, knobs, target, shapes):
+        return "over budget" if knobs.get("a", 1) * knobs.get("b", 1) > 2048 else None
+
+
+def synthetic_cost(point) -> float:
+    """A rugged bowl in log space with an interaction term: smooth enough to model, not a
+    separable one-knob-at-a-time problem."""
+    a, b, c, d = (math.log2(point[k]) for k in "abcd")
+    return (1.0 + 0.08 * (a - 5) ** 2 + 0.05 * (b - 2) ** 2 + 0.03 * (c - 6) ** 2 + 0.02 * (d - 3) ** 2
+            + 0.04 * (a - b - 3) ** 2 + 0.05 * math.sin(3 * a + 2 * c) ** 2)
+
+
+def test_model_guided_reaches_5_percent_of_the_best_with_a_fifth_of_the_evaluations():
+    space = build_space(SyntheticRule(), LLVM, None)
+    best = min(synthetic_cost(p) for p in space.points)
+    budget = len(space.points) // 5
+    needed = []
+    for seed in range(5):
+        order = strategies.simulate("model", space, synthetic_cost, budget, seed=seed, until=1.05 * best)
+        hits = [i + 1 for i, c in enumerate(np.minimum.accumulate(order)) if c <= 1.05 * best]
+        needed.append(hits[0] if hits else math.inf)
+    assert statistics.median(needed) <= budget, needed
+    random_needed = [len(strategies.simulate("random", space, synthetic_cost, budget, seed=s, until=1.05 * best))
+                     for s in range(5)]
+    assert statistics.median(needed) < statistics.median(random_needed), (needed, random_needed)
+    assert space.pruned > 0 and len(space.points) + space.pruned == 8 ** 4
+
+
+def test_same_seed_same_search_and_the_default_first():
+    space = build_space(SyntheticRule(), LLVM, None)
+    runs = [strategies.simulate(name, space, synthetic_cost, 24, seed=7) for name in ("model", "model")]
+    assert runs[0] == runs[1]
+    for name in strategies.STRATEGIES:
+        assert strategies.make(name, space, 1).next_batch(3, {})[0] == space.default
+    assert strategies.simulate("random", space, synthetic_cost, 24, seed=1) != \
+        strategies.simulate("random", space, synthetic_cost, 24, seed=2)
+
+
+def test_a_rule_without_knobs_has_a_one_point_space():
+    class NoKnobs:
+        def apply(self, func, target, knobs):
+            return None
+
+    space = build_space(NoKnobs(), LLVM, None)
+    assert space.points == ({},) and space.default == {}
+    assert strategies.simulate("model", space, lambda p: 1.0, 10) == [1.0]
