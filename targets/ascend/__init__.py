@@ -58,6 +58,11 @@ class AscendEmuTarget(TargetSpec):
     def build(self, mod):
         (gvar, func), = mod.functions.items()
         symbol = gvar.name_hint
+        if not self.hardware.data_copy_pad:
+            # Ragged rows need DataCopyPad; whole-block DataCopy would need another copy plan
+            # (overlapping tail blocks) that the emitter does not print yet.
+            raise NotImplementedError(f"ascend-emu on {self.hardware.product}: no DataCopyPad, and the emitter has "
+                                      "no copy plan for ragged rows without it yet")
         try:
             kernel, files = project(func, symbol, self.hardware)
         except EmitError as err:

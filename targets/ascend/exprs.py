@@ -51,6 +51,7 @@ class Context:
     sizes: dict                # size variable name -> C++ (e.g. "t_.cols")
     temps: list                # free temporaries (LocalTensor<float> names)
     lines: list = field(default_factory=list)
+    loads: dict = field(default_factory=dict)   # (buffer, index var names) -> Value: explicit homes
 
     def take(self, expr) -> str:
         if not self.temps:
@@ -79,6 +80,8 @@ def load_name(node) -> str:
 def _load(node, ctx: Context) -> Value:
     name = load_name(node)
     idx = [str(i) for i in node.indices]
+    if (name, tuple(idx)) in ctx.loads:
+        return ctx.loads[(name, tuple(idx))]
     if idx == [ctx.row_var, ctx.col_var] and name in ctx.tiles:
         return Value("tile", ctx.tiles[name])
     if idx == [ctx.row_var] and name in ctx.rows:
