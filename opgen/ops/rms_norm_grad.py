@@ -166,7 +166,8 @@ def _reference(problem: Problem, arrays: dict) -> dict:
 #   where the tiling refuses them on a real call: Atlas A2/A3 and Atlas inference have no
 #   empty-tensor tiling (Tiling4RmsNormGrad: "Parameter dy does not support empty tensor"
 #   when x has no rows but dgammaOut has elements to write). Only the Ascend 950's tiling
-#   (regbase) handles zero rows.
+#   (regbase) handles zero rows. When every output is empty, CANN's runtime (nnopbase) runs
+#   no tiling at all, so its "last axis can not be 0" never fires: such calls succeed.
 
 _SHAPE_DOC = "The parameter does not meet the requirements in Parameters."
 _TENSORS = ("dy", "x", "rstd", "gamma", "dxOut", "dgammaOut")
