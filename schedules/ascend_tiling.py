@@ -299,38 +299,40 @@ class GroupOperands:
 
 def group_buffers(hw, ops: GroupOperands, channels: int, pitch: int, nbuf: int, d: int) -> list[UbBuffer]:
     """Every UB buffer of one pass over ``channels`` channels of ``pitch`` elements of a task
-    whose group has ``d`` channels."""
-    tile = channels * pitch
-    bufs = [UbBuffer(f"in_{n}", "VECIN", nbuf, tile, t) for n, t in ops.tiles_in]
-    bufs += [UbBuffer(f"out_{n}", "VECOUT", nbuf, tile, t) for n, t in ops.tiles_out]
-    bufs += [UbBuffer(f"in_{n}", "VECIN", 1, 1, t) for n, t in ops.tasks_in]
-    bufs += [UbBuffer(f"in_{n}", "VECIN", 1, d, t) for n, t in ops.chans_in]
-    bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, tile, FLOAT32) for n, t in ops.tiles_in if t != FLOAT32]
-    bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, d, FLOAT32) for n, t in ops.chans_in if t != FLOAT32]
-    bufs += [UbBuffer(f"tmp{i}", "VECCALC", 1, tile, FLOAT32) for i in range(TEMP_TILES)]
-    bufs += [UbBuffer(f"chan_{s}", "VECCALC", 1, d, FLOAT32) for s in ops.chan_stages]
-    bufs += [UbBuffer(f"acc_{n}", "VECOUT", 1, d, FLOAT32) for n, _ in ops.chan_sums]
-    bufs += [UbBuffer(f"task_{s}", "VECCALC", 1, 1, FLOAT32) for s in ops.task_stages]
-    bufs.append(UbBuffer("reduce_work", "VECCALC", 1, max(channels, 1) * hw.elements_per_repeat(4), FLOAT32))
+    whose group has ``d`` channels. Per-task scalars (mean, rstd, the group's sums) live in
+    scalar registers after one GetValue, so they take no UB beyond their one-block copy-in."""
+    tile, t_expr = channels * pitch, "ub_rows * pitch"
+    bufs = [UbBuffer(f"in_{n}", "VECIN", nbuf, tile, t, t_expr) for n, t in ops.tiles_in]
+    bufs += [UbBuffer(f"out_{n}", "VECOUT", nbuf, tile, t, t_expr) for n, t in ops.tiles_out]
+    bufs += [UbBuffer(f"in_{n}", "VECIN", 1, 1, t, "1") for n, t in ops.tasks_in]
+    bufs += [UbBuffer(f"in_{n}", "VECIN", 1, d, t, "D") for n, t in ops.chans_in]
+    bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, tile, FLOAT32, t_expr) for n, t in ops.tiles_in if t != FLOAT32]
+    bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, d, FLOAT32, "D") for n, t in ops.chans_in if t != FLOAT32]
+    bufs += [UbBuffer(f"tmp{i}", "VECCALC", 1, tile, FLOAT32, t_expr) for i in range(TEMP_TILES)]
+    bufs += [UbBuffer(f"chan_{s}", "VECCALC", 1, d, FLOAT32, "D") for s in ops.chan_stages]
+    bufs += [UbBuffer(f"acc_{n}", "VECCALC", 1, d, FLOAT32, "D") for n, _ in ops.chan_sums]
+    bufs += [UbBuffer(f"out_{n}", "VECOUT", 1, d, t, "D") for n, t in ops.chan_outs]
+    bufs.append(UbBuffer("reduce_work", "VECCALC", 1, reduce_work_elements(hw, channels, pitch), FLOAT32, "work"))
     return bufs
+
+
+def _group_mode(channels: int, d: int, hw_elems: int) -> str:
+    if channels == d:
+        return "hw1" if hw_elems == 1 else "group"
+    return "channels" if channels > 1 else "channel"
 
 
 def _group_pass(hw, ops, d, hw_elems, knobs) -> tuple[str, int, int, int]:
     """(mode, channels per pass, HxW elements per pass, pitch) for one task's group."""
     nbuf, wanted = knobs["buffer_num"], knobs["channels_per_pass"]
-    if hw_elems == 1 and not wanted:
-        # Channels are contiguous: the group is one row of d elements (no per-channel padding).
-        pitch = pitch_of(hw, d, ops.dtypes)
-        if fits(hw, group_buffers(hw, ops, 1, pitch, nbuf, d)):
-            return "hw1", d, 1, pitch
     pitch = pitch_of(hw, hw_elems, ops.dtypes)
     if wanted:
         channels = min(wanted, d)
         check_budget(hw, group_buffers(hw, ops, channels, pitch, nbuf, d), f"channels_per_pass={wanted}")
-        return ("group" if channels == d else "channels" if channels > 1 else "channel"), channels, hw_elems, pitch
+        return _group_mode(channels, d, hw_elems), channels, hw_elems, pitch
     channels = largest_fitting(hw, 1, d, lambda k: group_buffers(hw, ops, k, pitch, nbuf, d))
     if channels:
-        return ("group" if channels == d else "channels" if channels > 1 else "channel"), channels, hw_elems, pitch
+        return _group_mode(channels, d, hw_elems), channels, hw_elems, pitch
     step = hw.elements_per_repeat(4)
     repeats = largest_fitting(hw, 1, ceil_div(hw_elems, step), lambda k: group_buffers(hw, ops, 1, k * step, nbuf, d))
     if not repeats:
@@ -348,11 +350,16 @@ def plan_groups(hw, ops: GroupOperands, n: int, g: int, d: int, hw_elems: int, k
     sums = knobs["sums"] if ops.chan_sums else "none"
     fields = {"N": n, "G": g, "D": d, "HW": hw_elems, "tasks": tasks}
     if tasks == 0 or d == 0 or hw_elems == 0:
-        block_dim = 1 if (ops.chan_sums and g * d) else 0     # sums over no batch: zeros
-        return Tiling("groups", "empty", block_dim, 0, 0, 0, 0, (), sums, 0,
-                      g * d * 4 * len(ops.chan_sums) * block_dim, fields)
+        # Sums over no batch (or of no elements) are zeros: one core writes them.
+        if not (ops.chan_sums and g * d):
+            return Tiling("groups", "empty", 0, 0, 0, 0, 0, (), sums, 0, 0, fields)
+        pitch = pitch_of(hw, 1, ops.dtypes)
+        buffers = tuple(group_buffers(hw, ops, 1, pitch, knobs["buffer_num"], d))
+        check_budget(hw, buffers, f"empty at N={n} G={g} D={d} HxW={hw_elems}")
+        return Tiling("groups", "empty", 1, 0, 1, 0, pitch, buffers, sums, 0,
+                      g * d * (4 * len(ops.chan_sums) + sum(itemsize(t) for _, t in ops.chan_outs)), fields)
     mode, channels, hw_pass, pitch = _group_pass(hw, ops, d, hw_elems, knobs)
-    buffers = tuple(group_buffers(hw, ops, 1 if mode == "hw1" else channels, pitch, knobs["buffer_num"], d))
+    buffers = tuple(group_buffers(hw, ops, channels, pitch, knobs["buffer_num"], d))
     check_budget(hw, buffers, f"{mode} at N={n} G={g} D={d} HxW={hw_elems}")
     size = {nm: itemsize(t) for nm, t in ops.tiles_in + ops.tiles_out + ops.tasks_in + ops.chans_in + ops.chan_outs}
     reread = 1 if mode in ("group", "hw1") else 2
@@ -361,8 +368,12 @@ def plan_groups(hw, ops: GroupOperands, n: int, g: int, d: int, hw_elems: int, k
     gm += sum(tasks * size[nm] for nm, _ in ops.tasks_in) + sum(tasks * d * size[nm] for nm, _ in ops.chans_in)
     partials = tasks * d * 4 * len(ops.chan_sums)
     final = g * d * 4 * len(ops.chan_sums) + sum(g * d * size[nm] for nm, _ in ops.chan_outs)
-    gm += partials + (partials + final if sums == "deterministic" else final)
-    workspace = partials if sums == "deterministic" else 0
+    # Both ways sum in a float32 workspace: per-task rows (deterministic, summed in batch
+    # order after SyncAll) or one row per group that the cores add into atomically (zeroed
+    # first); a final pass then writes (and rounds) the outputs.
+    rows_ws = tasks if sums == "deterministic" else g
+    workspace = rows_ws * pitch_of(hw, d, {FLOAT32}) * 4 * len(ops.chan_sums)
+    gm += partials + rows_ws * d * 4 * len(ops.chan_sums) + final
     fields.update({"ub_channels": channels, "ub_hw": hw_pass,
                    "ub_loops": ceil_div(d, channels) * ceil_div(hw_elems, hw_pass) if mode != "hw1" else 1})
     return Tiling("groups", mode, block_dim, block_factor, channels, hw_pass, pitch, buffers, sums, workspace, gm,
