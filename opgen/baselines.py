@@ -126,6 +126,23 @@ def aten_call(op_name: str, problem, tensors: dict):
     return _autograd_rms(torch, t, compiled=False)
 
 
+def layer_norm_call(op_name: str, problem, tensors: dict):
+    """ATen's closest native CPU kernel to RmsNorm's backward: ``native_layer_norm_backward``
+    over the same rows (its statistics from ``native_layer_norm`` once, outside the timed
+    call). It does slightly more work (the mean term); issue 10's per-call reference."""
+    torch = import_torch()
+    x, gamma = tensors["x"], tensors["gamma"].to(tensors["x"].dtype)
+    shape = list(gamma.shape)
+    _, mean, rstd = torch.ops.aten.native_layer_norm(x, shape, gamma, None, RMS_EPS)
+    dy = tensors["dy"]
+
+    def run():
+        dx, dgamma, _ = torch.ops.aten.native_layer_norm_backward(dy, x, shape, mean, rstd, gamma, None,
+                                                                   [True, True, False])
+        return {"dx": dx, "dgamma": dgamma}
+    return run
+
+
 def compiled_call(op_name: str, problem, tensors: dict):
     """torch.compile's backward: AOT autograd's compiled backward graph of F.rms_norm /
     F.group_norm. Returns ``(before, run)``: ``before`` runs the compiled forward (a compiled

@@ -5,7 +5,8 @@ workspace, the run, aclrtFree) on arrays made the way users make them: once plai
 (``rng.standard_normal``, ``np.empty``: 16-byte aligned, nothing special) and once torch
 tensors. Next to it, interleaved round by round (A B C A B C ..., so machine noise hits all
 alike; medians of the rounds): ATen's ``native_group_norm_backward``; for RmsNorm, which has
-no CPU backward kernel in ATen, the eager autograd of ``F.rms_norm`` and its torch.compile;
+no CPU backward kernel in ATen, the eager autograd of ``F.rms_norm``, its torch.compile, and
+ATen's nearest native kernel ``native_layer_norm_backward`` (issue 10's per-call reference);
 a triad ``a = b + s*c`` over 64 MiB arrays (torch's one-pass multithreaded add; numpy's
 single-threaded copy without torch) as the same-run bandwidth; and "opgen after torch": the
 opgen call timed right after a torch op, the situation of a PyTorch user.
@@ -132,7 +133,7 @@ def contenders(case: Case, rng, skip=()) -> tuple[dict, int]:
     if case.op == "group_norm_backward":
         peers = {"aten": B.aten_call}
     else:
-        peers = {"eager": B.eager_call, "compile": B.compiled_call}
+        peers = {"eager": B.eager_call, "compile": B.compiled_call, "aten-layernorm": B.layer_norm_call}
     for name, make in peers.items():
         if name not in skip:
             runs[name] = make(case.op, problem, tensors)
@@ -257,7 +258,7 @@ def add_arguments(parser) -> None:
                         help="e.g. rms_norm_grad=4096x4096 or group_norm_backward=2,320,64x64,32 (repeatable)")
     parser.add_argument("--repeats", type=int, default=15, help="interleaved rounds (median)")
     parser.add_argument("--no-tiny", action="store_true", help="leave out the per-call cost rows")
-    parser.add_argument("--skip", action="append", default=[], choices=("eager", "compile", "aten", "after-torch"),
+    parser.add_argument("--skip", action="append", default=[], choices=("eager", "compile", "aten", "aten-layernorm", "after-torch"),
                         help="leave out a baseline (repeatable)")
     parser.add_argument("--omp-wait", choices=("passive", "default", "inherit"), default="passive",
                         help="OMP_WAIT_POLICY for the run (see the module doc)")

@@ -28,8 +28,6 @@ DEFAULT_CASES = {  # small enough for a few seconds per row on 2 cores, large en
     "rms_norm_grad": ("256x1024",),
     "group_norm_backward": ("2,64,16x16,8",),
 }
-DEFAULT_TAGS = {"rms_norm_grad": ("f32-f32", "bf16-f32", "f16-f16", "bf16-bf16"),
-                "group_norm_backward": ("f32-f32", "f16-f16", "bf16-bf16", "bf16-f32")}
 
 
 @dataclass
@@ -105,7 +103,7 @@ def against_aten(op_names, tags, shapes, seed: int, repeats: int, progress=None)
     rng = np.random.default_rng(seed)
     rows = []
     for op_name in op_names:
-        for tag in tags.get(op_name) or DEFAULT_TAGS[op_name]:
+        for tag in tags.get(op_name) or _product_tags(op_name):
             for text in shapes.get(op_name) or DEFAULT_CASES[op_name]:
                 problem = baselines.parse_problem(op_name, text)
                 inputs = baselines.random_inputs(op_name, tag, problem, rng)
@@ -119,6 +117,13 @@ def against_aten(op_names, tags, shapes, seed: int, repeats: int, progress=None)
                 if progress:
                     progress()
     return rows
+
+
+def _product_tags(op_name: str) -> tuple:
+    """The dtype combos the current product documents (all of them on Ascend950)."""
+    from opgen.config import get_product
+
+    return tuple(c.tag for c in get_op(op_name).products.get(get_product(), ()))
 
 
 def _synced(run, device: str):

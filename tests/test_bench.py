@@ -90,7 +90,8 @@ def test_quick_through_the_cli(tmp_path, capfd):
     data = json.loads(out.read_text())
     assert data["omp_wait_policy"] == "PASSIVE"
     by = {(r["op"], r["shape"], r["contender"]): r for r in data["rows"]}
-    for key in [("rms_norm_grad", "4096x4096", c) for c in ("opgen-numpy", "opgen-torch", "eager", "triad")] + \
+    for key in [("rms_norm_grad", "4096x4096", c) for c in ("opgen-numpy", "opgen-torch", "eager", "aten-layernorm",
+                                                            "triad")] + \
                [("group_norm_backward", "2,640,32x32,32", c) for c in ("opgen-numpy", "aten")] + \
                [("group_norm_backward", "1,32,2x2,8", "opgen-numpy"), ("rms_norm_grad", "4x64", "eager")]:
         assert key in by and by[key]["ms"] > 0, key
