@@ -131,7 +131,8 @@ MODES = dict(OVER_UB=1, MISALIGNED_UB=2, RAGGED_DATACOPY=3, GM_OVERRUN=4, SETGLO
              SYNCALL_MISMATCH=16, TOO_MANY_BUFFERS=17, GETVALUE_POISON=18, REPEAT_FORMS=19,
              CAST_MODES=20, LEAK=21, PAD_BURSTS=22, SETFLAG_SYNC=23, VS_MISSING=24, SETVALUE_DMA=25,
              INIT_ATOMIC=26, REDUCE_MAX_AXPY=27, WS_UNINIT_ATOMIC=28, WS_UNINIT_READ=29, ATOMIC_LEFT_ON=30,
-             GM_GETVALUE_AFTER_MTE3=31, COPY_TWICE=99)
+             GM_GETVALUE_AFTER_MTE3=31, REPEAT_STRIDE_OVERRUN=32, PARTIAL_OVERLAP=33, DOUBLE_WRITE=34,
+             MASK_RANGE=35, CAST_BAD_MODE=36, HALF_FORMS=37, COPY_TWICE=99)
 
 
 def run_case(libs, mode: str, cores: int = 1, x=None, n: int = 256):
@@ -174,6 +175,11 @@ VIOLATIONS = [
     ("ATOMIC_LEFT_ON", 1, r"kernel ended with SetAtomicAdd<float> still on"),
     ("GM_GETVALUE_AFTER_MTE3", 1, r"GlobalTensor::GetValue\(1\): reads GM this core wrote by a UB->GM copy \(MTE3\)"),
     ("SYNCALL_ORDER", 9, r"SyncAll with block_dim 9 > 8 vector cores: not every core is resident"),
+    ("REPEAT_STRIDE_OVERRUN", 1, r"Add: UB elements \[447, 448\) beyond the 256-element LocalTensor of TBuf 'buf'"),
+    ("PARTIAL_OVERLAP", 1, r"Add: dst UB \[32, 288\) partially overlaps src UB \[0, 256\)"),
+    ("DOUBLE_WRITE", 1, r"Add: writes dst element 0 twice in one instruction"),
+    ("MASK_RANGE", 1, r"Add: mask 65 outside \[1, 64\]"),
+    ("CAST_BAD_MODE", 1, r"Cast: CAST_NONE is not a valid RoundMode for float -> bfloat16_t \(use CAST_RINT"),
     ("SYNCALL_MISMATCH", 4, r"core 0: SyncAll: 3 core\(s\) returned from the kernel without reaching this SyncAll"),
 ]
 
@@ -324,3 +330,22 @@ def test_reduce_max_with_index_and_axpy(libs, rng):
     assert status == 0, msg
     assert out[0] == x.max() and out[1:2].view(np.int32)[0] == int(np.argmax(x))
     np.testing.assert_array_equal(out[8:264], (x.astype(np.float64) * 1.5).astype(np.float32))
+
+
+def test_half_repeat_forms_bitmask_and_whole_reduce(libs, rng):
+    x = np.resize(rng.integers(-64, 64, 128).astype(np.float32), 256)  # exact in half, sums too
+    status, msg, out = run_case(libs, "HALF_FORMS", 1, x=x)
+    assert status == 0, msg
+    h = out.view(np.float16)[:256].astype(np.float32)
+    np.testing.assert_array_equal(h[0:128:2], 2 * x[0:128:2])  # bit-mask lanes computed
+    np.testing.assert_array_equal(h[1:128:2], 7)                # other lanes untouched
+    np.testing.assert_array_equal(h[128:130], x[:128].reshape(2, 64).sum(1))
+
+
+def test_bf16_arithmetic_does_not_compile_without_opgen_vec_bf16(tmp_path):
+    src = tmp_path / "bf16_add.cpp"
+    src.write_text('#include "kernel_operator.h"\nusing namespace AscendC;\n'
+                   "void f(LocalTensor<bfloat16_t>& a) { Add(a, a, a, 64); }\n")
+    done = subprocess.run([CXX, "-std=c++17", "-fsyntax-only", f"-I{EMU}", str(src)], capture_output=True, text=True)
+    assert done.returncode != 0
+    assert "Add: supported for half, float, int16_t, int32_t (bfloat16_t only with OPGEN_VEC_BF16" in done.stderr

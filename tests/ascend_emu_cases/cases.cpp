@@ -17,6 +17,7 @@ enum Mode {
     SYNCALL_MISSING, MISSING_PIPE_SYNC, SYNCALL_MISMATCH, TOO_MANY_BUFFERS, GETVALUE_POISON,
     REPEAT_FORMS, CAST_MODES, LEAK, PAD_BURSTS, SETFLAG_SYNC, VS_MISSING, SETVALUE_DMA, INIT_ATOMIC,
     REDUCE_MAX_AXPY, WS_UNINIT_ATOMIC, WS_UNINIT_READ, ATOMIC_LEFT_ON, GM_GETVALUE_AFTER_MTE3,
+    REPEAT_STRIDE_OVERRUN, PARTIAL_OVERLAP, DOUBLE_WRITE, MASK_RANGE, CAST_BAD_MODE, HALF_FORMS,
 };
 
 struct Ctx {
@@ -107,6 +108,22 @@ static void vector_violations(TPipe& pipe, Ctx& c, int mode) {
     if (mode == REPEAT_OVER_255) {
         Duplicate(t, 0.0f, c.n);
         Add(t, t, t, 64, 300, BinaryRepeatParams(1, 1, 1, 8, 8, 8));
+    } else if (mode == REPEAT_STRIDE_OVERRUN) {
+        Duplicate(t, 0.0f, c.n);
+        Add(t, t, t, 64, 4, BinaryRepeatParams(1, 1, 1, 16, 8, 8));  // dst reaches element 447
+    } else if (mode == PARTIAL_OVERLAP) {
+        Duplicate(t, 0.0f, c.n);
+        Add(t[8], t, t, 64);
+    } else if (mode == DOUBLE_WRITE) {
+        Duplicate(t, 0.0f, c.n);
+        Add(t, t, t, 64, 2, BinaryRepeatParams(1, 1, 1, 0, 8, 8));
+    } else if (mode == MASK_RANGE) {
+        Duplicate(t, 0.0f, c.n);
+        Add(t, t, t, 65, 1, BinaryRepeatParams());
+    } else if (mode == CAST_BAD_MODE) {
+        Duplicate(t, 0.0f, c.n);
+        LocalTensor<bfloat16_t> b = t.ReinterpretCast<bfloat16_t>();
+        Cast(b, t[c.n / 2], RoundMode::CAST_NONE, 64);
     } else if (mode == MISSING_PIPE_SYNC) {
         DataCopy(t, c.in, c.n);  // MTE2 writes, V reads: needs SetFlag/WaitFlag<MTE2_V>
         Muls(t, t, 2.0f, c.n);
@@ -287,6 +304,34 @@ static void reduce_max_axpy(TPipe& pipe, Ctx& c) {
     store(qo, y, c.out, c.n + 8);
 }
 
+// half: in (float) -> half by the repeat-form Cast; out (as half) [0..128) = x + x for the lanes
+// of a bit mask (even lanes; odd lanes keep the Duplicate'd 7 of the repeat-form Duplicate);
+// [128..130) = WholeReduceSum of the two 64-lane halves.
+static void half_forms(TPipe& pipe, Ctx& c) {
+    TQue<TPosition::VECIN, 1> qi;
+    TQue<TPosition::VECOUT, 1> qo;
+    TBuf<TPosition::VECCALC> hb;
+    pipe.InitBuffer(qi, 1, 128 * sizeof(float));
+    pipe.InitBuffer(qo, 1, 256 * sizeof(half));
+    pipe.InitBuffer(hb, 128 * sizeof(half));
+    LocalTensor<float> x = load(qi, c.in, 128);
+    LocalTensor<half> h = hb.Get<half>();
+    Cast(h, x, RoundMode::CAST_NONE, 64, 2, UnaryRepeatParams(1, 1, 4, 8));  // 64 lanes: 4 half blocks
+    qi.FreeTensor(x);
+    LocalTensor<half> y = qo.AllocTensor<half>();
+    Duplicate(y, half(7.0f), 128, 2, 1, 8);
+    const uint64_t even[2] = {0x5555555555555555ull, 0x5555555555555555ull};
+    Add(y, h, h, even, 1, BinaryRepeatParams());
+    WholeReduceSum(y[128], h, 64, 2, 1, 1, 4);
+    Duplicate(y[144], half(0.0f), 112);
+    qo.EnQue(y);
+    LocalTensor<half> o = qo.DeQue<half>();
+    GlobalTensor<half> og;
+    og.SetGlobalBuffer((__gm__ half*)c.out.GetPhyAddr(), 256);
+    DataCopy(og, o, 256);
+    qo.FreeTensor(o);
+}
+
 extern "C" __global__ __aicore__ void emu_case(GM_ADDR in, GM_ADDR out, GM_ADDR ws, GM_ADDR tiling) {
     GET_TILING_DATA_WITH_STRUCT(CaseTiling, t, tiling);
     Ctx c;
@@ -299,7 +344,9 @@ extern "C" __global__ __aicore__ void emu_case(GM_ADDR in, GM_ADDR out, GM_ADDR 
         case OVER_UB: case TOO_MANY_BUFFERS: ub_violations(pipe, t.mode); break;
         case MISALIGNED_UB: case RAGGED_DATACOPY: case GM_OVERRUN: case SETGLOBAL_OVERRUN:
             copy_violations(pipe, c, t.mode); break;
-        case REPEAT_OVER_255: case MISSING_PIPE_SYNC: vector_violations(pipe, c, t.mode); break;
+        case REPEAT_OVER_255: case MISSING_PIPE_SYNC: case REPEAT_STRIDE_OVERRUN: case PARTIAL_OVERLAP:
+        case DOUBLE_WRITE: case MASK_RANGE: case CAST_BAD_MODE: vector_violations(pipe, c, t.mode); break;
+        case HALF_FORMS: half_forms(pipe, c); break;
         case DEQUE_EMPTY: case ENQUE_FULL: case USE_AFTER_FREE: case POISON_READ: case GETVALUE_POISON:
             queue_violations(pipe, c, t.mode); break;
         case GM_RACE: all_cores_write(pipe, c, false); break;
