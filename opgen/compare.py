@@ -98,7 +98,7 @@ def _dtype_of(value) -> str:
     return dtype_name(np.asarray(value).dtype)
 
 
-def against_aten(op_names, tags, shapes, seed: int, repeats: int, progress=None) -> list[Row]:
+def against_aten(op_names, tags, shapes, seed: int, repeats: int) -> list[Row]:
     """Compare with ATen on every device torch has here (CPU; CUDA when present)."""
     rng = np.random.default_rng(seed)
     rows = []
@@ -114,8 +114,6 @@ def against_aten(op_names, tags, shapes, seed: int, repeats: int, progress=None)
                     out, ms = _timed(runs, repeats)
                     rows += judge(op_name, tag, problem, inputs, out["lib"], f"aten-{device}", out["opgen"],
                                   (ms["opgen"], ms["lib"]))
-                if progress:
-                    progress()
     return rows
 
 

@@ -50,12 +50,17 @@ def _target_for(device: torch.device) -> str:
 
 @contextmanager
 def _on(device: torch.device):
-    """Select the target for ``device`` for the duration of one call (restored after)."""
+    """Run one call on the target for ``device``. The common case (CPU tensors, a host
+    target selected) changes nothing; otherwise the process-wide setting is switched for
+    the call and put back exactly as it was (unset stays unset), under a lock."""
     wanted = _target_for(device)
+    if wanted == config.get_target():
+        yield
+        return
     with _TARGET_LOCK:
-        before = config._state["target"]
-        if wanted != config.get_target():
-            config.set_target(wanted)
+        with config._lock:
+            before = config._state["target"]
+        config.set_target(wanted)
         try:
             yield
         finally:

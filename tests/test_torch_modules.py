@@ -152,3 +152,16 @@ def test_compiled_model_has_no_graph_break_and_runs_opgen(opgen_calls):
     model(x).backward()
     for a, b in zip(compiled, [x.grad] + [p.grad for p in model.parameters()]):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_target_switch_is_put_back(monkeypatch):
+    """A call whose tensors need another target switches it for the call only."""
+    from opgen import config
+
+    monkeypatch.setattr(ot, "_target_for", lambda device: "llvm")
+    config.reset()
+    monkeypatch.setenv("OPGEN_TARGET", "ascend-emu")
+    seen = []
+    with ot._on(torch.device("cpu")):
+        seen.append(config.get_target())
+    assert seen == ["llvm"] and config._state["target"] is None and config.get_target() == "ascend-emu"
