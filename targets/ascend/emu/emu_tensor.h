@@ -55,6 +55,7 @@ inline const char* state_problem(SlotState s) {
 // Validate a tensor's slot: alive, this generation, not in a queue.
 inline void check_slot(const Slot* s, uint32_t gen, const char* api) {
     if (!s) fail(cat(api, ": LocalTensor was never allocated (AllocTensor/DeQue/TBuf::Get)"));
+    if (s->state == SlotState::DEAD) fail(cat(api, ": LocalTensor of ", s->owner, " used after TPipe::Reset"));
     if (s->generation != gen)
         fail(cat(api, ": LocalTensor of ", s->owner, " used after FreeTensor (stale tensor)"));
     if (const char* p = state_problem(s->state)) fail(cat(api, ": LocalTensor of ", s->owner, " ", p));
@@ -278,7 +279,7 @@ public:
                  " buffers are in use (missing FreeTensor; the hardware would wait forever)"));
     }
     template <typename T>
-    void EnQue(const LocalTensor<T>& t) {
+    bool EnQue(const LocalTensor<T>& t) {
         using namespace opgen_emu;
         check_slot(t.slot_, t.gen_, "EnQue");
         check_mine(t.slot_, "EnQue");
@@ -287,6 +288,7 @@ public:
         t.slot_->state = SlotState::QUEUED;
         t.slot_->pending = Pipe::NONE;  // the queue orders producer before consumer
         fifo_.push_back(t.slot_);
+        return true;
     }
     template <typename T>
     LocalTensor<T> DeQue() {

@@ -98,6 +98,10 @@
 #ifndef OPGEN_EMU_KERNEL_OPERATOR_H
 #define OPGEN_EMU_KERNEL_OPERATOR_H
 
+// Load each kernel library with RTLD_LOCAL (ctypes' default): the emulation's inline functions
+// have default visibility, and libraries built with other macros or another header version
+// must not bind to each other's copies (a kernel TU may hold user types that embed
+// emulation types, so the header cannot hide them).
 #include <utility>
 
 #include "emu_extra.h"
