@@ -224,7 +224,8 @@ def output_buffers(op_name: str, tag: str, problem, like: str = "numpy", device:
     if like == "numpy":
         return {name: np.empty(shape, numpy_dtype(combo[name])) for name, shape in shapes.items()}
     torch = import_torch()
-    return {name: torch.empty(shape, dtype=getattr(torch, combo[name]), device=device) for name, shape in shapes.items()}
+    return {name: torch.empty(shape, dtype=getattr(torch, combo[name]), device=device)
+            for name, shape in shapes.items()}
 
 
 def aclnn_call(op_name: str, problem, args: dict):

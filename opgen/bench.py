@@ -129,7 +129,8 @@ def contenders(case: Case, rng, skip=()) -> tuple[dict, int]:
         tensors = {k: B.to_torch(v) for k, v in inputs.items()}
     except B.TorchMissing:
         return runs, nbytes
-    runs["opgen-torch"] = B.aclnn_call(case.op, problem, {**tensors, **B.output_buffers(case.op, case.tag, problem, "torch")})
+    torch_outputs = B.output_buffers(case.op, case.tag, problem, "torch")
+    runs["opgen-torch"] = B.aclnn_call(case.op, problem, {**tensors, **torch_outputs})
     if case.op == "group_norm_backward":
         peers = {"aten": B.aten_call}
     else:
@@ -258,7 +259,8 @@ def add_arguments(parser) -> None:
                         help="e.g. rms_norm_grad=4096x4096 or group_norm_backward=2,320,64x64,32 (repeatable)")
     parser.add_argument("--repeats", type=int, default=15, help="interleaved rounds (median)")
     parser.add_argument("--no-tiny", action="store_true", help="leave out the per-call cost rows")
-    parser.add_argument("--skip", action="append", default=[], choices=("eager", "compile", "aten", "aten-layernorm", "after-torch"),
+    parser.add_argument("--skip", action="append", default=[],
+                        choices=("eager", "compile", "aten", "aten-layernorm", "after-torch"),
                         help="leave out a baseline (repeatable)")
     parser.add_argument("--omp-wait", choices=("passive", "default", "inherit"), default="passive",
                         help="OMP_WAIT_POLICY for the run (see the module doc)")

@@ -65,7 +65,8 @@ def _kernel_name(op, role: str) -> str:
         return names[role]
     if role in op.inputs + op.outputs:
         return role
-    raise DumpError(f"{op.name}: unknown role {role!r}; expected one of {sorted(names) or list(op.inputs + op.outputs)}")
+    known = sorted(names) or list(op.inputs + op.outputs)
+    raise DumpError(f"{op.name}: unknown role {role!r}; expected one of {known}")
 
 
 def _dtype(text: str) -> str:
