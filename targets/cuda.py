@@ -162,7 +162,11 @@ class CudaTarget(TargetSpec):
     def source_of(self, module) -> tuple[str, str]:
         if isinstance(module, CudaSource):
             return "kernel.cu", module.source
-        return "kernel.cu", module.imports[0].inspect_source()
+        device_module = module.imports[0]
+        try:   # a module built on a GPU holds the CUDA source next to the compiled code
+            return "kernel.cu", device_module.inspect_source("cu")
+        except Exception:
+            return "kernel.cu", device_module.inspect_source()
 
     def compile_check(self, module, out_dir: Path | None = None) -> list[ArchReport]:
         """nvcc on the kernel's source for every architecture in ``archs``."""
