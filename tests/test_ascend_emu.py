@@ -132,7 +132,8 @@ MODES = dict(OVER_UB=1, MISALIGNED_UB=2, RAGGED_DATACOPY=3, GM_OVERRUN=4, SETGLO
              CAST_MODES=20, LEAK=21, PAD_BURSTS=22, SETFLAG_SYNC=23, VS_MISSING=24, SETVALUE_DMA=25,
              INIT_ATOMIC=26, REDUCE_MAX_AXPY=27, WS_UNINIT_ATOMIC=28, WS_UNINIT_READ=29, ATOMIC_LEFT_ON=30,
              GM_GETVALUE_AFTER_MTE3=31, REPEAT_STRIDE_OVERRUN=32, PARTIAL_OVERLAP=33, DOUBLE_WRITE=34,
-             MASK_RANGE=35, CAST_BAD_MODE=36, HALF_FORMS=37, COPY_TWICE=99)
+             MASK_RANGE=35, CAST_BAD_MODE=36, HALF_FORMS=37, RESET_REUSE=38, STALE_AFTER_RESET=39,
+             DATACOPY_PARAMS=40, COPY_TWICE=99)
 
 
 def run_case(libs, mode: str, cores: int = 1, x=None, n: int = 256):
@@ -180,6 +181,7 @@ VIOLATIONS = [
     ("DOUBLE_WRITE", 1, r"Add: writes dst element 0 twice in one instruction"),
     ("MASK_RANGE", 1, r"Add: mask 65 outside \[1, 64\]"),
     ("CAST_BAD_MODE", 1, r"Cast: CAST_NONE is not a valid RoundMode for float -> bfloat16_t \(use CAST_RINT"),
+    ("STALE_AFTER_RESET", 1, r"Duplicate: LocalTensor of TBuf 'big' .* used after TPipe::Reset"),
     ("SYNCALL_MISMATCH", 4, r"core 0: SyncAll: 3 core\(s\) returned from the kernel without reaching this SyncAll"),
 ]
 
@@ -349,3 +351,25 @@ def test_bf16_arithmetic_does_not_compile_without_opgen_vec_bf16(tmp_path):
     done = subprocess.run([CXX, "-std=c++17", "-fsyntax-only", f"-I{EMU}", str(src)], capture_output=True, text=True)
     assert done.returncode != 0
     assert "Add: supported for half, float, int16_t, int32_t (bfloat16_t only with OPGEN_VEC_BF16" in done.stderr
+
+
+def test_pipe_reset_gives_the_ub_a_new_layout(libs):
+    status, msg, out = run_case(libs, "RESET_REUSE", 1)
+    assert status == 0, msg
+    np.testing.assert_array_equal(out[:256], 2 * np.arange(256, dtype=np.float32))
+
+
+def test_datacopy_params_bursts_and_gaps(libs):
+    status, msg, out = run_case(libs, "DATACOPY_PARAMS", 1)
+    assert status == 0, msg
+    x = np.arange(256, dtype=np.float32)
+    for r in range(4):
+        np.testing.assert_array_equal(out[16 * r:16 * r + 8], x[16 * r:16 * r + 8])
+        assert np.all(out[16 * r + 8:16 * r + 16] == 0)  # the gaps are not written
+
+
+def test_tiling_read_is_bounds_checked(libs):
+    x, out, ws = np.zeros(256, np.float32), np.zeros(256, np.float32), np.zeros(256, np.float32)
+    status, msg = libs["cases"].launch("emu_case", 1, [x, out, ws, np.array([MODES["COPY_TWICE"]], np.int32)])
+    assert status == 1
+    assert "GET_TILING_DATA: GM access of 8 B at offset 0 of argument 3 overruns its 4 B" in msg

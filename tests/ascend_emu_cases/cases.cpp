@@ -18,6 +18,7 @@ enum Mode {
     REPEAT_FORMS, CAST_MODES, LEAK, PAD_BURSTS, SETFLAG_SYNC, VS_MISSING, SETVALUE_DMA, INIT_ATOMIC,
     REDUCE_MAX_AXPY, WS_UNINIT_ATOMIC, WS_UNINIT_READ, ATOMIC_LEFT_ON, GM_GETVALUE_AFTER_MTE3,
     REPEAT_STRIDE_OVERRUN, PARTIAL_OVERLAP, DOUBLE_WRITE, MASK_RANGE, CAST_BAD_MODE, HALF_FORMS,
+    RESET_REUSE, STALE_AFTER_RESET, DATACOPY_PARAMS,
 };
 
 struct Ctx {
@@ -332,6 +333,33 @@ static void half_forms(TPipe& pipe, Ctx& c) {
     qo.FreeTensor(o);
 }
 
+// Two phases with different UB layouts: copy_twice, Reset, copy_twice again (out = 2 * in).
+// STALE_AFTER_RESET keeps a TBuf tensor across the Reset and uses it.
+static void reset_reuse(TPipe& pipe, Ctx& c, bool stale) {
+    TBuf<TPosition::VECCALC> big;
+    pipe.InitBuffer(big, OPGEN_UB_BYTES / 2);
+    LocalTensor<float> old = big.Get<float>();
+    Duplicate(old, 1.0f, 64);
+    pipe.Reset();
+    if (stale) Duplicate(old, 2.0f, 64);
+    copy_twice(pipe, c);
+}
+
+// Strided bursts: GM rows of 16 floats, 8 taken from each of 4 rows into 32 contiguous UB
+// floats, written back with the same gaps: out[16r .. 16r+8) = in[16r .. 16r+8).
+static void datacopy_params(TPipe& pipe, Ctx& c) {
+    TQue<TPosition::VECIN, 1> qi;
+    pipe.InitBuffer(qi, 1, 32 * sizeof(float));
+    LocalTensor<float> x = qi.AllocTensor<float>();
+    DataCopy(x, c.in, DataCopyParams(4, 1, 1, 0));
+    qi.EnQue(x);
+    x = qi.DeQue<float>();
+    SetFlag<HardEvent::MTE2_MTE3>(EVENT_ID0);
+    WaitFlag<HardEvent::MTE2_MTE3>(EVENT_ID0);
+    DataCopy(c.out, x, DataCopyParams(4, 1, 0, 1));
+    qi.FreeTensor(x);
+}
+
 extern "C" __global__ __aicore__ void emu_case(GM_ADDR in, GM_ADDR out, GM_ADDR ws, GM_ADDR tiling) {
     GET_TILING_DATA_WITH_STRUCT(CaseTiling, t, tiling);
     Ctx c;
@@ -347,6 +375,8 @@ extern "C" __global__ __aicore__ void emu_case(GM_ADDR in, GM_ADDR out, GM_ADDR 
         case REPEAT_OVER_255: case MISSING_PIPE_SYNC: case REPEAT_STRIDE_OVERRUN: case PARTIAL_OVERLAP:
         case DOUBLE_WRITE: case MASK_RANGE: case CAST_BAD_MODE: vector_violations(pipe, c, t.mode); break;
         case HALF_FORMS: half_forms(pipe, c); break;
+        case RESET_REUSE: case STALE_AFTER_RESET: reset_reuse(pipe, c, t.mode == STALE_AFTER_RESET); break;
+        case DATACOPY_PARAMS: datacopy_params(pipe, c); break;
         case DEQUE_EMPTY: case ENQUE_FULL: case USE_AFTER_FREE: case POISON_READ: case GETVALUE_POISON:
             queue_violations(pipe, c, t.mode); break;
         case GM_RACE: all_cores_write(pipe, c, false); break;
