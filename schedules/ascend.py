@@ -202,8 +202,16 @@ class GroupTiles:
         return out, row_sums, group_stages, column_sums, casts
 
     def operands(self, func) -> GroupOperands:
-        infos = blocks(s_tir.Schedule(func))
-        out, row_sums, group_stages, column_sums, casts = self.match(infos)
+        sch = s_tir.Schedule(func)
+        infos = blocks(sch)
+        roles = _roles(sch)
+        if roles:   # scheduled (and maybe hoisted): the recorded roles, as in RowTiles.operands
+            by_role = lambda role: [b for b in infos if roles[b.name] == role]  # noqa: E731
+            out = by_role("tile")[0]
+            row_sums, group_stages = by_role("channel_sum"), by_role("task_stage")
+            column_sums, casts = by_role("column_sum"), by_role("cast")
+        else:
+            out, row_sums, group_stages, column_sums, casts = self.match(infos)
         n, g, d, _ = out.extents
         params, written = _param_roles(func, infos)
         pick = lambda pred: tuple((nm, t) for nm, (t, s) in params.items() if pred(nm, s))  # noqa: E731

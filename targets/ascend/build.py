@@ -21,7 +21,10 @@ from pathlib import Path
 import numpy as np
 
 from opgen.targets.ascend.emit_flow import kernel_source
+from opgen.targets.ascend.emit_groups import read_group_kernel
+from opgen.targets.ascend.emit_groups_flow import group_kernel_source, group_tiling_header, group_tiling_source
 from opgen.targets.ascend.emitter import read_row_kernel
+from opgen.targets.ascend.exprs import EmitError
 from opgen.targets.ascend.host import FIELDS, def_source, tiling_header, tiling_source
 
 EMU_DIR = Path(__file__).parent / "emu"
@@ -32,13 +35,32 @@ def emulation_available() -> bool:
     return (EMU_DIR / "kernel_operator.h").exists() and shutil.which("g++") is not None
 
 
+def _pattern(func) -> tuple[str, dict]:
+    from tvm import s_tir
+
+    sch = s_tir.Schedule(func)
+    ann = sch.get(sch.get_sblock("root")).annotations
+    knobs = {key[len("ascend."):]: (str(v) if isinstance(v, str) or hasattr(v, "startswith") else int(v))
+             for key, v in ann.items() if key.startswith("ascend.") and key != "ascend.pattern"}
+    return str(ann.get("ascend.pattern", "")), knobs
+
+
 def project(func, symbol: str, hw) -> tuple[object, dict]:
-    """(the row kernel description, {relative path: text}) of the CANN layout."""
-    k = read_row_kernel(func, symbol)
+    """(the kernel description, {relative path: text}) of the CANN layout, by the pattern the
+    schedule recorded (EmitError for a pattern without a printer)."""
+    pattern, knobs = _pattern(func)
+    if pattern == "groups":
+        k = read_group_kernel(func, symbol, knobs)
+        kernel, header, tiling = group_kernel_source(k, hw), group_tiling_header(k), group_tiling_source(k, hw)
+    elif pattern == "rows":
+        k = read_row_kernel(func, symbol)
+        kernel, header, tiling = kernel_source(k, hw), tiling_header(k), tiling_source(k, hw)
+    else:
+        raise EmitError(f"no AscendC printer for the schedule pattern {pattern!r} of {symbol}")
     files = {
-        f"op_kernel/{symbol}.cpp": kernel_source(k, hw),
-        f"op_host/{symbol}_tiling.h": tiling_header(k),
-        f"op_host/{symbol}_tiling.cpp": tiling_source(k, hw),
+        f"op_kernel/{symbol}.cpp": kernel,
+        f"op_host/{symbol}_tiling.h": header,
+        f"op_host/{symbol}_tiling.cpp": tiling,
         f"op_host/{symbol}_def.cpp": def_source(k, {hw.product: None}),
     }
     return k, files
@@ -87,18 +109,17 @@ def compile_project(files: dict, symbol: str, hw, extra_flags=()) -> Path:
     return lib
 
 
-class Tiling(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_int64) for name in FIELDS]
+def tiling_struct(fields: tuple):
+    """A ctypes struct of int64 ``fields`` (the emitted tiling header's struct)."""
+    class Tiling(ctypes.Structure):
+        _fields_ = [(name, ctypes.c_int64) for name in fields]
 
-    def as_dict(self) -> dict:
-        return {name: int(getattr(self, name)) for name in FIELDS}
+        def as_dict(self) -> dict:
+            return {name: int(getattr(self, name)) for name in fields}
+    return Tiling
 
 
-def load_tiling_fn(lib, symbol: str):
-    fn = getattr(lib, f"{symbol}_tiling")
-    fn.argtypes = [ctypes.c_int64] * 4 + [ctypes.POINTER(Tiling)]
-    fn.restype = ctypes.c_int
-    return fn
+Tiling = tiling_struct(FIELDS)
 
 
 class EmuKernel:
@@ -112,22 +133,25 @@ class EmuKernel:
                                 ctypes.c_uint32]
         self.launch.restype = ctypes.c_int
         self.lib.opgen_emu_last_error.restype = ctypes.c_char_p
-        self.tiling_fn = load_tiling_fn(self.lib, kernel.symbol)
+        self.struct = tiling_struct(kernel.fields)
+        self.tiling_fn = getattr(self.lib, f"{kernel.symbol}_tiling")
+        self.tiling_fn.restype = ctypes.c_int
 
-    def tiling(self, rows: int, cols: int) -> Tiling:
-        t = Tiling()
-        if self.tiling_fn(rows, cols, self.hw.vector_cores, self.hw.usable_ub_bytes, ctypes.byref(t)):
-            raise RuntimeError(f"{self.k.symbol}: rows={rows} cols={cols} does not fit the UB of {self.hw.product}")
+    def tiling(self, *sizes: int):
+        """The host tiling function's result for ``sizes`` (rows, cols / N, G, D, HW)."""
+        t = self.struct()
+        args = [ctypes.c_int64(int(v)) for v in (*sizes, self.hw.vector_cores, self.hw.usable_ub_bytes)]
+        if self.tiling_fn(*args, ctypes.byref(t)):
+            raise RuntimeError(f"{self.k.symbol}: sizes {sizes} do not fit the UB of {self.hw.product}")
         return t
 
     def __call__(self, *tensors) -> None:
         by_name = dict(zip(self.k.param_names, tensors))
-        tile = next(n for n, _, role in self.k.args if role == "tile")
-        rows, cols = (int(v) for v in by_name[tile].shape)
-        t = self.tiling(rows, cols)
+        t = self.tiling(*self.k.size_args(by_name))
         if t.block_dim == 0:
             return
-        ws = np.zeros(max(1, t.ws_pitch * t.block_dim * len(self.k.ops.col_sums)), np.float32)
+        # Deliberately not zeroed (CANN's workspace is not): the kernel must write what it reads.
+        ws = np.full(max(1, self.k.workspace_floats(t)), np.nan, np.float32)
         tiling = np.frombuffer(bytes(t), np.uint8).copy()
         ptrs, sizes = [], []
         for name, dtype, _ in self.k.args:

@@ -28,7 +28,7 @@ from tvm import s_tir
 
 from opgen.schedules.ascend import RowTiles
 from opgen.schedules.ascend_tiling import TEMP_TILES
-from opgen.targets.ascend.exprs import Context, EmitError, emit_expr, reduction_body, stored_value
+from opgen.targets.ascend.exprs import Context, EmitError, emit_expr, reduction_body, row_sums, stored_value
 
 CPP_TYPE = {"float32": "float", "float16": "half", "bfloat16": "bfloat16_t"}
 MODES = {"split-N": 0, "small-D": 1, "split-D": 2, "empty": 3}
@@ -46,9 +46,24 @@ class RowKernel:
     knobs: dict
     param_names: tuple = ()    # every parameter of the TIR function, in order
 
+    pattern = "rows"
+
     @property
     def struct(self) -> str:
         return f"{camel(self.symbol)}TilingData"
+
+    @property
+    def fields(self) -> tuple:
+        from opgen.targets.ascend.host import FIELDS
+        return FIELDS
+
+    def size_args(self, by_name: dict) -> tuple:
+        """The host tiling function's leading arguments: (rows, cols) of the tile."""
+        tile = next(n for n, _, role in self.args if role == "tile")
+        return tuple(int(v) for v in by_name[tile].shape)
+
+    def workspace_floats(self, t) -> int:
+        return t.ws_pitch * t.block_dim * len(self.ops.col_sums)
 
 
 def camel(symbol: str) -> str:
@@ -61,7 +76,7 @@ def read_row_kernel(func, symbol: str) -> RowKernel:
     root = sch.get(sch.get_sblock("root"))
     pattern = str(root.annotations.get("ascend.pattern", ""))
     if pattern != "rows":
-        raise EmitError(f"the Ascend emitter prints the row pattern only; {symbol} is '{pattern}'")
+        raise EmitError(f"{symbol} is not of the row pattern but '{pattern}'")
     knobs = {k[len("ascend."):]: v for k, v in root.annotations.items() if k.startswith("ascend.") and k != "ascend.pattern"}
     knobs = {k: (str(v) if isinstance(v, str) or hasattr(v, "startswith") else int(v)) for k, v in knobs.items()}
     stages = []
@@ -195,17 +210,8 @@ def _row_stage_fn(k: RowKernel, name: str, blk) -> list[str]:
         if value.kind != "tile":
             raise EmitError(f"{name}: a row reduction of a non-tile value")
         out += [f"    {line}" for line in ctx.lines]
-        out += ["    PipeBarrier<PIPE_ALL>();",
-                "    if (P * 4 <= 256) {",
-                f"        WholeReduceSum<float>(reduce_work_t_, {value.text}, len, n, 1, 1, P / 8);",
-                "        PipeBarrier<PIPE_ALL>();",
-                f"        for (int32_t i = 0; i < n; ++i) r_{name}_.SetValue(i, r_{name}_.GetValue(i) + reduce_work_t_.GetValue(i));",
-                "    } else {",
-                "        for (int32_t i = 0; i < n; ++i) {",
-                f"            ReduceSum<float>(reduce_work_t_, {value.text}[i * P], reduce_work_t_[8], len);",
-                "            PipeBarrier<PIPE_ALL>();",
-                f"            r_{name}_.SetValue(i, r_{name}_.GetValue(i) + reduce_work_t_.GetValue(0));",
-                "        }", "    }"]
+        add = lambda i, v: f"r_{name}_.SetValue({i}, r_{name}_.GetValue({i}) + {v});"  # noqa: E731
+        out += [f"    {line}" for line in row_sums(value.text, add)]
     else:
         ctx = _context(k, blk, 0, None)
         value = emit_expr(blk.body.value, ctx)

@@ -205,3 +205,30 @@ def stored_value(store) -> tuple[object, str]:
     if _kind(value) == "Cast" and dtype_of(value) != "float32":
         return value.value, dtype_of(value)
     return value, str(store.buffer.dtype)
+
+
+def row_sums(tile: str, add_to) -> list[str]:
+    """Lines that add the sum of the first ``len`` elements of each of the ``n`` rows (pitch
+    ``P``) of ``tile`` to a per-row accumulator; ``add_to(i, v)`` is the C++ statement adding
+    value ``v`` to row ``i``'s accumulator. Rows of one repeat (P <= 64 floats) go through
+    WholeReduceSum, one repeat per row and at most 255 repeats per call; longer rows through
+    ReduceSum, one call per row (its per-repeat partials in reduce_work_t_[8..])."""
+    return [
+        "PipeBarrier<PIPE_ALL>();",
+        "if (P * 4 <= 256) {",
+        "    for (int32_t r0 = 0; r0 < n; r0 += 255) {",
+        "        const int32_t m = n - r0 < 255 ? n - r0 : 255;",
+        f"        WholeReduceSum<float>(reduce_work_t_, {tile}[r0 * P], len, m, 1, 1, P / 8);",
+        "        PipeBarrier<PIPE_ALL>();",
+        f"        for (int32_t j = 0; j < m; ++j) {{ {add_to('r0 + j', 'reduce_work_t_.GetValue(j)')} }}",
+        "        PipeBarrier<PIPE_ALL>();",
+        "    }",
+        "} else {",
+        "    for (int32_t i = 0; i < n; ++i) {",
+        f"        ReduceSum<float>(reduce_work_t_, {tile}[i * P], reduce_work_t_[8], len);",
+        "        PipeBarrier<PIPE_ALL>();",
+        f"        {add_to('i', 'reduce_work_t_.GetValue(0)')}",
+        "        PipeBarrier<PIPE_ALL>();",
+        "    }",
+        "}",
+    ]

@@ -1,0 +1,201 @@
+"""Scheduled TIR of the group pattern -> an AscendC kernel (GroupNorm-like ops).
+
+The group pattern (schedules/ascend.py, GroupTiles): tensors (N, G, D, HW); the (n, g)
+tasks are split over the cores. Per task the kernel sees a (channels x HxW) tile, so the
+row machinery of the row pattern applies with rows = channels:
+  * ``channel_sum`` blocks (sums over HxW per channel) -> row sums into D-float UB vectors;
+  * ``task_stage`` blocks (sums over the channels, per-task scalars) -> scalar code in
+    registers (``s_<stage>``);
+  * the ``tile`` block -> vector calls over the tile, per-channel values as per-row scalars;
+  * ``column_sum`` blocks (sums over N) -> each task's D contributions go to a float32
+    workspace: one row per task (deterministic: summed in batch order after SyncAll) or one
+    row per group that every core adds into with SetAtomicAdd (atomic); a final pass split
+    over the groups writes the outputs, rounding them where a ``cast`` block says so.
+Modes (runtime, from the host tiling): group / hw1 (the whole group in one pass), channels /
+channel / hw-chunk (a first pass over the group for its sums, a second for the outputs).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import s_tir
+
+from opgen.schedules.ascend import GroupTiles
+from opgen.schedules.ascend_tiling import TEMP_TILES, group_buffers
+from opgen.targets.ascend.emitter import CPP_TYPE, camel
+from opgen.targets.ascend.exprs import (Context, EmitError, Value, emit_expr, load_name, reduction_body, row_sums,
+                                        stored_value)
+
+GROUP_FIELDS = ("N", "G", "D", "HW", "tasks", "block_dim", "block_factor", "ub_rows", "ub_cols", "pitch", "mode",
+                "ws_pitch", "work")
+GROUP_MODES = {"group": 0, "hw1": 1, "channels": 2, "channel": 3, "hw-chunk": 4, "empty": 5}
+
+
+@dataclass
+class GroupKernel:
+    symbol: str
+    ops: object                # GroupOperands
+    stages: list               # (name, role, SBlock) in program order
+    args: list                 # (name, dtype, role) kernel GM arguments in parameter order
+    sizes: dict                # size variable name -> C++
+    knobs: dict
+    param_names: tuple
+    fields = GROUP_FIELDS
+    pattern = "groups"
+
+    @property
+    def struct(self) -> str:
+        return f"{camel(self.symbol)}TilingData"
+
+    def size_args(self, by_name: dict) -> tuple:
+        tile = next(n for n, _, role in self.args if role == "tile")
+        return tuple(int(v) for v in by_name[tile].shape)          # N, G, D, HW
+
+    def workspace_floats(self, t) -> int:
+        rows = t.tasks if self.knobs.get("sums") != "atomic" else t.G
+        return rows * t.ws_pitch * len(self.ops.chan_sums)
+
+
+def read_group_kernel(func, symbol: str, knobs: dict) -> GroupKernel:
+    sch = s_tir.Schedule(func)
+    stages = []
+    for rv in sch.get_child_blocks(sch.get_sblock("root")):
+        blk = sch.get(rv)
+        stages.append((blk.name_hint, str(blk.annotations["ascend.role"]), blk))
+    ops = GroupTiles().operands(func)
+    tile = next(b for _, r, b in stages if r == "tile")
+    sizes = {str(iv.dom.extent): f"t_.{f}" for iv, f in zip(tile.iter_vars, ("N", "G", "D", "HW"))}
+    cast_reads = {load_name(b.body.value.value if _is_cast(b.body.value) else b.body.value)
+                  for _, r, b in stages if r == "cast"}
+    role = {n: "tile" for n, _ in ops.tiles_in + ops.tiles_out}
+    role.update({n: "task" for n, _ in ops.tasks_in})
+    role.update({n: "chan" for n, _ in ops.chans_in + ops.chan_outs})
+    role.update({n: "chan" for n, _ in ops.chan_sums if n not in cast_reads})
+    args = [(b.name, str(b.dtype), role[b.name]) for b in func.params if b.name in role]
+    return GroupKernel(symbol, ops, stages, args, sizes, knobs, tuple(b.name for b in func.params))
+
+
+def _is_cast(node) -> bool:
+    return type(node).__name__ == "Cast"
+
+
+def _f32(name: str, dtype: str) -> str:
+    return f"q_{name}_.GetValue(0)" if dtype == "float32" else f"static_cast<float>(q_{name}_.GetValue(0))"
+
+
+def _context(k: GroupKernel, blk, axes: dict, row_index: str | None) -> Context:
+    """Homes of every load of ``blk``; ``axes`` maps n/g/d/h to its iterator names."""
+    a = axes
+    loads = {}
+    for name, _ in k.ops.tiles_in:
+        loads[(name, (a["n"], a["g"], a["d"], a.get("h")))] = Value("tile", f"v_{name}_")
+    for name, _ in k.ops.tasks_in:
+        loads[(name, (a["n"], a["g"]))] = Value("scalar", f"s_{name}")
+    for stage in k.ops.task_stages:
+        loads[(stage, (a["n"], a["g"]))] = Value("scalar", f"s_{stage}")
+    for name, _ in k.ops.chans_in:
+        loads[(name, (a["g"], a["d"]))] = Value("row", f"cf_{name}_.GetValue({row_index})")
+    for stage in k.ops.chan_stages:
+        loads[(stage, (a["n"], a["g"], a["d"]))] = Value("row", f"chan_{stage}_t_.GetValue({row_index})")
+    return Context(row_var=None, col_var=None, tiles={}, rows={}, cols={}, sizes=k.sizes,
+                   temps=[f"tmp{i}_t_" for i in range(TEMP_TILES)], loads=loads)
+
+
+def _names(blk) -> list[str]:
+    return [str(iv.var) for iv in blk.iter_vars]
+
+
+def _chan_stage_fn(k: GroupKernel, name: str, blk) -> list[str]:
+    n_, g_, d_, h_ = _names(blk)
+    ctx = _context(k, blk, {"n": n_, "g": g_, "d": d_, "h": h_}, "d0 + i")
+    value = emit_expr(reduction_body(blk.body), ctx)
+    if value.kind != "tile":
+        raise EmitError(f"{name}: a channel sum of a non-tile value")
+    add = lambda i, v: f"chan_{name}_t_.SetValue(d0 + {i}, chan_{name}_t_.GetValue(d0 + {i}) + {v});"  # noqa: E731
+    return ([f"__aicore__ inline void Chan_{name}(int32_t d0, int32_t n, int32_t len) {{",
+             "    const int32_t P = t_.pitch; (void)P;"]
+            + [f"    {line}" for line in ctx.lines + row_sums(value.text, add)] + ["}"])
+
+
+def _task_stage_lines(k: GroupKernel, name: str, blk) -> list[str]:
+    names = _names(blk)
+    if len(names) == 3:                                   # a sum over the channels
+        ctx = _context(k, blk, {"n": names[0], "g": names[1], "d": names[2]}, "i")
+        value = emit_expr(reduction_body(blk.body), ctx)
+        if value.kind not in ("row", "scalar") or ctx.lines:
+            raise EmitError(f"{name}: a per-task sum must be scalar code")
+        return [f"{{ float acc = 0.0f; for (int32_t i = 0; i < t_.D; ++i) acc += {value.text}; s_{name} = acc; }}"]
+    ctx = _context(k, blk, {"n": names[0], "g": names[1], "d": "-"}, "i")
+    value = emit_expr(blk.body.value, ctx)
+    if value.kind != "scalar" or ctx.lines:
+        raise EmitError(f"{name}: a per-task stage must be scalar code")
+    return [f"s_{name} = {value.text};"]
+
+
+def _copy(k_rows: str, length: str, itemsize: str, to_ub: bool) -> str:
+    ub_gap = f"(P * {itemsize} - AlignUp({length} * {itemsize})) / 32"
+    gm_gap = f"(t_.HW - {length}) * {itemsize}"
+    src, dst = (gm_gap, ub_gap) if to_ub else (ub_gap, gm_gap)
+    return f"DataCopyExtParams({k_rows}, {length} * {itemsize}, {src}, {dst}, 0)"
+
+
+def _tile_fns(k: GroupKernel) -> list[str]:
+    out = ["__aicore__ inline void LoadTiles(int64_t task, int64_t d0, int32_t n, int64_t h0, int32_t len) {",
+           "    const int32_t P = t_.pitch;"]
+    for name, d in k.ops.tiles_in:
+        ty = CPP_TYPE[d]
+        out += [f"    {{ LocalTensor<{ty}> a = in_{name}_.AllocTensor<{ty}>();",
+                f"      DataCopyPad(a, g_{name}_[(task * t_.D + d0) * t_.HW + h0], {_copy('n', 'len', f'sizeof({ty})', True)}, "
+                f"DataCopyPadExtParams<{ty}>(false, 0, 0, 0));",
+                f"      in_{name}_.EnQue(a); q_{name}_ = in_{name}_.DeQue<{ty}>(); }}",
+                f"    v_{name}_ = q_{name}_;" if d == "float32" else
+                f"    v_{name}_ = f32_{name}_t_; Cast(v_{name}_, q_{name}_, RoundMode::CAST_NONE, n * P);"]
+    out += ["}", "__aicore__ inline void FreeTiles() {"]
+    out += [f"    in_{name}_.FreeTensor(q_{name}_);" for name, _ in k.ops.tiles_in]
+    out.append("}")
+    tile_blk = next(b for _, r, b in k.stages if r == "tile")
+    n_, g_, d_, h_ = _names(tile_blk)
+    ctx = _context(k, tile_blk, {"n": n_, "g": g_, "d": d_, "h": h_}, "d0 + i")
+    expr, dtype = stored_value(tile_blk.body)
+    value = emit_expr(expr, ctx)
+    if value.kind != "tile":
+        raise EmitError("the elementwise output of the group pattern is not a tile")
+    target, ty = tile_blk.body.buffer.name, CPP_TYPE[dtype]
+    out += ["__aicore__ inline void Outputs(int64_t task, int64_t d0, int32_t n, int64_t h0, int32_t len) {",
+            "    const int32_t P = t_.pitch;"] + [f"    {line}" for line in ctx.lines]
+    out += [f"    LocalTensor<{ty}> o = out_{target}_.AllocTensor<{ty}>();",
+            f"    DataCopy(o, {value.text}, n * P);" if dtype == "float32" else
+            f"    Cast(o, {value.text}, RoundMode::CAST_RINT, n * P);",
+            f"    out_{target}_.EnQue(o); o = out_{target}_.DeQue<{ty}>();",
+            f"    DataCopyPad(g_{target}_[(task * t_.D + d0) * t_.HW + h0], o, {_copy('n', 'len', f'sizeof({ty})', False)});",
+            f"    out_{target}_.FreeTensor(o);", "}"]
+    return out
+
+
+def _task_fns(k: GroupKernel) -> list[str]:
+    out = ["__aicore__ inline void LoadTask(int64_t task, int64_t g) {"]
+    for name, d in k.ops.tasks_in:
+        ty = CPP_TYPE[d]
+        out += [f"    {{ LocalTensor<{ty}> a = in_{name}_.AllocTensor<{ty}>();",
+                f"      DataCopyPad(a, g_{name}_[task], DataCopyExtParams(1, sizeof({ty}), 0, 0, 0), "
+                f"DataCopyPadExtParams<{ty}>(false, 0, 0, 0));",
+                f"      in_{name}_.EnQue(a); q_{name}_ = in_{name}_.DeQue<{ty}>(); s_{name} = {_f32(name, d)};",
+                f"      in_{name}_.FreeTensor(q_{name}_); }}"]
+    for name, d in k.ops.chans_in:
+        ty = CPP_TYPE[d]
+        out += [f"    {{ LocalTensor<{ty}> a = in_{name}_.AllocTensor<{ty}>();",
+                f"      DataCopyPad(a, g_{name}_[g * t_.D], DataCopyExtParams(1, t_.D * sizeof({ty}), 0, 0, 0), "
+                f"DataCopyPadExtParams<{ty}>(false, 0, 0, 0));",
+                f"      in_{name}_.EnQue(a); q_{name}_ = in_{name}_.DeQue<{ty}>(); }}",
+                f"    cf_{name}_ = q_{name}_;" if d == "float32" else
+                f"    cf_{name}_ = f32_{name}_t_; Cast(cf_{name}_, q_{name}_, RoundMode::CAST_NONE, t_.D);"]
+    out.append("    PipeBarrier<PIPE_ALL>();")
+    out += [f"    for (int32_t i = 0; i < t_.D; ++i) chan_{s}_t_.SetValue(i, 0.0f);" for s in k.ops.chan_stages]
+    out += ["}", "__aicore__ inline void FreeTask() {"]
+    out += [f"    in_{name}_.FreeTensor(q_{name}_);" for name, _ in k.ops.chans_in]
+    out += ["}", "__aicore__ inline void TaskStages() {"]
+    for name, role, blk in k.stages:
+        if role == "task_stage":
+            out += [f"    {line}" for line in _task_stage_lines(k, name, blk)]
+    out.append("}")
+    return out

@@ -1,0 +1,242 @@
+"""The group pattern's kernel flow, cross-core sums, host tiling: the rest of op_kernel/ and op_host/.
+
+See targets/ascend/emit_groups.py for what each stage becomes; this module prints Init, the
+per-task loop (one pass when the group fits, else a sums pass and an outputs pass), the
+workspace sums and the final pass, and the host tiling function (the arithmetic of
+schedules/ascend_tiling.plan_groups, compared with it by the tests).
+"""
+from __future__ import annotations
+
+from opgen.schedules.ascend_tiling import group_buffers, itemsize
+from opgen.targets.ascend.emit_groups import (GROUP_FIELDS, GROUP_MODES, GroupKernel, _chan_stage_fn, _context,
+                                              _names, _task_fns, _tile_fns)
+from opgen.targets.ascend.emitter import CPP_TYPE
+from opgen.targets.ascend.exprs import EmitError, emit_expr, load_name, reduction_body
+
+GM_SIZE = {"tile": "t_.N * t_.G * t_.D * t_.HW", "task": "t_.N * t_.G", "chan": "t_.G * t_.D"}
+
+
+def _buffers(k: GroupKernel, hw):
+    return group_buffers(hw, k.ops, 1, 16, int(k.knobs.get("buffer_num", 2)), 1)
+
+
+def _members_init(k: GroupKernel, hw) -> tuple[list[str], list[str]]:
+    members = ["TPipe pipe_;", f"{k.struct} t_;", "int64_t core_ = 0, task0_ = 0, ntasks_ = 0;",
+               "GlobalTensor<float> g_ws_;"]
+    members += [f"GlobalTensor<{CPP_TYPE[d]}> g_{n}_;" for n, d, _ in k.args]
+    members += [f"LocalTensor<{CPP_TYPE[d]}> q_{n}_;" for n, d in k.ops.tiles_in + k.ops.tasks_in + k.ops.chans_in]
+    members += [f"LocalTensor<float> v_{n}_;" for n, _ in k.ops.tiles_in]
+    members += [f"LocalTensor<float> cf_{n}_;" for n, _ in k.ops.chans_in]
+    members += [f"float s_{n} = 0.0f;" for n, _ in k.ops.tasks_in] + [f"float s_{s} = 0.0f;" for s in k.ops.task_stages]
+    params = ", ".join(f"GM_ADDR {n}" for n, _, _ in k.args)
+    init = [f"__aicore__ inline void Init({params}, GM_ADDR workspace, const {k.struct}& t) {{",
+            "    t_ = t;", "    core_ = GetBlockIdx();", "    task0_ = core_ * t_.block_factor;",
+            "    ntasks_ = task0_ < t_.tasks ? (t_.tasks - task0_ < t_.block_factor ? t_.tasks - task0_ : t_.block_factor) : 0;",
+            "    if (t_.mode == MODE_EMPTY) ntasks_ = 0;"]
+    for n, d, role in k.args:
+        init.append(f"    if ({GM_SIZE[role]} > 0) g_{n}_.SetGlobalBuffer((__gm__ {CPP_TYPE[d]}*){n}, {GM_SIZE[role]});")
+    rows = "t_.tasks" if k.knobs.get("sums") != "atomic" else "t_.G"
+    init.append(f"    g_ws_.SetGlobalBuffer((__gm__ float*)workspace, {rows} * t_.ws_pitch * {len(k.ops.chan_sums)});")
+    for b in _buffers(k, hw):
+        size = b.expr.replace("ub_rows", "t_.ub_rows").replace("pitch", "t_.pitch").replace("work", "t_.work")
+        size = size.replace("D", "t_.D")
+        if b.position == "VECCALC":
+            members.append(f"TBuf<TPosition::VECCALC> {b.name}_;")
+            members.append(f"LocalTensor<float> {b.name}_t_;")
+            init += [f"    pipe_.InitBuffer({b.name}_, ({size}) * sizeof(float));", f"    {b.name}_t_ = {b.name}_.Get<float>();"]
+        else:
+            depth = "BUFFER_NUM" if b.count > 1 else "1"
+            members.append(f"TQue<TPosition::{b.position}, {depth}> {b.name}_;")
+            init.append(f"    pipe_.InitBuffer({b.name}_, {depth}, ({size}) * sizeof({CPP_TYPE[b.dtype]}));")
+    return members, init + ["}"]
+
+
+def _sum_fns(k: GroupKernel) -> list[str]:
+    """Per task: each column sum's D contributions into the workspace. Then the final pass."""
+    atomic = k.knobs.get("sums") == "atomic"
+    out = ["__aicore__ inline void ColumnSums(int64_t task, int64_t g) {", "    (void)task; (void)g;"]
+    index = 0
+    for name, role, blk in k.stages:
+        if role != "column_sum":
+            continue
+        g_, d_, n_ = _names(blk)
+        ctx = _context(k, blk, {"n": n_, "g": g_, "d": d_}, "i")
+        value = emit_expr(reduction_body(blk.body), ctx)
+        if value.kind not in ("row", "scalar") or ctx.lines:
+            raise EmitError(f"{name}: a per-task contribution to a column sum must be scalar code")
+        acc = f"acc_{blk.body.buffer.name}_t_"
+        row = f"({index} * t_.G + g)" if atomic else f"({index} * t_.tasks + task)"
+        out += [f"    for (int32_t i = 0; i < t_.D; ++i) {acc}.SetValue(i, {value.text});",
+                "    PipeBarrier<PIPE_ALL>();"]
+        copy = f"DataCopyPad(g_ws_[{row} * t_.ws_pitch], {acc}, DataCopyExtParams(1, t_.D * 4, 0, 0, 0));"
+        out += (["    SetAtomicAdd<float>();", f"    {copy}", "    SetAtomicNone();"] if atomic else [f"    {copy}"])
+        index += 1
+    out.append("}")
+    return out + _final_fn(k, atomic)
+
+
+def _final_fn(k: GroupKernel, atomic: bool) -> list[str]:
+    casts = {}
+    for _, role, blk in k.stages:
+        if role == "cast":
+            casts.setdefault(load_name(blk.body.value.value), []).append(blk.body.buffer.name)
+    arg_names = {n for n, _, _ in k.args}
+    part = f"chan_{k.ops.chan_stages[0]}_t_"
+    out = ["__aicore__ inline void FinalSums() {",
+           "    const int64_t per = (t_.G + t_.block_dim - 1) / t_.block_dim;",
+           "    const int64_t g_end = (core_ + 1) * per < t_.G ? (core_ + 1) * per : t_.G;",
+           "    for (int64_t g = core_ * per; g < g_end; ++g) {"]
+    for index, (name, _) in enumerate(k.ops.chan_sums):
+        acc = f"acc_{name}_t_"
+        rows, row = (("1", f"({index} * t_.G + g)") if atomic else
+                     ("(t_.mode == MODE_EMPTY ? 0 : t_.N)", f"({index} * t_.tasks + r * t_.G + g)"))
+        out += [f"        Duplicate({acc}, 0.0f, t_.D);",
+                f"        for (int64_t r = 0; r < {rows}; ++r) {{",
+                "            PipeBarrier<PIPE_ALL>();",
+                f"            DataCopyPad({part}, g_ws_[{row} * t_.ws_pitch], DataCopyExtParams(1, t_.D * 4, 0, 0, 0), "
+                "DataCopyPadExtParams<float>(false, 0, 0, 0));",
+                "            PipeBarrier<PIPE_ALL>();",
+                f"            Add({acc}, {acc}, {part}, t_.D);",
+                "        }", "        PipeBarrier<PIPE_ALL>();"]
+        if name in arg_names:
+            out.append(f"        DataCopyPad(g_{name}_[g * t_.D], {acc}, DataCopyExtParams(1, t_.D * 4, 0, 0, 0));")
+        for target in casts.get(name, []):
+            ty = CPP_TYPE[dict((n, d) for n, d, _ in k.args)[target]]
+            out += [f"        {{ LocalTensor<{ty}> o = out_{target}_.AllocTensor<{ty}>();",
+                    f"          Cast(o, {acc}, RoundMode::CAST_RINT, t_.D);",
+                    f"          out_{target}_.EnQue(o); o = out_{target}_.DeQue<{ty}>();",
+                    f"          DataCopyPad(g_{target}_[g * t_.D], o, DataCopyExtParams(1, t_.D * sizeof({ty}), 0, 0, 0));",
+                    f"          out_{target}_.FreeTensor(o); }}"]
+    return out + ["    }", "}"]
+
+
+def _process(k: GroupKernel) -> list[str]:
+    atomic = k.knobs.get("sums") == "atomic"
+    chan_calls = [f"Chan_{name}(d0, n, len);" for name, role, _ in k.stages if role == "channel_sum"]
+    loop = ["for (int64_t d0 = 0; d0 < t_.D; d0 += t_.ub_rows) {",
+            "    const int32_t n = t_.D - d0 < t_.ub_rows ? t_.D - d0 : t_.ub_rows;",
+            "    for (int64_t h0 = 0; h0 < t_.HW; h0 += t_.ub_cols) {",
+            "        const int32_t len = t_.HW - h0 < t_.ub_cols ? t_.HW - h0 : t_.ub_cols;",
+            "        LoadTiles(task, d0, n, h0, len);"]
+    body = (["__aicore__ inline void Task(int64_t task) {", "    const int64_t g = task % t_.G;",
+             "    LoadTask(task, g);", f"    if (t_.mode == {GROUP_MODES['group']} || t_.mode == {GROUP_MODES['hw1']}) {{",
+             "        const int64_t d0 = 0, h0 = 0; const int32_t n = t_.D, len = t_.HW;",
+             "        LoadTiles(task, d0, n, h0, len);"]
+            + [f"        {c}" for c in chan_calls] + ["        TaskStages();", "        Outputs(task, d0, n, h0, len);",
+                                                     "        FreeTiles();", "    } else {"]
+            + [f"        {line}" for line in loop] + [f"                {c}" for c in chan_calls]
+            + ["                FreeTiles();", "            }", "        }", "        TaskStages();"]
+            + [f"        {line}" for line in loop]
+            + ["                Outputs(task, d0, n, h0, len);", "                FreeTiles();", "            }", "        }",
+               "    }", "    ColumnSums(task, g);", "    FreeTask();", "}"])
+    zero = []
+    if atomic:
+        zero = ["    if (core_ == 0) {", "        for (int64_t g = 0; g < t_.G; ++g) {"]
+        for index, (name, _) in enumerate(k.ops.chan_sums):
+            zero += [f"            Duplicate(acc_{name}_t_, 0.0f, t_.D);", "            PipeBarrier<PIPE_ALL>();",
+                     f"            DataCopyPad(g_ws_[({index} * t_.G + g) * t_.ws_pitch], acc_{name}_t_, "
+                     "DataCopyExtParams(1, t_.D * 4, 0, 0, 0));"]
+        zero += ["        }", "    }", "    SyncAll();"]
+    main = (["__aicore__ inline void Process() {"] + zero
+            + ["    for (int64_t task = task0_; task < task0_ + ntasks_; ++task) Task(task);",
+               "    SyncAll();", "    FinalSums();", "}"])
+    return main + body
+
+
+def group_kernel_source(k: GroupKernel, hw) -> str:
+    members, init = _members_init(k, hw)
+    body = init + _tile_fns(k) + _task_fns(k) + _sum_fns(k) + _process(k)
+    for name, role, blk in k.stages:
+        if role == "channel_sum":
+            body += _chan_stage_fn(k, name, blk)
+    cls = f"{k.struct[:-len('TilingData')]}Kernel"
+    params = ", ".join(f"GM_ADDR {n}" for n, _, _ in k.args)
+    modes = ", ".join(f"MODE_{m.upper().replace('-', '_')} = {v}" for m, v in GROUP_MODES.items())
+    lines = [f"// Generated by opgen from the scheduled TIR of {k.symbol} (group pattern). Do not edit.",
+             "#include \"kernel_operator.h\"", f"#include \"{k.symbol}_tiling.h\"", "", "using namespace AscendC;", "",
+             f"constexpr int32_t BUFFER_NUM = {int(k.knobs.get('buffer_num', 2))};", f"constexpr int64_t {modes};", "",
+             "__aicore__ inline int64_t AlignUp(int64_t v, int64_t a = 32) { return (v + a - 1) / a * a; }",
+             "__aicore__ inline float opgen_fmax(float a, float b) { return a > b ? a : b; }",
+             "__aicore__ inline float opgen_fmin(float a, float b) { return a < b ? a : b; }", "",
+             f"class {cls} {{", "public:"] + [f"    {line}" for line in body]
+    lines += ["private:"] + [f"    {line}" for line in members] + ["};", ""]
+    lines += [f"extern \"C\" __global__ __aicore__ void {k.symbol}({params}, GM_ADDR workspace, GM_ADDR tiling) {{",
+              f"    GET_TILING_DATA_WITH_STRUCT({k.struct}, t, tiling);", f"    {cls} op;",
+              f"    op.Init({', '.join(n for n, _, _ in k.args)}, workspace, t);", "    op.Process();", "}", "",
+              "#ifdef OPGEN_EMU", f"OPGEN_EMU_EXPORT({k.symbol}, {len(k.args) + 2})", "#endif", ""]
+    return "\n".join(lines)
+
+
+GROUP_TILING = r"""
+extern "C" int KERNEL_tiling(int64_t N, int64_t G, int64_t D, int64_t HW, int64_t cores, int64_t ub_bytes,
+                             STRUCT* t) {
+    *t = STRUCT{};
+    t->N = N; t->G = G; t->D = D; t->HW = HW; t->tasks = N * G; t->ws_pitch = AlignUp(D, 8);
+    if (t->tasks == 0 || D == 0 || HW == 0) {
+        t->mode = MODE_EMPTY;
+        if (!(HAS_SUMS && G * D > 0)) return 0;
+        t->block_dim = 1; t->ub_rows = 1; t->pitch = PitchOf(1);
+        t->work = Work(1, t->pitch);
+        return Fits(1, t->pitch, D, ub_bytes) ? 0 : 1;
+    }
+    t->block_factor = CeilDiv(t->tasks, cores);
+    t->block_dim = CeilDiv(t->tasks, t->block_factor);
+    int64_t pitch = PitchOf(HW), k = 0;
+    if (CHANNELS_PER_PASS) {
+        k = CHANNELS_PER_PASS < D ? CHANNELS_PER_PASS : D;
+        if (!Fits(k, pitch, D, ub_bytes)) return 1;
+    } else {
+        k = LargestFitting(1, D, [&](int64_t c) { return Fits(c, pitch, D, ub_bytes); });
+    }
+    if (k) {
+        t->ub_rows = k; t->ub_cols = HW; t->pitch = pitch;
+        t->mode = k == D ? (HW == 1 ? MODE_HW1 : MODE_GROUP) : (k > 1 ? MODE_CHANNELS : MODE_CHANNEL);
+    } else {
+        int64_t reps = LargestFitting(1, CeilDiv(HW, REPEAT_ELEMS),
+                                      [&](int64_t r) { return Fits(1, r * REPEAT_ELEMS, D, ub_bytes); });
+        if (!reps) return 1;
+        t->ub_rows = 1; t->pitch = reps * REPEAT_ELEMS; t->ub_cols = t->pitch < HW ? t->pitch : HW;
+        t->mode = MODE_HW_CHUNK;
+    }
+    t->work = Work(t->ub_rows, t->pitch);
+    return 0;
+}
+"""
+
+
+def group_tiling_header(k: GroupKernel) -> str:
+    guard = f"OPGEN_{k.symbol.upper()}_TILING_H"
+    fields = "\n".join(f"    int64_t {f};" for f in GROUP_FIELDS)
+    return (f"// Generated by opgen: the tiling of {k.symbol} (group pattern). Do not edit.\n"
+            f"#ifndef {guard}\n#define {guard}\n#include <cstdint>\n\nstruct {k.struct} {{\n{fields}\n}};\n\n"
+            f"extern \"C\" int {k.symbol}_tiling(int64_t N, int64_t G, int64_t D, int64_t HW, int64_t cores,\n"
+            f"                                  int64_t ub_bytes, {k.struct}* t);\n\n#endif  // {guard}\n")
+
+
+def group_tiling_source(k: GroupKernel, hw) -> str:
+    step = max(hw.elements_per_block(itemsize(d)) for d in k.ops.dtypes)
+    nbuf = int(k.knobs.get("buffer_num", 2))
+    bufs = group_buffers(hw, k.ops, 1, 16, nbuf, 1)
+    terms = "\n".join(f"        + {b.count} * AlignUp(({b.expr}) * {itemsize(b.dtype)})   // {b.name}" for b in bufs)
+    modes = ", ".join(f"MODE_{m.upper().replace('-', '_')} = {v}" for m, v in GROUP_MODES.items())
+    pb, pr = hw.elements_per_block(4), hw.elements_per_repeat(4)
+    return (f"// Generated by opgen: the host tiling of {k.symbol}, for {hw.summary()}.\n"
+            f"// The same arithmetic as schedules/ascend_tiling.plan_groups (tests compare them).\n"
+            f"#include \"{k.symbol}_tiling.h\"\n\nnamespace {{\n"
+            f"constexpr int64_t CHANNELS_PER_PASS = {int(k.knobs.get('channels_per_pass', 0))};\n"
+            f"constexpr int64_t REPEAT_ELEMS = {pr};\nconstexpr int64_t MAX_BUFFERS = {hw.max_buffers};\n"
+            f"constexpr bool HAS_SUMS = {'true' if k.ops.chan_sums else 'false'};\nconstexpr int64_t {modes};\n"
+            "int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }\n"
+            f"int64_t AlignUp(int64_t v, int64_t a = {hw.block_bytes}) {{ return CeilDiv(v, a) * a; }}\n"
+            f"int64_t PitchOf(int64_t n) {{ return AlignUp(n, {step}); }}\n"
+            f"int64_t Work(int64_t rows, int64_t pitch) {{\n    int64_t whole = AlignUp(rows, {pb});\n"
+            f"    int64_t per_row = {pb} + AlignUp(CeilDiv(pitch, {pr}), {pb});\n"
+            "    return whole > per_row ? whole : per_row;\n}\n"
+            "bool Fits(int64_t ub_rows, int64_t pitch, int64_t D, int64_t ub_bytes) {\n"
+            f"    const int64_t work = Work(ub_rows, pitch);\n    const int64_t bytes = 0\n{terms}\n        ;\n"
+            f"    return bytes <= ub_bytes && {sum(b.count for b in bufs)} <= MAX_BUFFERS;\n}}\n"
+            "template <typename F>\nint64_t LargestFitting(int64_t lo, int64_t hi, F fits) {\n"
+            "    if (hi < lo || !fits(lo)) return 0;\n"
+            "    while (lo < hi) { int64_t mid = (lo + hi + 1) / 2; if (fits(mid)) lo = mid; else hi = mid - 1; }\n"
+            "    return lo;\n}\n}  // namespace\n"
+            + GROUP_TILING.replace("KERNEL", k.symbol).replace("STRUCT", k.struct))
