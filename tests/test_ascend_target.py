@@ -2,8 +2,9 @@
 run on emulated cores, compared with the float64 reference.
 
 Cost: each distinct kernel is one g++ run (~6-10 s on the shared 2-core machine, then cached
-on disk under the kernel cache directory); this module builds 9 kernels (5 combos + atomic +
-AtlasA2 + a test-only op + an injected fault), ~90 s cold, ~10 s warm (noisy measurements).
+on disk under the kernel cache directory); this module builds 15 kernels (5 + 5 combos, 2
+atomic, AtlasA2, a test-only op, an injected fault): ~3 min cold, ~40 s warm (noisy
+measurements on a shared machine).
 """
 from __future__ import annotations
 
@@ -42,6 +43,46 @@ def test_rms_norm_grad_every_combo_matches_the_reference(combo, rng):
     kernel = kernels.get_kernel(RMS, combo, EMU)
     for shape in SHAPES:
         assert _worst(kernel, shape, rng) <= 1.0, (combo, shape)
+
+
+GN = get_op("group_norm_backward")
+GnProblem = type(GN.problems[0])
+# (N, C, HxW, G): group, ragged group, hw1, channels, channel, hw-chunk, fewer tasks than
+# cores, more tasks than cores, empty batch, empty HxW.
+GN_SHAPES = ((2, 4, 5, 2), (3, 6, 49, 3), (1, 8, 1, 4), (1, 60, 2000, 2), (2, 4, 4000, 2), (2, 4, 20000, 2),
+             (33, 6, 7, 3), (0, 4, 5, 2), (2, 4, 0, 2))
+
+
+def _gn_worst(kernel, shape, rng) -> float:
+    comparisons, _ = verify.run_and_compare(kernel, GnProblem(*shape), rng)
+    return max((c.ratio for c in comparisons), default=0.0)
+
+
+def test_group_shapes_cover_every_group_mode():
+    func = te.create_prim_func(GN.compute(GN.combo("f32-f32")))
+    rule, _ = schedule_with_rule(func, EMU)
+    modes = {rule.tiling(func, EMU, default_knobs(rule, EMU), [(n, g, c // g, hw)]).mode for n, c, hw, g in GN_SHAPES}
+    assert modes == {"group", "hw1", "channels", "channel", "hw-chunk", "empty"}
+
+
+@pytest.mark.parametrize("combo", [c.tag for c in GN.combos])
+def test_group_norm_backward_every_combo_matches_the_reference(combo, rng):
+    kernel = kernels.get_kernel(GN, combo, EMU)
+    for shape in GN_SHAPES:
+        assert _gn_worst(kernel, shape, rng) <= 1.0, (combo, shape)
+
+
+def test_group_norm_atomic_sums_and_group_tiling_in_cpp(rng):
+    kernel = kernels.get_kernel(GN, "f16-f16", EMU, knobs={"sums": "atomic"})
+    for shape in ((33, 6, 7, 3), (2, 4, 20000, 2), (0, 4, 5, 2)):
+        assert _gn_worst(kernel, shape, rng) <= 1.0, shape
+    func = te.create_prim_func(GN.compute(GN.combo("f16-f16")))
+    rule, _ = schedule_with_rule(func, EMU)
+    for n, c, hw, g in GN_SHAPES + ((12, 64, 16384, 32), (1, 2130, 1664, 71), (32, 64, 1, 64)):
+        mine = rule.tiling(func, EMU, {**default_knobs(rule, EMU), "sums": "atomic"}, [(n, g, c // g, hw)])
+        got = kernel.module.kernel.tiling(n, g, c // g, hw).as_dict()
+        assert (got["block_dim"], got["block_factor"], got["ub_rows"], got["ub_cols"], got["pitch"]) == \
+            (mine.block_dim, mine.block_factor, mine.ub_rows, mine.ub_cols, mine.pitch), (n, c, hw, g)
 
 
 def test_atomic_column_sums_and_another_product(rng):

@@ -10,9 +10,9 @@ the emitted code under the CPU emulation of the AscendC API (targets/ascend/emu/
 ``build`` prints the CANN custom-op project (targets/ascend/build.py), compiles kernel +
 host tiling + emulation with g++ and returns a module whose ``[symbol]`` runs the kernel on
 emulated cores. It needs g++ and the emulation header (targets/ascend/emu/); without them
-the target neither builds nor runs. Patterns the emitter has no printer for (today: the
-group pattern) raise NotImplementedError naming the pattern: ``opgen generate`` reports
-such a row as not emitted instead of failing it.
+the target neither builds nor runs. Both schedule patterns (rows, groups) have printers; a
+pattern without one, or a product without DataCopyPad, raises NotImplementedError naming
+the reason: ``opgen generate`` reports such a row as NOT EMITTED instead of failing it.
 """
 from __future__ import annotations
 
