@@ -233,9 +233,28 @@ def print_table(rows: list[Record], stream=None) -> None:
         ms = f"{r.ms * 1e3:7.1f}us" if r.tiny else f"{r.ms:9.3f}"
         print(f"{lead} {r.contender:<27} {ms:>9} {_num(r.gbs, '7.1f'):>7} {_num(r.pct_bandwidth, '7.0f', '%'):>8} "
               f"{_num(r.vs_opgen_numpy, '10.2f', 'x'):>11} {_num(r.vs_opgen_torch, '10.2f', 'x'):>11}", file=stream)
-    policy = os.environ.get("OMP_WAIT_POLICY", "unset (library default)")
-    print(f"medians of interleaved rounds; GB/s from minimal bytes; OMP_WAIT_POLICY={policy}; "
-          f"'x opgen' > 1 means opgen is faster (after-torch row: its slowdown)", file=stream)
+    meta = ", ".join(f"{k}={v}" for k, v in environment().items())
+    print(f"medians of interleaved rounds; GB/s from minimal bytes; 'x opgen' > 1 means opgen is faster "
+          f"(after-torch row: its slowdown)\n{meta}", file=stream)
+
+
+def environment() -> dict:
+    """What the numbers depend on besides the code: printed under the table, kept in JSON."""
+    import platform
+
+    import numpy as np
+
+    from opgen.config import get_target
+
+    versions = {"numpy": np.__version__}
+    try:
+        import torch
+
+        versions["torch"] = torch.__version__
+    except ImportError:
+        pass
+    return {"target": get_target(), "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "unset"),
+            "cpus": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(), **versions}
 
 
 def write_rows(rows: list[Record], path) -> None:
@@ -243,7 +262,7 @@ def write_rows(rows: list[Record], path) -> None:
     path = Path(path)
     data = [asdict(r) for r in rows]
     if path.suffix == ".json":
-        path.write_text(json.dumps({"omp_wait_policy": os.environ.get("OMP_WAIT_POLICY"), "rows": data}, indent=1))
+        path.write_text(json.dumps({"environment": environment(), "rows": data}, indent=1))
         return
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(data[0]) if data else ["op"])
@@ -267,6 +286,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--out", help="also write the rows to FILE.json or FILE.csv")
     parser.add_argument("--plot", help="draw GB/s per shape and a roofline panel to FILE.png (matplotlib)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--target", help="opgen target to run on (opgen.set_target; default: the configured one)")
 
 
 def to_argv(args) -> list[str]:
@@ -276,7 +296,7 @@ def to_argv(args) -> list[str]:
         for value in values or ():
             argv += [flag, value]
     argv += ["--repeats", str(args.repeats), "--omp-wait", args.omp_wait, "--seed", str(args.seed)]
-    for flag, value in (("--out", args.out), ("--plot", args.plot)):
+    for flag, value in (("--out", args.out), ("--plot", args.plot), ("--target", args.target)):
         if value:
             argv += [flag, str(value)]
     return argv
@@ -316,6 +336,10 @@ def main(args) -> int:
     rerun = apply_policy(args)
     if rerun is not None:
         return rerun
+    if args.target:
+        from opgen.config import set_target
+
+        set_target(args.target)
     shapes = {}
     for item in args.shape or ():
         op, _, shape = item.partition("=")

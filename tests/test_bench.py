@@ -50,7 +50,8 @@ def test_measure_times_only_the_run_part():
 
 def test_argv_round_trip():
     argv = ["--quick", "--op", "rms_norm_grad", "--dtypes", "bf16-bf16", "--shape", "rms_norm_grad=64x64",
-            "--skip", "compile", "--repeats", "2", "--omp-wait", "default", "--out", "x.csv", "--plot", "p.png"]
+            "--skip", "compile", "--repeats", "2", "--omp-wait", "default", "--out", "x.csv", "--plot", "p.png",
+            "--target", "llvm"]
     args = _args(argv)
     assert _args(bench.to_argv(args)) == args
 
@@ -86,10 +87,10 @@ def test_quick_through_the_cli(tmp_path, capfd):
     pytest.importorskip("torch")
     pytest.importorskip("matplotlib")
     out, png = tmp_path / "rows.json", tmp_path / "bench.png"
-    assert cli_main(["bench", "--quick", "--repeats", "1", "--skip", "compile", "--out", str(out),
+    assert cli_main(["bench", "--quick", "--repeats", "1", "--skip", "compile", "--target", "llvm", "--out", str(out),
                      "--plot", str(png)]) == 0
     data = json.loads(out.read_text())
-    assert data["omp_wait_policy"] == "PASSIVE"
+    assert data["environment"]["OMP_WAIT_POLICY"] == "PASSIVE" and data["environment"]["target"] == "llvm"
     by = {(r["op"], r["shape"], r["contender"]): r for r in data["rows"]}
     for key in [("rms_norm_grad", "4096x4096", c) for c in ("opgen-numpy", "opgen-torch", "eager", "aten-layernorm",
                                                             "triad")] + \
