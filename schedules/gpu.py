@@ -15,11 +15,15 @@ reused): only how the matched stages are laid onto blocks and threads differs.
   never on timing.
 * ``GpuGroupedRowPass`` (GroupNorm-like: per-(outer..., inner) row sums, per-group
   scalars, an elementwise output, column sums over the first axis). Kernel 1: a block per
-  group reduces each of its rows across its threads into the row-sum buffers (which the
-  column sums also read, so they are kernel parameters in the workspace). Kernel 2: a
-  block per group sums those rows serially (every thread the same, fixed order), computes
-  the group scalars and writes the elementwise output. Kernel 3: a thread per column
-  sums over the first axis in a fixed order.
+  row (knob ``block_per="row"``, the default: N*C blocks, so a group's work is spread over
+  many blocks even when N*G is smaller than the GPU's SM count) or per group looping over
+  its rows (``"group"``) reduces each row across its threads into the row-sum buffers
+  (which the column sums also read, so they are kernel parameters in the workspace).
+  Kernel 2: the group scalars, from those row sums in a fixed order (every thread the
+  same; each block of a group recomputes them, D multiply-adds), and the elementwise
+  output, a block per row (rows on blockIdx.y) or per group. Kernel 3: a thread per
+  column sums over the first axis in a fixed order. (With ``"row"``, C/G must stay within
+  CUDA's 65535 blocks in y.)
 
   Why the group scalars are not computed in kernel 1 from the row sums it has just
   written: TVM lowers a cross-thread reduction into a global buffer as a store by
@@ -143,12 +147,20 @@ class GpuRowPass:
         return sch
 
 
+BLOCK_PER = Knob(
+    "block_per", ("row", "group"), "row",
+    "what one block of the row-sum and elementwise kernels covers: one (n, group, channel) row "
+    "(N*C blocks: the work of a group spread over many blocks, for large HxW and small N*G) "
+    "or a whole (n, group) with a loop over its rows (N*G blocks: fewer, fuller blocks when "
+    "HxW is short)")
+
+
 @dataclass(frozen=True)
 class GpuGroupedRowPass:
-    """Knobs: ``threads`` (per group's block), ``column_threads``."""
+    """Knobs: ``threads``, ``block_per`` (row or group), ``column_threads``."""
 
     def knobs(self, target) -> tuple:
-        return (THREADS, COLUMN_THREADS)
+        return (THREADS, BLOCK_PER, COLUMN_THREADS)
 
     def check_knobs(self, knobs: dict, target, shapes) -> str | None:
         return check_threads(knobs, target)
@@ -159,9 +171,9 @@ class GpuGroupedRowPass:
         if matched is None:
             return None
         out, outer, row_sums, group_stages, column_sums, casts = matched
-        threads = int(knobs["threads"])
-        self._row_sums(sch, row_sums, outer, threads)
-        self._group_pass(sch, out, outer, group_stages, threads)
+        threads, per_row = int(knobs["threads"]), knobs["block_per"] == "row"
+        self._row_sums(sch, row_sums, outer, threads, per_row)
+        self._group_pass(sch, out, outer, group_stages, threads, per_row)
         if column_sums:
             col_rvs = [sch.get_sblock(b.name) for b in column_sums]
             col_loops = _merge_nests(sch, col_rvs, len(column_sums[0].kinds))[:-1]
@@ -177,23 +189,25 @@ class GpuGroupedRowPass:
         return sch
 
     @staticmethod
-    def _row_sums(sch, row_sums, outer: int, threads: int) -> None:
-        """Kernel 1: a block per group; each row of it reduced across the block's threads.
+    def _row_sums(sch, row_sums, outer: int, threads: int, per_row: bool) -> None:
+        """Kernel 1: each row reduced across a block's threads; a block per row, or per
+        group looping over the group's rows.
 
-        The sibling sums share their outer loops (one pass over the group's rows), but each
-        keeps its own thread-strided inner loop: TVM lowers a cross-thread reduction only
-        when the reduction block is the last one under its thread loop."""
+        The sibling sums share their outer loops (one pass over the data), but each keeps
+        its own thread-strided inner loop: TVM lowers a cross-thread reduction only when
+        the reduction block is the last one under its thread loop."""
         rvs = [sch.get_sblock(b.name) for b in row_sums]
         loops = _merge_nests(sch, rvs, len(row_sums[0].kinds) - 1)
-        group = sch.fuse(*loops[:outer]) if outer > 1 else loops[0]
-        sch.bind(group, "blockIdx.x")
+        spread = loops if per_row else loops[:outer]
+        sch.bind(sch.fuse(*spread) if len(spread) > 1 else spread[0], "blockIdx.x")
         for info in row_sums:
             reduce_across_threads(sch, info.name, threads)
 
     @staticmethod
-    def _group_pass(sch, out, outer: int, group_stages, threads: int) -> None:
-        """Kernel 2: a block per group: the group scalars (every thread its own copy, from
-        the row sums kernel 1 wrote) and the elementwise output strided over the threads."""
+    def _group_pass(sch, out, outer: int, group_stages, threads: int, per_row: bool) -> None:
+        """Kernel 2: the group scalars (each thread its own copy, from the row sums kernel
+        1 wrote: every block of a group recomputes them, a sum over the group's rows) and
+        the elementwise output, its rows on blockIdx.y or looped over by the group's block."""
         main = sch.get_sblock(out.name)
         loops = sch.get_loops(main)
         for info in reversed(group_stages):
@@ -204,6 +218,9 @@ class GpuGroupedRowPass:
         group = sch.fuse(*loops[:outer]) if outer > 1 else loops[0]
         sch.bind(group, "blockIdx.x")
         rest = sch.get_loops(main)[1:]
+        if per_row:
+            sch.bind(rest[0], "blockIdx.y")
+            rest = rest[1:]
         bind_threads(sch, sch.fuse(*rest) if len(rest) > 1 else rest[0], threads)
 
 

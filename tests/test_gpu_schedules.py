@@ -64,7 +64,7 @@ def test_partial_sums_are_workspace_parameters_sized_by_the_knob():
 def test_gpu_rules_declare_and_check_their_knobs():
     row_rule, group_rule = schedules.rules_of(CUDA)
     assert schedules.default_knobs(row_rule, CUDA) == {"threads": 256, "partials": 512, "column_threads": 256}
-    assert set(schedules.default_knobs(group_rule, CUDA)) == {"threads", "column_threads"}
+    assert schedules.default_knobs(group_rule, CUDA) == {"threads": 256, "block_per": "row", "column_threads": 256}
     small = dataclasses.replace(OPENCL, max_threads=256)
     assert schedules.check_knobs(row_rule, {"threads": 256}, small) is None
     assert "exceeds the 256 threads" in schedules.check_knobs(row_rule, {"threads": 512}, small)
@@ -103,7 +103,8 @@ def test_row_pass_rule_schedules_a_new_op_on_opencl(shape, knobs):
 
 
 @needs_opencl
-@pytest.mark.parametrize("knobs", [None, {"threads": 64, "column_threads": 32}], ids=["default", "small-blocks"])
+@pytest.mark.parametrize("knobs", [None, {"threads": 64, "column_threads": 32, "block_per": "group"}],
+                         ids=["default", "block-per-group"])
 @pytest.mark.parametrize("shape", [(2, 3, 4, 5), (1, 1, 1, 1), (3, 2, 5, 300), (0, 2, 2, 2)], ids=str)
 def test_grouped_rule_schedules_a_new_op_on_opencl(shape, knobs):
     a = np.random.default_rng(1).standard_normal(shape).astype(np.float32)
@@ -121,6 +122,16 @@ def test_grouped_rule_schedules_a_new_op_on_opencl(shape, knobs):
 def test_rms_norm_grad_at_other_knobs_on_opencl(knobs, rng):
     kernel = kernels.get_kernel("rms_norm_grad", "bf16-f32", OPENCL, knobs=knobs)
     for problem in (RMSProblem((1100, 33), 1), RMSProblem((3, 941), 1)):
+        comparisons, _ = run_and_compare(kernel, problem, rng)
+        assert all(c.passed for c in comparisons), (problem, comparisons)
+
+
+@needs_opencl
+@pytest.mark.parametrize("block_per", ["row", "group"])
+def test_group_norm_backward_block_per_row_or_group_on_opencl(block_per, rng):
+    op = get_op("group_norm_backward")
+    kernel = kernels.get_kernel(op, "f16-f32", OPENCL, knobs={"block_per": block_per})
+    for problem in op.problems:
         comparisons, _ = run_and_compare(kernel, problem, rng)
         assert all(c.passed for c in comparisons), (problem, comparisons)
 
