@@ -99,8 +99,10 @@ def _combo(call: Call):
     raise ArgError(ACLNN_ERR_PARAM_INVALID, f"no {call.product} dtype combination matches {given}")
 
 
-def _kernel(op, combo, product: str):
-    from opgen.kernels import get_kernel
+def _kernel(op, combo, product: str, shapes: dict):
+    """The kernel for this call and its device: the tuned knobs of the call's shape bucket
+    when the tuning database has them, the schedule rule's defaults otherwise."""
+    from opgen.kernels import get_kernel, tuned_knobs
     from opgen.targets import get_target
 
     try:
@@ -110,7 +112,7 @@ def _kernel(op, combo, product: str):
     if not target.can_run():
         raise ArgError(ACLNN_ERR_RUNTIME_ERROR, f"target {target.name} cannot run kernels on this machine")
     try:
-        return get_kernel(op, combo, target), target.device()
+        return get_kernel(op, combo, target, knobs=tuned_knobs(op, combo, target, shapes)), target.device()
     except Exception as exc:  # a schedule or compiler failure is ours, not the caller's
         raise ArgError(ACLNN_ERR_RUNTIME_ERROR, f"building the {op.name} {combo.tag} kernel for "
                                                 f"{target.name} failed ({type(exc).__name__}: {exc})")
@@ -163,8 +165,9 @@ def _new_plan(op, product: str, values: dict, aliased: frozenset):
     if problem is not None:
         return None, problem
     combo = _combo(call)
-    kernel, device = _kernel(op, combo, product)
-    return make_plan(call, kernel, op.api.problem(call), combo, device, aliased), None
+    problem = op.api.problem(call)
+    kernel, device = _kernel(op, combo, product, op.api.kernel_shapes(problem))
+    return make_plan(call, kernel, problem, combo, device, aliased), None
 
 
 def get_workspace_size(op, func: str, arguments: tuple):

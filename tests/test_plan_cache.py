@@ -136,3 +136,32 @@ def test_failures_are_not_cached(rng):
     assert outcome(RMS, bad)[0] == aclnn.ACLNN_ERR_INNER_TILING_ERROR   # reported again, in full
     assert "gamma" in acl.aclGetRecentErrMsg()
     assert outcome(RMS, args)[0] == 0
+
+
+def test_the_aclnn_path_uses_the_tuned_knobs_of_the_calls_bucket_only(tmp_path, monkeypatch, rng):
+    """A tuned record for the call's shape bucket picks the kernel (its partial-sum
+    workspace shows the tuned chunking); a call in another bucket keeps the defaults."""
+    from opgen.targets import get_target
+    from opgen.tune import database, lookup
+
+    llvm = get_target("llvm")
+    monkeypatch.setenv("OPGEN_TUNE_DB", str(tmp_path / "tuning.jsonl"))
+    database.append(tmp_path / "tuning.jsonl", {
+        "op": RMS.name, "combo": "f32-f32", "target": llvm.name, "hardware": database.hardware_of(llvm),
+        "bucket": database.bucket_of((600, 1000)), "engine": database.TEMPLATE,
+        "knobs": {"rows_per_chunk": 256}, "status": database.OK, "median_ms": 1.0, "times_ms": [1.0]})
+    lookup.reload()
+    aclnn.clear_plan_cache()
+    try:
+        for cols, chunks in ((1000, 3), (3000, 10)):          # 600 rows: 256 per chunk tuned, 64 by default
+            args, arrays = base_args(RMS, RMSProblem((600, cols), 1), RMS.combo("f32-f32"), rng)
+            status, size, executor = phase_one(RMS, args)
+            assert status == 0, acl.aclGetRecentErrMsg()
+            (scratch,) = [p for p in executor.plan.placements if p.kind == "scratch"]
+            assert scratch.shape == (chunks, cols)
+            assert aclnn.aclnnRmsNormGrad(acl.aclrtMalloc(size)[1], size, executor, None) == 0
+            assert_matches(RMS, RMS.combo("f32-f32"), RMSProblem((600, cols), 1), arrays, args)
+    finally:
+        monkeypatch.delenv("OPGEN_TUNE_DB")
+        lookup.reload()
+        aclnn.clear_plan_cache()

@@ -20,10 +20,14 @@ _validated: dict = {}
 
 
 def reload() -> None:
+    """Forget the index; the aclnn layer's cached plans go too (they hold the old kernels)."""
     global _index
     with _lock:
         _index = None
         _validated.clear()
+    from opgen import aclnn
+
+    aclnn.clear_plan_cache()
 
 
 def _get_index() -> dict:
