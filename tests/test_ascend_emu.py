@@ -373,3 +373,25 @@ def test_tiling_read_is_bounds_checked(libs):
     status, msg = libs["cases"].launch("emu_case", 1, [x, out, ws, np.array([MODES["COPY_TWICE"]], np.int32)])
     assert status == 1
     assert "GET_TILING_DATA: GM access of 8 B at offset 0 of argument 3 overruns its 4 B" in msg
+
+
+def test_concurrent_launches_from_python_threads(libs, rng):
+    """ctypes releases the GIL: launches from several threads overlap; each sees its own result
+    and its own opgen_emu_last_error()."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    x = rng.standard_normal(256).astype(np.float32)
+
+    def one(i: int):
+        if i % 2:
+            return run_case(libs, "GM_RACE", 3)[:2]
+        status, msg, out = run_case(libs, "SYNCALL_ORDER", 4, x=x)
+        return status, msg, bool(np.array_equal(out[:256], 4 * x))
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(one, range(16)))
+    for i, r in enumerate(results):
+        if i % 2:
+            assert r[0] == 1 and "GM race" in r[1]
+        else:
+            assert r == (0, "", True)
