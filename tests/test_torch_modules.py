@@ -93,24 +93,31 @@ def test_group_norm_input_without_grad_asks_only_parameter_grads():
 @pytest.mark.parametrize("kind", ["rms", "group"])
 def test_bf16_within_tolerance_of_float64(kind):
     """bf16 modules: opgen's gradients are as close to the float64 truth (torch.nn on float64
-    copies of the same bf16 values) as bf16 outputs can be."""
+    copies of the same bf16 values) as bf16 outputs can be, and within bf16's tolerance of
+    torch.nn's own bf16 module (measured: equal for RmsNorm, 0.6% of the scale for GroupNorm,
+    whose torch bf16 gradients are the farther from the truth)."""
     torch.manual_seed(4)
     if kind == "rms":
-        ours, exact = ot.RMSNorm(64, dtype=torch.bfloat16), torch.nn.RMSNorm(64, eps=1e-6, dtype=torch.float64)
-        x = torch.randn(8, 64)
+        make, x = (lambda cls, dt: cls(64, eps=1e-6, dtype=dt)), torch.randn(8, 64)
+        ours = ot.RMSNorm(64, dtype=torch.bfloat16)
     else:
-        ours, exact = ot.GroupNorm(4, 16, dtype=torch.bfloat16), torch.nn.GroupNorm(4, 16, dtype=torch.float64)
-        x = torch.randn(2, 16, 6, 6)
+        make, x = (lambda cls, dt: cls(4, 16, dtype=dt)), torch.randn(2, 16, 6, 6)
+        ours = ot.GroupNorm(4, 16, dtype=torch.bfloat16)
+    reference_class = getattr(torch.nn, type(ours).__name__)
+    exact, theirs = make(reference_class, torch.float64), make(reference_class, torch.bfloat16)
     with torch.no_grad():
         for p in ours.parameters():
             p.uniform_(0.5, 1.5)
     exact.load_state_dict({k: v.double() for k, v in ours.state_dict().items()})
+    theirs.load_state_dict(ours.state_dict())
     x, dy = x.bfloat16(), torch.randn(x.shape).bfloat16()
-    got = _grads(ours, x, dy)
+    got, torch_bf16 = _grads(ours, x, dy), _grads(theirs, x, dy)
     want = _grads(exact, x.double(), dy.double())
-    for a, b in zip(got, want):
+    for a, t, b in zip(got, torch_bf16, want):
         assert a.dtype == torch.bfloat16
-        torch.testing.assert_close(a.double(), b, rtol=2 ** -7, atol=2e-2 * b.abs().max().item())
+        scale = b.abs().max().item()
+        torch.testing.assert_close(a.double(), b, rtol=2 ** -7, atol=2e-2 * scale)
+        torch.testing.assert_close(a.double(), t.double(), rtol=2 ** -6, atol=2 ** -6 * scale)
 
 
 @pytest.mark.parametrize("kind", ["rms", "group"])
