@@ -350,10 +350,13 @@ def main(args) -> int:
     if args.out:
         write_rows(rows, args.out)
     if args.plot:
-        from opgen.bench_plot import plot
+        try:
+            from opgen.bench_plot import plot
 
-        plot(rows, args.plot)
-        print(f"plot: {args.plot}")
+            plot(rows, args.plot)
+            print(f"plot: {args.plot}")
+        except ImportError as err:
+            failures.append(f"--plot needs matplotlib: pip install 'opgen[bench]' ({err})")
     for failure in failures:
         print(f"FAILED {failure}")
     return 1 if failures else 0
