@@ -222,6 +222,19 @@ def _for_ops(values, op_names, accept) -> dict:
     return result
 
 
+def _rows(args) -> list[Row]:
+    if args.against != "aten":
+        return against_dump(args.against, args.repeats)
+    op_names = args.op or list(DEFAULT_CASES)
+    shapes = _for_ops(args.shape, op_names, baselines.parse_problem)
+    tags = _for_ops(args.dtypes, op_names, lambda op, tag: get_op(op).combo(tag))
+    for flag, given, picked in (("--shape", args.shape, shapes), ("--dtypes", args.dtypes, tags)):
+        unused = [v for v in given or () if not any(v in p for p in picked.values())]
+        if unused:
+            raise ValueError(f"{flag} {', '.join(unused)}: not valid for {', '.join(op_names)}")
+    return against_aten(op_names, tags, shapes, args.seed, args.repeats)
+
+
 def main(args) -> int:
     """The ``opgen compare`` command: table, optional --out, exit 1 if a standard fails."""
     from opgen.bench import apply_policy
@@ -229,17 +242,14 @@ def main(args) -> int:
     rerun = apply_policy(args, "opgen.compare", to_argv(args))
     if rerun is not None:
         return rerun
-    if args.against != "aten":
-        rows = against_dump(args.against, args.repeats)
-    else:
-        op_names = args.op or list(DEFAULT_CASES)
-        shapes = _for_ops(args.shape, op_names, baselines.parse_problem)
-        tags = _for_ops(args.dtypes, op_names, lambda op, tag: get_op(op).combo(tag))
-        try:
-            rows = against_aten(op_names, tags, shapes, args.seed, args.repeats)
-        except baselines.TorchMissing as err:
-            print(f"opgen compare: {err}", file=sys.stderr)
-            return 2
+    from opgen.api import AclnnError
+    from opgen.dumps import DumpError
+
+    try:
+        rows = _rows(args)
+    except (baselines.TorchMissing, DumpError, AclnnError, ValueError) as err:
+        print(f"opgen compare: {err}", file=sys.stderr)
+        return 2
     print_table(rows)
     if args.out:
         write_rows(rows, args.out)

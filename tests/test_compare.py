@@ -177,3 +177,10 @@ def test_perturbed_library_and_perturbed_opgen(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(compare, "against_dump", lambda directory, repeats: bad)
     assert cli_main(["compare", "--against", str(dump), "--omp-wait", "inherit"]) == 1
     assert "FAIL" in capsys.readouterr().out
+
+
+def test_cli_refuses_bad_arguments_clearly(tmp_path, capfd):
+    assert cli_main(["compare", "--shape", "4096*4096", "--omp-wait", "inherit"]) == 2
+    assert "--shape 4096*4096: not valid for rms_norm_grad, group_norm_backward" in capfd.readouterr().err
+    assert cli_main(["compare", "--against", str(tmp_path), "--omp-wait", "inherit"]) == 2
+    assert f"{tmp_path}: no manifest.json" in capfd.readouterr().err
