@@ -133,7 +133,7 @@ MODES = dict(OVER_UB=1, MISALIGNED_UB=2, RAGGED_DATACOPY=3, GM_OVERRUN=4, SETGLO
              INIT_ATOMIC=26, REDUCE_MAX_AXPY=27, WS_UNINIT_ATOMIC=28, WS_UNINIT_READ=29, ATOMIC_LEFT_ON=30,
              GM_GETVALUE_AFTER_MTE3=31, REPEAT_STRIDE_OVERRUN=32, PARTIAL_OVERLAP=33, DOUBLE_WRITE=34,
              MASK_RANGE=35, CAST_BAD_MODE=36, HALF_FORMS=37, RESET_REUSE=38, STALE_AFTER_RESET=39,
-             DATACOPY_PARAMS=40, COPY_TWICE=99)
+             DATACOPY_PARAMS=40, FAIL_WHILE_OTHERS_WAIT=41, FAIL_WHILE_OTHERS_WORK=42, COPY_TWICE=99)
 
 
 def run_case(libs, mode: str, cores: int = 1, x=None, n: int = 256):
@@ -395,3 +395,19 @@ def test_concurrent_launches_from_python_threads(libs, rng):
             assert r[0] == 1 and "GM race" in r[1]
         else:
             assert r == (0, "", True)
+
+
+@pytest.mark.parametrize("mode", ["FAIL_WHILE_OTHERS_WAIT", "FAIL_WHILE_OTHERS_WORK"])
+def test_a_failing_core_stops_the_others(libs, mode):
+    """Cores waiting in SyncAll are released and busy cores stop at their next API call; a hang
+    shows as a launch still running after 60 s."""
+    import threading
+
+    result = {}
+    worker = threading.Thread(target=lambda: result.update(r=run_case(libs, mode, 4)), daemon=True)
+    worker.start()
+    worker.join(60)
+    assert "r" in result, "the launch did not return: cores were not released"
+    status, msg, out = result["r"]
+    assert status == 1 and msg.startswith("emu_case: core 0: DeQue on an empty queue"), msg
+    assert np.all(out[:4] == 0)  # no other core reached its end

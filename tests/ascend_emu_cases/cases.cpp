@@ -18,7 +18,7 @@ enum Mode {
     REPEAT_FORMS, CAST_MODES, LEAK, PAD_BURSTS, SETFLAG_SYNC, VS_MISSING, SETVALUE_DMA, INIT_ATOMIC,
     REDUCE_MAX_AXPY, WS_UNINIT_ATOMIC, WS_UNINIT_READ, ATOMIC_LEFT_ON, GM_GETVALUE_AFTER_MTE3,
     REPEAT_STRIDE_OVERRUN, PARTIAL_OVERLAP, DOUBLE_WRITE, MASK_RANGE, CAST_BAD_MODE, HALF_FORMS,
-    RESET_REUSE, STALE_AFTER_RESET, DATACOPY_PARAMS,
+    RESET_REUSE, STALE_AFTER_RESET, DATACOPY_PARAMS, FAIL_WHILE_OTHERS_WAIT, FAIL_WHILE_OTHERS_WORK,
 };
 
 struct Ctx {
@@ -360,6 +360,26 @@ static void datacopy_params(TPipe& pipe, Ctx& c) {
     qi.FreeTensor(x);
 }
 
+// Core 0 fails at once; the others wait in SyncAll, or compute for a long time and then mark
+// out[core] = 1 (they must be stopped before: the mark stays 0).
+static void fail_while_others(TPipe& pipe, Ctx& c, bool wait) {
+    TQue<TPosition::VECIN, 1> q;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(q, 1, 32);
+    pipe.InitBuffer(buf, 256);
+    if (GetBlockIdx() == 0) {
+        LocalTensor<float> never = q.DeQue<float>();
+        q.FreeTensor(never);
+    } else if (wait) {
+        SyncAll();
+    } else {
+        LocalTensor<float> t = buf.Get<float>();
+        Duplicate(t, 0.0f, 64);
+        for (int i = 0; i < 1000000; ++i) Adds(t, t, 1.0f, 64);
+        c.out.SetValue(GetBlockIdx(), 1.0f);
+    }
+}
+
 extern "C" __global__ __aicore__ void emu_case(GM_ADDR in, GM_ADDR out, GM_ADDR ws, GM_ADDR tiling) {
     GET_TILING_DATA_WITH_STRUCT(CaseTiling, t, tiling);
     Ctx c;
@@ -377,6 +397,8 @@ extern "C" __global__ __aicore__ void emu_case(GM_ADDR in, GM_ADDR out, GM_ADDR 
         case HALF_FORMS: half_forms(pipe, c); break;
         case RESET_REUSE: case STALE_AFTER_RESET: reset_reuse(pipe, c, t.mode == STALE_AFTER_RESET); break;
         case DATACOPY_PARAMS: datacopy_params(pipe, c); break;
+        case FAIL_WHILE_OTHERS_WAIT: case FAIL_WHILE_OTHERS_WORK:
+            fail_while_others(pipe, c, t.mode == FAIL_WHILE_OTHERS_WAIT); break;
         case DEQUE_EMPTY: case ENQUE_FULL: case USE_AFTER_FREE: case POISON_READ: case GETVALUE_POISON:
             queue_violations(pipe, c, t.mode); break;
         case GM_RACE: all_cores_write(pipe, c, false); break;

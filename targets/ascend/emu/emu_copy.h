@@ -76,6 +76,7 @@ inline void check_not_dirty(const uint8_t* p, uint64_t bytes, const char* api) {
 template <typename T>
 void burst_in(const char* api, const LocalTensor<T>& dst, uint64_t ub_i, const GlobalTensor<T>& src,
               uint64_t gm_i, uint64_t n) {
+    poll_abort();
     if (n == 0) return;
     src.check_range(gm_i, n, api);
     uint64_t off = dst.elem_off(ub_i, n, api);
@@ -99,6 +100,7 @@ void burst_in(const char* api, const LocalTensor<T>& dst, uint64_t ub_i, const G
 template <typename T>
 void burst_out(const char* api, const GlobalTensor<T>& dst, uint64_t gm_i, const LocalTensor<T>& src,
                uint64_t ub_i, uint64_t n) {
+    poll_abort();
     if (n == 0) return;
     dst.check_range(gm_i, n, api);
     uint64_t off = src.elem_off(ub_i, n, api);

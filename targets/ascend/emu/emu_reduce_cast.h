@@ -88,6 +88,7 @@ Rounding check_cast(AscendC::RoundMode m, const char* api) {
 template <typename T>
 void reduce_groups(const char* api, const LocalTensor<T>& dst, const std::vector<uint64_t>& di,
                    const LocalTensor<T>& src, const std::vector<std::vector<uint64_t>>& groups) {
+    poll_abort();
     std::vector<uint64_t> all;
     for (const auto& g : groups) all.insert(all.end(), g.begin(), g.end());
     Span s = check_operand(src, all, api, true);

@@ -4,6 +4,7 @@
 #define OPGEN_EMU_RUNTIME_H
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -104,6 +105,7 @@ struct Launch {
     std::condition_variable bar_cv;
     uint32_t bar_waiting = 0, bar_finished = 0, bar_generation = 0;
     bool aborted = false;
+    std::atomic<bool> stop{false};  // set with `aborted`: other cores stop at their next API call
     std::string first_error;
     int failing_core = -1;
 
@@ -122,6 +124,7 @@ struct Launch {
     void record_error(int core, const std::string& msg) {
         std::lock_guard<std::mutex> lk(bar_mutex);
         if (!aborted) { aborted = true; first_error = msg; failing_core = core; }
+        stop.store(true, std::memory_order_relaxed);
         bar_cv.notify_all();
     }
 };
@@ -173,6 +176,11 @@ inline thread_local CoreState* tls_core = nullptr;
 inline CoreState* current_core() {
     if (!tls_core) throw EmuError("AscendC API called outside a kernel launched by opgen_emu_launch_*");
     return tls_core;
+}
+
+// Called by the APIs that move or compute data: once a core has failed the others stop early.
+inline void poll_abort() {
+    if (tls_core && tls_core->launch->stop.load(std::memory_order_relaxed)) throw EmuAbort{};
 }
 
 [[noreturn]] inline void fail(const std::string& what) {

@@ -196,6 +196,7 @@ struct Strides { uint64_t blk = 1, rep = 8; };
 template <typename TD, typename F, typename... TS>
 void elementwise(const char* api, const Lanes& lanes, const LocalTensor<TD>& dst, Strides ds, F f,
                  const std::pair<const LocalTensor<TS>*, Strides>&... srcs) {
+    poll_abort();
     std::vector<uint64_t> di = lane_indices(lanes, sizeof(TD), ds.blk, ds.rep);
     Span dspan = check_operand(dst, di, api, false);
     if (!lanes.count_mode) check_unique_writes(di, api);  // a count is 0..n-1: unique

@@ -36,7 +36,8 @@
 //     it with 0xFF (NaN) bytes, as device workspace holds garbage, and tracks which bytes the
 //     kernel writes; data read from never-written workspace counts as never written.
 //     Runs the kernel on block_dim cores (threads, GetBlockIdx() = 0..block_dim-1) and returns
-//     0 on success, nonzero on a violation (1) or bad launch arguments (2). The host process is
+//     0 on success, nonzero on a violation (1), bad launch arguments (2) or an internal failure of
+//     the emulation (3, e.g. out of memory). The host process is
 //     never aborted: a violation throws inside its core, all cores stop (cores waiting in SyncAll
 //     are released) and the launcher returns.
 //   extern "C" const char* opgen_emu_last_error(void);
