@@ -210,6 +210,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_from_module(compare, "opgen.compare")
     bench = sub.add_parser("bench", help="time opgen's public API against the baselines and the same-run bandwidth")
     _add_from_module(bench, "opgen.bench")
+    tune = sub.add_parser("tune", help="search a schedule rule's knobs for one op and shape (or MetaSchedule); --show")
+    _add_from_module(tune, "opgen.tune.cli")
     return parser
 
 

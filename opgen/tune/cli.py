@@ -1,0 +1,182 @@
+"""``opgen tune``: search a rule's knobs for one op and shape, or run MetaSchedule on it.
+
+    opgen tune rms_norm_grad --target llvm --shape 4096x4096 --dtype f32-f32 --trials 32
+    opgen tune group_norm_backward --shape 8,256,56x56,32 --engine metaschedule --trials 64
+    opgen tune rms_norm_grad --shape 4096x4096 --rpc 127.0.0.1:9190:mykey
+    opgen tune --show
+
+A progress line (trials done, best so far, ETA) goes to stderr; the run ends with one
+table: the best point, the rule's default and the latest MetaSchedule record of the same
+key (ms and GB/s), so the template tuner and TVM's auto-scheduler sit side by side. Times
+of a target tuned against a cost model are marked ``(model)`` everywhere they appear.
+"""
+from __future__ import annotations
+
+import sys
+import time
+
+from opgen.tune import database
+
+MODEL_MARK = " (model)"
+
+
+def add_arguments(parser) -> None:
+    from opgen.tune.strategies import STRATEGIES
+
+    parser.add_argument("op", nargs="?", help="op name (rms_norm_grad, group_norm_backward)")
+    parser.add_argument("--target", default="llvm", help="target name (default llvm)")
+    parser.add_argument("--shape", help="problem shape: 4096x4096 (RmsNormGrad x), 8,256,56x56,32 (GroupNorm N,C,HxW,G)")
+    parser.add_argument("--dtype", default="f32-f32", help="dtype combo tag (default f32-f32)")
+    parser.add_argument("--product", default=None, help="product whose hardware the target is bound to")
+    parser.add_argument("--trials", type=int, default=32, help="measurement budget (default 32)")
+    parser.add_argument("--strategy", choices=STRATEGIES, default="model", help="search strategy (default model)")
+    parser.add_argument("--engine", choices=("template", "metaschedule"), default="template")
+    parser.add_argument("--rpc", metavar="HOST:PORT:KEY", help="measure on the servers of a TVM RPC tracker")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--jobs", type=int, default=2, help="parallel builders (0: build in this process)")
+    parser.add_argument("--patience", type=int, default=16, help="stop after this many trials without a 1%% gain")
+    parser.add_argument("--repeat", type=int, default=10, help="timings per candidate (the median counts)")
+    parser.add_argument("--db", help="database file (default $OPGEN_TUNE_DB or <cache>/tuning.jsonl)")
+    parser.add_argument("--show", action="store_true", help="list the database instead of tuning")
+
+
+class Progress:
+    """One self-rewriting line on a terminal, one line per trial elsewhere."""
+
+    def __init__(self, stream=None, label: str = ""):
+        self.stream = stream or sys.stderr
+        self.start = time.perf_counter()
+        self.label = label
+        self.tty = self.stream.isatty()
+
+    def __call__(self, trial, result, budget: int) -> None:
+        done = len(result.trials)
+        elapsed = time.perf_counter() - self.start
+        eta = elapsed / done * (budget - done)
+        best = result.best
+        best_text = f"{best.measurement.median_ms:.3f} ms{self.label}" if best else "-"
+        bar = "#" * (20 * done // budget) + "." * (20 - 20 * done // budget)
+        status = trial.measurement.status + (f" ({trial.measurement.error})" if trial.measurement.error else "")
+        line = f"[{bar}] {done}/{budget} best {best_text}  ETA {eta:.0f} s  last: {trial.knobs} {status}"
+        if self.tty:
+            self.stream.write("\r" + line[:160].ljust(160))
+            if done == budget:
+                self.stream.write("\n")
+        else:
+            self.stream.write(line[:300] + "\n")
+        self.stream.flush()
+
+
+def _row(name: str, record: dict | None, seconds: float | None = None) -> str:
+    if record is None or record.get("median_ms") is None:
+        reason = "not run (opgen tune --engine metaschedule)" if name == "metaschedule" else \
+            (record or {}).get("error") or "no result"
+        return f"{name:<14} {'-':>10} {'-':>8}  {reason}"
+    mark = MODEL_MARK if record.get("model") else ""
+    gbps = f"{record['gbps']:.1f}" if record.get("gbps") else "-"
+    extra = f"  {seconds:.0f} s to result" if seconds is not None else ""
+    what = record.get("knobs") if record.get("engine", database.TEMPLATE) == database.TEMPLATE else \
+        f"MetaSchedule, {record.get('ms_trials', '?')} trials"
+    return f"{name:<14} {record['median_ms']:>10.3f} {gbps:>8}  {what}{mark}{extra}"
+
+
+def final_table(best: dict | None, default: dict | None, metaschedule: dict | None, timings: dict) -> str:
+    lines = [f"{'':<14} {'ms':>10} {'GB/s':>8}  point", "-" * 72,
+             _row("best", best, timings.get("best")), _row("default", default),
+             _row("metaschedule", metaschedule, timings.get("metaschedule"))]
+    if best and default and best.get("median_ms") and default.get("median_ms"):
+        lines.append(f"best vs default: {default['median_ms'] / best['median_ms']:.2f}x")
+    if any(r and r.get("model") for r in (best, default)):
+        lines.append(f"times marked (model) are estimates of the cost model {best.get('model') if best else ''}, "
+                     f"not measurements")
+    return "\n".join(lines)
+
+
+def latest(records: list[dict], key: tuple, engine: str) -> dict | None:
+    same = [r for r in records if database.record_key(r) == key and r.get("engine", database.TEMPLATE) == engine]
+    return same[-1] if same else None
+
+
+def show(path) -> int:
+    """Every key of the database with its best record and the number of trials."""
+    records = database.load_all([path] if path else None)
+    if not records:
+        print(f"no tuning records ({path or database.user_db_path()})")
+        return 0
+    groups: dict = {}
+    for r in records:
+        groups.setdefault(database.record_key(r), []).append(r)
+    print(f"{'op':<20} {'dtypes':<8} {'target':<10} {'bucket':<16} {'trials':>6} {'best ms':>10} {'GB/s':>7}  knobs")
+    for key, group in groups.items():
+        best = database.best_records(group).get(key)
+        ms = next((r for r in reversed(group) if r.get("engine") == database.METASCHEDULE), None)
+        best_ms = f"{best['median_ms']:.3f}" if best else "-"
+        gbps = f"{best['gbps']:.1f}" if best and best.get("gbps") else "-"
+        knobs = (best["knobs"] if best else "-")
+        mark = MODEL_MARK if best and best.get("model") else ""
+        ms_text = f"  MetaSchedule {ms['median_ms']:.3f} ms" if ms and ms.get("median_ms") else ""
+        print(f"{key[0]:<20} {key[1]:<8} {key[2]:<10} {key[4]:<16} {len(group):>6} {best_ms:>10} {gbps:>7}  "
+              f"{knobs}{mark}{ms_text}")
+    return 0
+
+
+def _run(args, op, combo, target, problem, db):
+    """Tune with the chosen engine; returns {row name: seconds to result}."""
+    from opgen.tune import Options, Settings, tune
+    from opgen.tune.measure import Workload
+
+    settings = Settings(repeat=args.repeat)
+    options = Options(trials=args.trials, strategy=args.strategy, seed=args.seed, jobs=args.jobs,
+                      patience=args.patience or None, settings=settings)
+    runner = None
+    if args.rpc:
+        from opgen.tune.rpc import RpcRunner, parse_address
+
+        runner = RpcRunner(*parse_address(args.rpc), target, settings)
+        print(f"measuring on {runner.parallel} RPC server(s) under key {runner.key!r}")
+    workload = Workload(op, combo, problem, args.seed)
+    if args.engine == "metaschedule":
+        from opgen.tune.metaschedule import tune_metaschedule
+
+        _, seconds = tune_metaschedule(op, combo, target, problem, options, runner, db, workload)
+        return {"metaschedule": seconds}
+    label = MODEL_MARK if getattr(target, "cost_model", None) is not None else ""
+    result = tune(op, combo, target, problem, options, runner, db, Progress(label=label), workload)
+    if result.interrupted:
+        print(f"interrupted: {len(result.trials)} finished trials are in {db}")
+    elif result.stopped_early:
+        print(f"stopped early after {len(result.trials)} trials (no 1% gain in {args.patience})")
+    return {"best": result.seconds}
+
+
+def main(args) -> int:
+    if args.show:
+        return show(args.db)
+    if not args.op or not args.shape:
+        print("opgen tune: give an op and --shape (or --show)", file=sys.stderr)
+        return 2
+    from opgen.ops import get_op
+    from opgen.targets import get_target
+    from opgen.tune import lookup
+    from opgen.tune.space import kernel_shapes, parse_problem, space_for
+
+    op = get_op(args.op)
+    combo = op.combo(args.dtype)
+    target = get_target(args.target)
+    target = target.for_product(args.product) if args.product else target
+    problem = parse_problem(op, args.shape)
+    db = database.user_db_path() if not args.db else __import__("pathlib").Path(args.db)
+    space = space_for(op, combo, target, problem)
+    bucket = database.bucket_for(op, kernel_shapes(op, problem))
+    print(f"tuning {op.name} {combo.tag} on {target.name}, {problem} (bucket {bucket}): {len(space.points)} valid "
+          f"points of {type(space.rule).__name__}'s knobs {[k.name for k in space.knobs]} ({space.pruned} pruned); "
+          f"engine {args.engine}, strategy {args.strategy}, seed {args.seed}; records -> {db}")
+    timings = _run(args, op, combo, target, problem, db)
+    records = database.load(db)
+    key = database.key_of(op.name, combo.tag, target, bucket)
+    best = database.best_records(records).get(key)
+    default = next((r for r in reversed(records) if database.record_key(r) == key and r.get("knobs") == space.default
+                    and r.get("engine", database.TEMPLATE) == database.TEMPLATE), None)
+    print(final_table(best, default, latest(records, key, database.METASCHEDULE), timings))
+    lookup.reload()
+    return 0

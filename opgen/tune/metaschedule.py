@@ -1,0 +1,72 @@
+"""TVM's auto-scheduler (tvm.s_tir.meta_schedule) on the same workload, recorded comparably.
+
+MetaSchedule needs static shapes ("random variable has been produced once" on symbolic
+extents), so the op's TE function is specialised to the problem's kernel shapes. It tunes
+with its own builder, runner and xgboost cost model (``cost_model="xgb"``; the ``tune``
+extra installs xgboost-cpu, tornado, psutil and cloudpickle, which it needs), then its
+best schedule is compiled and measured by *our* runner: the same inputs, the same check
+against the float64 reference, the same time_evaluator settings as the template tuner's
+candidates. One database record per run: engine ``metaschedule``, no knobs, the trial
+budget and the wall time to result. Such records are shown next to the template tuner's
+and never chosen by the kernel cache (they are not points of a rule's space, and the
+kernel is specialised to one shape).
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import tvm
+from tvm import te
+
+from opgen.kernels import kernel_symbol
+from opgen.tune import database
+from opgen.tune.driver import Options, make_record, record_context
+from opgen.tune.measure import Built, LocalRunner, Workload
+
+
+def static_function(op, combo, problem, symbol: str):
+    """The op's PrimFunc with every size variable bound to the problem's extent."""
+    func = te.create_prim_func(op.compute(combo))
+    shapes = op.api.kernel_shapes(problem)
+    binding = {buf: tvm.tirx.decl_buffer(tuple(tvm.tirx.IntImm("int64", int(d)) for d in shapes[name]), buf.dtype,
+                                         buf.name, elem_offset=buf.elem_offset)
+               for name, buf in zip(op.inputs + op.outputs, func.params)}
+    return func.specialize(binding).with_attr("global_symbol", symbol)
+
+
+def tune_metaschedule(op, combo, target, problem, options: Options = Options(), runner=None, db_path=None,
+                      workload: Workload | None = None, work_dir: str | None = None, log=None):
+    """Run MetaSchedule for ``options.trials`` trials; returns (record, seconds to result)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    start = time.perf_counter()
+    db_path = Path(db_path) if db_path is not None else database.user_db_path()
+    workload = workload or Workload(op, combo, problem, options.seed)
+    runner = runner or LocalRunner(target, options.settings)
+    symbol = kernel_symbol(op, combo, "metaschedule")
+    mod = tvm.IRModule({"main": static_function(op, combo, problem, symbol)})
+    tvm_target = target.tvm_target()
+    with tempfile.TemporaryDirectory(prefix="opgen-ms-") as scratch:
+        work = work_dir or os.path.join(scratch, "ms")
+        os.makedirs(work, exist_ok=True)
+        ms_db = ms.tune_tir(mod, target=tvm_target, work_dir=work, max_trials_global=options.trials,
+                            num_trials_per_iter=min(16, options.trials), cost_model="xgb", seed=options.seed,
+                            num_tuning_cores=max(1, options.jobs))
+        sch = ms.tir_integration.compile_tir(ms_db, mod, tvm_target)
+        if sch is None:
+            raise RuntimeError("MetaSchedule found no valid schedule within its trial budget")
+        build_start = time.perf_counter()
+        path = os.path.join(scratch, f"{symbol}{target.library_suffix}")
+        tvm.compile(sch.mod, target=tvm_target).mod.export_library(path)
+        built = Built({}, path, symbol, (), time.perf_counter() - build_start)
+        measurement = runner.run(workload, built)
+    seconds = time.perf_counter() - start
+    ctx = record_context(op, combo, target, problem, "metaschedule-evolutionary", options.seed,
+                         database.METASCHEDULE)
+    record = {**make_record(ctx, 0, {}, measurement, built.build_s, workload),
+              "ms_trials": options.trials, "seconds_to_result": round(seconds, 1)}
+    database.append(db_path, record)
+    return record, seconds
