@@ -84,7 +84,7 @@ class OpenclModule:
 
     def __getitem__(self, symbol: str):
         plan = self.plans[symbol]
-        return functools.partial(self._run, plan)
+        return lambda *tensors: self._run(plan, *tensors)
 
     def _buffers(self, arrays: list) -> list:
         cl = self._cl
