@@ -276,7 +276,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--dtypes", action="append", help="dtype combo, e.g. bf16-bf16 (repeatable)")
     parser.add_argument("--shape", action="append", metavar="OP=SHAPE",
                         help="e.g. rms_norm_grad=4096x4096 or group_norm_backward=2,320,64x64,32 (repeatable)")
-    parser.add_argument("--repeats", type=int, default=15, help="interleaved rounds (median)")
+    parser.add_argument("--repeats", type=int, help="interleaved rounds, median taken (default 15; --quick 5)")
     parser.add_argument("--no-tiny", action="store_true", help="leave out the per-call cost rows")
     parser.add_argument("--skip", action="append", default=[],
                         choices=("eager", "compile", "aten", "aten-layernorm", "after-torch"),
@@ -295,7 +295,8 @@ def to_argv(args) -> list[str]:
     for flag, values in (("--op", args.op), ("--dtypes", args.dtypes), ("--shape", args.shape), ("--skip", args.skip)):
         for value in values or ():
             argv += [flag, value]
-    argv += ["--repeats", str(args.repeats), "--omp-wait", args.omp_wait, "--seed", str(args.seed)]
+    argv += ["--repeats", str(args.repeats)] if args.repeats is not None else []
+    argv += ["--omp-wait", args.omp_wait, "--seed", str(args.seed)]
     for flag, value in (("--out", args.out), ("--plot", args.plot), ("--target", args.target)):
         if value:
             argv += [flag, str(value)]
@@ -345,7 +346,8 @@ def main(args) -> int:
         op, _, shape = item.partition("=")
         shapes.setdefault(op, []).append(shape)
     case_list = cases(args.quick, args.op, args.dtypes, shapes, tiny=not args.no_tiny)
-    rows, failures = run(case_list, args.repeats, set(args.skip), args.seed)
+    repeats = args.repeats if args.repeats is not None else (5 if args.quick else 15)
+    rows, failures = run(case_list, repeats, set(args.skip), args.seed)
     print_table(rows)
     if args.out:
         write_rows(rows, args.out)

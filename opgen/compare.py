@@ -157,7 +157,7 @@ def print_table(rows: list[Row], stream=None) -> None:
     stream = stream or sys.stdout
     head = (f"{'op':<19} {'dtypes':<9} {'shape':<15} {'out':<6} {'library':<10} {'within %':>9} {'DT':>4} "
             f"{'MERE':>8} {'MARE':>8} {'MM':>4} {'xMARE':>6} {'xMERE':>6} {'xRMSE':>6} {'level':>5} "
-            f"{'ms':>7} {'lib ms':>7}")
+            f"{'ms':>7} {'lib ms':>7} {'speedup':>7}")
     print(head, file=stream)
     print("-" * len(head), file=stream)
     for r in rows:
@@ -165,10 +165,11 @@ def print_table(rows: list[Row], stream=None) -> None:
         print(f"{r.op:<19} {r.dtypes:<9} {r.shape:<15} {r.output:<6} {r.library[:10]:<10} "
               f"{100 * o.within:9.3f} {'ok' if o.dt_pass else 'FAIL':>4} {o.mere:8.2e} {o.mare:8.2e} "
               f"{'ok' if o.mm_pass else 'FAIL':>4} {r.ratios[0]:6.2f} {r.ratios[1]:6.2f} {r.ratios[2]:6.2f} "
-              f"{r.level or 'FAIL':>5} {_fmt(r.opgen_ms, '7.3f')} {_fmt(r.library_ms, '7.3f')}", file=stream)
+              f"{r.level or 'FAIL':>5} {_fmt(r.opgen_ms, '7.3f')} {_fmt(r.library_ms, '7.3f')} "
+              f"{_fmt(r.as_dict()['speedup'], '6.2f')}{'x' if r.as_dict()['speedup'] else ''}", file=stream)
     print("DT: double thousandths (share within, needs 99.9% half / 99.99% f32); MM: MERE < T and MARE < 10T; "
           "xMARE/xMERE/xRMSE: opgen's error over the library's (level L2 <= 2/1.2/1.2, L1 <= 5/1.5/1.5, "
-          "L0 <= 10/2/2); ms: median per call", file=stream)
+          "L0 <= 10/2/2); ms: median per call; speedup: library ms / opgen ms", file=stream)
 
 
 def write_rows(rows: list[Row], path) -> None:
