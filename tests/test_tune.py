@@ -188,3 +188,47 @@ def test_a_rule_without_knobs_has_a_one_point_space():
     space = build_space(NoKnobs(), LLVM, None)
     assert space.points == ({},) and space.default == {}
     assert strategies.simulate("model", space, lambda p: 1.0, 10) == [1.0]
+
+
+# ---- targets tuned against a cost model -------------------------------------------------
+
+class ToyModel:
+    """Claims the corrupting points are the fastest: the check must still reject them."""
+
+    name = "toy-model"
+
+    def estimate(self, op, combo, target, problem, knobs):
+        return 1e-3 * (1 + abs(math.log2(knobs["rows_per_chunk"]) - 7)) * (0.5 if knobs["corrupt"] else 1.0)
+
+
+@dataclass(frozen=True)
+class ModelledToyTarget(ToyTarget):
+    cost_model = ToyModel()        # a class attribute: the hook, not part of the hardware key
+
+
+@pytest.mark.timeout(120)
+def test_a_declared_cost_model_is_used_labelled_and_checked(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "opgen.schedules.tunetoy", ToySchedules)
+    target = ModelledToyTarget(name="tunetoy", description="llvm with a cost model")
+    db = tmp_path / "db.jsonl"
+    result = tune(OP, COMBO, target, parse_problem(OP, "64x1000"), Options(trials=6, strategy="exhaustive"),
+                  db_path=db)
+    records = database.load(db)
+    assert len(records) == 6 and all(r["model"] == "toy-model" for r in records)
+    assert all(r["status"] == database.WRONG for r in records if r["knobs"]["corrupt"])
+    assert result.best.knobs == {"rows_per_chunk": 128, "corrupt": False}
+    assert result.best.record["median_ms"] == pytest.approx(1.0)
+
+
+def test_the_ascend_analytic_model_ranks_double_buffering_first():
+    from opgen.tune.costmodel import AscendAnalytic, cost_model_of
+
+    target = get_target("ascend-emu").for_product("AtlasA2")
+    model = cost_model_of(target)
+    assert isinstance(model, AscendAnalytic) and "assumed" in model.name
+    problem = parse_problem(OP, "4096x4096")
+    double = model.estimate(OP, COMBO, target, problem, {"buffer_num": 2})
+    single = model.estimate(OP, COMBO, target, problem, {"buffer_num": 1})
+    gm = model.tiling(OP, COMBO, target, problem, {}).gm_bytes
+    assert double < single and gm / double < 1.6e12   # never faster than the assumed HBM allows
+    assert cost_model_of(LLVM) is None

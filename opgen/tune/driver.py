@@ -19,6 +19,7 @@ from pathlib import Path
 import tvm
 
 from opgen.tune import database, strategies
+from opgen.tune.costmodel import ModelRunner, cost_model_of
 from opgen.tune.measure import Builder, LocalRunner, Measurement, Settings, Workload
 from opgen.tune.space import freeze, kernel_shapes, space_for
 
@@ -112,7 +113,9 @@ def tune(op, combo, target, problem, options: Options = Options(), runner=None, 
     budget = min(options.trials, len(space.points))
     measured: dict = {}
     with tempfile.TemporaryDirectory(prefix="opgen-tune-") as scratch:
-        builder = Builder(workload, target, Path(scratch), options.jobs)
+        # A model-tuned candidate is checked here (Ascend: in the emulation): build in-process.
+        jobs = 0 if not target.library_suffix or isinstance(runner, ModelRunner) else options.jobs
+        builder = Builder(workload, target, Path(scratch), jobs)
         try:
             _loop(strategy, builder, runner, workload, options, ctx, db_path, result, measured, budget, progress)
         except KeyboardInterrupt:
@@ -124,11 +127,7 @@ def tune(op, combo, target, problem, options: Options = Options(), runner=None, 
 
 
 def _default_runner(target, settings: Settings):
-    if getattr(target, "cost_model", None) is not None:
-        from opgen.tune.costmodel import ModelRunner
-
-        return ModelRunner(target, settings)
-    return LocalRunner(target, settings)
+    return ModelRunner(target, settings) if cost_model_of(target) is not None else LocalRunner(target, settings)
 
 
 def _loop(strategy, builder, runner, workload, options, ctx, db_path, result, measured, budget, progress):

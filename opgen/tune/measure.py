@@ -118,8 +118,10 @@ class Checker:
         return result
 
 
-def build_candidate(op_name: str, combo_tag: str, target, knobs: dict, shapes: dict, out_path: str | None) -> Built:
-    """Schedule, compile and export one point (runs in a pool worker)."""
+def build_candidate(op_name: str, combo_tag: str, target, knobs: dict, shapes: dict, out_path: str | None,
+                    keep_kernel: bool = False) -> Built:
+    """Schedule, compile and export one point (runs in a pool worker, or here with
+    ``keep_kernel``: the Kernel object is then returned too)."""
     from opgen import kernels
     from opgen.ops import get_op
 
@@ -132,7 +134,7 @@ def build_candidate(op_name: str, combo_tag: str, target, knobs: dict, shapes: d
         concrete = kernel.scratch_shapes(shapes)
         scratch = tuple((b.name, b.dtype, concrete[b.name]) for b in kernel.scratch)
         return Built(knobs, out_path, kernel.symbol, scratch, time.perf_counter() - start, None,
-                     None if out_path is not None else kernel)
+                     kernel if keep_kernel or out_path is None else None)
     except Exception as err:  # a point the rule accepted but TVM cannot build: one failed trial
         return Built(knobs, None, build_s=time.perf_counter() - start, error=f"build: {type(err).__name__}: {err}")
 
@@ -157,7 +159,7 @@ class Builder:
         w = self.workload
         calls = [(w.op.name, w.combo.tag, self.target, p, w.shapes, self._path()) for p in points]
         if self.pool is None:
-            return [build_candidate(*c) for c in calls]
+            return [build_candidate(*c, keep_kernel=True) for c in calls]
         try:
             return list(self.pool.map(build_candidate, *zip(*calls)))
         except futures.process.BrokenProcessPool as err:  # a builder crashed (compiler segfault)
