@@ -32,6 +32,11 @@ ROWS_PER_CHUNK = Knob(
     "rows summed into one partial per column; more rows: a smaller partial-sum workspace and "
     "less final-sum work, fewer parallel chunks (measured on RmsNormGrad 4096^2 f32: "
     "16 -> 10.2 ms, 64 -> 9.0, 256 -> 8.0)")
+DEFAULT_FINAL_COLUMNS = 256
+FINAL_COLUMNS = Knob(
+    "final_columns", (64, 128, 256, 512, 1024), DEFAULT_FINAL_COLUMNS,
+    "columns per parallel task of the final sum of the partials; each task walks the "
+    "partials row by row (unit stride) instead of down a column (one cache line per load)")
 
 
 def _outputs(infos: list[Block], kinds: str) -> list[Block]:
@@ -40,10 +45,11 @@ def _outputs(infos: list[Block], kinds: str) -> list[Block]:
 
 @dataclass(frozen=True)
 class RowPassWithColumnSums:
-    """Knobs: ``rows_per_chunk`` (rows summed into one partial per column; default 64)."""
+    """Knobs: ``rows_per_chunk`` (rows summed into one partial per column; default 64) and
+    ``final_columns`` (columns per task of the final fixed-order sum of the partials)."""
 
     def knobs(self, target) -> tuple:
-        return (ROWS_PER_CHUNK,)
+        return (ROWS_PER_CHUNK, FINAL_COLUMNS)
 
     def match(self, infos: list[Block]):
         elementwise = _outputs(infos, "SS")
@@ -83,9 +89,12 @@ class RowPassWithColumnSums:
         for info in reversed(row_stages):
             sch.compute_at(sch.get_sblock(info.name), row_loop)
         sch.parallel(chunk_loop)
+        lanes = int(knobs.get("final_columns", DEFAULT_FINAL_COLUMNS))
         for block, rf in partials:
             final_col, final_chunk = sch.get_loops(block)
-            sch.parallel(final_col)
+            col_block, col_lane = sch.split(final_col, [None, lanes])
+            sch.reorder(col_block, final_chunk, col_lane)   # rows of partials, not columns: unit stride
+            sch.parallel(col_block)
             sch.decompose_reduction(rf, row_loop)
             sch.decompose_reduction(block, final_chunk)
         for info in row_stages:

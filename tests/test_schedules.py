@@ -61,7 +61,7 @@ def toy_grouped_pass():
 
 
 @pytest.mark.parametrize("shape", [(1, 1), (7, 33), (130, 5), (0, 4)], ids=str)
-@pytest.mark.parametrize("knobs", [None, {"rows_per_chunk": 8}], ids=["default", "8-rows-per-chunk"])
+@pytest.mark.parametrize("knobs", [None, {"rows_per_chunk": 8, "final_columns": 64}], ids=["default", "small-chunks"])
 def test_row_pass_rule_schedules_a_new_op(shape, knobs):
     fn, _ = _compile(toy_row_pass(), knobs)
     a = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
@@ -92,9 +92,10 @@ def test_knobs_outside_the_rules_declaration_are_refused(knobs, message):
 
 def test_rules_declare_their_knob_spaces():
     rule = schedules.rules_of(LLVM)[0]
-    (knob,) = schedules.rule_knobs(rule, LLVM)
-    assert knob.name == "rows_per_chunk" and knob.default in knob.values
-    assert schedules.default_knobs(rule, LLVM) == {"rows_per_chunk": knob.default}
+    knobs = schedules.rule_knobs(rule, LLVM)
+    assert [k.name for k in knobs] == ["rows_per_chunk", "final_columns"]
+    assert all(k.default in k.values for k in knobs)
+    assert schedules.default_knobs(rule, LLVM) == {k.name: k.default for k in knobs}
 
 
 def test_function_matching_no_rule_is_refused_by_name():
