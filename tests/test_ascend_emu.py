@@ -31,7 +31,7 @@ BUILDS = {
     "ew": ("elementwise_reduce.cpp", []),
     # Atlas training: 256 KB UB and no DataCopyPad.
     "ew_training": ("elementwise_reduce.cpp", ["-DOPGEN_NO_DATACOPYPAD", "-DOPGEN_UB_BYTES=262144"]),
-    "cases": ("cases.cpp", ["-DOPGEN_VECTOR_CORES=8"]),
+    "cases": ("cases.cpp", ["-DOPGEN_VECTOR_CORES=8", "-DOPGEN_EMU_CHECK_WAR"]),
 }
 
 
@@ -133,7 +133,8 @@ MODES = dict(OVER_UB=1, MISALIGNED_UB=2, RAGGED_DATACOPY=3, GM_OVERRUN=4, SETGLO
              INIT_ATOMIC=26, REDUCE_MAX_AXPY=27, WS_UNINIT_ATOMIC=28, WS_UNINIT_READ=29, ATOMIC_LEFT_ON=30,
              GM_GETVALUE_AFTER_MTE3=31, REPEAT_STRIDE_OVERRUN=32, PARTIAL_OVERLAP=33, DOUBLE_WRITE=34,
              MASK_RANGE=35, CAST_BAD_MODE=36, HALF_FORMS=37, RESET_REUSE=38, STALE_AFTER_RESET=39,
-             DATACOPY_PARAMS=40, FAIL_WHILE_OTHERS_WAIT=41, FAIL_WHILE_OTHERS_WORK=42, COPY_TWICE=99)
+             DATACOPY_PARAMS=40, FAIL_WHILE_OTHERS_WAIT=41, FAIL_WHILE_OTHERS_WORK=42,
+             WAR_MTE3_V=43, WAR_SYNCED=44, COPY_TWICE=99)
 
 
 def run_case(libs, mode: str, cores: int = 1, x=None, n: int = 256):
@@ -182,6 +183,8 @@ VIOLATIONS = [
     ("MASK_RANGE", 1, r"Add: mask 65 outside \[1, 64\]"),
     ("CAST_BAD_MODE", 1, r"Cast: CAST_NONE is not a valid RoundMode for float -> bfloat16_t \(use CAST_RINT"),
     ("STALE_AFTER_RESET", 1, r"Duplicate: LocalTensor of TBuf 'big' .* used after TPipe::Reset"),
+    ("WAR_MTE3_V", 1, r"Duplicate: writes TBuf 'buf' .* on pipe V \(vector\) while pipe MTE3 \(UB->GM copy\) "
+                      r"may still be reading it"),
     ("SYNCALL_MISMATCH", 4, r"core 0: SyncAll: 3 core\(s\) returned from the kernel without reaching this SyncAll"),
 ]
 
@@ -411,3 +414,10 @@ def test_a_failing_core_stops_the_others(libs, mode):
     status, msg, out = result["r"]
     assert status == 1 and msg.startswith("emu_case: core 0: DeQue on an empty queue"), msg
     assert np.all(out[:4] == 0)  # no other core reached its end
+
+
+def test_write_after_read_with_a_flag_is_accepted(libs, rng):
+    x = rng.standard_normal(256).astype(np.float32)
+    status, msg, out = run_case(libs, "WAR_SYNCED", 1, x=x)
+    assert status == 0, msg
+    np.testing.assert_array_equal(out[:256], 2 * x)

@@ -19,6 +19,7 @@ enum Mode {
     REDUCE_MAX_AXPY, WS_UNINIT_ATOMIC, WS_UNINIT_READ, ATOMIC_LEFT_ON, GM_GETVALUE_AFTER_MTE3,
     REPEAT_STRIDE_OVERRUN, PARTIAL_OVERLAP, DOUBLE_WRITE, MASK_RANGE, CAST_BAD_MODE, HALF_FORMS,
     RESET_REUSE, STALE_AFTER_RESET, DATACOPY_PARAMS, FAIL_WHILE_OTHERS_WAIT, FAIL_WHILE_OTHERS_WORK,
+    WAR_MTE3_V, WAR_SYNCED,
 };
 
 struct Ctx {
@@ -380,6 +381,27 @@ static void fail_while_others(TPipe& pipe, Ctx& c, bool wait) {
     }
 }
 
+// A TBuf copied out (MTE3 reads it) then overwritten by a vector op: with WAR_SYNCED a
+// SetFlag/WaitFlag<MTE3_V> sits in between; out = 2 * in either way.
+static void war_mte3_v(TPipe& pipe, Ctx& c, bool synced) {
+    TQue<TPosition::VECIN, 1> qi;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(qi, 1, c.n * sizeof(float));
+    pipe.InitBuffer(buf, c.n * sizeof(float));
+    LocalTensor<float> x = load(qi, c.in, c.n);
+    LocalTensor<float> t = buf.Get<float>();
+    Add(t, x, x, c.n);
+    SetFlag<HardEvent::V_MTE3>(EVENT_ID0);
+    WaitFlag<HardEvent::V_MTE3>(EVENT_ID0);
+    DataCopy(c.out, t, c.n);
+    if (synced) {
+        SetFlag<HardEvent::MTE3_V>(EVENT_ID1);
+        WaitFlag<HardEvent::MTE3_V>(EVENT_ID1);
+    }
+    Duplicate(t, 0.0f, c.n);  // reuse the scratch
+    qi.FreeTensor(x);
+}
+
 extern "C" __global__ __aicore__ void emu_case(GM_ADDR in, GM_ADDR out, GM_ADDR ws, GM_ADDR tiling) {
     GET_TILING_DATA_WITH_STRUCT(CaseTiling, t, tiling);
     Ctx c;
@@ -397,6 +419,7 @@ extern "C" __global__ __aicore__ void emu_case(GM_ADDR in, GM_ADDR out, GM_ADDR 
         case HALF_FORMS: half_forms(pipe, c); break;
         case RESET_REUSE: case STALE_AFTER_RESET: reset_reuse(pipe, c, t.mode == STALE_AFTER_RESET); break;
         case DATACOPY_PARAMS: datacopy_params(pipe, c); break;
+        case WAR_MTE3_V: case WAR_SYNCED: war_mte3_v(pipe, c, t.mode == WAR_SYNCED); break;
         case FAIL_WHILE_OTHERS_WAIT: case FAIL_WHILE_OTHERS_WORK:
             fail_while_others(pipe, c, t.mode == FAIL_WHILE_OTHERS_WAIT); break;
         case DEQUE_EMPTY: case ENQUE_FULL: case USE_AFTER_FREE: case POISON_READ: case GETVALUE_POISON:

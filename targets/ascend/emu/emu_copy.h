@@ -93,7 +93,7 @@ void burst_in(const char* api, const LocalTensor<T>& dst, uint64_t ub_i, const G
     std::memcpy(c.ub.data() + off, p, n * sizeof(T));
     if (g.def.empty()) set_defined(off, n * sizeof(T), true);
     else std::copy(g.def.begin() + (p - g.base), g.def.begin() + (p - g.base) + n * sizeof(T), c.ub_def.begin() + off);
-    mark_write(dst.slot(), Pipe::MTE2);
+    mark_write(dst.slot(), Pipe::MTE2, api);
 }
 
 // One burst UB -> GM (MTE3); an atomic add when SetAtomicAdd<T> is on.
@@ -219,7 +219,7 @@ void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, uint32_t cal
     CoreState& c = core();
     std::memmove(c.ub.data() + d, c.ub.data() + so, uint64_t(calCount) * sizeof(T));
     std::memmove(c.ub_def.data() + d, c.ub_def.data() + so, uint64_t(calCount) * sizeof(T));
-    mark_write(dst.slot(), Pipe::V);
+    mark_write(dst.slot(), Pipe::V, api);
 }
 
 // GM -> UB with ragged bursts: blockLen bytes per burst, GM gaps in bytes, UB gaps in 32-byte
@@ -245,7 +245,7 @@ void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Da
         if (!pad.isPad) continue;
         for (uint64_t k = 0; k < lp; ++k) dst.SetValue(ub_i + k, pad.paddingValue);
         for (uint64_t k = 0; k < rp; ++k) dst.SetValue(ub_i + lp + n + k, pad.paddingValue);
-        mark_write(dst.slot(), Pipe::MTE2);
+        mark_write(dst.slot(), Pipe::MTE2, api);
     }
 }
 

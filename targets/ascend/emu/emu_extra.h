@@ -89,7 +89,7 @@ void reduce_extreme(const char* api, bool is_max, const LocalTensor<T>& dst, con
         std::memcpy(core().ub.data() + dst.ub_offset() + sizeof(T), &b, sizeof(T));
         set_defined(dst.ub_offset() + sizeof(T), sizeof(T), def);
     }
-    mark_write(dst.slot(), Pipe::V);
+    mark_write(dst.slot(), Pipe::V, api);
 }
 }  // namespace detail
 

@@ -105,7 +105,7 @@ void reduce_groups(const char* api, const LocalTensor<T>& dst, const std::vector
         def[g] = ok;
     }
     for (size_t g = 0; g < groups.size(); ++g) store(dst, di[g], out[g], def[g] != 0);
-    mark_write(dst.slot(), Pipe::V);
+    mark_write(dst.slot(), Pipe::V, api);
 }
 
 // Groups: the active lanes of each repeat, split per 32-byte block when per_block.

@@ -148,7 +148,8 @@ struct Slot {
     SlotState state = SlotState::FREE;
     uint32_t generation = 0;  // bumped on FreeTensor/Reset: stale tensor copies are caught
     Pipe pending = Pipe::NONE;  // last unsynchronised writer pipe
-    uint64_t pending_seq = 0;   // when it wrote (core's write counter), for SetFlag snapshots
+    uint64_t pending_seq = 0;   // when it wrote (core's access counter), for SetFlag snapshots
+    uint64_t read_seq[5] = {};  // per Pipe: when V / MTE3 last read it without sync (0: none)
     std::string owner;          // "TQue 'inQueueX' (kernel.cpp:40) buffer 1/2"
 };
 

@@ -61,23 +61,62 @@ inline void check_slot(const Slot* s, uint32_t gen, const char* api) {
     if (const char* p = state_problem(s->state)) fail(cat(api, ": LocalTensor of ", s->owner, " ", p));
 }
 
-// A read by `pipe` of a slot last written by another pipe without sync is a hazard.
+#ifdef OPGEN_EMU_AUTO_SCALAR_SYNC
+constexpr bool kScalarSync = false;  // the compiler's auto-sync inserts the S <-> other pipe flags
+#else
+constexpr bool kScalarSync = true;
+#endif
+
+// Whether an access on `second` after one on `first` (to the same buffer) needs a sync.
+inline bool needs_sync(Pipe first, Pipe second) {
+    if (first == Pipe::NONE || first == second) return false;  // one pipe runs in order
+    return kScalarSync || (first != Pipe::S && second != Pipe::S);
+}
+
+// Read after write: a read by `pipe` of a slot last written by another pipe without sync.
+// The read is recorded for the write-after-read check (S reads complete in program order).
 inline void check_sync_read(Slot* s, Pipe pipe, const char* api) {
-    if (s->pending != Pipe::NONE && s->pending != pipe)
+    if (needs_sync(s->pending, pipe))
         fail(cat(api, ": reads ", s->owner, " on pipe ", pipe_name(pipe), " right after a write on ",
                  pipe_name(s->pending), " with no synchronisation (EnQue/DeQue, SetFlag/WaitFlag or ",
                  "PipeBarrier<PIPE_ALL>)"));
+    if (pipe == Pipe::V || pipe == Pipe::MTE3) s->read_seq[static_cast<int>(pipe)] = ++core().seq;
 }
 
-inline void mark_write(Slot* s, Pipe pipe) {
+// Write after read: the asynchronous V and MTE3 pipes may still be reading what another pipe
+// is about to overwrite. Opt-in for now (-DOPGEN_EMU_CHECK_WAR): see REQUESTS.md.
+#ifdef OPGEN_EMU_CHECK_WAR
+constexpr bool kCheckWar = true;
+#else
+constexpr bool kCheckWar = false;
+#endif
+inline void check_war(Slot* s, Pipe pipe, const char* api) {
+    if (!kCheckWar) return;
+    for (Pipe r : {Pipe::V, Pipe::MTE3})
+        if (s->read_seq[static_cast<int>(r)] && needs_sync(r, pipe))
+            fail(cat(api, ": writes ", s->owner, " on pipe ", pipe_name(pipe), " while pipe ", pipe_name(r),
+                     " may still be reading it (write after read with no SetFlag/WaitFlag or ",
+                     "PipeBarrier<PIPE_ALL> in between)"));
+}
+
+inline void mark_write(Slot* s, Pipe pipe, const char* api) {
+    check_war(s, pipe, api);
     s->pending = pipe;
     s->pending_seq = ++core().seq;
 }
 
-// Synchronise writes by `from` (every pipe for NONE) made up to write number `upto`.
+inline void reset_sync(Slot* s) {
+    s->pending = Pipe::NONE;
+    std::fill(std::begin(s->read_seq), std::end(s->read_seq), 0);
+}
+
+// Synchronise accesses by `from` (every pipe for NONE) made up to access number `upto`.
 inline void clear_pending(Pipe from, uint64_t upto = ~uint64_t(0)) {
-    for (auto& s : core().slots)
+    for (auto& s : core().slots) {
         if ((from == Pipe::NONE || s.pending == from) && s.pending_seq <= upto) s.pending = Pipe::NONE;
+        for (int r = 0; r < 5; ++r)
+            if ((from == Pipe::NONE || static_cast<int>(from) == r) && s.read_seq[r] <= upto) s.read_seq[r] = 0;
+    }
 }
 
 inline void poison(const Slot& s) {
@@ -226,7 +265,7 @@ public:
         uint64_t off = elem_off(i, 1, "LocalTensor::SetValue");
         std::memcpy(core().ub.data() + off, &v, sizeof(T));
         set_defined(off, sizeof(T), true);
-        mark_write(slot_, Pipe::S);
+        mark_write(slot_, Pipe::S, "LocalTensor::SetValue");
     }
     // UB byte offset of elements [i, i+n) after liveness and bounds checks (emulation use).
     uint64_t elem_off(uint64_t i, uint64_t n, const char* api) const {
@@ -271,7 +310,7 @@ public:
             if (s->state != SlotState::FREE) continue;
             next_ = (next_ + k + 1) % slots_.size();
             s->state = SlotState::ALLOCATED;
-            s->pending = Pipe::NONE;
+            reset_sync(s);  // FreeTensor/AllocTensor order the previous users before the new one
             poison(*s);
             return make<T>(s);
         }
@@ -286,7 +325,7 @@ public:
         if (fifo_.size() >= static_cast<size_t>(depth))
             fail(cat("EnQue on a full queue ", name_, " (depth ", depth, ", holds ", fifo_.size(), ")"));
         t.slot_->state = SlotState::QUEUED;
-        t.slot_->pending = Pipe::NONE;  // the queue orders producer before consumer
+        reset_sync(t.slot_);  // the queue orders producer before consumer
         fifo_.push_back(t.slot_);
         return true;
     }

@@ -13,6 +13,10 @@
 //                           calling it is an error
 //   OPGEN_VECTOR_CORES=<n> the product's vector cores: SyncAll with block_dim > n is an error
 //                           (cores would not all be resident; the hardware would hang)
+//   OPGEN_EMU_CHECK_WAR     also report write-after-read hazards: a UB buffer overwritten on one
+//                           pipe while V or MTE3 may still be reading it (no sync in between)
+//   OPGEN_EMU_AUTO_SCALAR_SYNC  trust the compiler's auto-sync for the S pipe: GetValue/SetValue
+//                           next to vector or copy work need no explicit flags
 //   OPGEN_VEC_BF16          the vector unit computes in bfloat16_t (otherwise arithmetic on
 //                           bfloat16_t tensors does not compile: Cast to float first)
 //
@@ -88,7 +92,9 @@
 //   an element written twice by one instruction, the dtypes each API supports, Cast round modes.
 // - Pipe sync: reading a UB buffer on one pipe (MTE2 copy-in, V vector, MTE3 copy-out, S scalar)
 //   right after another pipe wrote it, without EnQue/DeQue, SetFlag/WaitFlag or
-//   PipeBarrier<PIPE_ALL>; reading GM back on MTE2 that this core wrote on MTE3 without sync.
+//   PipeBarrier<PIPE_ALL>; with OPGEN_EMU_CHECK_WAR, overwriting a buffer V or MTE3 read without
+//   sync; reading GM back on MTE2 that this core wrote on MTE3 without sync. Same-pipe order
+//   (PipeBarrier<PIPE_V>) is left to the compiler's auto-sync, as in CANN custom-op projects.
 // - Workspace: SetAtomicAdd into never-written workspace; never-written workspace reaching an
 //   output (through UB) or GlobalTensor::GetValue. SetAtomicAdd still on at kernel end.
 // - GM data cache: DataCopy of GM bytes this core wrote with GlobalTensor::SetValue before a
