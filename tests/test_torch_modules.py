@@ -69,6 +69,13 @@ def test_rms_norm_f32_matches_torch(shape, opgen_calls):
     assert opgen_calls["rms_norm_grad"] == 1
 
 
+def test_rms_norm_without_weight_matches_torch():
+    torch.manual_seed(7)
+    ours, theirs = ot.RMSNorm(24, elementwise_affine=False), torch.nn.RMSNorm(24, eps=1e-6, elementwise_affine=False)
+    x, dy = torch.randn(5, 24), torch.randn(5, 24)
+    torch.testing.assert_close(_grads(ours, x, dy)[0], _grads(theirs, x, dy)[0], rtol=1e-4, atol=1e-5)
+
+
 @pytest.mark.parametrize("affine", [True, False])
 def test_group_norm_f32_matches_torch(affine, opgen_calls):
     torch.manual_seed(2)
