@@ -133,7 +133,10 @@ def host_tensor(a: np.ndarray):
     """
     if a.dtype == np.uint16 or dtype_name(a.dtype) != BFLOAT16:
         return tvm_ffi.from_dlpack(a)
-    return tvm_ffi.from_dlpack(a.view(np.uint16))._create_view(a.shape, BFLOAT16)
+    return tensor_view(tvm_ffi.from_dlpack(a.view(np.uint16)), tvm_ffi.Shape(a.shape), _BF16_TYPE)
+
+
+_BF16_TYPE = tvm.DataType(BFLOAT16)
 
 
 def tensor_view(tensor, shape, dtype, byte_offset: int = 0):
