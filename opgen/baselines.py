@@ -228,10 +228,12 @@ def output_buffers(op_name: str, tag: str, problem, like: str = "numpy", device:
             for name, shape in shapes.items()}
 
 
-def aclnn_call(op_name: str, problem, args: dict):
+def aclnn_call(op_name: str, problem, args: dict, phase1_only: bool = False):
     """A closure making one complete two-phase aclnn call on ``args`` (inputs and
     preallocated outputs by kernel name, numpy arrays or torch tensors): GetWorkspaceSize,
-    aclrtMalloc of the workspace, the run, aclrtFree, as the seed examples do."""
+    aclrtMalloc of the workspace, the run, aclrtFree, as the seed examples do.
+    ``phase1_only``: GetWorkspaceSize alone (the executor is dropped unrun), to split the
+    per-call cost."""
     from opgen import acl, aclnn
 
     a = args
@@ -244,6 +246,11 @@ def aclnn_call(op_name: str, problem, args: dict):
         params = (a["dy"], a["x"], a["mean"], a["rstd"], a.get("gamma"), p.N, p.C, p.HxW, p.group,
                   [True, True, True], a["dx"], a["dgamma"], a["dbeta"])
 
+    def phase1():
+        status, _, _ = get(*params)
+        if status:
+            raise RuntimeError(f"{op_name}: aclnn status {status}: {acl.aclGetRecentErrMsg()}")
+
     def call():
         status, size, executor = get(*params)
         workspace = None
@@ -255,4 +262,4 @@ def aclnn_call(op_name: str, problem, args: dict):
             acl.aclrtFree(workspace)
         if status:
             raise RuntimeError(f"{op_name}: aclnn status {status}: {acl.aclGetRecentErrMsg()}")
-    return call
+    return phase1 if phase1_only else call

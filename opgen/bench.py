@@ -125,6 +125,8 @@ def contenders(case: Case, rng, skip=()) -> tuple[dict, int]:
     np_args = {**inputs, **B.output_buffers(case.op, case.tag, problem, "numpy")}
     nbytes = sum(a.nbytes for a in np_args.values())
     runs = {"opgen-numpy": B.aclnn_call(case.op, problem, np_args)}
+    if case.tiny:  # split the per-call cost: the validation/plan phase alone
+        runs["opgen-numpy GetWorkspaceSize"] = B.aclnn_call(case.op, problem, np_args, phase1_only=True)
     try:
         tensors = {k: B.to_torch(v) for k, v in inputs.items()}
     except B.TorchMissing:
@@ -154,7 +156,7 @@ def records(case: Case, times: dict, nbytes: int, triad_gbs: float | None) -> li
     for name, seconds in times.items():
         gbs = None if case.tiny else nbytes / seconds / 1e9
         pct = 100 * gbs / triad_gbs if gbs and triad_gbs else None
-        rel_np = seconds / base_np if base_np and not name.startswith("opgen-numpy") else None
+        rel_np = seconds / base_np if base_np and name != "opgen-numpy" else None
         rel_pt = seconds / base_pt if base_pt and name != "opgen-torch" and name != "opgen-numpy" else None
         rows.append(Record(case.op, case.tag, case.shape, name, seconds * 1e3, gbs, pct, rel_np, rel_pt, case.tiny))
     return rows
