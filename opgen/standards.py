@@ -20,9 +20,9 @@ Three standards, each judged against the float64 reference computed from the sam
 Relative error near zero. ``|out - ref| / |ref|`` is meaningless where ref is the result
 of cancellation: a dx element of 1e-6 on an output of RMS 1 is made of terms of size ~1,
 and any float32 implementation (ATen's included) carries an absolute error of a few f32
-ulps of those terms, i.e. a "relative" error of 10% there. With CANN's literal
-``|golden| + 1e-7`` denominator ATen's own f32 dx fails MARE on every large shape. So the
-denominator is ``max(|ref|, floor)`` with ``floor = FLOOR * rms(ref)`` (FLOOR = 2^-10): elements
+ulps of those terms, i.e. a "relative" error of 10% there. A bare ``|ref|`` (or a
+``|golden| + 1e-7`` denominator, which is no floor at all for outputs of scale 1) makes ATen's
+own f32 dx fail MARE (measured below). So the denominator is ``max(|ref|, floor)`` with ``floor = FLOOR * rms(ref)`` (FLOOR = 2^-10): elements
 larger than 1/1024 of the output's RMS (99.92% of them for normally distributed outputs)
 are judged truly relatively; smaller ones by their absolute error as a fraction of
 RMS/1024. Measured on 1024x4096 f32: with no floor both opgen's and ATen's dx have MARE
