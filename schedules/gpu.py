@@ -57,6 +57,12 @@ PARTIALS = Knob(
     "blocks of the row pass (the persistent grid) and so rows of column partials in the "
     "workspace; each block owns ceil(rows / partials) consecutive rows. 512 = about 4 "
     "blocks per SM on an H100/H200 (132 SMs). The final sum reads partials x cols floats")
+ROWS_PER_BLOCK = Knob(
+    "rows_per_block", (0, 1, 2, 4, 8, 16, 32, 64, 128), 0,
+    "rows each block of the row pass owns; 0: ceil(rows / partials) (a grid of `partials` "
+    "blocks whatever the shape). A fixed count instead makes the grid ceil(rows / "
+    "rows_per_block) blocks and the partials as many rows, so small problems read few "
+    "partials back; `partials` is then unused")
 COLUMN_THREADS = Knob(
     "column_threads", (32, 64, 128, 256, 512, 1024), 256,
     "threads per block of the fixed-order column sums (a thread per column)")
@@ -106,12 +112,15 @@ def final_column_sum(sch, block, threads: int) -> None:
 
 @dataclass(frozen=True)
 class GpuRowPass:
-    """Knobs: ``threads``, ``partials`` (the row pass's grid), ``column_threads``."""
+    """Knobs: ``threads``, ``partials`` (the row pass's grid) or ``rows_per_block``,
+    ``column_threads``."""
 
     def knobs(self, target) -> tuple:
-        return (THREADS, PARTIALS, COLUMN_THREADS)
+        return (THREADS, PARTIALS, ROWS_PER_BLOCK, COLUMN_THREADS)
 
     def check_knobs(self, knobs: dict, target, shapes) -> str | None:
+        if knobs.get("rows_per_block", 0) and knobs.get("partials", PARTIALS.default) != PARTIALS.default:
+            return "partials is unused when rows_per_block is set (the same kernel as the default partials)"
         return check_threads(knobs, target)
 
     def apply(self, func, target, knobs):
@@ -120,13 +129,14 @@ class GpuRowPass:
         if matched is None:
             return None
         out, column_sums, row_stages = matched
-        threads, partials = int(knobs["threads"]), int(knobs["partials"])
+        threads, per_block = int(knobs["threads"]), int(knobs["rows_per_block"])
+        factors = [None, per_block] if per_block else [int(knobs["partials"]), None]
         main = sch.get_sblock(out.name)
-        chunk_loop, row_loop = sch.split(sch.get_loops(main)[0], [partials, None])
+        chunk_loop, row_loop = sch.split(sch.get_loops(main)[0], factors)
         finals = []
         for info in column_sums:
             block = sch.get_sblock(info.name)
-            rf = sch.rfactor(sch.split(sch.get_loops(block)[1], [partials, None])[0], 0)
+            rf = sch.rfactor(sch.split(sch.get_loops(block)[1], factors)[0], 0)
             rf_col, rf_chunk, rf_row = sch.get_loops(rf)
             sch.reorder(rf_chunk, rf_row, rf_col)
             chunk_loop = sch.merge(chunk_loop, rf_chunk)

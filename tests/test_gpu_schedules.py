@@ -59,11 +59,15 @@ def test_partial_sums_are_workspace_parameters_sized_by_the_knob():
     assert [b.name for b in kernel.scratch] == ["rms_norm_grad_dgamma.rf"]
     shapes = {"dy": (5, 7), "x": (5, 7), "rstd": (5,), "gamma": (7,), "dx": (5, 7), "dgamma": (7,)}
     assert kernel.scratch_shapes(shapes) == {"rms_norm_grad_dgamma.rf": (512, 7)}
+    by_rows = kernels.get_kernel("rms_norm_grad", "f32-f32", CUDA, knobs={"rows_per_block": 4})
+    assert by_rows.scratch_shapes(shapes) == {"rms_norm_grad_dgamma.rf": (2, 7)}
 
 
 def test_gpu_rules_declare_and_check_their_knobs():
     row_rule, group_rule = schedules.rules_of(CUDA)
-    assert schedules.default_knobs(row_rule, CUDA) == {"threads": 256, "partials": 512, "column_threads": 256}
+    assert schedules.default_knobs(row_rule, CUDA) == {"threads": 256, "partials": 512, "rows_per_block": 0,
+                                                       "column_threads": 256}
+    assert "unused" in schedules.check_knobs(row_rule, {"rows_per_block": 4, "partials": 16}, CUDA)
     assert schedules.default_knobs(group_rule, CUDA) == {"threads": 256, "block_per": "row", "column_threads": 256}
     small = dataclasses.replace(OPENCL, max_threads=256)
     assert schedules.check_knobs(row_rule, {"threads": 256}, small) is None
@@ -91,8 +95,8 @@ def _run_toy(tensors, arrays: list, knobs=None) -> list:
 
 
 @needs_opencl
-@pytest.mark.parametrize("knobs", [None, {"threads": 32, "partials": 16, "column_threads": 64}],
-                         ids=["default", "small-blocks"])
+@pytest.mark.parametrize("knobs", [None, {"threads": 32, "partials": 16, "column_threads": 64},
+                                   {"rows_per_block": 4}], ids=["default", "small-blocks", "4-rows-per-block"])
 @pytest.mark.parametrize("shape", [(1, 1), (7, 33), (130, 5), (0, 4), (3, 0)], ids=str)
 def test_row_pass_rule_schedules_a_new_op_on_opencl(shape, knobs):
     a = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
@@ -117,8 +121,9 @@ def test_grouped_rule_schedules_a_new_op_on_opencl(shape, knobs):
 
 
 @needs_opencl
-@pytest.mark.parametrize("knobs", [{"threads": 1024, "partials": 1}, {"threads": 32, "partials": 2048}],
-                         ids=["one-block-all-rows", "more-blocks-than-rows"])
+@pytest.mark.parametrize("knobs", [{"threads": 1024, "partials": 1}, {"threads": 32, "partials": 2048},
+                                   {"rows_per_block": 8}],
+                         ids=["one-block-all-rows", "more-blocks-than-rows", "8-rows-per-block"])
 def test_rms_norm_grad_at_other_knobs_on_opencl(knobs, rng):
     kernel = kernels.get_kernel("rms_norm_grad", "bf16-f32", OPENCL, knobs=knobs)
     for problem in (RMSProblem((1100, 33), 1), RMSProblem((3, 941), 1)):
