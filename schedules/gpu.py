@@ -6,7 +6,7 @@ reused): only how the matched stages are laid onto blocks and threads differs.
 * ``GpuRowPass`` (RmsNorm-like: per-row reductions and scalars, an elementwise output,
   column sums over the rows). A persistent grid of ``partials`` blocks, each owning a
   contiguous range of ceil(rows / partials) rows (QuACK sizes its grid the same way, a few
-  blocks per SM). For each of its rows a block reduces the row across its threads (a
+  blocks per SM), or, with ``rows_per_block`` set, ceil(rows / rows_per_block) blocks. For each of its rows a block reduces the row across its threads (a
   cross-thread reduction: warp shuffles on CUDA, a __local tree on OpenCL), computes the
   per-row scalars, then writes the elementwise output and adds the row into its own row
   of column partials, in one pass over the row (threads stride the columns, with a loop
@@ -38,6 +38,15 @@ reduction (RmsNorm's coef) into the shared buffer holding the reduction's result
 thread rewrote the value the others were still reading (seen in the emitted OpenCL).
 
 Tails: every split is guarded (TVM predicates), so any extent works, 0 included.
+
+Not here yet, and why: 128-bit vector loads. The kernels are shape-symbolic, and TVM 0.27
+scalarizes a vectorized loop whose tail guard it cannot prove away (a bf16 x8 probe on
+symbolic columns emitted 8 scalar loads under an ``if``); a vector load is also only
+legal when every row starts 16-byte aligned, i.e. cols % 8 == 0 for bf16. Both call for a
+second kernel per op specialised to divisible columns and chosen per call, not a knob of
+this one. Several rows per block on threadIdx.y (a warp per short row) needs the column
+partials split per warp as well; ``threads=32`` with more ``partials`` is the nearest
+point of the current space.
 """
 from __future__ import annotations
 
