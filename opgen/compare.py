@@ -12,10 +12,8 @@ from __future__ import annotations
 
 import csv
 import json
-import statistics
 import sys
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +43,6 @@ class Row:
     level: str | None
     opgen_ms: float | None = None
     library_ms: float | None = None
-    extra: dict = field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
