@@ -18,7 +18,6 @@ import argparse
 import statistics
 import time
 
-import numpy as np
 
 RMS_SHAPES = [(4096, 4096), (8192, 5120), (16384, 1024), (2048, 8192), (32768, 8192)]
 RMS_TAGS = ("bf16-bf16", "f32-f32")
