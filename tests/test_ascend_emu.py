@@ -5,6 +5,9 @@ emulation header, loaded with ctypes and launched through the documented C ABI
 (opgen_emu_launch_<kernel>(block_dim, args, sizes, nargs), opgen_emu_last_error()). A correct
 kernel must match numpy bit for bit where the math is exact; every injected violation must be
 reported with a precise message, without taking the Python process down.
+
+Cost: three g++ runs (run concurrently, ~10 s of CPU), then ~60 launches of small kernels
+(~5 s of CPU); 30-60 s wall on the shared 2-core machine.
 """
 from __future__ import annotations
 

@@ -110,6 +110,10 @@ struct half {
     half(U v) : bits(opgen_emu::float_to_half_rne(static_cast<float>(v))) {}
     static half from_bits(uint16_t b) { half h; h.bits = b; return h; }
     operator float() const { return opgen_emu::half_to_float(bits); }
+    half& operator+=(float v) { return *this = half(float(*this) + v); }
+    half& operator-=(float v) { return *this = half(float(*this) - v); }
+    half& operator*=(float v) { return *this = half(float(*this) * v); }
+    half& operator/=(float v) { return *this = half(float(*this) / v); }
 };
 
 // bfloat16, as AscendC's `bfloat16_t`.
@@ -120,6 +124,10 @@ struct bfloat16_t {
     bfloat16_t(U v) : bits(opgen_emu::float_to_bf16_rne(static_cast<float>(v))) {}
     static bfloat16_t from_bits(uint16_t b) { bfloat16_t h; h.bits = b; return h; }
     operator float() const { return opgen_emu::bf16_to_float(bits); }
+    bfloat16_t& operator+=(float v) { return *this = bfloat16_t(float(*this) + v); }
+    bfloat16_t& operator-=(float v) { return *this = bfloat16_t(float(*this) - v); }
+    bfloat16_t& operator*=(float v) { return *this = bfloat16_t(float(*this) * v); }
+    bfloat16_t& operator/=(float v) { return *this = bfloat16_t(float(*this) / v); }
 };
 
 static_assert(sizeof(half) == 2 && sizeof(bfloat16_t) == 2, "16-bit storage");
