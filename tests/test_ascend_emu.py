@@ -137,7 +137,7 @@ MODES = dict(OVER_UB=1, MISALIGNED_UB=2, RAGGED_DATACOPY=3, GM_OVERRUN=4, SETGLO
              GM_GETVALUE_AFTER_MTE3=31, REPEAT_STRIDE_OVERRUN=32, PARTIAL_OVERLAP=33, DOUBLE_WRITE=34,
              MASK_RANGE=35, CAST_BAD_MODE=36, HALF_FORMS=37, RESET_REUSE=38, STALE_AFTER_RESET=39,
              DATACOPY_PARAMS=40, FAIL_WHILE_OTHERS_WAIT=41, FAIL_WHILE_OTHERS_WORK=42,
-             WAR_MTE3_V=43, WAR_SYNCED=44, COPY_TWICE=99)
+             WAR_MTE3_V=43, WAR_SYNCED=44, DATACOPY_ZERO=45, DATACOPYPAD_ZERO=46, COPY_TWICE=99)
 
 
 def run_case(libs, mode: str, cores: int = 1, x=None, n: int = 256):
@@ -188,6 +188,7 @@ VIOLATIONS = [
     ("STALE_AFTER_RESET", 1, r"Duplicate: LocalTensor of TBuf 'big' .* used after TPipe::Reset"),
     ("WAR_MTE3_V", 1, r"Duplicate: writes TBuf 'buf' .* on pipe V \(vector\) while pipe MTE3 \(UB->GM copy\) "
                       r"may still be reading it"),
+    ("DATACOPY_ZERO", 1, r"DataCopy GM->UB: 0 elements \(the copy becomes blockLen 0, outside \[1, 65535\]\)"),
     ("SYNCALL_MISMATCH", 4, r"core 0: SyncAll: 3 core\(s\) returned from the kernel without reaching this SyncAll"),
 ]
 
@@ -424,3 +425,9 @@ def test_write_after_read_with_a_flag_is_accepted(libs, rng):
     status, msg, out = run_case(libs, "WAR_SYNCED", 1, x=x)
     assert status == 0, msg
     np.testing.assert_array_equal(out[:256], 2 * x)
+
+
+def test_empty_datacopypad_is_a_no_op(libs):
+    status, msg, out = run_case(libs, "DATACOPYPAD_ZERO", 1)
+    assert status == 0, msg
+    assert np.all(out == 0)

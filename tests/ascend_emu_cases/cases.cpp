@@ -19,7 +19,7 @@ enum Mode {
     REDUCE_MAX_AXPY, WS_UNINIT_ATOMIC, WS_UNINIT_READ, ATOMIC_LEFT_ON, GM_GETVALUE_AFTER_MTE3,
     REPEAT_STRIDE_OVERRUN, PARTIAL_OVERLAP, DOUBLE_WRITE, MASK_RANGE, CAST_BAD_MODE, HALF_FORMS,
     RESET_REUSE, STALE_AFTER_RESET, DATACOPY_PARAMS, FAIL_WHILE_OTHERS_WAIT, FAIL_WHILE_OTHERS_WORK,
-    WAR_MTE3_V, WAR_SYNCED,
+    WAR_MTE3_V, WAR_SYNCED, DATACOPY_ZERO, DATACOPYPAD_ZERO,
 };
 
 struct Ctx {
@@ -99,7 +99,11 @@ static void copy_violations(TPipe& pipe, Ctx& c, int mode) {
     if (mode == RAGGED_DATACOPY) DataCopy(x, c.in, 10);
     if (mode == GM_OVERRUN) DataCopy(x, c.in, c.n + 8);
     if (mode == SETGLOBAL_OVERRUN) c.in.SetGlobalBuffer(c.in.GetPhyAddr(), c.n + 8);
-    qi.EnQue(x);
+    if (mode == DATACOPY_ZERO) DataCopy(x, c.in, 0);
+    if (mode == DATACOPYPAD_ZERO) {  // an empty copy is a no-op, as in CANN
+        DataCopyPad(x, c.in, DataCopyExtParams(1, 0, 0, 0, 0), DataCopyPadExtParams<float>(false, 0, 0, 0.0f));
+        DataCopyPad(c.out, x, DataCopyExtParams(0, 32, 0, 0, 0));
+    }
     qi.FreeTensor(x);
 }
 
@@ -412,7 +416,8 @@ extern "C" __global__ __aicore__ void emu_case(GM_ADDR in, GM_ADDR out, GM_ADDR 
     TPipe pipe;
     switch (t.mode) {
         case OVER_UB: case TOO_MANY_BUFFERS: ub_violations(pipe, t.mode); break;
-        case MISALIGNED_UB: case RAGGED_DATACOPY: case GM_OVERRUN: case SETGLOBAL_OVERRUN:
+        case MISALIGNED_UB: case RAGGED_DATACOPY: case GM_OVERRUN: case SETGLOBAL_OVERRUN: case DATACOPY_ZERO:
+        case DATACOPYPAD_ZERO:
             copy_violations(pipe, c, t.mode); break;
         case REPEAT_OVER_255: case MISSING_PIPE_SYNC: case REPEAT_STRIDE_OVERRUN: case PARTIAL_OVERLAP:
         case DOUBLE_WRITE: case MASK_RANGE: case CAST_BAD_MODE: vector_violations(pipe, c, t.mode); break;

@@ -143,17 +143,21 @@ void burst_out(const char* api, const GlobalTensor<T>& dst, uint64_t gm_i, const
 
 template <typename T>
 void check_whole_blocks(uint64_t count, const char* api) {
+    if (count == 0) fail(cat(api, ": 0 elements (the copy becomes blockLen 0, outside [1, 65535])"));
     if (count * sizeof(T) % kBlockBytes != 0)
         fail(cat(api, ": ", count, " elements of ", type_name<T>(), " = ", count * sizeof(T),
                  " B is not a multiple of 32 B (the hardware moves whole 32-byte blocks and would ",
                  "drop the tail); use DataCopyPad or pad the length"));
 }
 
-inline void check_burst_params(uint32_t blockCount, uint64_t blockLen, uint64_t maxLen, const char* api) {
-    if (blockCount < 1 || blockCount > 4095)
-        fail(cat(api, ": blockCount ", blockCount, " outside [1, 4095]"));
-    if (blockLen < 1 || blockLen > maxLen)
-        fail(cat(api, ": blockLen ", blockLen, " outside [1, ", maxLen, "]"));
+// DataCopy takes [1, 4095] bursts of [1, 65535] blocks; DataCopyPad accepts 0 (a no-op) for
+// both, as CANN's CPU debug checks them.
+inline void check_burst_params(uint32_t blockCount, uint64_t blockLen, uint64_t maxLen, const char* api,
+                               uint64_t min = 1) {
+    if (blockCount < min || blockCount > 4095)
+        fail(cat(api, ": blockCount ", blockCount, " outside [", min, ", 4095]"));
+    if (blockLen < min || blockLen > maxLen)
+        fail(cat(api, ": blockLen ", blockLen, " outside [", min, ", ", maxLen, "]"));
 }
 
 inline void require_datacopypad(const char* api) {
@@ -231,7 +235,7 @@ void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Da
     const char* api = "DataCopyPad GM->UB";
     require_datacopypad(api);
     check_ub_aligned(dst, api);
-    check_burst_params(p.blockCount, p.blockLen, 2097151, api);
+    check_burst_params(p.blockCount, p.blockLen, 2097151, api, 0);
     if (p.blockLen % sizeof(T) != 0 || p.srcStride % sizeof(T) != 0)
         fail(cat(api, ": blockLen ", p.blockLen, " B or srcStride ", p.srcStride,
                  " B is not a multiple of sizeof(", type_name<T>(), ")"));
@@ -256,7 +260,7 @@ void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const Da
     const char* api = "DataCopyPad UB->GM";
     require_datacopypad(api);
     check_ub_aligned(src, api);
-    check_burst_params(p.blockCount, p.blockLen, 2097151, api);
+    check_burst_params(p.blockCount, p.blockLen, 2097151, api, 0);
     if (p.blockLen % sizeof(T) != 0 || p.dstStride % sizeof(T) != 0)
         fail(cat(api, ": blockLen ", p.blockLen, " B or dstStride ", p.dstStride,
                  " B is not a multiple of sizeof(", type_name<T>(), ")"));
