@@ -37,6 +37,27 @@ def static_function(op, combo, problem, symbol: str):
     return func.specialize(binding).with_attr("global_symbol", symbol)
 
 
+def _ms_builder(options: Options):
+    """MetaSchedule's builder with a patient timeout: its default 30 s killed every build of
+    a small kernel on a loaded 2-core machine (each popen worker imports TVM first)."""
+    from tvm.s_tir import meta_schedule as ms
+
+    return ms.builder.LocalBuilder(max_workers=max(1, options.jobs), timeout_sec=300)
+
+
+def _ms_runner(options: Options, runner):
+    """MetaSchedule's own runner: local, or the same RPC tracker and key as ours."""
+    from tvm.s_tir import meta_schedule as ms
+
+    evaluator = ms.runner.EvaluatorConfig(number=1, repeat=max(1, options.settings.repeat // 2),
+                                          min_repeat_ms=int(options.settings.min_repeat_ms))
+    if getattr(runner, "key", None) is not None:   # an RpcRunner
+        config = ms.runner.RPCConfig(tracker_host=runner.host, tracker_port=runner.port, tracker_key=runner.key,
+                                     session_timeout_sec=int(options.settings.timeout_s))
+        return ms.runner.RPCRunner(rpc_config=config, evaluator_config=evaluator, max_workers=runner.parallel)
+    return ms.runner.LocalRunner(timeout_sec=300, evaluator_config=evaluator)
+
+
 def tune_metaschedule(op, combo, target, problem, options: Options = Options(), runner=None, db_path=None,
                       workload: Workload | None = None, work_dir: str | None = None, log=None):
     """Run MetaSchedule for ``options.trials`` trials; returns (record, seconds to result)."""
@@ -54,7 +75,8 @@ def tune_metaschedule(op, combo, target, problem, options: Options = Options(), 
         os.makedirs(work, exist_ok=True)
         ms_db = ms.tune_tir(mod, target=tvm_target, work_dir=work, max_trials_global=options.trials,
                             num_trials_per_iter=min(16, options.trials), cost_model="xgb", seed=options.seed,
-                            num_tuning_cores=max(1, options.jobs))
+                            num_tuning_cores=max(1, options.jobs), builder=_ms_builder(options),
+                            runner=_ms_runner(options, runner))
         sch = ms.tir_integration.compile_tir(ms_db, mod, tvm_target)
         if sch is None:
             raise RuntimeError("MetaSchedule found no valid schedule within its trial budget")

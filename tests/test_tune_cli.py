@@ -1,0 +1,34 @@
+"""``opgen tune`` and ``opgen tune --show`` through the real command line entry point."""
+from __future__ import annotations
+
+import pytest
+
+from opgen.cli import main
+from opgen.tune import database, lookup
+
+
+@pytest.mark.timeout(180)
+def test_opgen_tune_prints_progress_and_the_table_then_show_lists_it(tmp_path, capsys):
+    db = tmp_path / "db.jsonl"
+    argv = ["tune", "rms_norm_grad", "--target", "llvm", "--shape", "64x1000", "--dtype", "f32-f32",
+            "--trials", "3", "--strategy", "random", "--seed", "5", "--jobs", "0", "--repeat", "3", "--db", str(db)]
+    try:
+        assert main(argv) == 0
+    finally:
+        lookup.reload()
+    out, err = capsys.readouterr()
+    assert err.count("/3 best ") == 3 and "ETA" in err
+    rows = {name: line for line in out.splitlines() for name in ("best", "default", "metaschedule")
+            if line.startswith(name.ljust(14))}
+    assert rows.keys() == {"best", "default", "metaschedule"} and "best vs default:" in out
+    assert "'rows_per_chunk': " in rows["best"] and "not run" in rows["metaschedule"]
+    records = database.load(db)
+    assert len(records) == 3 and all(r["seed"] == 5 and r["strategy"] == "random" for r in records)
+    assert main(["tune", "--show", "--db", str(db)]) == 0
+    shown = capsys.readouterr().out
+    assert "rms_norm_grad" in shown and " 64x1024 " in shown and "     3 " in shown
+
+
+def test_opgen_tune_without_an_op_explains_itself(capsys):
+    assert main(["tune", "--shape", "8x8"]) == 2
+    assert "give an op" in capsys.readouterr().err
