@@ -192,9 +192,9 @@ def _rows_split_n(hw, ops, rows, cols, block_factor, knobs) -> tuple[str, int, i
     if not wanted and not fits(hw, row_buffers(hw, ops, 1, pitch, nbuf)):
         return None
     small = pitch <= SMALL_D_REPEATS * hw.elements_per_repeat(4)
-    limit = min(block_factor, hw.max_repeats) if small else block_factor
+    limit = min(block_factor, hw.max_repeats if small else hw.max_bursts)
     if wanted:                                   # whole rows asked for: refuse, never fall back
-        ub_rows = min(wanted, block_factor)
+        ub_rows = min(wanted, block_factor, hw.max_bursts)
         check_budget(hw, row_buffers(hw, ops, ub_rows, pitch, nbuf),
                      f"rows_per_pass={wanted} at {rows} x {cols}")
         if small and ub_rows > hw.max_repeats:
@@ -330,7 +330,7 @@ def _group_pass(hw, ops, d, hw_elems, knobs) -> tuple[str, int, int, int]:
         channels = min(wanted, d)
         check_budget(hw, group_buffers(hw, ops, channels, pitch, nbuf, d), f"channels_per_pass={wanted}")
         return _group_mode(channels, d, hw_elems), channels, hw_elems, pitch
-    channels = largest_fitting(hw, 1, d, lambda k: group_buffers(hw, ops, k, pitch, nbuf, d))
+    channels = largest_fitting(hw, 1, min(d, hw.max_bursts), lambda k: group_buffers(hw, ops, k, pitch, nbuf, d))
     if channels:
         return _group_mode(channels, d, hw_elems), channels, hw_elems, pitch
     step = hw.elements_per_repeat(4)

@@ -77,7 +77,7 @@ def test_group_norm_atomic_sums_and_group_tiling_in_cpp(rng):
         assert _gn_worst(kernel, shape, rng) <= 1.0, shape
     func = te.create_prim_func(GN.compute(GN.combo("f16-f16")))
     rule, _ = schedule_with_rule(func, EMU)
-    for n, c, hw, g in GN_SHAPES + ((12, 64, 16384, 32), (1, 2130, 1664, 71), (32, 64, 1, 64)):
+    for n, c, hw, g in GN_SHAPES + ((12, 64, 16384, 32), (1, 2130, 1664, 71), (32, 64, 1, 64), (2, 9000, 3, 1)):
         mine = rule.tiling(func, EMU, {**default_knobs(rule, EMU), "sums": "atomic"}, [(n, g, c // g, hw)])
         got = kernel.module.kernel.tiling(n, g, c // g, hw).as_dict()
         assert (got["block_dim"], got["block_factor"], got["ub_rows"], got["ub_cols"], got["pitch"]) == \

@@ -186,7 +186,7 @@ extern "C" int KERNEL_tiling(int64_t N, int64_t G, int64_t D, int64_t HW, int64_
         k = CHANNELS_PER_PASS < D ? CHANNELS_PER_PASS : D;
         if (!Fits(k, pitch, D, ub_bytes)) return 1;
     } else {
-        k = LargestFitting(1, D, [&](int64_t c) { return Fits(c, pitch, D, ub_bytes); });
+        k = LargestFitting(1, D < MAX_BURSTS ? D : MAX_BURSTS, [&](int64_t c) { return Fits(c, pitch, D, ub_bytes); });
     }
     if (k) {
         t->ub_rows = k; t->ub_cols = HW; t->pitch = pitch;
@@ -225,6 +225,7 @@ def group_tiling_source(k: GroupKernel, hw) -> str:
             f"#include \"{k.symbol}_tiling.h\"\n\nnamespace {{\n"
             f"constexpr int64_t CHANNELS_PER_PASS = {int(k.knobs.get('channels_per_pass', 0))};\n"
             f"constexpr int64_t REPEAT_ELEMS = {pr};\nconstexpr int64_t MAX_BUFFERS = {hw.max_buffers};\n"
+            f"constexpr int64_t MAX_BURSTS = {hw.max_bursts};\n"
             f"constexpr bool HAS_SUMS = {'true' if k.ops.chan_sums else 'false'};\nconstexpr int64_t {modes};\n"
             "int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }\n"
             f"int64_t AlignUp(int64_t v, int64_t a = {hw.block_bytes}) {{ return CeilDiv(v, a) * a; }}\n"

@@ -13,7 +13,8 @@ and the arch35 (Ascend 950) suites with 253952 B.
   so the count is a field with a per-product default and an override:
   ``describe(product, vector_cores=N)`` or the environment variable OPGEN_ASCEND_CORES.
 * Block 32 B (UB addresses and DataCopy lengths), repeat 256 B (one vector instruction
-  iteration), at most 255 repeats per call, at most 64 TQue/TBuf buffers per TPipe.
+  iteration), at most 255 repeats per call, at most 64 TQue/TBuf buffers per TPipe, at
+  most 4095 bursts (rows) per strided copy.
 * DataCopyPad does not exist on the Atlas training and Atlas inference AI cores: there
   DataCopy moves whole 32-byte blocks, so a ragged row needs another plan.
 * ``vector_dtypes``: what the vector unit computes in; ``storage_dtypes``: what may live in
@@ -41,6 +42,7 @@ class AscendHardware:
     repeat_bytes: int = 256
     max_repeats: int = 255
     max_buffers: int = 64
+    max_bursts: int = 4095        # blockCount of one DataCopy/DataCopyPad: rows of a strided copy
     vector_dtypes: tuple = ("float16", "float32")
     storage_dtypes: tuple = ("float16", "bfloat16", "float32")
     data_copy_pad: bool = True

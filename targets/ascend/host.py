@@ -94,9 +94,11 @@ extern "C" int KERNEL_tiling(int64_t rows, int64_t cols, int64_t cores, int64_t 
     const bool whole_rows = !(COLS_PER_PASS && COLS_PER_PASS < cols);
     if (whole_rows && (ROWS_PER_PASS || Fits(1, pitch, ub_bytes))) {
         const bool small = pitch <= SMALL_D_ELEMS;
-        int64_t limit = small && t->block_factor > MAX_REPEATS ? MAX_REPEATS : t->block_factor;
+        const int64_t cap = small ? MAX_REPEATS : MAX_BURSTS;
+        int64_t limit = t->block_factor > cap ? cap : t->block_factor;
         if (ROWS_PER_PASS) {
             t->ub_rows = ROWS_PER_PASS < t->block_factor ? ROWS_PER_PASS : t->block_factor;
+            if (t->ub_rows > MAX_BURSTS) t->ub_rows = MAX_BURSTS;
             if (!Fits(t->ub_rows, pitch, ub_bytes) || (small && t->ub_rows > MAX_REPEATS)) return 1;
         } else {
             t->ub_rows = LargestFitting(1, limit, [&](int64_t r) { return Fits(r, pitch, ub_bytes); });
@@ -123,6 +125,7 @@ def tiling_source(k, hw) -> str:
         f"constexpr int64_t SMALL_D_ELEMS = {SMALL_D_REPEATS * hw.elements_per_repeat(4)};",
         f"constexpr int64_t MAX_REPEATS = {hw.max_repeats};",
         f"constexpr int64_t MAX_BUFFERS = {hw.max_buffers};",
+        f"constexpr int64_t MAX_BURSTS = {hw.max_bursts};",
         f"constexpr bool HAS_COL_SUMS = {'true' if k.ops.col_sums else 'false'};",
         "constexpr int64_t MODE_SPLIT_N = 0, MODE_SMALL_D = 1, MODE_SPLIT_D = 2, MODE_EMPTY = 3;",
     ]
