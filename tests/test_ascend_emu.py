@@ -431,3 +431,21 @@ def test_empty_datacopypad_is_a_no_op(libs):
     status, msg, out = run_case(libs, "DATACOPYPAD_ZERO", 1)
     assert status == 0, msg
     assert np.all(out == 0)
+
+
+def test_launch_stats_count_gm_traffic_ub_footprint_and_vector_work(libs, rng):
+    total, tile = 1000, 256
+    status, msg, *_ = run_ew(libs["ew"], "float", total, tile, 3, rng)
+    assert status == 0, msg
+    stats = (ctypes.c_uint64 * 4)()
+    libs["ew"].lib.opgen_emu_last_stats(stats)
+    gm_read, gm_written, ub_peak, vector_elems = list(stats)
+    tiles = -(-total // tile)
+    assert gm_read == 2 * total * 4                      # x and y, once
+    assert gm_written == total * 4 + tiles * 8 * 4       # z and one 32-byte block of sums per tile
+    # 3 queues x 2 x 1 KB, sums 2 x 32 B, two 1 KB float scratch, 32 B ReduceSum work
+    assert ub_peak == 3 * 2 * 1024 + 2 * 32 + 2 * 1024 + 32
+    lens = [min(tile, total - i * tile) for i in range(tiles)]
+    # per tile: 2 conversions, Muls, Add, conversion out over the padded length; Duplicate 8;
+    # ReduceSum: one partial per 64 floats, then the total
+    assert vector_elems == sum(5 * (-(-n // 64) * 64) + 8 + -(-n // 64) + 1 for n in lens)

@@ -91,6 +91,7 @@ void burst_in(const char* api, const LocalTensor<T>& dst, uint64_t ub_i, const G
     GmBuffer& g = gm_check(p, n * sizeof(T), api);
     gm_note_read(g, static_cast<uint64_t>(p - g.base), n * sizeof(T), api);
     std::memcpy(c.ub.data() + off, p, n * sizeof(T));
+    c.launch->gm_read += n * sizeof(T);
     if (g.def.empty()) set_defined(off, n * sizeof(T), true);
     else std::copy(g.def.begin() + (p - g.base), g.def.begin() + (p - g.base) + n * sizeof(T), c.ub_def.begin() + off);
     mark_write(dst.slot(), Pipe::MTE2, api);
@@ -125,6 +126,7 @@ void burst_out(const char* api, const GlobalTensor<T>& dst, uint64_t gm_i, const
         fail(cat(api, ": SetAtomicAdd accumulates into workspace bytes never written in this launch (device ",
                  "workspace is not zeroed: InitGlobalMemory or copy zeros first)"));
     g.set_defined(static_cast<uint64_t>(p - g.base), n * sizeof(T));
+    c.launch->gm_written += n * sizeof(T);
     const T* s = reinterpret_cast<const T*>(c.ub.data() + off);
     T* d = reinterpret_cast<T*>(p);
     for (uint64_t i = 0; i < n; ++i) {

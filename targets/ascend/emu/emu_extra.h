@@ -41,6 +41,7 @@ void InitGlobalMemory(GlobalTensor<T>& gm, const uint64_t size, const T value) {
     gm_note_write(g, static_cast<uint64_t>(p - g.base), size * sizeof(T), false, api);
     g.set_defined(static_cast<uint64_t>(p - g.base), size * sizeof(T));
     for (uint64_t i = 0; i < size; ++i) std::memcpy(p + i * sizeof(T), &value, sizeof(T));
+    c.launch->gm_written += size * sizeof(T);
     c.gm_pending.emplace_back(p, p + size * sizeof(T));
 }
 

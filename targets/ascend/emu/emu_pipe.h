@@ -90,6 +90,7 @@ private:
             s->state = std::string(kind) == "TBuf" ? SlotState::TBUF : SlotState::FREE;
             s->owner = num > 1 ? cat(kind, " ", name, " buffer ", i + 1, "/", num) : cat(kind, " ", name);
             used_ += each;
+            note_ub_peak(used_);
             if (s->state == SlotState::TBUF) poison(*s);
             q.slots_.push_back(s);
             slots_.push_back(s);
@@ -97,6 +98,12 @@ private:
         q.name_ = cat(kind, " ", name);
         queues_.push_back(&q);
         count_ += num;
+    }
+    static void note_ub_peak(uint64_t used) {
+        auto& peak = opgen_emu::core().launch->ub_peak;
+        uint64_t seen = peak.load();
+        while (used > seen && !peak.compare_exchange_weak(seen, used)) {
+        }
     }
     // At kernel end every queue must be empty and every tensor freed.
     void check_drained(opgen_emu::CoreState& c) {

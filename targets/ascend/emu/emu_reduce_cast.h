@@ -105,6 +105,7 @@ void reduce_groups(const char* api, const LocalTensor<T>& dst, const std::vector
         def[g] = ok;
     }
     for (size_t g = 0; g < groups.size(); ++g) store(dst, di[g], out[g], def[g] != 0);
+    core().launch->vector_elems += groups.size();
     mark_write(dst.slot(), Pipe::V, api);
 }
 

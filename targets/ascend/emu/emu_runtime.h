@@ -106,6 +106,8 @@ struct Launch {
     uint32_t bar_waiting = 0, bar_finished = 0, bar_generation = 0;
     bool aborted = false;
     std::atomic<bool> stop{false};  // set with `aborted`: other cores stop at their next API call
+    // Traffic and footprint, for opgen_emu_last_stats().
+    std::atomic<uint64_t> gm_read{0}, gm_written{0}, vector_elems{0}, ub_peak{0};
     std::string first_error;
     int failing_core = -1;
 
@@ -284,6 +286,10 @@ inline void sync_all_barrier() {
 
 // ---------------------------------------------------------------- the launcher
 inline thread_local std::string tls_last_error;
+// Of the last launch on this thread: GM bytes read by copies into UB, GM bytes written from UB
+// (atomic adds included), UB bytes allocated by the largest TPipe of any core, and vector
+// element operations (one per destination element of each vector or reduction call).
+inline thread_local uint64_t tls_last_stats[4] = {0, 0, 0, 0};
 
 using KernelThunk = void (*)(void* const* args);
 
@@ -363,6 +369,10 @@ inline int launch_cores(const char* kernel, uint32_t expected_nargs, KernelThunk
         l.record_error(-1, cat("could not start core threads: ", e.what()));
     }
     for (auto& t : cores) t.join();
+    tls_last_stats[0] = l.gm_read;
+    tls_last_stats[1] = l.gm_written;
+    tls_last_stats[2] = l.ub_peak;
+    tls_last_stats[3] = l.vector_elems;
     if (!l.aborted) return 0;
     tls_last_error = cat(kernel, ": ", l.first_error);
     return 1;

@@ -214,6 +214,7 @@ void elementwise(const char* api, const Lanes& lanes, const LocalTensor<TD>& dst
         def[k] = d;
     }
     for (size_t k = 0; k < di.size(); ++k) store(dst, di[k], out[k], def[k] != 0);
+    core().launch->vector_elems += di.size();
     mark_write(dst.slot(), Pipe::V, api);
 }
 

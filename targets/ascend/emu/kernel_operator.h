@@ -46,6 +46,9 @@
 //     are released) and the launcher returns.
 //   extern "C" const char* opgen_emu_last_error(void);
 //     The message of the last failed launch on the calling thread ("" after a success).
+//   extern "C" void opgen_emu_last_stats(uint64_t out[4]);  of the last launch on this thread:
+//     GM bytes read into UB, GM bytes written from UB, peak UB bytes allocated by one core's
+//     TPipe, vector element operations (to check a tiling's predicted traffic and footprint)
 //   extern "C" uint64_t opgen_emu_ub_bytes(void);       the OPGEN_UB_BYTES built in
 //   extern "C" int opgen_emu_has_datacopypad(void);     0 when built with OPGEN_NO_DATACOPYPAD
 // From Python (ctypes):
@@ -160,6 +163,11 @@ void call_kernel(K kernel, void* const* args, std::index_sequence<I...>) {
 // Weak: several translation units of one library may include this header.
 extern "C" __attribute__((weak, visibility("default"))) const char* opgen_emu_last_error(void) {
     return opgen_emu::tls_last_error.c_str();
+}
+// out[0..4) = GM bytes read into UB, GM bytes written from UB, peak UB bytes of one core's
+// TPipe, vector element operations: of the last launch on the calling thread.
+extern "C" __attribute__((weak, visibility("default"))) void opgen_emu_last_stats(uint64_t* out) {
+    for (int i = 0; i < 4; ++i) out[i] = opgen_emu::tls_last_stats[i];
 }
 extern "C" __attribute__((weak, visibility("default"))) uint64_t opgen_emu_ub_bytes(void) {
     return opgen_emu::kUbBytes;
