@@ -341,8 +341,9 @@ static void half_forms(TPipe& pipe, Ctx& c) {
 // Two phases with different UB layouts: copy_twice, Reset, copy_twice again (out = 2 * in).
 // STALE_AFTER_RESET keeps a TBuf tensor across the Reset and uses it.
 static void reset_reuse(TPipe& pipe, Ctx& c, bool stale) {
-    TBuf<TPosition::VECCALC> big;
+    TBuf<TPosition::VECCALC> big, many[62];  // 63 of the 64 buffers: Reset must free the count
     pipe.InitBuffer(big, OPGEN_UB_BYTES / 2);
+    for (auto& b : many) pipe.InitBuffer(b, 32);
     LocalTensor<float> old = big.Get<float>();
     Duplicate(old, 1.0f, 64);
     pipe.Reset();

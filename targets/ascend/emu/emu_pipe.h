@@ -54,10 +54,15 @@ public:
             s->state = opgen_emu::SlotState::DEAD;
             ++s->generation;
         }
-        for (TQueBase* q : queues_) q->slots_.clear();
+        for (TQueBase* q : queues_) {
+            q->slots_.clear();
+            q->fifo_.clear();
+            q->next_ = 0;
+        }
         slots_.clear();
         queues_.clear();
         used_ = 0;
+        count_ = 0;
         listing_.clear();
     }
     void Destroy() { Reset(); }

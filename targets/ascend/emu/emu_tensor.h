@@ -291,6 +291,8 @@ class TPipe;
 class TQueBase {
 public:
     std::vector<opgen_emu::Slot*> slots_;
+    std::deque<opgen_emu::Slot*> fifo_;  // TQue: enqueued, oldest first
+    size_t next_ = 0;                     // TQue: where AllocTensor looks first (round robin)
     std::string name_;
 };
 
@@ -352,9 +354,6 @@ public:
     }
     bool HasTensorInQue() const { return !fifo_.empty(); }
     int32_t GetTensorCountInQue() const { return static_cast<int32_t>(fifo_.size()); }
-
-    std::deque<opgen_emu::Slot*> fifo_;
-    size_t next_ = 0;
 
 private:
     template <typename T>
