@@ -94,7 +94,7 @@ def _run(farm, tmp_path, on_session=None, trials=5):
                        on_session=on_session)
     db = tmp_path / "db.jsonl"
     result = tune(op, op.combo("f32-f32"), target, parse_problem(op, "64x1000"),
-                  Options(trials=trials, strategy="exhaustive", jobs=0, batch=4), runner=runner, db_path=db)
+                  Options(trials=trials, strategy="exhaustive", jobs=0, batch=4, confirm=0), runner=runner, db_path=db)
     return runner, result, database.load(db)
 
 

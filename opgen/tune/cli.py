@@ -36,6 +36,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--jobs", type=int, default=2, help="parallel builders (0: build in this process)")
     parser.add_argument("--patience", type=int, default=16, help="stop after this many trials without a 1%% gain")
     parser.add_argument("--repeat", type=int, default=10, help="timings per candidate (the median counts)")
+    parser.add_argument("--confirm", type=int, default=2, help="rounds re-measuring the default and the best")
     parser.add_argument("--db", help="database file (default $OPGEN_TUNE_DB or <cache>/tuning.jsonl)")
     parser.add_argument("--show", action="store_true", help="list the database instead of tuning")
 
@@ -127,7 +128,7 @@ def _run(args, op, combo, target, problem, db):
 
     settings = Settings(repeat=args.repeat)
     options = Options(trials=args.trials, strategy=args.strategy, seed=args.seed, jobs=args.jobs,
-                      patience=args.patience or None, settings=settings)
+                      patience=args.patience or None, confirm=args.confirm, settings=settings)
     runner = None
     if args.rpc:
         from opgen.tune.rpc import RpcRunner, parse_address

@@ -15,8 +15,8 @@ Records are appended atomically: one ``os.write`` of one line under ``flock`` on
 with a warning naming the file and the line number.
 
 Files read: the shipped defaults ``opgen/schedules/tuned/*.jsonl``, then the user's
-database (``$OPGEN_TUNE_DB``, else ``<kernel cache dir>/tuning.jsonl``). The best record of
-a key is the ``ok`` template record with the smallest median time; MetaSchedule records
+database (``$OPGEN_TUNE_DB``, else ``<kernel cache dir>/tuning.jsonl``). The best point of
+a key is the ``ok`` template point with the smallest median time; MetaSchedule records
 are kept for comparison but never chosen (they are not points of a rule's knob space).
 """
 from __future__ import annotations
@@ -27,6 +27,7 @@ import functools
 import json
 import math
 import os
+import statistics
 import warnings
 from pathlib import Path
 
@@ -140,11 +141,20 @@ def is_candidate(record: dict) -> bool:
 
 
 def best_records(records) -> dict:
-    """key -> the fastest candidate record of that key."""
-    best: dict = {}
+    """key -> the latest record of the key's fastest point.
+
+    A point measured several times (a confirmation round, a second tuning run) counts with
+    the median of its records' medians, so one lucky timing on a noisy machine does not
+    crown a point that is not faster.
+    """
+    by_point: dict = {}
     for record in records:
         if is_candidate(record):
-            key = record_key(record)
-            if key not in best or record["median_ms"] < best[key]["median_ms"]:
-                best[key] = record
-    return best
+            point = (record_key(record), tuple(sorted(record["knobs"].items())))
+            by_point.setdefault(point, []).append(record)
+    best: dict = {}
+    for (key, _), group in by_point.items():
+        cost = statistics.median(r["median_ms"] for r in group)
+        if key not in best or cost < best[key][0]:
+            best[key] = (cost, group[-1])
+    return {key: record for key, (_, record) in best.items()}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import statistics
 import tempfile
 import time
 import uuid
@@ -56,7 +57,14 @@ class TuneResult:
 
     @property
     def best(self) -> Trial | None:
-        return min(self.ok(), key=lambda t: t.measurement.median_ms, default=None)
+        """The latest trial of the point with the lowest median of its measured medians."""
+        by_point: dict = {}
+        for t in self.ok():
+            by_point.setdefault(freeze(t.knobs), []).append(t)
+        if not by_point:
+            return None
+        trials = min(by_point.values(), key=lambda ts: statistics.median(t.measurement.median_ms for t in ts))
+        return trials[-1]
 
     @property
     def default(self) -> Trial | None:
@@ -92,6 +100,7 @@ class Options:
     batch: int = 4
     patience: int | None = 16
     min_gain: float = 0.01
+    confirm: int = 2          # rounds re-measuring the default and the best, alternated
     settings: Settings = Settings()
 
 
@@ -116,8 +125,11 @@ def tune(op, combo, target, problem, options: Options = Options(), runner=None, 
         # A model-tuned candidate is checked here (Ascend: in the emulation): build in-process.
         jobs = 0 if not target.library_suffix or isinstance(runner, ModelRunner) else options.jobs
         builder = Builder(workload, target, Path(scratch), jobs)
+        built: dict = {}
         try:
-            _loop(strategy, builder, runner, workload, options, ctx, db_path, result, measured, budget, progress)
+            _loop(strategy, builder, runner, workload, options, ctx, db_path, result, measured, budget, progress,
+                  built)
+            _confirm(built, runner, workload, options, ctx, db_path, result)
         except KeyboardInterrupt:
             result.interrupted = True
         finally:
@@ -130,7 +142,27 @@ def _default_runner(target, settings: Settings):
     return ModelRunner(target, settings) if cost_model_of(target) is not None else LocalRunner(target, settings)
 
 
-def _loop(strategy, builder, runner, workload, options, ctx, db_path, result, measured, budget, progress):
+def _record(ctx, db_path, result, built, m, workload) -> Trial:
+    record = make_record(ctx, len(result.trials), built.knobs, m, built.build_s, workload)
+    database.append(db_path, record)
+    result.trials.append(Trial(len(result.trials), built.knobs, m, built.build_s, record))
+    return result.trials[-1]
+
+
+def _confirm(built: dict, runner, workload, options, ctx, db_path, result) -> None:
+    """Measure the default and the best again, alternated, so that the winner is not a
+    lucky timing on a noisy machine (the database ranks a point by the median of its
+    records). Not for cost models: their estimates do not vary."""
+    best, default = result.best, result.default
+    if isinstance(runner, ModelRunner) or best is None or default is None or best.knobs == default.knobs:
+        return
+    pair = [built[freeze(default.knobs)], built[freeze(best.knobs)]]
+    for _ in range(options.confirm):
+        for b, m in runner.run_all(workload, pair):
+            _record({**ctx, "confirm": True}, db_path, result, b, m, workload)
+
+
+def _loop(strategy, builder, runner, workload, options, ctx, db_path, result, measured, budget, progress, built):
     best, since_gain = math.inf, 0
     while len(measured) < budget:
         batch = strategy.next_batch(min(options.batch, budget - len(measured)), measured)
@@ -138,12 +170,11 @@ def _loop(strategy, builder, runner, workload, options, ctx, db_path, result, me
             return
         for point in batch:
             measured[freeze(point)] = math.inf  # reserved: never proposed again
-        for built, m in runner.run_all(workload, builder.build(batch)):
+        for b, m in runner.run_all(workload, builder.build(batch)):
             cost = m.median_ms if m.status == database.OK else math.inf
-            measured[freeze(built.knobs)] = cost
-            record = make_record(ctx, len(result.trials), built.knobs, m, built.build_s, workload)
-            database.append(db_path, record)
-            result.trials.append(Trial(len(result.trials), built.knobs, m, built.build_s, record))
+            measured[freeze(b.knobs)] = cost
+            built[freeze(b.knobs)] = b
+            _record(ctx, db_path, result, b, m, workload)
             since_gain = 0 if cost < best * (1 - options.min_gain) else since_gain + 1
             best = min(best, cost)
             if progress is not None:
