@@ -32,6 +32,23 @@ class UbBudgetError(ValueError):
     """A tiling whose buffers do not fit the UB (or exceed the TPipe's buffer count)."""
 
 
+class CopyAlignmentError(ValueError):
+    """A shape whose rows are not whole 32-byte blocks, on a product without DataCopyPad."""
+
+
+def check_whole_blocks(hw, dtypes, what: dict) -> None:
+    """Without DataCopyPad, DataCopy moves whole 32-byte blocks: every row the kernel copies
+    (``what``: name -> elements) must be a whole number of blocks in every dtype it has."""
+    if hw.data_copy_pad:
+        return
+    step = max(hw.elements_per_block(itemsize(d)) for d in dtypes)
+    bad = {k: v for k, v in what.items() if v % step}
+    if bad:
+        listing = ", ".join(f"{k}={v}" for k, v in bad.items())
+        raise CopyAlignmentError(f"{hw.product} has no DataCopyPad: copied rows must be whole 32-byte blocks "
+                                 f"(multiples of {step} elements here), got {listing}")
+
+
 def itemsize(dtype: str) -> int:
     return 2 if dtype == "bfloat16" else np.dtype(dtype).itemsize
 
@@ -168,7 +185,8 @@ def row_buffers(hw, ops: RowOperands, ub_rows: int, pitch: int, nbuf: int) -> li
     """Every UB buffer of one pass over ``ub_rows`` rows of ``pitch`` elements."""
     tile, t_expr = ub_rows * pitch, "ub_rows * pitch"
     bufs = [UbBuffer(f"in_{n}", "VECIN", nbuf, tile, d, t_expr) for n, d in ops.tiles_in]
-    bufs += [UbBuffer(f"in_{n}", "VECIN", nbuf, ub_rows, d, "ub_rows") for n, d in ops.rows_in]
+    if hw.data_copy_pad:   # else per-row values are scalar GM reads (a ragged copy needs the pad)
+        bufs += [UbBuffer(f"in_{n}", "VECIN", nbuf, ub_rows, d, "ub_rows") for n, d in ops.rows_in]
     bufs += [UbBuffer(f"in_{n}", "VECIN", 1, pitch, d, "pitch") for n, d in ops.cols_in]
     bufs += [UbBuffer(f"out_{n}", "VECOUT", nbuf, tile, d, t_expr) for n, d in ops.tiles_out]
     bufs += [UbBuffer(f"acc_{n}", "VECCALC", 1, pitch, FLOAT32, "pitch") for n, _ in ops.col_sums]
@@ -225,6 +243,7 @@ def _rows_empty(hw, ops, rows, cols, knobs, sums) -> Tiling:
     fields = {"rows": rows, "cols": cols, "tasks": rows, "ub_loops": 0, "ub_tail": 0}
     if not (ops.col_sums and cols):
         return Tiling("rows", "empty", 0, 0, 0, 0, 0, (), sums, 0, 0, fields)
+    check_whole_blocks(hw, ops.dtypes, {"cols": cols})
     ub_cols, pitch = _rows_split_d(hw, ops, rows, cols, knobs)
     buffers = tuple(row_buffers(hw, ops, 1, pitch, knobs["buffer_num"]))
     n = len(ops.col_sums)
@@ -256,6 +275,7 @@ def plan_rows(hw, ops: RowOperands, rows: int, cols: int, knobs: dict) -> Tiling
     sums = knobs["sums"] if ops.col_sums else "none"
     if rows == 0 or cols == 0:
         return _rows_empty(hw, ops, rows, cols, knobs, sums)
+    check_whole_blocks(hw, ops.dtypes, {"cols": cols})
     split_n = _rows_split_n(hw, ops, rows, cols, block_factor, knobs)
     if split_n:
         mode, ub_rows, pitch = split_n
@@ -304,7 +324,8 @@ def group_buffers(hw, ops: GroupOperands, channels: int, pitch: int, nbuf: int, 
     tile, t_expr = channels * pitch, "ub_rows * pitch"
     bufs = [UbBuffer(f"in_{n}", "VECIN", nbuf, tile, t, t_expr) for n, t in ops.tiles_in]
     bufs += [UbBuffer(f"out_{n}", "VECOUT", nbuf, tile, t, t_expr) for n, t in ops.tiles_out]
-    bufs += [UbBuffer(f"in_{n}", "VECIN", 1, 1, t, "1") for n, t in ops.tasks_in]
+    if hw.data_copy_pad:   # else per-task values are scalar GM reads
+        bufs += [UbBuffer(f"in_{n}", "VECIN", 1, 1, t, "1") for n, t in ops.tasks_in]
     bufs += [UbBuffer(f"in_{n}", "VECIN", 1, d, t, "D") for n, t in ops.chans_in]
     bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, tile, FLOAT32, t_expr) for n, t in ops.tiles_in if t != FLOAT32]
     bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, d, FLOAT32, "D") for n, t in ops.chans_in if t != FLOAT32]
@@ -353,11 +374,13 @@ def plan_groups(hw, ops: GroupOperands, n: int, g: int, d: int, hw_elems: int, k
         # Sums over no batch (or of no elements) are zeros: one core writes them.
         if not (ops.chan_sums and g * d):
             return Tiling("groups", "empty", 0, 0, 0, 0, 0, (), sums, 0, 0, fields)
+        check_whole_blocks(hw, ops.dtypes, {"D": d})
         pitch = pitch_of(hw, 1, ops.dtypes)
         buffers = tuple(group_buffers(hw, ops, 1, pitch, knobs["buffer_num"], d))
         check_budget(hw, buffers, f"empty at N={n} G={g} D={d} HxW={hw_elems}")
         return Tiling("groups", "empty", 1, 0, 1, 0, pitch, buffers, sums, 0,
                       g * d * (4 * len(ops.chan_sums) + sum(itemsize(t) for _, t in ops.chan_outs)), fields)
+    check_whole_blocks(hw, ops.dtypes, {"D": d, "HxW": hw_elems})
     mode, channels, hw_pass, pitch = _group_pass(hw, ops, d, hw_elems, knobs)
     buffers = tuple(group_buffers(hw, ops, channels, pitch, knobs["buffer_num"], d))
     check_budget(hw, buffers, f"{mode} at N={n} G={g} D={d} HxW={hw_elems}")

@@ -15,7 +15,7 @@ from opgen import tiling_report
 from opgen.ops import get_op
 from opgen.schedules import InvalidKnobs, NoScheduleRule, default_knobs, schedule_with_rule
 from opgen.schedules.ascend import GroupTiles, RowTiles
-from opgen.schedules.ascend_tiling import UbBudgetError
+from opgen.schedules.ascend_tiling import CopyAlignmentError, UbBudgetError
 from opgen.targets import get_target
 from opgen.targets.ascend import hardware
 
@@ -206,7 +206,9 @@ def test_over_budget_tilings_are_refused_with_the_buffer_list():
 def test_every_tiling_fits_every_product():
     for product in hardware.DESCRIPTIONS:
         target = get_target("ascend-emu").for_product(product)
-        for shape in ((1, 1), (941, 7), (3, 12290), (48, 640), (2, 100000)):
+        ragged = target.hardware.data_copy_pad          # else rows must be whole 32-byte blocks
+        for shape in ((1, 1), (941, 7), (3, 12290), (48, 640), (2, 100000)) if ragged else \
+                ((1, 16), (941, 16), (3, 12288), (48, 640), (2, 100000)):
             t = rms(shape, "f32-f32", target)
             assert 0 < t.ub_bytes() <= target.hardware.usable_ub_bytes
             assert sum(b.count for b in t.buffers) <= target.hardware.max_buffers
@@ -247,3 +249,13 @@ def test_opgen_tiling_command(capsys):
 def test_tiling_report_main_without_the_cli(capsys):
     assert tiling_report.main(argparse.Namespace(product="Ascend950", cores=None)) == 0
     assert "Ascend950" in capsys.readouterr().out
+
+
+def test_products_without_data_copy_pad_need_whole_block_rows():
+    inference = get_target("ascend-emu").for_product("AtlasInference")
+    assert rms((7, 64), "f16-f16", inference).mode == "small-D"
+    assert "in_rstd" not in {b.name for b in rms((7, 64), "f16-f16", inference).buffers}   # scalar GM reads
+    with pytest.raises(CopyAlignmentError, match="multiples of 16"):
+        rms((7, 33), "f16-f16", inference)
+    with pytest.raises(CopyAlignmentError, match="HxW=5"):
+        gn(2, 32, 5, 2, "f32-f32", get_target("ascend-emu").for_product("AtlasTraining"))

@@ -2,9 +2,9 @@
 run on emulated cores, compared with the float64 reference.
 
 Cost: each distinct kernel is one g++ run (~6-10 s on the shared 2-core machine, then cached
-on disk under the kernel cache directory); this module builds 15 kernels (5 + 5 combos, 2
-atomic, AtlasA2, a test-only op, an injected fault): ~3 min cold, ~40 s warm (noisy
-measurements on a shared machine).
+on disk under the kernel cache directory); this module builds 17 kernels (5 + 5 combos, 2
+atomic, AtlasA2, two products without DataCopyPad, a test-only op, an injected fault):
+~3 min cold, ~40 s warm (noisy measurements on a shared machine).
 """
 from __future__ import annotations
 
@@ -230,3 +230,20 @@ def test_the_aclnn_api_runs_on_ascend_emu(rng, monkeypatch):
         assert launched == ["rms_norm_grad_f16_f16", "group_norm_backward_f32_f32"], launched
     finally:
         config.reset()
+
+
+def test_products_without_data_copy_pad_copy_whole_blocks(rng):
+    """Atlas inference / training: no DataCopyPad, so the kernels copy whole 32-byte blocks
+    with DataCopy (the emulation, built for that product, refuses DataCopyPad), per-row and
+    per-task values are scalar GM reads, and ragged rows are refused by the host tiling."""
+    rms = kernels.get_kernel(RMS, "f16-f16", EMU.for_product("AtlasInference"))
+    assert "DataCopyPad(" not in rms.module.files["op_kernel/rms_norm_grad_f16_f16.cpp"]
+    for shape in ((7, 64), (3, 12288), (100, 16), (0, 16)):
+        assert _worst(rms, shape, rng) <= 1.0, shape
+    with pytest.raises(RuntimeError, match="whole 32-byte blocks"):
+        _worst(rms, (5, 33), rng)
+    gn = kernels.get_kernel(GN, "f32-f32", EMU.for_product("AtlasTraining"))
+    for shape in ((2, 32, 16, 2), (3, 32, 64, 2), (2, 16, 16384, 2), (0, 32, 16, 2)):
+        assert _gn_worst(gn, shape, rng) <= 1.0, shape
+    with pytest.raises(RuntimeError, match="whole 32-byte blocks"):
+        _gn_worst(gn, (2, 4, 5, 2), rng)

@@ -11,8 +11,10 @@ the emitted code under the CPU emulation of the AscendC API (targets/ascend/emu/
 host tiling + emulation with g++ and returns a module whose ``[symbol]`` runs the kernel on
 emulated cores. It needs g++ and the emulation header (targets/ascend/emu/); without them
 the target neither builds nor runs. Both schedule patterns (rows, groups) have printers; a
-pattern without one, or a product without DataCopyPad, raises NotImplementedError naming
-the reason: ``opgen generate`` reports such a row as NOT EMITTED instead of failing it.
+pattern without one raises NotImplementedError naming it: ``opgen generate`` reports such a
+row as NOT EMITTED instead of failing it. On products without DataCopyPad (Atlas training,
+Atlas inference) the copies are whole-block DataCopy and the host tiling refuses shapes
+whose rows are not whole 32-byte blocks.
 """
 from __future__ import annotations
 
@@ -58,11 +60,6 @@ class AscendEmuTarget(TargetSpec):
     def build(self, mod):
         (gvar, func), = mod.functions.items()
         symbol = gvar.name_hint
-        if not self.hardware.data_copy_pad:
-            # Ragged rows need DataCopyPad; whole-block DataCopy would need another copy plan
-            # (overlapping tail blocks) that the emitter does not print yet.
-            raise NotImplementedError(f"ascend-emu on {self.hardware.product}: no DataCopyPad, and the emitter has "
-                                      "no copy plan for ragged rows without it yet")
         try:
             kernel, files = project(func, symbol, self.hardware)
         except EmitError as err:

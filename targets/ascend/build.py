@@ -45,18 +45,43 @@ def _pattern(func) -> tuple[str, dict]:
     return str(ann.get("ascend.pattern", "")), knobs
 
 
+NO_PAD_ADAPTER = """
+// This product has no DataCopyPad: each copy moves whole 32-byte blocks with DataCopy. The
+// host tiling admits only shapes whose copied rows are whole blocks (else it returns 2).
+template <typename T>
+__aicore__ inline void OpgenCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyExtParams& p,
+                                 const DataCopyPadExtParams<T>&) {
+    DataCopy(dst, src, DataCopyParams(p.blockCount, p.blockLen / 32, p.srcStride / 32, p.dstStride));
+}
+template <typename T>
+__aicore__ inline void OpgenCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyExtParams& p) {
+    DataCopy(dst, src, DataCopyParams(p.blockCount, p.blockLen / 32, p.srcStride, p.dstStride / 32));
+}
+"""
+
+
+def without_data_copy_pad(kernel: str) -> str:
+    """The kernel for a product without DataCopyPad: its copies go through whole-block DataCopy."""
+    marker = "using namespace AscendC;\n"
+    return kernel.replace("DataCopyPad(", "OpgenCopy(").replace(marker, marker + NO_PAD_ADAPTER, 1)
+
+
 def project(func, symbol: str, hw) -> tuple[object, dict]:
     """(the kernel description, {relative path: text}) of the CANN layout, by the pattern the
     schedule recorded (EmitError for a pattern without a printer)."""
     pattern, knobs = _pattern(func)
     if pattern == "groups":
         k = read_group_kernel(func, symbol, knobs)
+        k.pad = hw.data_copy_pad
         kernel, header, tiling = group_kernel_source(k, hw), group_tiling_header(k), group_tiling_source(k, hw)
     elif pattern == "rows":
         k = read_row_kernel(func, symbol)
+        k.pad = hw.data_copy_pad
         kernel, header, tiling = kernel_source(k, hw), tiling_header(k), tiling_source(k, hw)
     else:
         raise EmitError(f"no AscendC printer for the schedule pattern {pattern!r} of {symbol}")
+    if not hw.data_copy_pad:
+        kernel = without_data_copy_pad(kernel)
     files = {
         f"op_kernel/{symbol}.cpp": kernel,
         f"op_host/{symbol}_tiling.h": header,
@@ -141,7 +166,11 @@ class EmuKernel:
         """The host tiling function's result for ``sizes`` (rows, cols / N, G, D, HW)."""
         t = self.struct()
         args = [ctypes.c_int64(int(v)) for v in (*sizes, self.hw.vector_cores, self.hw.usable_ub_bytes)]
-        if self.tiling_fn(*args, ctypes.byref(t)):
+        status = self.tiling_fn(*args, ctypes.byref(t))
+        if status == 2:
+            raise RuntimeError(f"{self.k.symbol}: sizes {sizes}: copied rows are not whole 32-byte blocks and "
+                               f"{self.hw.product} has no DataCopyPad")
+        if status:
             raise RuntimeError(f"{self.k.symbol}: sizes {sizes} do not fit the UB of {self.hw.product}")
         return t
 

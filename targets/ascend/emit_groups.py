@@ -40,6 +40,7 @@ class GroupKernel:
     sizes: dict                # size variable name -> C++
     knobs: dict
     param_names: tuple
+    pad: bool = True           # the product has DataCopyPad (else per-task values are GM reads)
     fields = GROUP_FIELDS
     pattern = "groups"
 
@@ -176,6 +177,9 @@ def _task_fns(k: GroupKernel) -> list[str]:
     out = ["__aicore__ inline void LoadTask(int64_t task, int64_t g) {"]
     for name, d in k.ops.tasks_in:
         ty = CPP_TYPE[d]
+        if not k.pad:
+            out.append(f"    s_{name} = static_cast<float>(g_{name}_.GetValue(task));")
+            continue
         out += [f"    {{ LocalTensor<{ty}> a = in_{name}_.AllocTensor<{ty}>();",
                 f"      DataCopyPad(a, g_{name}_[task], DataCopyExtParams(1, sizeof({ty}), 0, 0, 0), "
                 f"DataCopyPadExtParams<{ty}>(false, 0, 0, 0));",

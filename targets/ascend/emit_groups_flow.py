@@ -175,10 +175,12 @@ extern "C" int KERNEL_tiling(int64_t N, int64_t G, int64_t D, int64_t HW, int64_
     if (t->tasks == 0 || D == 0 || HW == 0) {
         t->mode = MODE_EMPTY;
         if (!(HAS_SUMS && G * D > 0)) return 0;
+        if (!HAS_PAD && D % PitchOf(1)) return 2;       // whole 32-byte blocks without DataCopyPad
         t->block_dim = 1; t->ub_rows = 1; t->pitch = PitchOf(1);
         t->work = Work(1, t->pitch);
         return Fits(1, t->pitch, D, ub_bytes) ? 0 : 1;
     }
+    if (!HAS_PAD && (D % PitchOf(1) || HW % PitchOf(1))) return 2;
     t->block_factor = CeilDiv(t->tasks, cores);
     t->block_dim = CeilDiv(t->tasks, t->block_factor);
     int64_t pitch = PitchOf(HW), k = 0;
@@ -227,6 +229,7 @@ def group_tiling_source(k: GroupKernel, hw) -> str:
             f"constexpr int64_t REPEAT_ELEMS = {pr};\nconstexpr int64_t MAX_BUFFERS = {hw.max_buffers};\n"
             f"constexpr int64_t MAX_BURSTS = {hw.max_bursts};\n"
             f"constexpr bool HAS_SUMS = {'true' if k.ops.chan_sums else 'false'};\nconstexpr int64_t {modes};\n"
+            f"constexpr bool HAS_PAD = {'true' if hw.data_copy_pad else 'false'};\n"
             "int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }\n"
             f"int64_t AlignUp(int64_t v, int64_t a = {hw.block_bytes}) {{ return CeilDiv(v, a) * a; }}\n"
             f"int64_t PitchOf(int64_t n) {{ return AlignUp(n, {step}); }}\n"

@@ -45,6 +45,7 @@ class RowKernel:
     sizes: dict                # size variable name -> C++ field
     knobs: dict
     param_names: tuple = ()    # every parameter of the TIR function, in order
+    pad: bool = True           # the product has DataCopyPad (else per-row values are GM reads)
 
     pattern = "rows"
 
@@ -102,7 +103,7 @@ def _gm_size(role: str) -> str:
 
 
 def _members(k: RowKernel, buffers) -> list[str]:
-    lines = ["TPipe pipe_;", f"{k.struct} t_;", "int64_t core_ = 0, row0_ = 0, nrows_ = 0;"]
+    lines = ["TPipe pipe_;", f"{k.struct} t_;", "int64_t core_ = 0, row0_ = 0, nrows_ = 0, rbase_ = 0;"]
     for b in buffers:
         if b.position == "VECCALC":
             lines.append(f"TBuf<TPosition::VECCALC> {b.name}_;")
@@ -164,15 +165,15 @@ def _load_fns(k: RowKernel) -> list[str]:
                    f"    v_{n}_ = f32_{n}_t_; Cast(v_{n}_, q_{n}_, RoundMode::CAST_NONE, n * P);")
     out += ["}", "__aicore__ inline void FreeTiles() {"]
     out += [f"    in_{n}_.FreeTensor(q_{n}_);" for n, _ in k.ops.tiles_in]
-    out += ["}", "__aicore__ inline void LoadRows(int64_t r0, int32_t n) {"]
-    for n, d in k.ops.rows_in:
+    out += ["}", "__aicore__ inline void LoadRows(int64_t r0, int32_t n) {", "    rbase_ = r0; (void)n;"]
+    for n, d in (k.ops.rows_in if k.pad else ()):
         ty = CPP_TYPE[d]
         out += [f"    {{ LocalTensor<{ty}> a = in_{n}_.AllocTensor<{ty}>();",
                 f"      DataCopyPad(a, g_{n}_[r0], DataCopyExtParams(1, n * sizeof({ty}), 0, 0, 0), "
                 f"DataCopyPadExtParams<{ty}>(false, 0, 0, 0));",
                 f"      in_{n}_.EnQue(a); q_{n}_ = in_{n}_.DeQue<{ty}>(); }}"]
     out += ["}", "__aicore__ inline void FreeRows() {"]
-    out += [f"    in_{n}_.FreeTensor(q_{n}_);" for n, _ in k.ops.rows_in]
+    out += [f"    in_{n}_.FreeTensor(q_{n}_);" for n, _ in (k.ops.rows_in if k.pad else ())]
     out += ["}", "__aicore__ inline void LoadCols(int64_t c0, int32_t len) {", "    const int32_t P = t_.pitch; (void)P;"]
     for n, d in k.ops.cols_in:
         ty = CPP_TYPE[d]
@@ -190,7 +191,8 @@ def _load_fns(k: RowKernel) -> list[str]:
 
 def _context(k: RowKernel, blk, row_iter: int, col_iter: int | None) -> Context:
     ivs = [str(iv.var) for iv in blk.iter_vars]
-    rows = {n: (f"q_{n}_.GetValue(i)" if d == "float32" else f"static_cast<float>(q_{n}_.GetValue(i))")
+    src = "q_{}_.GetValue(i)" if k.pad else "g_{}_.GetValue(rbase_ + i)"
+    rows = {n: (src.format(n) if d == "float32" else f"static_cast<float>({src.format(n)})")
             for n, d in k.ops.rows_in}
     rows.update({s: f"r_{s}_.GetValue(i)" for s in k.ops.row_stages})
     return Context(row_var=ivs[row_iter], col_var=ivs[col_iter] if col_iter is not None else None,
