@@ -22,7 +22,7 @@ from tvm import te
 
 from opgen.ops import get_op
 from opgen.schedules import default_knobs, schedule_with_rule
-from opgen.schedules.ascend_tiling import ceil_div
+from opgen.schedules.ascend_tiling import CopyAlignmentError, UbBudgetError, ceil_div
 from opgen.targets import get_target
 
 
@@ -52,7 +52,10 @@ def opgen_line(op_name: str, combo: str, shapes: list, target, knobs: dict | Non
     op = get_op(op_name)
     func = te.create_prim_func(op.compute(op.combo(combo)))
     rule, _ = schedule_with_rule(func, target, knobs)
-    t = rule.tiling(func, target, {**default_knobs(rule, target), **(knobs or {})}, shapes)
+    try:
+        t = rule.tiling(func, target, {**default_knobs(rule, target), **(knobs or {})}, shapes)
+    except (UbBudgetError, CopyAlignmentError) as err:     # the product cannot run this shape
+        return Line("opgen", f"refused: {type(err).__name__}", 0, 0, "-", None, None, "-", None)
     return Line("opgen", t.mode, t.block_dim, t.block_factor, f"{t.ub_rows} x {t.ub_cols}",
                 t.ub_bytes(target.hardware.block_bytes), t.gm_bytes, t.sums, t.workspace_bytes)
 
