@@ -113,8 +113,21 @@ class RowTiles:
         return (ROWS_PER_PASS, COLS_PER_PASS, BUFFER_NUM, SUMS)
 
     def check_knobs(self, knobs: dict, target, shapes) -> str | None:
+        """Refuse contradictory points and, for a known problem (``shapes``: the kernel's
+        tensor shapes), points that tile exactly like another one (the tuner need not build
+        them). The UB budget itself is checked by ``tiling``, which needs the dtypes."""
         if knobs.get("rows_per_pass") and knobs.get("cols_per_pass"):
             return "rows_per_pass applies to whole rows and cols_per_pass forces split-D: set one of them"
+        tile = next((s for s in (shapes or {}).values() if len(s) == 2), None)
+        if tile is None:
+            return None
+        rows, cols = tile
+        per_core = -(-rows // target.hardware.vector_cores) if rows else 0
+        if knobs.get("cols_per_pass", 0) >= cols > 0:
+            return f"cols_per_pass={knobs['cols_per_pass']} >= cols={cols}: the same tiling as cols_per_pass=0"
+        wanted = knobs.get("rows_per_pass", 0)
+        if wanted and per_core and wanted > per_core and wanted // 2 >= per_core:
+            return f"rows_per_pass={wanted}: a core has only {per_core} rows (a smaller value tiles the same)"
         return None
 
     def match(self, infos: list[Block]):
@@ -180,6 +193,14 @@ class GroupTiles:
 
     def knobs(self, target) -> tuple:
         return (CHANNELS_PER_PASS, BUFFER_NUM, SUMS)
+
+    def check_knobs(self, knobs: dict, target, shapes) -> str | None:
+        """For a known problem, refuse channels_per_pass values that tile like a smaller one."""
+        tile = next((s for s in (shapes or {}).values() if len(s) == 4), None)
+        wanted = knobs.get("channels_per_pass", 0)
+        if tile and wanted and wanted // 2 >= tile[2] > 0:
+            return f"channels_per_pass={wanted}: a group has only {tile[2]} channels (a smaller value tiles the same)"
+        return None
 
     def match(self, infos: list[Block]):
         big = [b for b in infos if b.writes_output and "R" not in b.kinds and len(b.kinds) >= 3]

@@ -125,6 +125,13 @@ def test_knobs_are_declared_and_checked():
     with pytest.raises(InvalidKnobs, match="set one"):
         schedule_with_rule(func, A2, {"rows_per_pass": 8, "cols_per_pass": 1024})
     assert rms((48 * 64, 1000), rows_per_pass=4).ub_rows == 4
+    rule = RowTiles()
+    shapes = {"dy": (96, 3000), "rstd": (96,), "gamma": (3000,)}          # 2 rows per core on 48 cores
+    assert "same tiling" in rule.check_knobs({"cols_per_pass": 4096}, A2, shapes)
+    assert rule.check_knobs({"cols_per_pass": 2048}, A2, shapes) is None
+    assert "only 2 rows" in rule.check_knobs({"rows_per_pass": 8}, A2, shapes)
+    assert rule.check_knobs({"rows_per_pass": 2}, A2, shapes) is None
+    assert "only 4 channels" in GroupTiles().check_knobs({"channels_per_pass": 8}, A2, {"dy": (2, 3, 4, 5)})
     assert rms((8, 3000), cols_per_pass=1024).mode == "split-D"
     single, double = rms((4096, 4000), buffer_num=1), rms((4096, 4000), buffer_num=2)
     assert single.ub_rows > double.ub_rows >= 1
