@@ -137,7 +137,9 @@ MODES = dict(OVER_UB=1, MISALIGNED_UB=2, RAGGED_DATACOPY=3, GM_OVERRUN=4, SETGLO
              GM_GETVALUE_AFTER_MTE3=31, REPEAT_STRIDE_OVERRUN=32, PARTIAL_OVERLAP=33, DOUBLE_WRITE=34,
              MASK_RANGE=35, CAST_BAD_MODE=36, HALF_FORMS=37, RESET_REUSE=38, STALE_AFTER_RESET=39,
              DATACOPY_PARAMS=40, FAIL_WHILE_OTHERS_WAIT=41, FAIL_WHILE_OTHERS_WORK=42,
-             WAR_MTE3_V=43, WAR_SYNCED=44, DATACOPY_ZERO=45, DATACOPYPAD_ZERO=46, COPY_TWICE=99)
+             WAR_MTE3_V=43, WAR_SYNCED=44, DATACOPY_ZERO=45, DATACOPYPAD_ZERO=46,
+             ALLOC_ALL_IN_USE=47, DOUBLE_FREE=48, FOREIGN_FREE=49, TBUF_GET_OVER=50, TBUF_OFFSET_MISALIGNED=51,
+             SUBTENSOR_OVER=52, COPY_TWICE=99)
 
 
 def run_case(libs, mode: str, cores: int = 1, x=None, n: int = 256):
@@ -180,7 +182,7 @@ VIOLATIONS = [
     ("ATOMIC_LEFT_ON", 1, r"kernel ended with SetAtomicAdd<float> still on"),
     ("GM_GETVALUE_AFTER_MTE3", 1, r"GlobalTensor::GetValue\(1\): reads GM this core wrote by a UB->GM copy \(MTE3\)"),
     ("SYNCALL_ORDER", 9, r"SyncAll with block_dim 9 > 8 vector cores: not every core is resident"),
-    ("REPEAT_STRIDE_OVERRUN", 1, r"Add: UB elements \[447, 448\) beyond the 256-element LocalTensor of TBuf 'buf'"),
+    ("REPEAT_STRIDE_OVERRUN", 1, r"Add: UB elements \[0, 448\) beyond the 256-element LocalTensor of TBuf 'buf'"),
     ("PARTIAL_OVERLAP", 1, r"Add: dst UB \[32, 288\) partially overlaps src UB \[0, 256\)"),
     ("DOUBLE_WRITE", 1, r"Add: writes dst element 0 twice in one instruction"),
     ("MASK_RANGE", 1, r"Add: mask 65 outside \[1, 64\]"),
@@ -189,6 +191,12 @@ VIOLATIONS = [
     ("WAR_MTE3_V", 1, r"Duplicate: writes TBuf 'buf' .* on pipe V \(vector\) while pipe MTE3 \(UB->GM copy\) "
                       r"may still be reading it"),
     ("DATACOPY_ZERO", 1, r"DataCopy GM->UB: 0 elements \(the copy becomes blockLen 0, outside \[1, 65535\]\)"),
+    ("ALLOC_ALL_IN_USE", 1, r"AllocTensor on TQue 'qa' .*: all 1 buffers are in use \(missing FreeTensor"),
+    ("DOUBLE_FREE", 1, r"FreeTensor: tensor of TQue 'qa' .* was already freed"),
+    ("FOREIGN_FREE", 1, r"FreeTensor on TQue 'qb' .*: the tensor belongs to TQue 'qa'"),
+    ("TBUF_GET_OVER", 1, r"TBuf::Get<float>\(65\) on TBuf 'buf' .*: 260 B exceeds the buffer's 256 B"),
+    ("TBUF_OFFSET_MISALIGNED", 1, r"TBuf::GetWithOffset on TBuf 'buf' .*: offset 16 B is not 32-byte aligned"),
+    ("SUBTENSOR_OVER", 1, r"Duplicate: UB elements \[0, 16\) beyond the 8-element LocalTensor of TQue 'qa'"),
     ("SYNCALL_MISMATCH", 4, r"core 0: SyncAll: 3 core\(s\) returned from the kernel without reaching this SyncAll"),
 ]
 

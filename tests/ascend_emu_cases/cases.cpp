@@ -19,7 +19,8 @@ enum Mode {
     REDUCE_MAX_AXPY, WS_UNINIT_ATOMIC, WS_UNINIT_READ, ATOMIC_LEFT_ON, GM_GETVALUE_AFTER_MTE3,
     REPEAT_STRIDE_OVERRUN, PARTIAL_OVERLAP, DOUBLE_WRITE, MASK_RANGE, CAST_BAD_MODE, HALF_FORMS,
     RESET_REUSE, STALE_AFTER_RESET, DATACOPY_PARAMS, FAIL_WHILE_OTHERS_WAIT, FAIL_WHILE_OTHERS_WORK,
-    WAR_MTE3_V, WAR_SYNCED, DATACOPY_ZERO, DATACOPYPAD_ZERO,
+    WAR_MTE3_V, WAR_SYNCED, DATACOPY_ZERO, DATACOPYPAD_ZERO, ALLOC_ALL_IN_USE, DOUBLE_FREE,
+    FOREIGN_FREE, TBUF_GET_OVER, TBUF_OFFSET_MISALIGNED, SUBTENSOR_OVER,
 };
 
 struct Ctx {
@@ -89,6 +90,22 @@ static void queue_violations(TPipe& pipe, Ctx& c, int mode) {
         c.out.SetValue(0, x.GetValue(8));
         qi.FreeTensor(x);
     }
+}
+
+static void handle_violations(TPipe& pipe, Ctx& c, int mode) {
+    TQue<TPosition::VECIN, 1> qa, qb;
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(qa, 1, 64);
+    pipe.InitBuffer(qb, 1, 64);
+    pipe.InitBuffer(buf, 256);
+    LocalTensor<float> a = qa.AllocTensor<float>();
+    if (mode == ALLOC_ALL_IN_USE) qa.AllocTensor<float>();
+    if (mode == DOUBLE_FREE) { LocalTensor<float> copy = a; qa.FreeTensor(a); qa.FreeTensor(copy); }
+    if (mode == FOREIGN_FREE) qb.FreeTensor(a);
+    if (mode == TBUF_GET_OVER) buf.Get<float>(65);
+    if (mode == TBUF_OFFSET_MISALIGNED) buf.GetWithOffset<float>(8, 16);
+    if (mode == SUBTENSOR_OVER) Duplicate(a[8], 0.0f, 16);
+    (void)c;
 }
 
 static void copy_violations(TPipe& pipe, Ctx& c, int mode) {
@@ -425,6 +442,8 @@ extern "C" __global__ __aicore__ void emu_case(GM_ADDR in, GM_ADDR out, GM_ADDR 
         case HALF_FORMS: half_forms(pipe, c); break;
         case RESET_REUSE: case STALE_AFTER_RESET: reset_reuse(pipe, c, t.mode == STALE_AFTER_RESET); break;
         case DATACOPY_PARAMS: datacopy_params(pipe, c); break;
+        case ALLOC_ALL_IN_USE: case DOUBLE_FREE: case FOREIGN_FREE: case TBUF_GET_OVER:
+        case TBUF_OFFSET_MISALIGNED: case SUBTENSOR_OVER: handle_violations(pipe, c, t.mode); break;
         case WAR_MTE3_V: case WAR_SYNCED: war_mte3_v(pipe, c, t.mode == WAR_SYNCED); break;
         case FAIL_WHILE_OTHERS_WAIT: case FAIL_WHILE_OTHERS_WORK:
             fail_while_others(pipe, c, t.mode == FAIL_WHILE_OTHERS_WAIT); break;

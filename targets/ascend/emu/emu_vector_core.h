@@ -155,7 +155,7 @@ Span check_operand(const LocalTensor<T>& t, const std::vector<uint64_t>& idx, co
     if (idx.empty()) return {t.ub_offset(), t.ub_offset()};
     uint64_t hi = *std::max_element(idx.begin(), idx.end());
     uint64_t lo = *std::min_element(idx.begin(), idx.end());
-    t.elem_off(hi, 1, api);  // bounds
+    t.elem_off(lo, hi - lo + 1, api);  // bounds of everything the instruction touches
     return {t.ub_offset() + lo * sizeof(T), t.ub_offset() + (hi + 1) * sizeof(T)};
 }
 
