@@ -146,7 +146,8 @@ def _run(args, op, combo, target, problem, db):
     if result.interrupted:
         print(f"interrupted: {len(result.trials)} finished trials are in {db}")
     elif result.stopped_early:
-        print(f"stopped early after {len(result.trials)} trials (no 1% gain in {args.patience})")
+        searched = sum(1 for t in result.trials if not t.record.get("confirm"))
+        print(f"stopped early after {searched} trials (no 1% gain in {args.patience})")
     return {"best": result.seconds}
 
 
