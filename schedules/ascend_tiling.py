@@ -174,10 +174,11 @@ class RowOperands:
 
 def reduce_work_elements(hw, ub_rows: int, pitch: int) -> int:
     """float32 scratch of the row reductions: one WholeReduceSum result per row of the pass
-    (small rows), or ReduceSum's per-repeat partials of one row plus one block for its result."""
+    (small rows), or one row's per-repeat partials (ReduceSum: one per repeat; ReduceMax/Min:
+    a value and an index per repeat) plus one block for its result."""
     per_block = hw.elements_per_block(4)
     whole = ceil_div(ub_rows, per_block) * per_block
-    per_row = per_block + ceil_div(ceil_div(pitch, hw.elements_per_repeat(4)), per_block) * per_block
+    per_row = per_block + ceil_div(2 * ceil_div(pitch, hw.elements_per_repeat(4)), per_block) * per_block
     return max(whole, per_row)
 
 

@@ -247,3 +247,29 @@ def test_products_without_data_copy_pad_copy_whole_blocks(rng):
         assert _gn_worst(gn, shape, rng) <= 1.0, shape
     with pytest.raises(RuntimeError, match="whole 32-byte blocks"):
         _gn_worst(gn, (2, 4, 5, 2), rng)
+
+
+def test_a_row_softmax_defined_here_needs_no_emitter_or_schedule_change(rng):
+    """A fourth op: softmax over rows (a max reduction, exp, a sum reduction, a division)."""
+    rows, cols = te.var("rows", "int64"), te.var("cols", "int64")
+    x = te.placeholder((rows, cols), "float16", name="x")
+    k = te.reduce_axis((0, cols), name="k")
+    row_max = te.compute((rows,), lambda r: te.max(x[r, k].astype("float32"), axis=k), name="sm_max")
+    k2 = te.reduce_axis((0, cols), name="k2")
+    row_sum = te.compute((rows,), lambda r: te.sum(te.exp(x[r, k2].astype("float32") - row_max[r]), axis=k2),
+                         name="sm_sum")
+    y = te.compute((rows, cols), lambda r, c: (te.exp(x[r, c].astype("float32") - row_max[r]) / row_sum[r])
+                   .astype("float16"), name="sm_y")
+    func = te.create_prim_func([x, y]).with_attr("global_symbol", "test_row_softmax")
+    _, sch = schedule_with_rule(func, EMU)
+    module = EMU.build(tvm.IRModule({"test_row_softmax": kernels.hoist_pass_buffers(sch)}))
+    assert "ReduceMax<float>" in module.files["op_kernel/test_row_softmax.cpp"]
+    for shape in ((7, 33), (941, 7), (2, 16384), (1, 1)):
+        xs = (rng.standard_normal(shape) * 3).astype(np.float16)
+        out = tvm.runtime.tensor(np.full(shape, np.nan, np.float16))
+        module["test_row_softmax"](tvm.runtime.tensor(xs), out)
+        x64 = xs.astype(np.float64)
+        e = np.exp(x64 - x64.max(axis=1, keepdims=True))
+        want = e / e.sum(axis=1, keepdims=True)
+        got = out.numpy().astype(np.float64)
+        assert np.all(np.abs(got - want) <= 1e-3 + 1e-3 * want + np.spacing(np.float16(want)) / 2), shape

@@ -11,6 +11,7 @@ from __future__ import annotations
 from opgen.schedules.ascend_tiling import row_buffers
 from opgen.targets.ascend.emitter import (CPP_TYPE, MODES, RowKernel, _column_sum_fns, _init, _load_fns,
                                           _members, _outputs_fn, _row_stage_fn)
+from opgen.targets.ascend.exprs import Context, emit_expr
 
 ONE = "DataCopyExtParams(1, len * 4, 0, 0, 0)"
 
@@ -97,7 +98,8 @@ def _stage_calls(k: RowKernel, split_d: bool) -> list[str]:
             continue
         reduction = len(blk.iter_vars) == 2
         if reduction:
-            out.append(f"for (int32_t i = 0; i < n; ++i) r_{name}_.SetValue(i, 0.0f);")
+            init = emit_expr(blk.init.value, Context(None, None, {}, {}, {}, k.sizes, []))   # the identity
+            out.append(f"for (int32_t i = 0; i < n; ++i) r_{name}_.SetValue(i, {init.text});")
         if reduction and split_d:
             out += ["for (int64_t c0 = 0; c0 < t_.cols; c0 += t_.ub_cols) {",
                     "    const int32_t len = t_.cols - c0 < t_.ub_cols ? t_.cols - c0 : t_.ub_cols;",

@@ -234,7 +234,7 @@ def group_tiling_source(k: GroupKernel, hw) -> str:
             f"int64_t AlignUp(int64_t v, int64_t a = {hw.block_bytes}) {{ return CeilDiv(v, a) * a; }}\n"
             f"int64_t PitchOf(int64_t n) {{ return AlignUp(n, {step}); }}\n"
             f"int64_t Work(int64_t rows, int64_t pitch) {{\n    int64_t whole = AlignUp(rows, {pb});\n"
-            f"    int64_t per_row = {pb} + AlignUp(CeilDiv(pitch, {pr}), {pb});\n"
+            f"    int64_t per_row = {pb} + AlignUp(2 * CeilDiv(pitch, {pr}), {pb});\n"
             "    return whole > per_row ? whole : per_row;\n}\n"
             "bool Fits(int64_t ub_rows, int64_t pitch, int64_t D, int64_t ub_bytes) {\n"
             f"    const int64_t work = Work(ub_rows, pitch);\n    const int64_t bytes = 0\n{terms}\n        ;\n"

@@ -28,7 +28,8 @@ from tvm import s_tir
 
 from opgen.schedules.ascend import RowTiles
 from opgen.schedules.ascend_tiling import TEMP_TILES
-from opgen.targets.ascend.exprs import Context, EmitError, emit_expr, reduction_body, row_sums, stored_value
+from opgen.targets.ascend.exprs import (Context, EmitError, emit_expr, reduction_body, reduction_of, row_extremes,
+                                        row_sums, stored_value)
 
 CPP_TYPE = {"float32": "float", "float16": "half", "bfloat16": "bfloat16_t"}
 MODES = {"split-N": 0, "small-D": 1, "split-D": 2, "empty": 3}
@@ -208,12 +209,17 @@ def _row_stage_fn(k: RowKernel, name: str, blk) -> list[str]:
            "    (void)len; (void)P;"]
     if len(blk.iter_vars) == 2:                         # reduction over the columns
         ctx = _context(k, blk, 0, 1)
-        value = emit_expr(reduction_body(blk.body), ctx)
+        kind, body = reduction_of(blk.body)
+        value = emit_expr(body, ctx)
         if value.kind != "tile":
             raise EmitError(f"{name}: a row reduction of a non-tile value")
         out += [f"    {line}" for line in ctx.lines]
-        add = lambda i, v: f"r_{name}_.SetValue({i}, r_{name}_.GetValue({i}) + {v});"  # noqa: E731
-        out += [f"    {line}" for line in row_sums(value.text, add)]
+        if kind == "sum":
+            add = lambda i, v: f"r_{name}_.SetValue({i}, r_{name}_.GetValue({i}) + {v});"  # noqa: E731
+            out += [f"    {line}" for line in row_sums(value.text, add)]
+        else:
+            fold = lambda i, v: f"r_{name}_.SetValue({i}, opgen_f{kind}(r_{name}_.GetValue({i}), {v}));"  # noqa: E731
+            out += [f"    {line}" for line in row_extremes(value.text, kind, fold)]
     else:
         ctx = _context(k, blk, 0, None)
         value = emit_expr(blk.body.value, ctx)

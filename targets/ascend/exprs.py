@@ -191,12 +191,24 @@ def emit_expr(node, ctx: Context) -> Value:
     raise EmitError(f"no AscendC pattern for {kind}: {node}")
 
 
+REDUCERS = {"Add": "sum", "Max": "max", "Min": "min"}
+
+
+def reduction_of(store) -> tuple[str, object]:
+    """("sum" | "max" | "min", E) of a reduction's update ``acc[...] = acc[...] op E``."""
+    value = store.value
+    kind = _kind(value)
+    if kind in REDUCERS and _kind(value.a) in LOADS and load_name(value.a) == store.buffer.name:
+        return REDUCERS[kind], value.b
+    raise EmitError(f"no AscendC pattern for the reduction {store.buffer.name} = {value}")
+
+
 def reduction_body(store) -> object:
     """E of a sum reduction's update ``acc[...] = acc[...] + E`` (refuses other reductions)."""
-    value = store.value
-    if _kind(value) == "Add" and _kind(value.a) in LOADS and load_name(value.a) == store.buffer.name:
-        return value.b
-    raise EmitError(f"only sum reductions have an AscendC pattern here: {store.buffer.name} = {value}")
+    kind, body = reduction_of(store)
+    if kind != "sum":
+        raise EmitError(f"only sum reductions have an AscendC pattern here: {store.buffer.name} ({kind})")
+    return body
 
 
 def stored_value(store) -> tuple[object, str]:
@@ -205,6 +217,19 @@ def stored_value(store) -> tuple[object, str]:
     if _kind(value) == "Cast" and dtype_of(value) != "float32":
         return value.value, dtype_of(value)
     return value, str(store.buffer.dtype)
+
+
+def row_extremes(tile: str, kind: str, fold) -> list[str]:
+    """Like row_sums for max/min: one ReduceMax/ReduceMin per row (the value at [0] of
+    reduce_work_t_, its index unused; partials in reduce_work_t_[8..])."""
+    api = "ReduceMax" if kind == "max" else "ReduceMin"
+    return ["PipeBarrier<PIPE_ALL>();",
+            "for (int32_t i = 0; i < n; ++i) {",
+            f"    {api}<float>(reduce_work_t_, {tile}[i * P], reduce_work_t_[8], len);",
+            "    PipeBarrier<PIPE_ALL>();",
+            f"    {fold('i', 'reduce_work_t_.GetValue(0)')}",
+            "    PipeBarrier<PIPE_ALL>();",
+            "}"]
 
 
 def row_sums(tile: str, add_to) -> list[str]:

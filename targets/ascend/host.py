@@ -37,7 +37,7 @@ def _ub_bytes_fn(k, hw) -> str:
     body = "\n".join(terms)
     return (f"static int64_t Work(int64_t ub_rows, int64_t pitch) {{\n"
             f"    int64_t whole = AlignUp(ub_rows, {hw.elements_per_block(4)});\n"
-            f"    int64_t per_row = {hw.elements_per_block(4)} + AlignUp(CeilDiv(pitch, {hw.elements_per_repeat(4)}), "
+            f"    int64_t per_row = {hw.elements_per_block(4)} + AlignUp(2 * CeilDiv(pitch, {hw.elements_per_repeat(4)}), "
             f"{hw.elements_per_block(4)});\n"
             f"    return whole > per_row ? whole : per_row;\n}}\n\n"
             f"static int64_t UbBytes(int64_t ub_rows, int64_t pitch) {{\n"
