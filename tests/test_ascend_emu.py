@@ -12,6 +12,7 @@ Cost: three g++ runs (run concurrently, ~10 s of CPU), then ~60 launches of smal
 from __future__ import annotations
 
 import ctypes
+import os
 import pathlib
 import re
 import shutil
@@ -457,3 +458,26 @@ def test_launch_stats_count_gm_traffic_ub_footprint_and_vector_work(libs, rng):
     # per tile: 2 conversions, Muls, Add, conversion out over the padded length; Duplicate 8;
     # ReduceSum: one partial per 64 floats, then the total
     assert vector_elems == sum(5 * (-(-n // 64) * 64) + 8 + -(-n // 64) + 1 for n in lens)
+
+
+SANITIZERS = {"address,undefined": ("ERROR: AddressSanitizer", "runtime error:"), "thread": ("WARNING: ThreadSanitizer",)}
+
+
+@pytest.mark.skipif(os.environ.get("OPGEN_EMU_SANITIZE") != "1",
+                    reason="opt-in (OPGEN_EMU_SANITIZE=1): two sanitizer builds take ~1 min of CPU")
+@pytest.mark.parametrize("sanitizer", list(SANITIZERS))
+def test_emulation_is_clean_under_sanitizers(tmp_path, sanitizer):
+    exe = tmp_path / "driver"
+    cmd = [CXX, "-std=c++17", "-O1", "-g", "-pthread", f"-fsanitize={sanitizer}", "-DOPGEN_VECTOR_CORES=8",
+           "-DOPGEN_EMU_CHECK_WAR", f"-I{EMU}", str(CASES / "cases.cpp"), str(CASES / "sanitize_driver.cpp"), "-o", str(exe)]
+    built = subprocess.run(cmd, capture_output=True, text=True)
+    if built.returncode and "sanitize" in built.stderr:
+        pytest.skip(f"this g++ cannot build with -fsanitize={sanitizer}: {built.stderr[-300:]}")
+    assert built.returncode == 0, built.stderr[-4000:]
+    done = subprocess.run([str(exe)], capture_output=True, text=True, timeout=600)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-4000:]
+    for marker in SANITIZERS[sanitizer]:
+        assert marker not in log, log[-4000:]
+    statuses = dict(re.findall(r"mode (\d+) rc (\d+)", done.stdout))
+    assert statuses["99"] == "0" and statuses["13"] == "0" and statuses["11"] == "1" and statuses["41"] == "1"
