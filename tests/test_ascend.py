@@ -48,7 +48,7 @@ def test_descriptions_follow_the_public_numbers():
     assert hardware.describe("AtlasA2").ub_bytes == 196608 and hardware.describe("AtlasA2").usable_ub_bytes == 196352
     assert hardware.describe("Ascend950").ub_bytes == 253952
     assert hardware.describe("AtlasTraining").ub_bytes == hardware.describe("AtlasInference").ub_bytes == 262144
-    assert not hardware.describe("AtlasTraining").data_copy_pad and not hardware.describe("AtlasInference").data_copy_pad
+    assert not any(hardware.describe(p).data_copy_pad for p in ("AtlasTraining", "AtlasInference"))
     assert hardware.describe("AtlasA3").data_copy_pad
     assert "bfloat16" not in hardware.describe("AtlasTraining").storage_dtypes
     hw = hardware.describe("AtlasA2")

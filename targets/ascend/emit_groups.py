@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from tvm import s_tir
 
 from opgen.schedules.ascend import GroupTiles
-from opgen.schedules.ascend_tiling import TEMP_TILES, group_buffers
+from opgen.schedules.ascend_tiling import TEMP_TILES
 from opgen.targets.ascend.emitter import CPP_TYPE, camel
 from opgen.targets.ascend.exprs import (Context, EmitError, Value, emit_expr, load_name, reduction_body, row_sums,
                                         stored_value)

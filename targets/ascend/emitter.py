@@ -79,8 +79,8 @@ def read_row_kernel(func, symbol: str) -> RowKernel:
     pattern = str(root.annotations.get("ascend.pattern", ""))
     if pattern != "rows":
         raise EmitError(f"{symbol} is not of the row pattern but '{pattern}'")
-    knobs = {k[len("ascend."):]: v for k, v in root.annotations.items() if k.startswith("ascend.") and k != "ascend.pattern"}
-    knobs = {k: (str(v) if isinstance(v, str) or hasattr(v, "startswith") else int(v)) for k, v in knobs.items()}
+    knobs = {key[len("ascend."):]: (str(v) if isinstance(v, str) or hasattr(v, "startswith") else int(v))
+             for key, v in root.annotations.items() if key.startswith("ascend.") and key != "ascend.pattern"}
     stages = []
     for rv in sch.get_child_blocks(sch.get_sblock("root")):
         blk = sch.get(rv)
