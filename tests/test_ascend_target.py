@@ -102,6 +102,12 @@ def test_deterministic_sums_give_the_same_bits_every_run(rng):
     inputs = RMS.random_inputs(Problem((941, 96), 1), RMS.combo("f16-f32"), rng)
     runs = [verify.run_and_compare(kernel, Problem((941, 96), 1), rng, inputs)[1]["dgamma"] for _ in range(3)]
     assert all(np.array_equal(r.view(np.uint32), runs[0].view(np.uint32)) for r in runs)
+    gn = kernels.get_kernel(GN, "f32-f32", EMU)
+    problem = GnProblem(37, 6, 7, 3)
+    inputs = GN.random_inputs(problem, GN.combo("f32-f32"), rng)
+    runs = [verify.run_and_compare(gn, problem, rng, inputs)[1] for _ in range(3)]
+    for name in ("dgamma", "dbeta"):
+        assert all(np.array_equal(r[name].view(np.uint32), runs[0][name].view(np.uint32)) for r in runs)
 
 
 def test_host_tiling_in_cpp_equals_the_schedule_tiling():
