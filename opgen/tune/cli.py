@@ -28,13 +28,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--shape", help="problem shape: 4096x4096 (RmsNormGrad x), 8,256,56x56,32 (GroupNorm N,C,HxW,G)")
     parser.add_argument("--dtype", default="f32-f32", help="dtype combo tag (default f32-f32)")
     parser.add_argument("--product", default=None, help="product whose hardware the target is bound to")
-    parser.add_argument("--trials", type=int, default=32, help="measurement budget (default 32)")
+    parser.add_argument("--trials", type=int, default=24, help="measurement budget (default 24)")
     parser.add_argument("--strategy", choices=STRATEGIES, default="model", help="search strategy (default model)")
     parser.add_argument("--engine", choices=("template", "metaschedule"), default="template")
     parser.add_argument("--rpc", metavar="HOST:PORT:KEY", help="measure on the servers of a TVM RPC tracker")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=2, help="parallel builders (0: build in this process)")
-    parser.add_argument("--patience", type=int, default=16, help="stop after this many trials without a 1%% gain")
+    parser.add_argument("--patience", type=int, default=8, help="stop after this many trials without a 1%% gain")
     parser.add_argument("--repeat", type=int, default=10, help="timings per candidate (the median counts)")
     parser.add_argument("--confirm", type=int, default=2, help="rounds re-measuring the default and the best")
     parser.add_argument("--db", help="database file (default $OPGEN_TUNE_DB or <cache>/tuning.jsonl)")
@@ -69,10 +69,12 @@ class Progress:
 
 
 def _row(name: str, record: dict | None, seconds: float | None = None) -> str:
-    if record is None or record.get("median_ms") is None:
-        reason = "not run (opgen tune --engine metaschedule)" if name == "metaschedule" else \
-            (record or {}).get("error") or "no result"
+    if record is None:
+        reason = "not run (opgen tune --engine metaschedule)" if name == "metaschedule" else "no result"
         return f"{name:<14} {'-':>10} {'-':>8}  {reason}"
+    if record.get("median_ms") is None:
+        own = f"; its own timing {record['ms_reported_ms']:.3f} ms" if record.get("ms_reported_ms") else ""
+        return f"{name:<14} {'-':>10} {'-':>8}  {record.get('status')}: {record.get('error')}{own}"
     mark = MODEL_MARK if record.get("model") else ""
     gbps = f"{record['gbps']:.1f}" if record.get("gbps") else "-"
     extra = f"  {seconds:.0f} s to result" if seconds is not None else ""

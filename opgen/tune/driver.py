@@ -93,12 +93,12 @@ def record_context(op, combo, target, problem, strategy: str, seed: int, engine:
 
 @dataclass
 class Options:
-    trials: int = 32
+    trials: int = 24
     strategy: str = "model"
     seed: int = 0
     jobs: int = 2
     batch: int = 4
-    patience: int | None = 16
+    patience: int | None = 8
     min_gain: float = 0.01
     confirm: int = 2          # rounds re-measuring the default and the best, alternated
     settings: Settings = Settings()
