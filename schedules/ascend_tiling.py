@@ -248,7 +248,7 @@ def _rows_empty(hw, ops, rows, cols, knobs, sums) -> Tiling:
     ub_cols, pitch = _rows_split_d(hw, ops, rows, cols, knobs)
     buffers = tuple(row_buffers(hw, ops, 1, pitch, knobs["buffer_num"]))
     n = len(ops.col_sums)
-    workspace = pitch_of(hw, cols, {FLOAT32}) * 4 * n if sums == "deterministic" else 0
+    workspace = cols * 4 * n if sums == "deterministic" else 0
     return Tiling("rows", "empty", 1, 0, 1, ub_cols, pitch, buffers, sums, workspace,
                   cols * 4 * n * (3 if sums == "deterministic" else 1), fields)
 
@@ -292,7 +292,7 @@ def plan_rows(hw, ops: RowOperands, rows: int, cols: int, knobs: dict) -> Tiling
     gm += sum(rows * cols * size[n] for n, _ in ops.tiles_out) + sum(rows * size[n] for n, _ in ops.rows_in)
     gm += sum((block_dim if split_n else reread * rows) * cols * size[n] for n, _ in ops.cols_in)
     gm += _column_sum_traffic(ops, rows, cols, block_dim, sums, bool(split_n), size)
-    workspace = block_dim * pitch_of(hw, cols, {FLOAT32}) * 4 * len(ops.col_sums) if sums == "deterministic" else 0
+    workspace = block_dim * cols * 4 * len(ops.col_sums) if sums == "deterministic" else 0
     fields = {"rows": rows, "cols": cols, "tasks": rows, "ub_loops": loops,
               "ub_tail": (block_factor - (loops - 1) * ub_rows) if split_n else cols - (loops - 1) * ub_cols}
     return Tiling("rows", mode, block_dim, block_factor, ub_rows, ub_cols, pitch, buffers, sums, workspace, gm, fields)
@@ -396,7 +396,7 @@ def plan_groups(hw, ops: GroupOperands, n: int, g: int, d: int, hw_elems: int, k
     # order after SyncAll) or one row per group that the cores add into atomically (zeroed
     # first); a final pass then writes (and rounds) the outputs.
     rows_ws = tasks if sums == "deterministic" else g
-    workspace = rows_ws * pitch_of(hw, d, {FLOAT32}) * 4 * len(ops.chan_sums)
+    workspace = rows_ws * d * 4 * len(ops.chan_sums)
     gm += partials + rows_ws * d * 4 * len(ops.chan_sums) + final
     fields.update({"ub_channels": channels, "ub_hw": hw_pass,
                    "ub_loops": ceil_div(d, channels) * ceil_div(hw_elems, hw_pass) if mode != "hw1" else 1})

@@ -196,8 +196,8 @@ def test_sums_knob_sets_workspace():
     det, atomic = rms((941, 64), sums="deterministic"), rms((941, 64), sums="atomic")
     assert det.workspace_bytes == 48 * 64 * 4 and atomic.workspace_bytes == 0
     assert det.gm_bytes > atomic.gm_bytes
-    assert gn(4, 8, 16, 2, sums="deterministic").workspace_bytes == 4 * 2 * 8 * 4 * 2    # tasks x align8(D) x 4 B x 2
-    assert gn(4, 8, 16, 2, sums="atomic").workspace_bytes == 2 * 8 * 4 * 2                # groups x align8(D) x 4 B x 2
+    assert gn(4, 8, 16, 2, sums="deterministic").workspace_bytes == 4 * 2 * 4 * 4 * 2    # tasks x D x 4 B x 2 sums
+    assert gn(4, 8, 16, 2, sums="atomic").workspace_bytes == 2 * 4 * 4 * 2                # groups x D x 4 B x 2 sums
 
 
 def test_over_budget_tilings_are_refused_with_the_buffer_list():

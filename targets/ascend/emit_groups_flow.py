@@ -171,7 +171,7 @@ GROUP_TILING = r"""
 extern "C" int KERNEL_tiling(int64_t N, int64_t G, int64_t D, int64_t HW, int64_t cores, int64_t ub_bytes,
                              STRUCT* t) {
     *t = STRUCT{};
-    t->N = N; t->G = G; t->D = D; t->HW = HW; t->tasks = N * G; t->ws_pitch = AlignUp(D, 8);
+    t->N = N; t->G = G; t->D = D; t->HW = HW; t->tasks = N * G; t->ws_pitch = D;
     if (t->tasks == 0 || D == 0 || HW == 0) {
         t->mode = MODE_EMPTY;
         if (!(HAS_SUMS && G * D > 0)) return 0;

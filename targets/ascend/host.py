@@ -79,7 +79,7 @@ static int SplitD(int64_t cols, int64_t ub_bytes, int64_t* ub_cols, int64_t* pit
 extern "C" int KERNEL_tiling(int64_t rows, int64_t cols, int64_t cores, int64_t ub_bytes, STRUCT* t) {
     *t = STRUCT{};
     t->rows = rows; t->cols = cols;
-    t->ws_pitch = AlignUp(cols, 8);
+    t->ws_pitch = cols;                             // GM rows need no alignment for DataCopyPad; without it cols is whole blocks
     if (rows == 0 || cols == 0) {                       // empty: only column sums of no rows (zeros)
         t->mode = MODE_EMPTY;
         if (!(HAS_COL_SUMS && cols)) return 0;
