@@ -24,7 +24,7 @@ from tvm import te
 from opgen.kernels import kernel_symbol
 from opgen.tune import database
 from opgen.tune.driver import Options, make_record, record_context
-from opgen.tune.measure import Built, LocalRunner, Workload
+from opgen.tune.measure import Built, LocalRunner, Measurement, Workload
 
 
 def static_function(op, combo, problem, symbol: str):
@@ -67,34 +67,48 @@ def _reported_ms(ms_db, mod) -> float | None:
         return None
 
 
-def tune_metaschedule(op, combo, target, problem, options: Options = Options(), runner=None, db_path=None,
-                      workload: Workload | None = None, work_dir: str | None = None, log=None):
-    """Run MetaSchedule for ``options.trials`` trials; returns (record, seconds to result)."""
+def _search_and_build(mod, target, options: Options, runner, work: str, out: str, symbol: str):
+    """MetaSchedule's search, then its best schedule compiled to ``out``; (Built, its own ms)."""
     from tvm.s_tir import meta_schedule as ms
 
+    tvm_target = target.tvm_target()
+    ms_db = ms.tune_tir(mod, target=tvm_target, work_dir=work, max_trials_global=options.trials,
+                        num_trials_per_iter=min(16, options.trials), cost_model="xgb", seed=options.seed,
+                        num_tuning_cores=max(1, options.jobs), builder=_ms_builder(options),
+                        runner=_ms_runner(options, runner))
+    sch = ms.tir_integration.compile_tir(ms_db, mod, tvm_target)
+    if sch is None:
+        raise RuntimeError("MetaSchedule found no valid schedule within its trial budget")
+    start = time.perf_counter()
+    tvm.compile(sch.mod, target=tvm_target).mod.export_library(out)
+    return Built({}, out, symbol, (), time.perf_counter() - start), _reported_ms(ms_db, mod)
+
+
+def tune_metaschedule(op, combo, target, problem, options: Options = Options(), runner=None, db_path=None,
+                      workload: Workload | None = None, work_dir: str | None = None):
+    """Run MetaSchedule for ``options.trials`` trials; returns (record, seconds to result).
+
+    A MetaSchedule failure (TVM 0.27 raised a ScheduleError out of its search on GroupNorm
+    backward) is recorded as a failed run with its message, like a failed candidate.
+    """
     start = time.perf_counter()
     db_path = Path(db_path) if db_path is not None else database.user_db_path()
     workload = workload or Workload(op, combo, problem, options.seed)
     runner = runner or LocalRunner(target, options.settings)
     symbol = kernel_symbol(op, combo, "metaschedule")
     mod = tvm.IRModule({"main": static_function(op, combo, problem, symbol)})
-    tvm_target = target.tvm_target()
+    built, reported = Built({}, None), None
     with tempfile.TemporaryDirectory(prefix="opgen-ms-") as scratch:
         work = work_dir or os.path.join(scratch, "ms")
         os.makedirs(work, exist_ok=True)
-        ms_db = ms.tune_tir(mod, target=tvm_target, work_dir=work, max_trials_global=options.trials,
-                            num_trials_per_iter=min(16, options.trials), cost_model="xgb", seed=options.seed,
-                            num_tuning_cores=max(1, options.jobs), builder=_ms_builder(options),
-                            runner=_ms_runner(options, runner))
-        sch = ms.tir_integration.compile_tir(ms_db, mod, tvm_target)
-        if sch is None:
-            raise RuntimeError("MetaSchedule found no valid schedule within its trial budget")
-        reported = _reported_ms(ms_db, mod)
-        build_start = time.perf_counter()
-        path = os.path.join(scratch, f"{symbol}{target.library_suffix}")
-        tvm.compile(sch.mod, target=tvm_target).mod.export_library(path)
-        built = Built({}, path, symbol, (), time.perf_counter() - build_start)
-        measurement = runner.run(workload, built)
+        try:
+            built, reported = _search_and_build(mod, target, options, runner, work,
+                                                os.path.join(scratch, f"{symbol}{target.library_suffix}"), symbol)
+            measurement = runner.run(workload, built)
+        except Exception as err:
+            first = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
+            measurement = Measurement(database.FAILED, error=f"MetaSchedule: {type(err).__name__}: {first}",
+                                      device=getattr(runner, "device", ""))
     seconds = time.perf_counter() - start
     ctx = record_context(op, combo, target, problem, "metaschedule-evolutionary", options.seed,
                          database.METASCHEDULE)
