@@ -143,7 +143,9 @@ def _run(args, op, combo, target, problem, db):
 
         _, seconds = tune_metaschedule(op, combo, target, problem, options, runner, db, workload)
         return {"metaschedule": seconds}
-    label = MODEL_MARK if getattr(target, "cost_model", None) is not None else ""
+    from opgen.tune.costmodel import cost_model_of
+
+    label = MODEL_MARK if cost_model_of(target) is not None else ""
     result = tune(op, combo, target, problem, options, runner, db, Progress(label=label), workload)
     if result.interrupted:
         print(f"interrupted: {len(result.trials)} finished trials are in {db}")
