@@ -140,7 +140,7 @@ MODES = dict(OVER_UB=1, MISALIGNED_UB=2, RAGGED_DATACOPY=3, GM_OVERRUN=4, SETGLO
              DATACOPY_PARAMS=40, FAIL_WHILE_OTHERS_WAIT=41, FAIL_WHILE_OTHERS_WORK=42,
              WAR_MTE3_V=43, WAR_SYNCED=44, DATACOPY_ZERO=45, DATACOPYPAD_ZERO=46,
              ALLOC_ALL_IN_USE=47, DOUBLE_FREE=48, FOREIGN_FREE=49, TBUF_GET_OVER=50, TBUF_OFFSET_MISALIGNED=51,
-             SUBTENSOR_OVER=52, COPY_TWICE=99)
+             SUBTENSOR_OVER=52, SETVALUE_UNFLUSHED=53, SETVALUE_FLUSHED=54, COPY_TWICE=99)
 
 
 def run_case(libs, mode: str, cores: int = 1, x=None, n: int = 256):
@@ -170,9 +170,11 @@ VIOLATIONS = [
     ("MISSING_PIPE_SYNC", 1, r"Muls: reads TBuf 'buf' .* on pipe V \(vector\) right after a write on MTE2"),
     ("GM_RACE", 4, r"DataCopy UB->GM: GM race on argument 1 byte 0: write to bytes also written by core \d "
                    r"in the same SyncAll epoch 0"),
-    # core 3 reads what core 0 writes: whichever comes first, the other access is reported.
+    # core 3 reads what core 0 writes: whichever comes first, the other access is reported; or
+    # core 3 read the workspace before core 0 wrote it and stores that never-written data.
     ("SYNCALL_MISSING", 4, r"GM race on argument 2 byte 0: (read of bytes written by core 0|"
-                           r"write to bytes read by core 3) in the same SyncAll epoch 0"),
+                           r"write to bytes read by core 3) in the same SyncAll epoch 0|"
+                           r"core 3: DataCopy UB->GM: copies never-written UB data .* never-written workspace"),
     ("LEAK", 1, r"kernel ended with a tensor of TQue 'q' .* never freed \(missing FreeTensor\)"),
     ("VS_MISSING", 1, r"LocalTensor::GetValue: reads TBuf 'sum' .* on pipe S \(scalar\) right after a write on V"),
     ("SETVALUE_DMA", 1, r"DataCopy GM->UB: copies GM bytes this core wrote with GlobalTensor::SetValue .*"
@@ -198,6 +200,8 @@ VIOLATIONS = [
     ("TBUF_GET_OVER", 1, r"TBuf::Get<float>\(65\) on TBuf 'buf' .*: 260 B exceeds the buffer's 256 B"),
     ("TBUF_OFFSET_MISALIGNED", 1, r"TBuf::GetWithOffset on TBuf 'buf' .*: offset 16 B is not 32-byte aligned"),
     ("SUBTENSOR_OVER", 1, r"Duplicate: UB elements \[0, 16\) beyond the 8-element LocalTensor of TQue 'qa'"),
+    ("SETVALUE_UNFLUSHED", 2, r"core 1: DataCopy GM->UB: reads GM that core 0 wrote with GlobalTensor::SetValue and "
+                              r"did not flush \(DataCacheCleanAndInvalid\) before SyncAll"),
     ("SYNCALL_MISMATCH", 4, r"core 0: SyncAll: 3 core\(s\) returned from the kernel without reaching this SyncAll"),
 ]
 
@@ -481,3 +485,9 @@ def test_emulation_is_clean_under_sanitizers(tmp_path, sanitizer):
         assert marker not in log, log[-4000:]
     statuses = dict(re.findall(r"mode (\d+) rc (\d+)", done.stdout))
     assert statuses["99"] == "0" and statuses["13"] == "0" and statuses["11"] == "1" and statuses["41"] == "1"
+
+
+def test_setvalue_flushed_before_syncall_is_visible_to_other_cores(libs):
+    status, msg, out = run_case(libs, "SETVALUE_FLUSHED", 2)
+    assert status == 0, msg
+    np.testing.assert_array_equal(out[:8], np.arange(8, dtype=np.float32))

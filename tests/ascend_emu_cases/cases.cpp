@@ -20,7 +20,8 @@ enum Mode {
     REPEAT_STRIDE_OVERRUN, PARTIAL_OVERLAP, DOUBLE_WRITE, MASK_RANGE, CAST_BAD_MODE, HALF_FORMS,
     RESET_REUSE, STALE_AFTER_RESET, DATACOPY_PARAMS, FAIL_WHILE_OTHERS_WAIT, FAIL_WHILE_OTHERS_WORK,
     WAR_MTE3_V, WAR_SYNCED, DATACOPY_ZERO, DATACOPYPAD_ZERO, ALLOC_ALL_IN_USE, DOUBLE_FREE,
-    FOREIGN_FREE, TBUF_GET_OVER, TBUF_OFFSET_MISALIGNED, SUBTENSOR_OVER,
+    FOREIGN_FREE, TBUF_GET_OVER, TBUF_OFFSET_MISALIGNED, SUBTENSOR_OVER, SETVALUE_UNFLUSHED,
+    SETVALUE_FLUSHED,
 };
 
 struct Ctx {
@@ -424,6 +425,27 @@ static void war_mte3_v(TPipe& pipe, Ctx& c, bool synced) {
     qi.FreeTensor(x);
 }
 
+// Core 0 writes ws[0..8) with SetValue, SyncAll, the last core copies ws[0..8) to out; with
+// SETVALUE_FLUSHED core 0 calls DataCacheCleanAndInvalid first.
+static void setvalue_cross_core(TPipe& pipe, Ctx& c, bool flush) {
+    TQue<TPosition::VECIN, 1> qi;
+    TQue<TPosition::VECOUT, 1> qo;
+    pipe.InitBuffer(qi, 1, 32);
+    pipe.InitBuffer(qo, 1, 32);
+    if (GetBlockIdx() == 0) {
+        for (uint32_t i = 0; i < 8; ++i) c.ws.SetValue(i, static_cast<float>(i));
+        if (flush) DataCacheCleanAndInvalid<float, CacheLine::ENTIRE_DATA_CACHE>(c.ws);
+    }
+    SyncAll();
+    if (GetBlockIdx() == GetBlockNum() - 1) {
+        LocalTensor<float> w = load(qi, c.ws, 8);
+        LocalTensor<float> y = qo.AllocTensor<float>();
+        Adds(y, w, 0.0f, 8);
+        qi.FreeTensor(w);
+        store(qo, y, c.out, 8);
+    }
+}
+
 extern "C" __global__ __aicore__ void emu_case(GM_ADDR in, GM_ADDR out, GM_ADDR ws, GM_ADDR tiling) {
     GET_TILING_DATA_WITH_STRUCT(CaseTiling, t, tiling);
     Ctx c;
@@ -444,6 +466,8 @@ extern "C" __global__ __aicore__ void emu_case(GM_ADDR in, GM_ADDR out, GM_ADDR 
         case DATACOPY_PARAMS: datacopy_params(pipe, c); break;
         case ALLOC_ALL_IN_USE: case DOUBLE_FREE: case FOREIGN_FREE: case TBUF_GET_OVER:
         case TBUF_OFFSET_MISALIGNED: case SUBTENSOR_OVER: handle_violations(pipe, c, t.mode); break;
+        case SETVALUE_UNFLUSHED: case SETVALUE_FLUSHED:
+            setvalue_cross_core(pipe, c, t.mode == SETVALUE_FLUSHED); break;
         case WAR_MTE3_V: case WAR_SYNCED: war_mte3_v(pipe, c, t.mode == WAR_SYNCED); break;
         case FAIL_WHILE_OTHERS_WAIT: case FAIL_WHILE_OTHERS_WORK:
             fail_while_others(pipe, c, t.mode == FAIL_WHILE_OTHERS_WAIT); break;

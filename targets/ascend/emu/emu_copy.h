@@ -65,11 +65,19 @@ inline bool overlaps(const uint8_t* a0, const uint8_t* a1, const uint8_t* b0, co
 
 // A DMA copy of GM bytes this core wrote with GlobalTensor::SetValue would bypass the scalar
 // data cache that still holds them.
+// Also: GM another core wrote with SetValue and never flushed before SyncAll (its cache, not
+// GM, holds the data).
 inline void check_not_dirty(const uint8_t* p, uint64_t bytes, const char* api) {
-    for (auto& r : core().gm_dirty)
+    CoreState& c = core();
+    for (auto& r : c.gm_dirty)
         if (overlaps(p, p + bytes, r.first, r.second))
             fail(cat(api, ": copies GM bytes this core wrote with GlobalTensor::SetValue that are still in ",
                      "the scalar data cache (call DataCacheCleanAndInvalid first)"));
+    std::lock_guard<std::mutex> lk(c.launch->gm_mutex);
+    for (auto& [owner, lo, hi] : c.launch->unflushed)
+        if (owner != c.idx && overlaps(p, p + bytes, lo, hi))
+            fail(cat(api, ": reads GM that core ", owner, " wrote with GlobalTensor::SetValue and did not flush ",
+                     "(DataCacheCleanAndInvalid) before SyncAll: the data is still in that core's cache"));
 }
 
 // One burst GM -> UB (MTE2).

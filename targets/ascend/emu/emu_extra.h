@@ -11,19 +11,27 @@ enum class CacheLine { SINGLE_CACHE_LINE = 0, ENTIRE_DATA_CACHE };
 enum class DcciDst { CACHELINE_ALL = 0, CACHELINE_UB, CACHELINE_OUT, CACHELINE_ATOMIC };
 
 // Write back the scalar data cache: the 64-byte line holding the tensor's address, or all.
+// Whatever stays dirty is what other cores may not read after a SyncAll.
 template <typename T, CacheLine entireType, DcciDst dcciDst = DcciDst::CACHELINE_ALL>
 void DataCacheCleanAndInvalid(const GlobalTensor<T>& t) {
-    auto& dirty = opgen_emu::core().gm_dirty;
-    if (entireType == CacheLine::ENTIRE_DATA_CACHE) { dirty.clear(); return; }
-    auto line = reinterpret_cast<uintptr_t>(t.GetPhyAddr()) & ~uintptr_t(63);
-    auto* lo = reinterpret_cast<const uint8_t*>(line);
-    dirty.erase(std::remove_if(dirty.begin(), dirty.end(), [&](const auto& r) {
-                    return r.first >= lo && r.second <= lo + 64;
-                }), dirty.end());
-    for (auto& r : dirty)
-        if (opgen_emu::overlaps(r.first, r.second, lo, lo + 64))
-            opgen_emu::fail("DataCacheCleanAndInvalid<SINGLE_CACHE_LINE>: SetValue data spans more than this "
-                            "cache line; use ENTIRE_DATA_CACHE");
+    opgen_emu::CoreState& c = opgen_emu::core();
+    auto& dirty = c.gm_dirty;
+    if (entireType == CacheLine::ENTIRE_DATA_CACHE) {
+        dirty.clear();
+    } else {
+        auto line = reinterpret_cast<uintptr_t>(t.GetPhyAddr()) & ~uintptr_t(63);
+        auto* lo = reinterpret_cast<const uint8_t*>(line);
+        dirty.erase(std::remove_if(dirty.begin(), dirty.end(), [&](const auto& r) {
+                        return r.first >= lo && r.second <= lo + 64;
+                    }), dirty.end());
+        for (auto& r : dirty)
+            if (opgen_emu::overlaps(r.first, r.second, lo, lo + 64))
+                opgen_emu::fail("DataCacheCleanAndInvalid<SINGLE_CACHE_LINE>: SetValue data spans more than "
+                                "this cache line; use ENTIRE_DATA_CACHE");
+    }
+    std::lock_guard<std::mutex> lk(c.launch->gm_mutex);
+    opgen_emu::forget_unflushed(*c.launch, c.idx);
+    for (auto& r : dirty) c.launch->unflushed.emplace_back(c.idx, r.first, r.second);
 }
 
 // gm[0..size) = value (a UB->GM fill: MTE3 writes, visible to other cores after SyncAll).

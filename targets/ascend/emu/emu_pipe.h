@@ -200,6 +200,12 @@ inline void SyncAll() {
                                        " vector cores: not every core is resident, the hardware would hang"));
 #endif
     PipeBarrier<PIPE_ALL>();
+    opgen_emu::CoreState& c = opgen_emu::core();
+    {
+        std::lock_guard<std::mutex> lk(c.launch->gm_mutex);
+        opgen_emu::forget_unflushed(*c.launch, c.idx);
+        for (auto& r : c.gm_dirty) c.launch->unflushed.emplace_back(c.idx, r.first, r.second);
+    }
     opgen_emu::sync_all_barrier();
 }
 template <bool isAIVOnly = true>

@@ -16,6 +16,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #ifndef OPGEN_UB_BYTES
@@ -99,6 +100,9 @@ inline bool tag_atomic(uint32_t t) { return (t & 0x100u) != 0; }
 struct Launch {
     uint32_t block_dim = 0;
     std::vector<GmBuffer> gm;
+    // GM bytes a core wrote with GlobalTensor::SetValue and had not flushed from its data cache
+    // when it reached SyncAll: (core, begin, end). Guarded by gm_mutex.
+    std::vector<std::tuple<uint32_t, const uint8_t*, const uint8_t*>> unflushed;
     std::mutex gm_mutex;  // GM transfers are atomic per call (and atomic adds are atomic)
     // SyncAll barrier
     std::mutex bar_mutex;
@@ -249,6 +253,12 @@ inline void gm_note_write(GmBuffer& g, uint64_t off, uint64_t bytes, bool atomic
             fail(race_msg(api, g, i, r, "write to bytes read"));
         g.write_tag[i] = mine;
     }
+}
+
+// Drop a core's entries from the unflushed list (call with gm_mutex held).
+inline void forget_unflushed(Launch& l, uint32_t core) {
+    auto& u = l.unflushed;
+    u.erase(std::remove_if(u.begin(), u.end(), [&](const auto& e) { return std::get<0>(e) == core; }), u.end());
 }
 
 // ---------------------------------------------------------------- SyncAll barrier
