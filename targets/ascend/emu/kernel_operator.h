@@ -100,8 +100,8 @@
 //   (PipeBarrier<PIPE_V>) is left to the compiler's auto-sync, as in CANN custom-op projects.
 // - Workspace: SetAtomicAdd into never-written workspace; never-written workspace reaching an
 //   output (through UB) or GlobalTensor::GetValue. SetAtomicAdd still on at kernel end.
-// - GM data cache: DataCopy of GM bytes this core wrote with GlobalTensor::SetValue before a
-//   DataCacheCleanAndInvalid.
+// - GM data cache: DataCopy of GM bytes written with GlobalTensor::SetValue and not flushed with
+//   DataCacheCleanAndInvalid (by this core, or by another core before a SyncAll).
 // - Cores: GM bytes written by two cores (or written by one and read by another) between the
 //   same two SyncAll calls, unless both writes are SetAtomicAdd accumulations; SyncAll is a
 //   real barrier and a core returning while others wait in SyncAll is reported (a hang).
