@@ -122,3 +122,14 @@ def test_stale_knobs_are_ignored_with_a_warning(tuned_db):
     lookup.reload()
     with pytest.warns(UserWarning, match="ignoring the tuned record"):
         assert kernels.tuned_knobs(OP, COMBO, TARGET, _shapes(64, 1000)) is None
+
+
+def test_shipped_defaults_are_installed_and_readable():
+    paths = database.shipped_paths()
+    assert paths and all(p.parent.name == "tuned" for p in paths)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        records = [r for p in paths for r in database.load(p)]
+    assert records and all(r["status"] in (database.OK, database.WRONG, database.FAILED) for r in records)
+    best = database.best_records(records)
+    assert best and all(database.is_candidate(r) for r in best.values())

@@ -179,6 +179,6 @@ def _loop(strategy, builder, runner, workload, options, ctx, db_path, result, me
             best = min(best, cost)
             if progress is not None:
                 progress(result.trials[-1], result, budget)
-        if options.patience and since_gain >= options.patience:
+        if options.patience and since_gain >= options.patience and len(measured) < budget:
             result.stopped_early = True
             return
