@@ -196,8 +196,8 @@ inline void poll_abort() {
 }
 
 // ---------------------------------------------------------------- GM access checks
-// Check [p, p+bytes) lies inside one launcher-given buffer, and record the access in the race
-// shadow. Must be called with launch->gm_mutex held.
+// The launcher-given buffer holding all of [p, p+bytes); an error naming the argument when the
+// range overruns it. Called with launch->gm_mutex held (gm_note_* then record the access).
 inline GmBuffer& gm_check(const void* p, uint64_t bytes, const char* api) {
     Launch* l = current_core()->launch;
     GmBuffer* g = l->find_gm(p, bytes);
