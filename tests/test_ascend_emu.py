@@ -140,7 +140,8 @@ MODES = dict(OVER_UB=1, MISALIGNED_UB=2, RAGGED_DATACOPY=3, GM_OVERRUN=4, SETGLO
              DATACOPY_PARAMS=40, FAIL_WHILE_OTHERS_WAIT=41, FAIL_WHILE_OTHERS_WORK=42,
              WAR_MTE3_V=43, WAR_SYNCED=44, DATACOPY_ZERO=45, DATACOPYPAD_ZERO=46,
              ALLOC_ALL_IN_USE=47, DOUBLE_FREE=48, FOREIGN_FREE=49, TBUF_GET_OVER=50, TBUF_OFFSET_MISALIGNED=51,
-             SUBTENSOR_OVER=52, SETVALUE_UNFLUSHED=53, SETVALUE_FLUSHED=54, COPY_TWICE=99)
+             SUBTENSOR_OVER=52, SETVALUE_UNFLUSHED=53, SETVALUE_FLUSHED=54,
+             MTE2_OVERLAP=55, MTE2_OVERLAP_BARRIER=56, MTE3_OVERLAP=57, COPY_TWICE=99)
 
 
 def run_case(libs, mode: str, cores: int = 1, x=None, n: int = 256):
@@ -202,6 +203,10 @@ VIOLATIONS = [
     ("SUBTENSOR_OVER", 1, r"Duplicate: UB elements \[0, 16\) beyond the 8-element LocalTensor of TQue 'qa'"),
     ("SETVALUE_UNFLUSHED", 2, r"core 1: DataCopy GM->UB: reads GM that core 0 wrote with GlobalTensor::SetValue and "
                               r"did not flush \(DataCacheCleanAndInvalid\) before SyncAll"),
+    ("MTE2_OVERLAP", 1, r"DataCopy GM->UB: writes UB bytes an earlier copy on the same pipe also wrote, with no "
+                        r"PipeBarrier<PIPE_MTE2>"),
+    ("MTE3_OVERLAP", 1, r"DataCopy UB->GM: writes GM bytes an earlier copy on the same pipe also wrote, with no "
+                        r"PipeBarrier<PIPE_MTE3>"),
     ("SYNCALL_MISMATCH", 4, r"core 0: SyncAll: 3 core\(s\) returned from the kernel without reaching this SyncAll"),
 ]
 
@@ -491,3 +496,10 @@ def test_setvalue_flushed_before_syncall_is_visible_to_other_cores(libs):
     status, msg, out = run_case(libs, "SETVALUE_FLUSHED", 2)
     assert status == 0, msg
     np.testing.assert_array_equal(out[:8], np.arange(8, dtype=np.float32))
+
+
+def test_overlapping_copy_in_after_a_pipe_barrier(libs):
+    status, msg, out = run_case(libs, "MTE2_OVERLAP_BARRIER", 1)
+    assert status == 0, msg
+    x = np.arange(256, dtype=np.float32)
+    np.testing.assert_array_equal(out[:96], np.concatenate([x[:32], x[:64]]))

@@ -21,7 +21,7 @@ enum Mode {
     RESET_REUSE, STALE_AFTER_RESET, DATACOPY_PARAMS, FAIL_WHILE_OTHERS_WAIT, FAIL_WHILE_OTHERS_WORK,
     WAR_MTE3_V, WAR_SYNCED, DATACOPY_ZERO, DATACOPYPAD_ZERO, ALLOC_ALL_IN_USE, DOUBLE_FREE,
     FOREIGN_FREE, TBUF_GET_OVER, TBUF_OFFSET_MISALIGNED, SUBTENSOR_OVER, SETVALUE_UNFLUSHED,
-    SETVALUE_FLUSHED,
+    SETVALUE_FLUSHED, MTE2_OVERLAP, MTE2_OVERLAP_BARRIER, MTE3_OVERLAP,
 };
 
 struct Ctx {
@@ -446,6 +446,26 @@ static void setvalue_cross_core(TPipe& pipe, Ctx& c, bool flush) {
     }
 }
 
+// Two copies into overlapping UB (or GM) bytes on the same DMA pipe: the second must come
+// after a PipeBarrier of that pipe. out[0..96) = in[0..32) ++ in[0..64) when it runs.
+static void dma_overlap(TPipe& pipe, Ctx& c, int mode) {
+    TBuf<TPosition::VECCALC> buf;
+    pipe.InitBuffer(buf, 96 * sizeof(float));
+    LocalTensor<float> t = buf.Get<float>();
+    if (mode == MTE3_OVERLAP) {
+        DataCopy(t, c.in, 96);
+        PipeBarrier<PIPE_ALL>();
+        DataCopy(c.out, t, 64);
+        DataCopy(c.out[32], t[32], 64);
+        return;
+    }
+    DataCopy(t, c.in, 64);
+    if (mode == MTE2_OVERLAP_BARRIER) PipeBarrier<PIPE_MTE2>();
+    DataCopy(t[32], c.in, 64);
+    PipeBarrier<PIPE_ALL>();
+    DataCopy(c.out, t, 96);
+}
+
 extern "C" __global__ __aicore__ void emu_case(GM_ADDR in, GM_ADDR out, GM_ADDR ws, GM_ADDR tiling) {
     GET_TILING_DATA_WITH_STRUCT(CaseTiling, t, tiling);
     Ctx c;
@@ -468,6 +488,7 @@ extern "C" __global__ __aicore__ void emu_case(GM_ADDR in, GM_ADDR out, GM_ADDR 
         case TBUF_OFFSET_MISALIGNED: case SUBTENSOR_OVER: handle_violations(pipe, c, t.mode); break;
         case SETVALUE_UNFLUSHED: case SETVALUE_FLUSHED:
             setvalue_cross_core(pipe, c, t.mode == SETVALUE_FLUSHED); break;
+        case MTE2_OVERLAP: case MTE2_OVERLAP_BARRIER: case MTE3_OVERLAP: dma_overlap(pipe, c, t.mode); break;
         case WAR_MTE3_V: case WAR_SYNCED: war_mte3_v(pipe, c, t.mode == WAR_SYNCED); break;
         case FAIL_WHILE_OTHERS_WAIT: case FAIL_WHILE_OTHERS_WORK:
             fail_while_others(pipe, c, t.mode == FAIL_WHILE_OTHERS_WAIT); break;

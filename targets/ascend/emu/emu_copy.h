@@ -80,6 +80,19 @@ inline void check_not_dirty(const uint8_t* p, uint64_t bytes, const char* api) {
                      "(DataCacheCleanAndInvalid) before SyncAll: the data is still in that core's cache"));
 }
 
+// Record a DMA write range; an overlap with an unordered earlier write on the same pipe is an
+// error (asc-devkit: overlapping MTE2/MTE3 copies need PipeBarrier<PIPE_MTE2/3>).
+template <typename P>
+void note_dma_write(std::vector<std::pair<P, P>>& done, P lo, P hi, const char* api, const char* barrier) {
+    for (auto& r : done)
+        if (lo < r.second && r.first < hi)
+            fail(cat(api, ": writes ", barrier == std::string("PIPE_MTE2") ? "UB" : "GM", " bytes an earlier copy on ",
+                     "the same pipe also wrote, with no PipeBarrier<", barrier, "> (or flag) in between: ",
+                     "the DMA engine may reorder the two copies"));
+    if (!done.empty() && done.back().second == lo) done.back().second = hi;
+    else done.emplace_back(lo, hi);
+}
+
 // One burst GM -> UB (MTE2).
 template <typename T>
 void burst_in(const char* api, const LocalTensor<T>& dst, uint64_t ub_i, const GlobalTensor<T>& src,
@@ -95,6 +108,7 @@ void burst_in(const char* api, const LocalTensor<T>& dst, uint64_t ub_i, const G
             fail(cat(api, ": reads GM this core wrote by a UB->GM copy (MTE3) with no ",
                      "synchronisation in between (SetFlag/WaitFlag<MTE3_MTE2> or PipeBarrier<PIPE_ALL>)"));
     check_not_dirty(p, n * sizeof(T), api);
+    note_dma_write(c.mte2_ub, off, off + n * sizeof(T), api, "PIPE_MTE2");
     std::lock_guard<std::mutex> lk(c.launch->gm_mutex);
     GmBuffer& g = gm_check(p, n * sizeof(T), api);
     gm_note_read(g, static_cast<uint64_t>(p - g.base), n * sizeof(T), api);
@@ -127,6 +141,7 @@ void burst_out(const char* api, const GlobalTensor<T>& dst, uint64_t gm_i, const
         fail(cat(api, ": SetAtomicAdd<", c.atomic_type, "> is on but the copy moves ", type_name<T>()));
     uint8_t* p = reinterpret_cast<uint8_t*>(dst.GetPhyAddr() + gm_i);
     check_not_dirty(p, n * sizeof(T), api);
+    if (!atomic) note_dma_write<const uint8_t*>(c.mte3_gm, p, p + n * sizeof(T), api, "PIPE_MTE3");
     std::lock_guard<std::mutex> lk(c.launch->gm_mutex);
     GmBuffer& g = gm_check(p, n * sizeof(T), api);
     gm_note_write(g, static_cast<uint64_t>(p - g.base), n * sizeof(T), atomic, api);

@@ -44,6 +44,7 @@ void InitGlobalMemory(GlobalTensor<T>& gm, const uint64_t size, const T value) {
     uint8_t* p = reinterpret_cast<uint8_t*>(gm.GetPhyAddr());
     check_not_dirty(p, size * sizeof(T), api);
     CoreState& c = core();
+    note_dma_write<const uint8_t*>(c.mte3_gm, p, p + size * sizeof(T), api, "PIPE_MTE3");
     std::lock_guard<std::mutex> lk(c.launch->gm_mutex);
     GmBuffer& g = gm_check(p, size * sizeof(T), api);
     gm_note_write(g, static_cast<uint64_t>(p - g.base), size * sizeof(T), false, api);

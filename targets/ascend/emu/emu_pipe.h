@@ -158,6 +158,9 @@ inline std::vector<Flag>& flags() {
 template <HardEvent evt>
 inline void SetFlag(int32_t eventId) {
     detail::flags().push_back({static_cast<int>(evt), eventId, opgen_emu::core().seq});
+    opgen_emu::Pipe src = detail::event_source(evt);  // a SetFlag waits for its pipe's earlier work
+    if (src == opgen_emu::Pipe::MTE2) opgen_emu::core().mte2_ub.clear();
+    if (src == opgen_emu::Pipe::MTE3) opgen_emu::core().mte3_gm.clear();
 }
 
 template <HardEvent evt>
@@ -178,13 +181,18 @@ inline void WaitFlag(int32_t eventId) {
 
 template <pipe_t p>
 inline void PipeBarrier() {
+    opgen_emu::CoreState& c = opgen_emu::core();
     if (p == PIPE_ALL) {
         opgen_emu::clear_pending(opgen_emu::Pipe::NONE);
-        opgen_emu::core().gm_pending.clear();
+        c.gm_pending.clear();
     }
+    if (p == PIPE_ALL || p == PIPE_MTE2) c.mte2_ub.clear();
+    if (p == PIPE_ALL || p == PIPE_MTE3) c.mte3_gm.clear();
 }
 inline void pipe_barrier(pipe_t p) {
     if (p == PIPE_ALL) PipeBarrier<PIPE_ALL>();
+    if (p == PIPE_MTE2) PipeBarrier<PIPE_MTE2>();
+    if (p == PIPE_MTE3) PipeBarrier<PIPE_MTE3>();
 }
 
 // ---------------------------------------------------------------- cores

@@ -175,6 +175,11 @@ struct CoreState {
     // DataCacheCleanAndInvalid: a DMA copy of them would see stale memory.
     std::vector<std::pair<const uint8_t*, const uint8_t*>> gm_dirty;
     uint64_t seq = 0;  // counts pipe writes to UB
+    // Same-pipe order: UB bytes written by MTE2 and GM bytes written (non-atomically) by MTE3
+    // since that pipe was last ordered (PipeBarrier<PIPE_MTE2/3/ALL>, a SetFlag from it, a
+    // queue hand-over). The DMA engines may reorder copies, so overlapping ones need a barrier.
+    std::vector<std::pair<uint64_t, uint64_t>> mte2_ub;
+    std::vector<std::pair<const uint8_t*, const uint8_t*>> mte3_gm;
     std::vector<std::string> deferred;  // errors found in destructors
     CoreState(Launch* l, uint32_t i) : launch(l), idx(i), ub(kUbBytes, 0xFF), ub_def(kUbBytes, 0) {}
 };

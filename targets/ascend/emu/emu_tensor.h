@@ -328,6 +328,7 @@ public:
             fail(cat("EnQue on a full queue ", name_, " (depth ", depth, ", holds ", fifo_.size(), ")"));
         t.slot_->state = SlotState::QUEUED;
         reset_sync(t.slot_);  // the queue orders producer before consumer
+        if (pos == TPosition::VECIN) core().mte2_ub.clear();  // EnQue after a copy-in: MTE2 flag
         fifo_.push_back(t.slot_);
         return true;
     }
@@ -351,6 +352,7 @@ public:
             fail(cat("FreeTensor: tensor of ", t.slot_->owner, " is still in the queue (not DeQue'd)"));
         t.slot_->state = SlotState::FREE;
         ++t.slot_->generation;
+        if (pos == TPosition::VECOUT) core().mte3_gm.clear();  // after a copy-out: MTE3 flag
     }
     bool HasTensorInQue() const { return !fifo_.empty(); }
     int32_t GetTensorCountInQue() const { return static_cast<int32_t>(fifo_.size()); }

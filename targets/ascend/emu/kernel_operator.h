@@ -96,7 +96,9 @@
 // - Pipe sync: reading a UB buffer on one pipe (MTE2 copy-in, V vector, MTE3 copy-out, S scalar)
 //   right after another pipe wrote it, without EnQue/DeQue, SetFlag/WaitFlag or
 //   PipeBarrier<PIPE_ALL>; with OPGEN_EMU_CHECK_WAR, overwriting a buffer V or MTE3 read without
-//   sync; reading GM back on MTE2 that this core wrote on MTE3 without sync. Same-pipe order
+//   sync; reading GM back on MTE2 that this core wrote on MTE3 without sync; two copies on one
+//   DMA pipe to overlapping UB (MTE2) or GM (MTE3) bytes without PipeBarrier<PIPE_MTE2/3>, a
+//   flag or a queue hand-over in between (the DMA engines may reorder them). Vector-pipe order
 //   (PipeBarrier<PIPE_V>) is left to the compiler's auto-sync, as in CANN custom-op projects.
 // - Workspace: SetAtomicAdd into never-written workspace; never-written workspace reaching an
 //   output (through UB) or GlobalTensor::GetValue. SetAtomicAdd still on at kernel end.
