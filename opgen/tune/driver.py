@@ -55,16 +55,19 @@ class TuneResult:
     def ok(self) -> list:
         return [t for t in self.trials if t.measurement.status == database.OK]
 
+    def cost_of(self, knobs: dict) -> float:
+        """A point's cost: the median of its measured medians (inf if never measured ok)."""
+        times = [t.measurement.median_ms for t in self.ok() if t.knobs == knobs]
+        return statistics.median(times) if times else math.inf
+
     @property
     def best(self) -> Trial | None:
-        """The latest trial of the point with the lowest median of its measured medians."""
-        by_point: dict = {}
-        for t in self.ok():
-            by_point.setdefault(freeze(t.knobs), []).append(t)
-        if not by_point:
+        """The latest trial of the point with the lowest cost (see ``cost_of``)."""
+        ok = self.ok()
+        if not ok:
             return None
-        trials = min(by_point.values(), key=lambda ts: statistics.median(t.measurement.median_ms for t in ts))
-        return trials[-1]
+        best_knobs = min((t.knobs for t in ok), key=self.cost_of)
+        return [t for t in ok if t.knobs == best_knobs][-1]
 
     @property
     def default(self) -> Trial | None:
