@@ -12,6 +12,7 @@ of a target tuned against a cost model are marked ``(model)`` everywhere they ap
 """
 from __future__ import annotations
 
+import statistics
 import sys
 import time
 
@@ -93,6 +94,18 @@ def final_table(best: dict | None, default: dict | None, metaschedule: dict | No
         lines.append(f"times marked (model) are estimates of the cost model {best.get('model') if best else ''}, "
                      f"not measurements")
     return "\n".join(lines)
+
+
+def _pooled(records: list[dict], record: dict | None) -> dict | None:
+    """``record`` with the median over every ok record of its point (how the database ranks
+    points), so the table shows what the kernel cache's choice was based on."""
+    if record is None or not database.is_candidate(record):
+        return record
+    same = [r["median_ms"] for r in records if database.is_candidate(r)
+            and database.record_key(r) == database.record_key(record) and r["knobs"] == record["knobs"]]
+    median = statistics.median(same)
+    gbps = record["gbps"] * record["median_ms"] / median if record.get("gbps") else None
+    return {**record, "median_ms": median, "gbps": gbps}
 
 
 def latest(records: list[dict], key: tuple, engine: str) -> dict | None:
@@ -183,6 +196,7 @@ def main(args) -> int:
     best = database.best_records(records).get(key)
     default = next((r for r in reversed(records) if database.record_key(r) == key and r.get("knobs") == space.default
                     and r.get("engine", database.TEMPLATE) == database.TEMPLATE), None)
-    print(final_table(best, default, latest(records, key, database.METASCHEDULE), timings))
+    print(final_table(_pooled(records, best), _pooled(records, default), latest(records, key, database.METASCHEDULE),
+                      timings))
     lookup.reload()
     return 0
