@@ -282,3 +282,8 @@ def test_a_row_softmax_defined_here_needs_no_emitter_or_schedule_change(rng):
         want = e / e.sum(axis=1, keepdims=True)
         got = out.numpy().astype(np.float64)
         assert np.all(np.abs(got - want) <= 1e-3 + 1e-3 * want + np.spacing(np.float16(want)) / 2), shape
+
+
+def test_a_dtype_the_product_lacks_is_not_emitted():
+    with pytest.raises(NotImplementedError, match="bfloat16"):
+        kernels.get_kernel(RMS, "bf16-bf16", EMU.for_product("AtlasTraining"))

@@ -60,6 +60,10 @@ class AscendEmuTarget(TargetSpec):
     def build(self, mod):
         (gvar, func), = mod.functions.items()
         symbol = gvar.name_hint
+        missing = sorted({str(b.dtype) for b in func.params} - set(self.hardware.storage_dtypes))
+        if missing:     # e.g. bfloat16 on Atlas training: the description says the hardware has none
+            raise NotImplementedError(f"ascend-emu on {self.hardware.product}: no {', '.join(missing)} in its "
+                                      f"vector unit's storage types {self.hardware.storage_dtypes}")
         try:
             kernel, files = project(func, symbol, self.hardware)
         except EmitError as err:
