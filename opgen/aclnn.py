@@ -101,8 +101,8 @@ def _combo(call: Call):
 
 def _kernel(op, combo, product: str, shapes: dict):
     """The kernel for this call and its device: the tuned knobs of the call's shape bucket
-    when the tuning database has them, the schedule rule's defaults otherwise."""
-    from opgen.kernels import get_kernel, tuned_knobs
+    when the tuning database has them, the schedule rule's problem-size defaults otherwise."""
+    from opgen.kernels import call_knobs, get_kernel
     from opgen.targets import get_target
 
     try:
@@ -112,7 +112,7 @@ def _kernel(op, combo, product: str, shapes: dict):
     if not target.can_run():
         raise ArgError(ACLNN_ERR_RUNTIME_ERROR, f"target {target.name} cannot run kernels on this machine")
     try:
-        return get_kernel(op, combo, target, knobs=tuned_knobs(op, combo, target, shapes)), target.device()
+        return get_kernel(op, combo, target, knobs=call_knobs(op, combo, target, shapes)), target.device()
     except Exception as exc:  # a schedule or compiler failure is ours, not the caller's
         raise ArgError(ACLNN_ERR_RUNTIME_ERROR, f"building the {op.name} {combo.tag} kernel for "
                                                 f"{target.name} failed ({type(exc).__name__}: {exc})")

@@ -331,6 +331,29 @@ def clear_memory_cache() -> None:
         _CACHE.clear()
 
 
+@functools.lru_cache(maxsize=None)
+def _matching_rule(op_name: str, combo_tag: str, target: TargetSpec):
+    op = get_op(op_name)
+    func = te.create_prim_func(op.compute(op.combo(combo_tag))).with_attr("global_symbol", op_name)
+    return schedule_rules.schedule_with_rule(func, target)[0]
+
+
+def matching_rule(op: OpSpec, combo: DtypeCombo, target: TargetSpec):
+    """The schedule rule that schedules (op, combo) on ``target`` (found once, then cached)."""
+    return _matching_rule(op.name, combo.tag, target)
+
+
+def call_knobs(op: OpSpec, combo: DtypeCombo, target: TargetSpec, shapes: dict) -> dict | None:
+    """The knobs for a call with these kernel shapes: the tuning database's best for the
+    shape's bucket, else the matching rule's problem-size defaults (``knobs_for_shapes``),
+    else None (the rule's plain defaults)."""
+    tuned = tuned_knobs(op, combo, target, shapes)
+    if tuned is not None:
+        return tuned
+    for_shapes = getattr(matching_rule(op, combo, target), "knobs_for_shapes", None)
+    return (for_shapes(target, shapes) or None) if for_shapes is not None else None
+
+
 def tuned_knobs(op: OpSpec, combo: DtypeCombo, target: TargetSpec, shapes: dict) -> dict | None:
     """The tuned knobs for a call whose kernel shapes (tensor name -> shape) are ``shapes``.
 

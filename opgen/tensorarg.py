@@ -38,14 +38,13 @@ class TensorArg:
     __slots__ = ("name", "shape", "dtype", "itemsize", "format", "tensor", "writeable", "storage_only",
                  "key", "_bounds", "_host", "_make_host")
 
-    def __init__(self, name, shape, dtype, itemsize, fmt, tensor, layout, address, contiguous,
+    def __init__(self, name, shape, dtype, itemsize, fmt, tensor, layout, address, nbytes, contiguous,
                  host=None, make_host=None, writeable=True, storage_only=False):
         self.name, self.shape, self.dtype, self.itemsize, self.format = name, shape, dtype, itemsize, fmt
         self.tensor = tensor              # tvm_ffi Tensor over the caller's memory, or None
         self.writeable = writeable
         self.storage_only = storage_only  # the tensor's dtype is only the storage (bf16 as uint16)
         self.key = (dtype, shape, layout, fmt, writeable, address % itemsize == 0)
-        nbytes = itemsize * _count(shape)
         self._bounds = (address, address + nbytes) if contiguous or not nbytes else None
         self._host, self._make_host = host, make_host
 
@@ -90,12 +89,12 @@ def _dlpack_view(array: np.ndarray):
 
 
 def _from_numpy(name: str, array: np.ndarray, fmt: str = "ND", dtype: str | None = None) -> TensorArg:
-    dt = array.dtype
+    dt, flags = array.dtype, array.flags
     tensor = _dlpack_view(array)
     address = tensor.data_ptr() if tensor is not None else array.ctypes.data
     return TensorArg(name, array.shape, dtype or dtype_name(dt) or str(dt), dt.itemsize, fmt, tensor,
-                     array.strides, address, array.flags.c_contiguous, host=array,
-                     writeable=array.flags.writeable, storage_only=dt is _BF16)
+                     array.strides, address, array.nbytes, flags.c_contiguous, array, None, flags.writeable,
+                     dt is _BF16)
 
 
 def _from_acl(name: str, t: acl.aclTensor) -> TensorArg:
@@ -133,7 +132,7 @@ def _from_dlpack(name: str, obj) -> TensorArg:
         return _torch_host(obj) if hasattr(obj, "detach") else np.from_dlpack(obj)
 
     return TensorArg(name, shape, dtype, itemsize, "ND", tensor, ("elements",) + strides, tensor.data_ptr(),
-                     tensor.is_contiguous(), make_host=make_host)
+                     itemsize * _count(shape), tensor.is_contiguous(), make_host=make_host)
 
 
 def describe(name: str, obj) -> TensorArg | None:

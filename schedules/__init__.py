@@ -13,7 +13,10 @@ Knobs (the tuner's search space) are declared by the rules themselves:
     invalid for this target (and, when ``shapes`` names the problem's tensor shapes, for
     that problem: UB budget, threads per block, divisibility), so the tuner prunes it
     before building anything. None means valid.
-A rule without knobs may omit both (``rule_knobs`` treats that as an empty space). Adding
+  * ``rule.knobs_for_shapes(target, shapes) -> dict`` (optional): defaults that depend on
+    the problem (e.g. no thread launch for a tiny one), used for a call whose shape bucket
+    the tuning database does not know.
+A rule without knobs may omit all three (``rule_knobs`` treats that as an empty space). Adding
 a target's knobs to the tuner is only this declaration: ``opgen.tune`` reads it from here.
 """
 from __future__ import annotations

@@ -20,6 +20,7 @@ the compiled code).
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tvm import s_tir
@@ -32,11 +33,35 @@ ROWS_PER_CHUNK = Knob(
     "rows summed into one partial per column; more rows: a smaller partial-sum workspace and "
     "less final-sum work, fewer parallel chunks (measured on RmsNormGrad 4096^2 f32: "
     "16 -> 10.2 ms, 64 -> 9.0, 256 -> 8.0)")
+PARALLEL = Knob(
+    "parallel", (True, False), True,
+    "run the outer loops on TVM's thread pool; False runs the whole kernel on the calling "
+    "thread, which is faster when waking the pool costs more than the work")
+# Below this many elements in the largest tensor, the kernel runs on the calling thread:
+# waking TVM's pool cost more than it saved. Measured on 2 cores (f32, kernel only, median
+# us, parallel / serial): RmsNormGrad 4x64 2.0/0.4, 64x256 5.3/4.2, 64x512 10.5/9.4,
+# 128x512 16.6/19.4, 256x512 28.7/45.3; GroupNorm 128 elements 2.9/0.5, 8K 4.8/2.2,
+# 32K 8.4/5.2, 64K 15.7/10.3. The crossover is 48K-128K; 32K stays on the safe side and
+# the tuner may move it per shape bucket (knob ``parallel``).
+SERIAL_BELOW = 1 << 15
 DEFAULT_FINAL_COLUMNS = 256
 FINAL_COLUMNS = Knob(
     "final_columns", (64, 128, 256, 512, 1024), DEFAULT_FINAL_COLUMNS,
     "columns per parallel task of the final sum of the partials; each task walks the "
     "partials row by row (unit stride) instead of down a column (one cache line per load)")
+
+
+def serial_for_small(shapes: dict | None) -> dict:
+    """The problem-size default shared by the CPU rules: no thread launch for tiny problems."""
+    if not shapes:
+        return {}
+    largest = max(math.prod(shape) for shape in shapes.values())
+    return {"parallel": False} if largest < SERIAL_BELOW else {}
+
+
+def _parallel(sch, loop, knobs) -> None:
+    if knobs.get("parallel", True):
+        sch.parallel(loop)
 
 
 def _outputs(infos: list[Block], kinds: str) -> list[Block]:
@@ -49,7 +74,10 @@ class RowPassWithColumnSums:
     ``final_columns`` (columns per task of the final fixed-order sum of the partials)."""
 
     def knobs(self, target) -> tuple:
-        return (ROWS_PER_CHUNK, FINAL_COLUMNS)
+        return (ROWS_PER_CHUNK, FINAL_COLUMNS, PARALLEL)
+
+    def knobs_for_shapes(self, target, shapes) -> dict:
+        return serial_for_small(shapes)
 
     def match(self, infos: list[Block]):
         elementwise = _outputs(infos, "SS")
@@ -88,13 +116,13 @@ class RowPassWithColumnSums:
             partials.append((block, rf))
         for info in reversed(row_stages):
             sch.compute_at(sch.get_sblock(info.name), row_loop)
-        sch.parallel(chunk_loop)
+        _parallel(sch, chunk_loop, knobs)
         lanes = int(knobs.get("final_columns", DEFAULT_FINAL_COLUMNS))
         for block, rf in partials:
             final_col, final_chunk = sch.get_loops(block)
             col_block, col_lane = sch.split(final_col, [None, lanes])
             sch.reorder(col_block, final_chunk, col_lane)   # rows of partials, not columns: unit stride
-            sch.parallel(col_block)
+            _parallel(sch, col_block, knobs)
             sch.decompose_reduction(rf, row_loop)
             sch.decompose_reduction(block, final_chunk)
         for info in row_stages:
@@ -128,7 +156,13 @@ def _decompose_innermost(sch, info: Block) -> None:
 
 @dataclass(frozen=True)
 class GroupedRowPass:
-    """No knobs yet: the outer (batch, group) axes are fused and run in parallel."""
+    """Knobs: ``parallel``. The outer (batch, group) axes are fused and run in parallel."""
+
+    def knobs(self, target) -> tuple:
+        return (PARALLEL,)
+
+    def knobs_for_shapes(self, target, shapes) -> dict:
+        return serial_for_small(shapes)
 
     def match(self, infos: list[Block]):
         big = [b for b in infos if b.writes_output and "R" not in b.kinds and len(b.kinds) >= 3]
@@ -162,13 +196,13 @@ class GroupedRowPass:
         outer_loops = _merge_nests(sch, row_rvs, len(row_sums[0].kinds))[:outer]
         for info in group_stages + [out]:
             sch.reverse_compute_at(sch.get_sblock(info.name), outer_loops[-1])
-        sch.parallel(sch.fuse(*outer_loops))
+        _parallel(sch, sch.fuse(*outer_loops), knobs)
         if column_sums:
             col_rvs = [sch.get_sblock(b.name) for b in column_sums]
             col_loops = _merge_nests(sch, col_rvs, len(column_sums[0].kinds))[:-1]
             for info in casts:
                 sch.reverse_compute_at(sch.get_sblock(info.name), col_loops[-1])
-            sch.parallel(sch.fuse(*col_loops))
+            _parallel(sch, sch.fuse(*col_loops), knobs)
         for info in row_sums + group_stages + column_sums:
             _decompose_innermost(sch, info)
         return sch

@@ -93,9 +93,34 @@ def test_knobs_outside_the_rules_declaration_are_refused(knobs, message):
 def test_rules_declare_their_knob_spaces():
     rule = schedules.rules_of(LLVM)[0]
     knobs = schedules.rule_knobs(rule, LLVM)
-    assert [k.name for k in knobs] == ["rows_per_chunk", "final_columns"]
+    assert [k.name for k in knobs] == ["rows_per_chunk", "final_columns", "parallel"]
     assert all(k.default in k.values for k in knobs)
     assert schedules.default_knobs(rule, LLVM) == {k.name: k.default for k in knobs}
+
+
+@pytest.mark.parametrize("tensors", [toy_row_pass, toy_grouped_pass], ids=["row-pass", "grouped"])
+def test_serial_knob_drops_the_thread_launch_and_keeps_the_math(tensors):
+    fn, sch = _compile(tensors(), {"parallel": False})
+    assert "T.parallel" not in sch.mod.script()
+    reference_fn, reference_sch = _compile(tensors())
+    assert "T.parallel" in reference_sch.mod.script()
+    shape = (3, 2, 5, 33) if tensors is toy_grouped_pass else (130, 5)
+    a = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    col_shape = (shape[1], shape[2]) if len(shape) == 4 else (shape[1],)
+    outs = [_run(f, [a, np.zeros(shape, np.float32), np.zeros(col_shape, np.float32)]) for f in (fn, reference_fn)]
+    for serial, parallel in zip(*outs):
+        np.testing.assert_array_equal(serial, parallel)
+
+
+def test_tiny_problems_default_to_the_calling_thread():
+    from opgen.ops import get_op
+    from opgen.ops.rms_norm_grad import Problem, kernel_shapes
+
+    op = get_op("rms_norm_grad")
+    rule = kernels.matching_rule(op, op.combo("f32-f32"), LLVM)
+    assert rule.knobs_for_shapes(LLVM, kernel_shapes(Problem((4, 64), 1))) == {"parallel": False}
+    assert rule.knobs_for_shapes(LLVM, kernel_shapes(Problem((4096, 4096), 1))) == {}
+    assert kernels.call_knobs(op, op.combo("f32-f32"), LLVM, kernel_shapes(Problem((4, 64), 1))) == {"parallel": False}
 
 
 def test_function_matching_no_rule_is_refused_by_name():
