@@ -17,8 +17,9 @@ pattern:
   sums:     deterministic (per-core partials in the workspace, SyncAll, a fixed-order sum
             split over the cores by columns) or atomic (core 0 zeroes, SyncAll, SetAtomicAdd).
 
-Expressions are translated by targets/ascend/exprs.py. Other patterns (the group pattern)
-raise EmitError: the emitter refuses what it cannot print instead of guessing.
+Expressions are translated by targets/ascend/exprs.py; the group pattern has its own
+printer (targets/ascend/emit_groups.py); any other pattern raises EmitError: the emitter
+refuses what it cannot print instead of guessing.
 """
 from __future__ import annotations
 
