@@ -16,6 +16,8 @@ null pointer) and a one-sentence reason in ``aclGetRecentErrMsg()``, kept per th
 """
 from __future__ import annotations
 
+import functools
+
 import math
 import threading
 from dataclasses import dataclass, field
@@ -73,13 +75,19 @@ def numpy_dtype(name: str) -> np.dtype:
 
 def _device():
     """The TVM device of the current target and the device id chosen by aclrtSetDevice."""
+    from opgen import config
+
+    return _device_of(config.get_target(), getattr(_local, "device_id", 0))
+
+
+@functools.lru_cache(maxsize=None)
+def _device_of(target_name: str, device_id: int):
+    """Made once per (target, id): building a TVM device costs a microsecond per call."""
     import tvm
 
-    from opgen import config
     from opgen.targets import get_target
 
-    dev = get_target(config.get_target()).device()
-    return tvm.device(dev.dlpack_device_type(), getattr(_local, "device_id", 0))
+    return tvm.device(get_target(target_name).device().dlpack_device_type(), device_id)
 
 
 @dataclass(eq=False)
@@ -100,14 +108,15 @@ class DeviceBuffer:
 
 def _allocate(size: int, dev) -> DeviceBuffer:
     import tvm
+    import tvm_ffi
 
     from opgen.kernels import ALIGNMENT, is_host
 
     if is_host(dev):
         raw = np.zeros(size + ALIGNMENT, dtype=np.uint8)
-        start = (-raw.ctypes.data) % ALIGNMENT
+        start = (-tvm_ffi.from_dlpack(raw).data_ptr()) % ALIGNMENT   # cheaper than raw.ctypes.data
         host = raw[start:start + size]
-        return DeviceBuffer(size, dev, tvm.runtime.from_dlpack(host), host)
+        return DeviceBuffer(size, dev, tvm_ffi.from_dlpack(host), host)
     return DeviceBuffer(size, dev, tvm.runtime.empty((size,), "uint8", dev), None)
 
 

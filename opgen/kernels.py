@@ -119,9 +119,12 @@ class Kernel:
 ALIGNMENT = 64
 
 
+_DLPACK_CPU = 1   # DLPack's kDLCPU
+
+
 def is_host(dev) -> bool:
     """Whether ``dev`` is the CPU, whose memory numpy can view directly."""
-    return dev.dlpack_device_type() == tvm.cpu().dlpack_device_type()
+    return dev.dlpack_device_type() == _DLPACK_CPU
 
 
 def host_tensor(a: np.ndarray):
