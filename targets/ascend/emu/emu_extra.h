@@ -84,15 +84,16 @@ void reduce_extreme(const char* api, bool is_max, const LocalTensor<T>& dst, con
     check_operand(src, si, api, true);
     check_operand(work, {0}, api, false);
     check_operand(dst, {uint64_t(calIndex ? 1 : 0)}, api, false);
+    CoreState& c = core();
     bool def = true;
-    double best = load(src, 0, def);
+    double best = load(c, src, 0, def);
     uint64_t at = 0;
     for (int32_t i = 1; i < count; ++i) {
-        double v = load(src, i, def);
+        double v = load(c, src, i, def);
         if (std::isnan(best)) break;
         if (std::isnan(v) || (is_max ? v > best : v < best)) { best = v; at = i; }
     }
-    store(dst, 0, best, def);
+    store(c, dst, 0, best, def);
     if (calIndex) {
         using Bits = typename std::conditional<sizeof(T) == 4, uint32_t, uint16_t>::type;
         Bits b = static_cast<Bits>(at);

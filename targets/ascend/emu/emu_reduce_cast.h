@@ -95,16 +95,17 @@ void reduce_groups(const char* api, const LocalTensor<T>& dst, const std::vector
     Span d = check_operand(dst, di, api, false);
     check_overlap(d, dst.ub_offset(), s, src.ub_offset(), api);
     check_unique_writes(di, api);
+    CoreState& c = core();
     std::vector<double> out(groups.size());
     std::vector<uint8_t> def(groups.size());
     for (size_t g = 0; g < groups.size(); ++g) {
         bool ok = true;
         double acc = 0;
-        for (uint64_t i : groups[g]) acc += load(src, i, ok);
+        for (uint64_t i : groups[g]) acc += load(c, src, i, ok);
         out[g] = acc;
         def[g] = ok;
     }
-    for (size_t g = 0; g < groups.size(); ++g) store(dst, di[g], out[g], def[g] != 0);
+    for (size_t g = 0; g < groups.size(); ++g) store(c, dst, di[g], out[g], def[g] != 0);
     core().launch->vector_elems += groups.size();
     mark_write(dst.slot(), Pipe::V, api);
 }

@@ -153,8 +153,8 @@ Span check_operand(const LocalTensor<T>& t, const std::vector<uint64_t>& idx, co
         fail(cat(api, ": UB address ", t.ub_offset(), " of ", t.slot()->owner, " is not 32-byte aligned"));
     if (is_src) check_sync_read(t.slot(), Pipe::V, api);
     if (idx.empty()) return {t.ub_offset(), t.ub_offset()};
-    uint64_t hi = *std::max_element(idx.begin(), idx.end());
-    uint64_t lo = *std::min_element(idx.begin(), idx.end());
+    auto [lo_it, hi_it] = std::minmax_element(idx.begin(), idx.end());
+    uint64_t lo = *lo_it, hi = *hi_it;
     t.elem_off(lo, hi - lo + 1, api);  // bounds of everything the instruction touches
     return {t.ub_offset() + lo * sizeof(T), t.ub_offset() + (hi + 1) * sizeof(T)};
 }
@@ -172,22 +172,39 @@ inline void check_unique_writes(std::vector<uint64_t> idx, const char* api) {
         fail(cat(api, ": writes dst element ", *dup, " twice in one instruction (check the dst strides)"));
 }
 
+// Whether all sizeof(T) "written" flags at ub_def[off] are set (one load for 2- and 4-byte T).
+template <typename T>
+bool elem_defined(const CoreState& c, uint64_t off) {
+    const uint8_t* d = c.ub_def.data() + off;
+    if constexpr (sizeof(T) == 4) {
+        uint32_t w;
+        std::memcpy(&w, d, 4);
+        return w == 0x01010101u;
+    } else if constexpr (sizeof(T) == 2) {
+        uint16_t w;
+        std::memcpy(&w, d, 2);
+        return w == 0x0101u;
+    } else {
+        return std::all_of(d, d + sizeof(T), [](uint8_t v) { return v != 0; });
+    }
+}
+
 // Read element i of t as double, and whether its bytes were written.
 template <typename T>
-double load(const LocalTensor<T>& t, uint64_t i, bool& def) {
+double load(const CoreState& c, const LocalTensor<T>& t, uint64_t i, bool& def) {
     uint64_t off = t.ub_offset() + i * sizeof(T);
-    def = def && defined(off, sizeof(T));
+    def = def && elem_defined<T>(c, off);
     T v;
-    std::memcpy(&v, core().ub.data() + off, sizeof(T));
+    std::memcpy(&v, c.ub.data() + off, sizeof(T));
     return to_double(v);
 }
 
 template <typename T>
-void store(const LocalTensor<T>& t, uint64_t i, double v, bool def) {
+void store(CoreState& c, const LocalTensor<T>& t, uint64_t i, double v, bool def) {
     uint64_t off = t.ub_offset() + i * sizeof(T);
     T x = from_double<T>(v);
-    std::memcpy(core().ub.data() + off, &x, sizeof(T));
-    set_defined(off, sizeof(T), def);
+    std::memcpy(c.ub.data() + off, &x, sizeof(T));
+    std::memset(c.ub_def.data() + off, def ? 1 : 0, sizeof(T));
 }
 
 // ---------------------------------------------------------------- elementwise engine
@@ -206,14 +223,15 @@ void elementwise(const char* api, const Lanes& lanes, const LocalTensor<TD>& dst
                        srcs.first->ub_offset(), api), ...);
     }, src_idx);
     // Gather first, then write: in-place operation is allowed.
+    CoreState& c = core();
     std::vector<double> out(di.size());
     std::vector<uint8_t> def(di.size());
     for (size_t k = 0; k < di.size(); ++k) {
         bool d = true;
-        out[k] = std::apply([&](const auto&... ix) { return f(load(*srcs.first, ix[k], d)...); }, src_idx);
+        out[k] = std::apply([&](const auto&... ix) { return f(load(c, *srcs.first, ix[k], d)...); }, src_idx);
         def[k] = d;
     }
-    for (size_t k = 0; k < di.size(); ++k) store(dst, di[k], out[k], def[k] != 0);
+    for (size_t k = 0; k < di.size(); ++k) store(c, dst, di[k], out[k], def[k] != 0);
     core().launch->vector_elems += di.size();
     mark_write(dst.slot(), Pipe::V, api);
 }
