@@ -503,3 +503,19 @@ def test_overlapping_copy_in_after_a_pipe_barrier(libs):
     assert status == 0, msg
     x = np.arange(256, dtype=np.float32)
     np.testing.assert_array_equal(out[:96], np.concatenate([x[:32], x[:64]]))
+
+
+def test_cast_round_modes_on_random_bit_patterns(libs, rng):
+    """Every float32 class (normal, subnormal, zero, inf, nan, values beyond half's range)."""
+    half_modes = ["RINT", "RINT", "FLOOR", "CEIL", "ROUND", "TRUNC", "ODD"]
+    for _ in range(8):
+        x = rng.integers(0, 2**32, 256, dtype=np.uint64).astype(np.uint32).view(np.float32)
+        status, msg, out = run_case(libs, "CAST_MODES", 1, x=x)
+        assert status == 0, msg
+        got = out.view(np.uint16)[: 12 * 256].reshape(12, 256)
+        nan = np.isnan(x)
+        modes = [(row, m, np.float16) for row, m in enumerate(half_modes)]
+        modes += [(7 + i, m, ml_dtypes.bfloat16) for i, m in enumerate(["RINT", "FLOOR", "CEIL", "ROUND", "TRUNC"])]
+        for row, mode, fmt in modes:
+            assert np.all(np.isnan(got[row][nan].view(fmt).astype(np.float32))), f"{fmt} {mode}: nan"
+            np.testing.assert_array_equal(got[row][~nan], reference_cast(x[~nan], fmt, mode), err_msg=f"{fmt} {mode}")
