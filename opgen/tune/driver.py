@@ -138,6 +138,10 @@ def tune(op, combo, target, problem, options: Options = Options(), runner=None, 
         finally:
             builder.close()
     result.seconds = time.perf_counter() - start
+    if db_path == database.user_db_path():
+        from opgen.tune import lookup
+
+        lookup.reload()   # this process's kernel cache sees the new records from now on
     return result
 
 
