@@ -252,3 +252,19 @@ def test_metaschedule_workload_is_the_ops_function_at_static_shapes(tmp_path):
     tvm.compile(tvm.IRModule({"ms_static": func}), target=LLVM.tvm_target()).mod.export_library(path)
     m = LocalRunner(LLVM, FAST).run(Workload(OP, COMBO, problem), Built({}, path, "ms_static"))
     assert m.status == database.OK and m.max_err_ratio <= 1.0 and len(m.times_ms) == 3
+
+
+@pytest.mark.timeout(180)
+def test_gpu_rules_are_tuned_on_opencl_with_wall_clock_timings(tmp_path):
+    """The GPU rules' knobs through the OpenCL target (PoCL's CPU device here): the module
+    is not a TVM one, so times are wall-clock and recorded as such."""
+    target = get_target("opencl")
+    if not target.can_run():
+        pytest.skip("no OpenCL device here")
+    db = tmp_path / "db.jsonl"
+    result = tune(OP, COMBO, target, parse_problem(OP, "64x1000"),
+                  Options(trials=2, strategy="random", jobs=0, confirm=0, settings=FAST), db_path=db)
+    records = database.load(db)
+    assert len(records) == 2 and records[0]["knobs"] == space_for(OP, COMBO, target, parse_problem(OP, "64x1000")).default
+    assert all(r["status"] == database.OK and r["timer"] == "wall_clock" and r["max_err_ratio"] <= 1 for r in records)
+    assert result.best is not None

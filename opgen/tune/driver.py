@@ -80,7 +80,7 @@ def make_record(ctx: dict, index: int, knobs: dict, m: Measurement, build_s: flo
         **ctx, "trial": index, "knobs": knobs, "status": m.status, "error": m.error,
         "times_ms": [round(t, 6) for t in m.times_ms], "median_ms": m.median_ms,
         "gbps": workload.gbps(m.median_ms), "max_err_ratio": m.max_err_ratio, "device": m.device,
-        "model": m.model, "build_s": round(build_s, 3),
+        "model": m.model, "timer": m.timer if m.status == database.OK else None, "build_s": round(build_s, 3),
         "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
 

@@ -59,6 +59,7 @@ class Measurement:
     error: str | None = None
     device: str = ""
     model: str | None = None    # the cost model's label when the time is an estimate
+    timer: str = "time_evaluator"
 
     @property
     def median_ms(self) -> float | None:
@@ -218,10 +219,26 @@ def measure_module(module, workload: Workload, built: Built, dev, settings: Sett
         return Measurement(database.WRONG, [], worst, f"{bad}: error {ratios[bad]:.3g}x the tolerance", device)
     for _ in range(settings.warmup):
         func(*args)
+    if not hasattr(module, "time_evaluator"):   # not a TVM module (OpenCL through pyopencl)
+        return Measurement(database.OK, _wall_clock_ms(func, args, dev, settings), worst, None, device,
+                           timer="wall_clock")
     timer = module.time_evaluator(built.symbol, dev, number=1, repeat=settings.repeat,
                                   min_repeat_ms=int(settings.min_repeat_ms))
     times = [t * 1e3 for t in timer(*args).results]
     return Measurement(database.OK, times, worst, None, device)
+
+
+def _wall_clock_ms(func, args, dev, settings: Settings) -> list[float]:
+    """``repeat`` wall-clock timings of one call each, synchronised: for modules that TVM's
+    time_evaluator cannot drive. They include the call's host overhead (recorded as
+    ``timer: wall_clock`` so they are not compared with device timings unawares)."""
+    times = []
+    for _ in range(settings.repeat):
+        start = time.perf_counter()
+        func(*args)
+        dev.sync()
+        times.append((time.perf_counter() - start) * 1e3)
+    return times
 
 
 class LocalRunner:
