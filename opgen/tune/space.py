@@ -3,8 +3,9 @@
 Nothing here names a knob: the matched rule declares its knobs (``knobs(target)``) and
 its constraints (``check_knobs``), so a new rule's knobs are tuned without a change here.
 A point is a dict knob -> value; invalid points are pruned before anything is built.
-The rule's default point is always a member (the tuner measures it first), so tuning is
-never slower than not tuning.
+The default point is what an untuned call of this shape runs (the rule's defaults, with its
+``knobs_for_shapes`` where it declares them); it is always a member and measured first, so
+tuning is never slower than not tuning.
 
 Features for the cost model: one number per knob, log2 of positive numeric values (the
 knobs here are sizes that act multiplicatively), the domain index otherwise.
@@ -116,6 +117,9 @@ def build_space(rule, target, shapes: dict | None) -> Space:
     """Enumerate the rule's knob space for a problem (``shapes``: kernel shapes or None)."""
     knobs = schedules.rule_knobs(rule, target)
     default = schedules.default_knobs(rule, target)
+    for_shapes = getattr(rule, "knobs_for_shapes", None)
+    if for_shapes is not None and shapes is not None:   # what an untuned call of this shape uses
+        default = {**default, **(for_shapes(target, shapes) or {})}
     points, pruned = [default], 0
     for values in itertools.product(*(k.values for k in knobs)):
         point = dict(zip((k.name for k in knobs), values))
