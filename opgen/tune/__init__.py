@@ -8,7 +8,7 @@ Pieces: ``space`` (the matched rule's knob space, pruned by its constraints),
 and timed measurements), ``rpc`` (measurement through TVM's RPC tracker), ``database``
 (JSON lines; ``lookup`` is the kernel cache's view of it), ``metaschedule`` (TVM's
 auto-scheduler on the same workload), ``costmodel`` (targets tuned against a model),
-``cli`` (``opgen tune``).
+``replay`` (strategies compared on a recorded space), ``cli`` (``opgen tune``).
 """
 from __future__ import annotations
 
