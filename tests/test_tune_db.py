@@ -133,3 +133,11 @@ def test_shipped_defaults_are_installed_and_readable():
     assert records and all(r["status"] in (database.OK, database.WRONG, database.FAILED) for r in records)
     best = database.best_records(records)
     assert best and all(database.is_candidate(r) for r in best.values())
+
+
+def test_the_hardware_description_separates_products_and_cpus():
+    ascend = get_target("ascend-emu")
+    a2, a950 = ascend.for_product("AtlasA2"), ascend.for_product("Ascend950")
+    assert database.hardware_of(a2) != database.hardware_of(a950)
+    assert "196608" in database.hardware_of(a2)                 # its UB size is part of the key
+    assert '\\"mcpu\\"' in database.hardware_of(TARGET)            # the host CPU is part of the key
