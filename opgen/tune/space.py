@@ -13,14 +13,12 @@ knobs here are sizes that act multiplicatively), the domain index otherwise.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import itertools
 import math
 import typing
 from dataclasses import dataclass
 
 import numpy as np
-from tvm import te
 
 from opgen import schedules
 from opgen.dtypes import numpy_dtype
@@ -28,17 +26,9 @@ from opgen.dtypes import numpy_dtype
 
 def matching_rule(op, combo, target):
     """The first rule of the target that matches the op's function (as the kernel cache picks)."""
-    return _matching_rule(op.name, combo.tag, target)
+    from opgen.kernels import matching_rule as kernel_cache_rule
 
-
-@functools.lru_cache(maxsize=None)
-def _matching_rule(op_name: str, combo_tag: str, target):
-    from opgen.ops import get_op
-
-    op = get_op(op_name)
-    func = te.create_prim_func(op.compute(op.combo(combo_tag))).with_attr("global_symbol", op_name)
-    rule, _ = schedules.schedule_with_rule(func, target)
-    return rule
+    return kernel_cache_rule(op, combo, target)
 
 
 def parse_problem(op, text: str):
