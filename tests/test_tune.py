@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 import tvm
 
-from opgen import schedules
 from opgen.ops import get_op
 from opgen.schedules import Knob
 from opgen.schedules.llvm import RowPassWithColumnSums
