@@ -7,6 +7,7 @@ affects an executor already handed out.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 
@@ -17,6 +18,7 @@ DEFAULT_PRODUCT = "Ascend950"
 DEFAULT_TARGET = "llvm"
 
 _lock = threading.Lock()
+_thread = threading.local()
 _state: dict[str, str | None] = {"product": None, "target": None}
 
 
@@ -48,8 +50,26 @@ def set_target(name: str) -> None:
         _state["target"] = name
 
 
+@contextlib.contextmanager
+def using_target(name: str):
+    """Within the block, calls made by this thread run on target ``name``; other threads and
+    the process-wide setting are untouched (opgen.torch runs CUDA tensors on cuda this way)."""
+    from opgen.targets import get_target as lookup
+
+    lookup(name)  # raises KeyError with the registered names
+    previous = getattr(_thread, "target", None)
+    _thread.target = name
+    try:
+        yield
+    finally:
+        _thread.target = previous
+
+
 def get_target() -> str:
-    """The current target name: set_target's, else $OPGEN_TARGET, else llvm."""
+    """The current target name: using_target's, set_target's, else $OPGEN_TARGET, else llvm."""
+    override = getattr(_thread, "target", None)
+    if override is not None:
+        return override
     chosen = _state["target"]
     return chosen if chosen is not None else (os.environ.get("OPGEN_TARGET") or DEFAULT_TARGET)
 

@@ -19,7 +19,6 @@ is the real torch: absolute imports never resolve to this file).
 """
 from __future__ import annotations
 
-import threading
 from contextlib import contextmanager
 from typing import Optional
 
@@ -31,7 +30,6 @@ from opgen import config
 
 __all__ = ["RMSNorm", "GroupNorm", "rms_norm_grad", "group_norm_backward"]
 
-_TARGET_LOCK = threading.RLock()
 
 
 def _target_for(device: torch.device) -> str:
@@ -51,21 +49,14 @@ def _target_for(device: torch.device) -> str:
 @contextmanager
 def _on(device: torch.device):
     """Run one call on the target for ``device``. The common case (CPU tensors, a host
-    target selected) changes nothing; otherwise the process-wide setting is switched for
-    the call and put back exactly as it was (unset stays unset), under a lock."""
+    target selected) changes nothing; otherwise this thread uses that target for the call
+    (config.using_target: the process-wide setting is not touched)."""
     wanted = _target_for(device)
     if wanted == config.get_target():
         yield
         return
-    with _TARGET_LOCK:
-        with config._lock:
-            before = config._state["target"]
-        config.set_target(wanted)
-        try:
-            yield
-        finally:
-            with config._lock:
-                config._state["target"] = before
+    with config.using_target(wanted):
+        yield
 
 
 @torch.library.custom_op("opgen::rms_norm_grad", mutates_args=())

@@ -165,3 +165,19 @@ def test_the_aclnn_path_uses_the_tuned_knobs_of_the_calls_bucket_only(tmp_path, 
         monkeypatch.delenv("OPGEN_TUNE_DB")
         lookup.reload()
         aclnn.clear_plan_cache()
+
+
+def test_using_target_is_per_thread_and_part_of_the_key(rng):
+    import threading
+
+    seen = {}
+    with pytest.raises(KeyError, match="no-such-target"):
+        with config.using_target("no-such-target"):
+            pass
+    with config.using_target("opencl"):
+        worker = threading.Thread(target=lambda: seen.update(other=config.get_target()))
+        worker.start()
+        worker.join()
+        seen["this"] = config.get_target()
+    assert seen == {"this": "opencl", "other": "llvm"}
+    assert config.get_target() == "llvm"
