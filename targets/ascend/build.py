@@ -99,7 +99,8 @@ def write_project(files: dict, root: Path) -> None:
 
 
 def emu_flags(hw) -> list[str]:
-    flags = [f"-DOPGEN_UB_BYTES={hw.usable_ub_bytes}", f"-DOPGEN_MAX_BUFFERS={hw.max_buffers}", "-DOPGEN_EMU"]
+    flags = [f"-DOPGEN_UB_BYTES={hw.usable_ub_bytes}", f"-DOPGEN_MAX_BUFFERS={hw.max_buffers}", "-DOPGEN_EMU",
+             f"-DOPGEN_VECTOR_CORES={hw.vector_cores}", "-DOPGEN_EMU_CHECK_WAR"]
     return flags + ([] if hw.data_copy_pad else ["-DOPGEN_NO_DATACOPYPAD"])
 
 

@@ -76,8 +76,8 @@ def _final_sums(k: RowKernel) -> list[str]:
                 "            Add(tmp0_t_, tmp0_t_, tmp1_t_, len);",
                 "        }",
                 "        PipeBarrier<PIPE_ALL>();"]
-        if d == "float32":
-            out.append(f"        DataCopyPad(g_{n}_[c0], tmp0_t_, {ONE});")
+        if d == "float32":   # the copy-out reads tmp0 before the next column chunk reuses it
+            out += [f"        DataCopyPad(g_{n}_[c0], tmp0_t_, {ONE});", "        PipeBarrier<PIPE_ALL>();"]
         else:
             ty = CPP_TYPE[d]
             out += [f"        {{ LocalTensor<{ty}> o = out_{n}_.AllocTensor<{ty}>();",

@@ -287,5 +287,8 @@ def _column_sum_fns(k: RowKernel) -> list[str]:
             out += [f"    DataCopyPad({spare}, {ws}, {one}, DataCopyPadExtParams<float>(false, 0, 0, 0));",
                     "    PipeBarrier<PIPE_ALL>();", f"    Add({spare}, {spare}, {value.text}, len);",
                     "    PipeBarrier<PIPE_ALL>();", f"    DataCopyPad({ws}, {spare}, {one});"]
+        # The copy-out (MTE3) reads a scratch tile the next chunk's vector ops (V) overwrite:
+        # the pipes run asynchronously on the device, so wait for the copy first.
+        out.append("    PipeBarrier<PIPE_ALL>();")
         out.append("}")
     return out
