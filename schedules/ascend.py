@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from tvm import s_tir
 from tvm.sym.analyzer import Analyzer
 
-from opgen.schedules import Block, Knob, blocks, same_extent
+from opgen.schedules import Block, Knob, blocks, patterns, same_extent
 from opgen.schedules.ascend_tiling import (GroupOperands, RowOperands, Tiling, UbBudgetError,  # noqa: F401
                                            plan_groups, plan_rows)
 
@@ -49,10 +49,6 @@ COLS_PER_PASS = Knob("cols_per_pass", (0, 1024, 2048, 4096, 8192), 0,
                      "whole number of repeats that fits (split-D); a value below cols forces split-D")
 CHANNELS_PER_PASS = Knob("channels_per_pass", (0, 1, 2, 4, 8, 16, 32), 0,
                          "channels of a group per UB pass; 0: the whole group if it fits, else as many as fit")
-
-
-def _outputs(infos: list[Block], kinds: str) -> list[Block]:
-    return [b for b in infos if b.writes_output and b.kinds == kinds]
 
 
 def _annotate(sch, roles: dict, pattern: str, knobs: dict) -> s_tir.Schedule:
@@ -131,19 +127,7 @@ class RowTiles:
         return None
 
     def match(self, infos: list[Block]):
-        elementwise = _outputs(infos, "SS")
-        if len(elementwise) != 1:
-            return None
-        out = elementwise[0]
-        rows, cols = out.extents
-        column_sums = [b for b in infos if b.writes_output and b.kinds == "SR"
-                       and same_extent(b.extents[0], cols) and same_extent(b.extents[1], rows)]
-        others = [b for b in infos if b is not out and b not in column_sums]
-        row_stages = [b for b in others if not b.writes_output and b.kinds[0] == "S" and len(b.kinds) <= 2
-                      and same_extent(b.extents[0], rows)]
-        if len(row_stages) != len(others):
-            return None
-        return out, column_sums, row_stages
+        return patterns.row_pass(infos, need_column_sums=False)
 
     def operands(self, func) -> RowOperands:
         sch = s_tir.Schedule(func)
@@ -203,24 +187,8 @@ class GroupTiles:
         return None
 
     def match(self, infos: list[Block]):
-        big = [b for b in infos if b.writes_output and "R" not in b.kinds and len(b.kinds) >= 3]
-        if len(big) != 1:
-            return None
-        out = big[0]
-        rank, outer = len(out.kinds), len(out.kinds) - 2
-        scratch_names = {n for b in infos if not b.writes_output for n in b.writes}
-        row_sums = [b for b in infos if not b.writes_output and not (b.reads & scratch_names)
-                    and b.kinds == "S" * (rank - 1) + "R"
-                    and all(same_extent(a, e) for a, e in zip(b.extents, out.extents[:-1]))]
-        group_stages = [b for b in infos if b not in row_sums and not b.writes_output
-                        and b.kinds[:outer] == "S" * outer and b.reads & scratch_names
-                        and all(same_extent(a, e) for a, e in zip(b.extents[:outer], out.extents[:outer]))]
-        column = [b for b in infos if b not in row_sums and b not in group_stages and b is not out]
-        column_sums = [b for b in column if b.kinds.endswith("R") and same_extent(b.extents[-1], out.extents[0])]
-        casts = [b for b in column if b not in column_sums and "R" not in b.kinds]
-        if not row_sums or len(column_sums) + len(casts) != len(column):
-            return None
-        return out, row_sums, group_stages, column_sums, casts
+        matched = patterns.grouped_pass(infos)
+        return None if matched is None else (matched[0], *matched[2:])
 
     def operands(self, func) -> GroupOperands:
         sch = s_tir.Schedule(func)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from opgen.schedules import Block, Knob, blocks, same_extent
+from opgen.schedules import Block, Knob, blocks, patterns
 
 DEFAULT_ROWS_PER_CHUNK = 64
 ROWS_PER_CHUNK = Knob(
@@ -64,10 +64,6 @@ def _parallel(sch, loop, knobs) -> None:
         sch.parallel(loop)
 
 
-def _outputs(infos: list[Block], kinds: str) -> list[Block]:
-    return [b for b in infos if b.writes_output and b.kinds == kinds]
-
-
 @dataclass(frozen=True)
 class RowPassWithColumnSums:
     """Knobs: ``rows_per_chunk`` (rows summed into one partial per column; default 64) and
@@ -80,19 +76,7 @@ class RowPassWithColumnSums:
         return serial_for_small(shapes)
 
     def match(self, infos: list[Block]):
-        elementwise = _outputs(infos, "SS")
-        if len(elementwise) != 1:
-            return None
-        out = elementwise[0]
-        rows, cols = out.extents
-        column_sums = [b for b in infos if b.writes_output and b.kinds == "SR"
-                       and same_extent(b.extents[0], cols) and same_extent(b.extents[1], rows)]
-        others = [b for b in infos if b is not out and b not in column_sums]
-        row_stages = [b for b in others if not b.writes_output and b.kinds[0] == "S"
-                      and same_extent(b.extents[0], rows)]
-        if not column_sums or len(row_stages) != len(others):
-            return None
-        return out, column_sums, row_stages
+        return patterns.row_pass(infos)
 
     def apply(self, func, target, knobs):
         sch = s_tir.Schedule(func)
@@ -165,24 +149,7 @@ class GroupedRowPass:
         return serial_for_small(shapes)
 
     def match(self, infos: list[Block]):
-        big = [b for b in infos if b.writes_output and "R" not in b.kinds and len(b.kinds) >= 3]
-        if len(big) != 1:
-            return None
-        out = big[0]
-        rank, outer = len(out.kinds), len(out.kinds) - 2
-        scratch_names = {n for b in infos if not b.writes_output for n in b.writes}
-        row_sums = [b for b in infos if not b.writes_output and not (b.reads & scratch_names)
-                    and b.kinds == "S" * (rank - 1) + "R"
-                    and all(same_extent(a, e) for a, e in zip(b.extents, out.extents[:-1]))]
-        group_stages = [b for b in infos if b not in row_sums and not b.writes_output
-                        and b.kinds[:outer] == "S" * outer and b.reads & scratch_names
-                        and all(same_extent(a, e) for a, e in zip(b.extents[:outer], out.extents[:outer]))]
-        column = [b for b in infos if b not in row_sums and b not in group_stages and b is not out]
-        column_sums = [b for b in column if b.kinds.endswith("R") and same_extent(b.extents[-1], out.extents[0])]
-        casts = [b for b in column if b not in column_sums and "R" not in b.kinds]
-        if not row_sums or len(column_sums) + len(casts) != len(column):
-            return None
-        return out, outer, row_sums, group_stages, column_sums, casts
+        return patterns.grouped_pass(infos)
 
     def apply(self, func, target, knobs):
         sch = s_tir.Schedule(func)

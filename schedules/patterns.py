@@ -1,0 +1,63 @@
+"""The stage patterns every target's rules match: what an op's stages look like, not how
+they run. One place, so the CPU, GPU and Ascend rules agree on what "RmsNorm-like" and
+"GroupNorm-like" mean, and an op written in these shapes is scheduled everywhere.
+
+* ``row_pass``: one elementwise output over (rows, cols), per-row reductions/scalars over
+  the same rows, and (usually) column sums over all rows of a (cols, rows) product.
+* ``grouped_pass``: row reductions over the innermost axis of an (outer..., inner) input,
+  per-group stages over the outer axes, an elementwise output sharing them, and column
+  sums over the first axis of the row reductions (plus their casts).
+"""
+from __future__ import annotations
+
+from opgen.schedules import Block, same_extent
+
+
+def outputs(infos: list[Block], kinds: str) -> list[Block]:
+    """Blocks writing a function parameter, with exactly these iterator kinds."""
+    return [b for b in infos if b.writes_output and b.kinds == kinds]
+
+
+def row_pass(infos: list[Block], need_column_sums: bool = True):
+    """(out, column_sums, row_stages) of the RmsNorm-like pattern, or None.
+
+    Targets whose row rule only makes sense with column sums to fuse (the CPU and GPU
+    rules) ask for at least one; the Ascend rule also schedules row-only ops (a forward
+    norm, a softmax).
+    """
+    elementwise = outputs(infos, "SS")
+    if len(elementwise) != 1:
+        return None
+    out = elementwise[0]
+    rows, cols = out.extents
+    column_sums = [b for b in infos if b.writes_output and b.kinds == "SR"
+                   and same_extent(b.extents[0], cols) and same_extent(b.extents[1], rows)]
+    others = [b for b in infos if b is not out and b not in column_sums]
+    row_stages = [b for b in others if not b.writes_output and b.kinds[0] == "S" and len(b.kinds) <= 2
+                  and same_extent(b.extents[0], rows)]
+    if (need_column_sums and not column_sums) or len(row_stages) != len(others):
+        return None
+    return out, column_sums, row_stages
+
+
+def grouped_pass(infos: list[Block]):
+    """(out, outer, row_sums, group_stages, column_sums, casts) of the GroupNorm-like
+    pattern, or None; ``outer`` is the number of outer (batch, group) axes."""
+    big = [b for b in infos if b.writes_output and "R" not in b.kinds and len(b.kinds) >= 3]
+    if len(big) != 1:
+        return None
+    out = big[0]
+    rank, outer = len(out.kinds), len(out.kinds) - 2
+    scratch_names = {n for b in infos if not b.writes_output for n in b.writes}
+    row_sums = [b for b in infos if not b.writes_output and not (b.reads & scratch_names)
+                and b.kinds == "S" * (rank - 1) + "R"
+                and all(same_extent(a, e) for a, e in zip(b.extents, out.extents[:-1]))]
+    group_stages = [b for b in infos if b not in row_sums and not b.writes_output
+                    and b.kinds[:outer] == "S" * outer and b.reads & scratch_names
+                    and all(same_extent(a, e) for a, e in zip(b.extents[:outer], out.extents[:outer]))]
+    column = [b for b in infos if b not in row_sums and b not in group_stages and b is not out]
+    column_sums = [b for b in column if b.kinds.endswith("R") and same_extent(b.extents[-1], out.extents[0])]
+    casts = [b for b in column if b not in column_sums and "R" not in b.kinds]
+    if not row_sums or len(column_sums) + len(casts) != len(column):
+        return None
+    return out, outer, row_sums, group_stages, column_sums, casts
