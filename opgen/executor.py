@@ -151,6 +151,7 @@ def make_plan(call, kernel, problem, combo, device, aliased) -> Plan:
         elif host and readable_in_place(arg, shape) and not (output and p.name in aliased):
             planner.put(p.kernel, DIRECT, shape, dtype, p.name)
         else:
+            arg.host   # staging goes through host memory: a tensor the host cannot read fails here, in phase one
             planner.put(p.kernel, STAGE_OUT if output else STAGE_IN, shape, dtype, p.name)
     scratch_shapes = kernel.scratch_shapes(shapes)
     for buf in kernel.scratch:

@@ -181,3 +181,24 @@ def test_using_target_is_per_thread_and_part_of_the_key(rng):
         seen["this"] = config.get_target()
     assert seen == {"this": "opencl", "other": "llvm"}
     assert config.get_target() == "llvm"
+
+
+class _ForeignDevice:
+    """A DLPack producer whose tensor lives on a device the host cannot read (kDLCUDA)."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, **kwargs):
+        raise BufferError("this producer only exports to its own device")
+
+
+def test_a_tensor_the_host_cannot_read_fails_in_phase_one(rng):
+    args, _ = base_args(RMS, RMSProblem((4, 16), 1), RMS.combo("f32-f32"), rng)
+    args["x"] = _ForeignDevice(args["x"])
+    status, size, executor = phase_one(RMS, args)
+    assert status == aclnn.ACLNN_ERR_PARAM_INVALID and executor is None
+    assert "x" in acl.aclGetRecentErrMsg()
