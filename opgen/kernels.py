@@ -66,7 +66,8 @@ class Kernel:
         analyzer = Analyzer()
         for name, axis, var in self.size_vars:
             analyzer.bind(var, int(shapes[name][axis]))
-        return {b.name: tuple(int(analyzer.simplify(e)) for e in b.shape) for b in self.scratch}
+        return {b.name: tuple(b.shape(shapes)) if callable(b.shape) else
+                tuple(int(analyzer.simplify(e)) for e in b.shape) for b in self.scratch}
 
     def export(self, path: Path) -> None:
         """Write the compiled library to ``path`` (a module loaded from disk cannot re-export)."""
@@ -203,7 +204,8 @@ class Scratch:
 
     name: str
     dtype: str
-    shape: tuple                   # PrimExprs over the kernel's size variables
+    shape: object   # PrimExprs over the kernel's size variables, or a function of the kernel
+                    # shapes (tensor name -> shape) for a module that sizes its own scratch
 
 
 def hoist_pass_buffers(sch):
@@ -294,6 +296,8 @@ def build(op: OpSpec, combo: DtypeCombo, target: TargetSpec, variant: str = "def
         module = target.build(mod)
         if path is not None:
             _store(module, path)
+    if not isinstance(module, tvm.runtime.Module):   # a target's own module may size its own scratch
+        scratch = getattr(module, "scratch", scratch)   # (AscendC: one GM workspace from the host tiling)
     return Kernel(op, combo, target, variant, symbol, tir, module, time.perf_counter() - start, from_disk, path,
                   scratch, size_vars)
 

@@ -225,6 +225,13 @@ def test_the_aclnn_api_runs_on_ascend_emu(rng, monkeypatch):
         status, size, executor = aclnn.aclnnRmsNormGradGetWorkspaceSize(dy, x, rstd, gamma, dx, dgamma)
         assert status == aclnn.ACLNN_SUCCESS, acl.aclGetRecentErrMsg()
         workspace = acl.aclrtMalloc(size, acl.ACL_MEM_MALLOC_HUGE_FIRST)[1] if size else None
+        # The workspace is AscendC's GM workspace, sized by the host tiling (no hidden allocation).
+        (slot,) = [p for p in executor.plan.placements if p.kind == "scratch"]
+        from opgen.ops.rms_norm_grad import Problem
+
+        tiled = executor.plan.kernel.module.kernel.workspace_shape(RMS.api.kernel_shapes(Problem((2, 3, 941), 1)))
+        assert slot.kernel == "workspace" and slot.shape == tiled
+        assert aclnn.aclnnRmsNormGrad(np.zeros(size - 68, np.uint8), size, executor, None) != aclnn.ACLNN_SUCCESS
         assert aclnn.aclnnRmsNormGrad(workspace, size, executor, None) == aclnn.ACLNN_SUCCESS
         want_dx, want_dgamma = reference.rms_norm_grad(dy, x, rstd, gamma)
         assert np.allclose(dx, want_dx, rtol=1e-3, atol=2e-3) and np.allclose(dgamma, want_dgamma, rtol=1e-4, atol=1e-3)

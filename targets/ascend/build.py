@@ -175,21 +175,37 @@ class EmuKernel:
             raise RuntimeError(f"{self.k.symbol}: sizes {sizes} do not fit the UB of {self.hw.product}")
         return t
 
+    def workspace_shape(self, shapes: dict) -> tuple:
+        """The GM workspace (float32 elements) the host tiling asks for, given the kernel
+        shapes by tensor name: the aclnn layer gives it a slot of the caller's workspace,
+        as CANN's GetWorkspaceSize does."""
+        tile = next(name for name, _, role in self.k.args if role == "tile")
+        return (max(1, self.k.workspace_floats(self.tiling(*(int(v) for v in shapes[tile])))),)
+
     def __call__(self, *tensors) -> None:
-        by_name = dict(zip(self.k.param_names, tensors))
+        """Run on the kernel's tensors, then (when the caller sizes it, see workspace_shape)
+        the workspace; without one the workspace is allocated here (direct module calls)."""
+        n = len(self.k.args)
+        by_name = dict(zip(self.k.param_names, tensors[:n]))
         t = self.tiling(*self.k.size_args(by_name))
         if t.block_dim == 0:
             return
-        # Deliberately not zeroed (CANN's workspace is not): the kernel must write what it reads.
-        ws = np.full(max(1, self.k.workspace_floats(t)), np.nan, np.float32)
+        need = max(1, self.k.workspace_floats(t)) * 4
+        if len(tensors) > n:
+            ws_ptr, ws_bytes = tensors[n].data_ptr(), int(np.prod(tensors[n].shape)) * 4
+            if ws_bytes < need:
+                raise RuntimeError(f"{self.k.symbol}: workspace of {ws_bytes} bytes; the tiling needs {need}")
+        else:   # not zeroed, like CANN's: the kernel must write what it reads
+            own = np.full(need // 4, np.nan, np.float32)
+            ws_ptr, ws_bytes = own.ctypes.data, own.nbytes
         tiling = np.frombuffer(bytes(t), np.uint8).copy()
         ptrs, sizes = [], []
         for name, dtype, _ in self.k.args:
             arr = by_name[name]
             ptrs.append(arr.data_ptr())
             sizes.append(int(np.prod(arr.shape)) * (2 if dtype != "float32" else 4))
-        ptrs += [ws.ctypes.data, tiling.ctypes.data]
-        sizes += [ws.nbytes, tiling.nbytes]
+        ptrs += [ws_ptr, tiling.ctypes.data]
+        sizes += [ws_bytes, tiling.nbytes]
         ptrs = [p if s else None for p, s in zip(ptrs, sizes)]
         argv = (ctypes.c_void_p * len(ptrs))(*ptrs)
         sizev = (ctypes.c_uint64 * len(sizes))(*sizes)
@@ -209,3 +225,11 @@ class EmuModule:
         if symbol != self.symbol:
             raise KeyError(f"this module holds {self.symbol}, not {symbol}")
         return self.kernel
+
+    @property
+    def scratch(self) -> tuple:
+        """The kernel's own scratch (opgen.kernels.Scratch): one GM workspace sized by the
+        host tiling, instead of the TIR's hoisted buffers, which AscendC does not use."""
+        from opgen.kernels import Scratch
+
+        return (Scratch("workspace", "float32", self.kernel.workspace_shape),)
