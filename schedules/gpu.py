@@ -1,7 +1,7 @@
 """GPU schedules (CUDA, OpenCL, any target with blocks and threads), matched by stage pattern.
 
-The patterns are those of the CPU rules (schedules/llvm.py, whose ``match`` methods are
-reused): only how the matched stages are laid onto blocks and threads differs.
+The patterns are those of the CPU rules (schedules/patterns.py, including the fused row
+pass both build): only how the matched stages are laid onto blocks and threads differs.
 
 * ``GpuRowPass`` (RmsNorm-like: per-row reductions and scalars, an elementwise output,
   column sums over the rows). A persistent grid of ``partials`` blocks, each owning a
@@ -54,8 +54,8 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from opgen.schedules import Knob, blocks
-from opgen.schedules.llvm import GroupedRowPass, RowPassWithColumnSums, _merge_nests
+from opgen.schedules import Knob, blocks, patterns
+from opgen.schedules.llvm import _merge_nests
 
 THREADS = Knob(
     "threads", (32, 64, 128, 256, 512, 1024), 256,
@@ -134,26 +134,14 @@ class GpuRowPass:
 
     def apply(self, func, target, knobs):
         sch = s_tir.Schedule(func)
-        matched = RowPassWithColumnSums().match(blocks(sch))
+        matched = patterns.row_pass(blocks(sch))
         if matched is None:
             return None
         out, column_sums, row_stages = matched
         threads, per_block = int(knobs["threads"]), int(knobs["rows_per_block"])
         factors = [None, per_block] if per_block else [int(knobs["partials"]), None]
+        chunk_loop, _, finals = patterns.fuse_row_pass(sch, out, column_sums, row_stages, factors)
         main = sch.get_sblock(out.name)
-        chunk_loop, row_loop = sch.split(sch.get_loops(main)[0], factors)
-        finals = []
-        for info in column_sums:
-            block = sch.get_sblock(info.name)
-            rf = sch.rfactor(sch.split(sch.get_loops(block)[1], factors)[0], 0)
-            rf_col, rf_chunk, rf_row = sch.get_loops(rf)
-            sch.reorder(rf_chunk, rf_row, rf_col)
-            chunk_loop = sch.merge(chunk_loop, rf_chunk)
-            row_loop = sch.merge(sch.get_loops(main)[1], sch.get_loops(rf)[1])
-            sch.merge(sch.get_loops(main)[2], sch.get_loops(rf)[2])
-            finals.append((block, rf))
-        for info in reversed(row_stages):
-            sch.compute_at(sch.get_sblock(info.name), row_loop)
         sch.bind(chunk_loop, "blockIdx.x")
         bind_threads(sch, sch.get_loops(main)[2], threads)
         for info in row_stages:
@@ -186,7 +174,7 @@ class GpuGroupedRowPass:
 
     def apply(self, func, target, knobs):
         sch = s_tir.Schedule(func)
-        matched = GroupedRowPass().match(blocks(sch))
+        matched = patterns.grouped_pass(blocks(sch))
         if matched is None:
             return None
         out, outer, row_sums, group_stages, column_sums, casts = matched

@@ -85,21 +85,7 @@ class RowPassWithColumnSums:
             return None
         out, column_sums, row_stages = matched
         per_chunk = int(knobs.get("rows_per_chunk", DEFAULT_ROWS_PER_CHUNK))
-        main = sch.get_sblock(out.name)
-        chunk_loop, row_loop = sch.split(sch.get_loops(main)[0], [None, per_chunk])
-        partials = []
-        for info in column_sums:
-            block = sch.get_sblock(info.name)
-            col, row = sch.get_loops(block)
-            rf = sch.rfactor(sch.split(row, [None, per_chunk])[0], 0)
-            rf_col, rf_chunk, rf_row = sch.get_loops(rf)
-            sch.reorder(rf_chunk, rf_row, rf_col)
-            chunk_loop = sch.merge(chunk_loop, rf_chunk)
-            row_loop = sch.merge(sch.get_loops(main)[1], sch.get_loops(rf)[1])
-            sch.merge(sch.get_loops(main)[2], sch.get_loops(rf)[2])
-            partials.append((block, rf))
-        for info in reversed(row_stages):
-            sch.compute_at(sch.get_sblock(info.name), row_loop)
+        chunk_loop, row_loop, partials = patterns.fuse_row_pass(sch, out, column_sums, row_stages, [None, per_chunk])
         _parallel(sch, chunk_loop, knobs)
         lanes = int(knobs.get("final_columns", DEFAULT_FINAL_COLUMNS))
         for block, rf in partials:

@@ -61,3 +61,29 @@ def grouped_pass(infos: list[Block]):
     if not row_sums or len(column_sums) + len(casts) != len(column):
         return None
     return out, outer, row_sums, group_stages, column_sums, casts
+
+
+def fuse_row_pass(sch, out: Block, column_sums: list[Block], row_stages: list[Block], factors: list):
+    """The ``row_pass`` pattern as one loop nest, the form the CPU and GPU rules share.
+
+    The output's rows are split by ``factors`` into (chunk, row); each column sum is
+    rfactored by the same split and merged into that nest, so its per-chunk partials come
+    from the same read of a row as the output; the per-row stages are computed at the row
+    loop. Returns (chunk loop, row loop, [(column sum block, its rfactor block)]); the
+    caller decides how the loops run and how the partials are summed.
+    """
+    main = sch.get_sblock(out.name)
+    chunk_loop, row_loop = sch.split(sch.get_loops(main)[0], factors)
+    partials = []
+    for info in column_sums:
+        block = sch.get_sblock(info.name)
+        rf = sch.rfactor(sch.split(sch.get_loops(block)[1], factors)[0], 0)
+        rf_col, rf_chunk, rf_row = sch.get_loops(rf)
+        sch.reorder(rf_chunk, rf_row, rf_col)
+        chunk_loop = sch.merge(chunk_loop, rf_chunk)
+        row_loop = sch.merge(sch.get_loops(main)[1], sch.get_loops(rf)[1])
+        sch.merge(sch.get_loops(main)[2], sch.get_loops(rf)[2])
+        partials.append((block, rf))
+    for info in reversed(row_stages):
+        sch.compute_at(sch.get_sblock(info.name), row_loop)
+    return chunk_loop, row_loop, partials
