@@ -22,7 +22,7 @@ from tvm import s_tir
 
 from opgen.schedules.ascend import GroupTiles
 from opgen.schedules.ascend_tiling import TEMP_TILES
-from opgen.targets.ascend.emitter import CPP_TYPE, camel
+from opgen.targets.ascend.emitter import CPP_TYPE, as_float32, camel, copy_in
 from opgen.targets.ascend.exprs import (Context, EmitError, Value, emit_expr, load_name, reduction_body, row_sums,
                                         stored_value)
 
@@ -144,13 +144,8 @@ def _tile_fns(k: GroupKernel) -> list[str]:
     out = ["__aicore__ inline void LoadTiles(int64_t task, int64_t d0, int32_t n, int64_t h0, int32_t len) {",
            "    const int32_t P = t_.pitch;"]
     for name, d in k.ops.tiles_in:
-        ty = CPP_TYPE[d]
-        out += [f"    {{ LocalTensor<{ty}> a = in_{name}_.AllocTensor<{ty}>();",
-                f"      DataCopyPad(a, g_{name}_[(task * t_.D + d0) * t_.HW + h0], {_copy('n', 'len', f'sizeof({ty})', True)}, "
-                f"DataCopyPadExtParams<{ty}>(false, 0, 0, 0));",
-                f"      in_{name}_.EnQue(a); q_{name}_ = in_{name}_.DeQue<{ty}>(); }}",
-                f"    v_{name}_ = q_{name}_;" if d == "float32" else
-                f"    v_{name}_ = f32_{name}_t_; Cast(v_{name}_, q_{name}_, RoundMode::CAST_NONE, n * P);"]
+        out += copy_in(name, d, "(task * t_.D + d0) * t_.HW + h0", _copy("n", "len", f"sizeof({CPP_TYPE[d]})", True))
+        out.append(as_float32(f"v_{name}_", name, d, "n * P"))
     out += ["}", "__aicore__ inline void FreeTiles() {"]
     out += [f"    in_{name}_.FreeTensor(q_{name}_);" for name, _ in k.ops.tiles_in]
     out.append("}")
@@ -186,13 +181,8 @@ def _task_fns(k: GroupKernel) -> list[str]:
                 f"      in_{name}_.EnQue(a); q_{name}_ = in_{name}_.DeQue<{ty}>(); s_{name} = {_f32(name, d)};",
                 f"      in_{name}_.FreeTensor(q_{name}_); }}"]
     for name, d in k.ops.chans_in:
-        ty = CPP_TYPE[d]
-        out += [f"    {{ LocalTensor<{ty}> a = in_{name}_.AllocTensor<{ty}>();",
-                f"      DataCopyPad(a, g_{name}_[g * t_.D], DataCopyExtParams(1, t_.D * sizeof({ty}), 0, 0, 0), "
-                f"DataCopyPadExtParams<{ty}>(false, 0, 0, 0));",
-                f"      in_{name}_.EnQue(a); q_{name}_ = in_{name}_.DeQue<{ty}>(); }}",
-                f"    cf_{name}_ = q_{name}_;" if d == "float32" else
-                f"    cf_{name}_ = f32_{name}_t_; Cast(cf_{name}_, q_{name}_, RoundMode::CAST_NONE, t_.D);"]
+        out += copy_in(name, d, "g * t_.D", f"DataCopyExtParams(1, t_.D * sizeof({CPP_TYPE[d]}), 0, 0, 0)")
+        out.append(as_float32(f"cf_{name}_", name, d, "t_.D"))
     out.append("    PipeBarrier<PIPE_ALL>();")
     out += [f"    for (int32_t i = 0; i < t_.D; ++i) chan_{s}_t_.SetValue(i, 0.0f);" for s in k.ops.chan_stages]
     out += ["}", "__aicore__ inline void FreeTask() {"]

@@ -33,6 +33,23 @@ from opgen.targets.ascend.exprs import (Context, EmitError, emit_expr, reduction
                                         row_sums, stored_value)
 
 CPP_TYPE = {"float32": "float", "float16": "half", "bfloat16": "bfloat16_t"}
+
+
+def copy_in(name: str, dtype: str, gm_index: str, params: str) -> list[str]:
+    """GM -> UB through ``name``'s input queue: AllocTensor, DataCopyPad, EnQue, then DeQue
+    into ``q_<name>_`` (the tensor the vector code reads, freed by the caller later)."""
+    ty = CPP_TYPE[dtype]
+    return [f"    {{ LocalTensor<{ty}> a = in_{name}_.AllocTensor<{ty}>();",
+            f"      DataCopyPad(a, g_{name}_[{gm_index}], {params}, DataCopyPadExtParams<{ty}>(false, 0, 0, 0));",
+            f"      in_{name}_.EnQue(a); q_{name}_ = in_{name}_.DeQue<{ty}>(); }}"]
+
+
+def as_float32(view: str, name: str, dtype: str, count: str) -> str:
+    """``view`` = the copied-in tile as float32: the queue tensor itself, or a Cast of it
+    into ``name``'s float32 scratch."""
+    if dtype == "float32":
+        return f"    {view} = q_{name}_;"
+    return f"    {view} = f32_{name}_t_; Cast({view}, q_{name}_, RoundMode::CAST_NONE, {count});"
 MODES = {"split-N": 0, "small-D": 1, "split-D": 2, "empty": 3}
 
 
@@ -161,30 +178,19 @@ def _load_fns(k: RowKernel) -> list[str]:
                 f"DataCopyPadExtParams<{ty}>(false, 0, 0, 0));",
                 f"      {q}.EnQue(a); }}"]
     for n, d in k.ops.tiles_in:
-        ty = CPP_TYPE[d]
-        out.append(f"    q_{n}_ = in_{n}_.DeQue<{ty}>();")
-        out.append(f"    v_{n}_ = q_{n}_;" if d == "float32" else
-                   f"    v_{n}_ = f32_{n}_t_; Cast(v_{n}_, q_{n}_, RoundMode::CAST_NONE, n * P);")
+        out.append(f"    q_{n}_ = in_{n}_.DeQue<{CPP_TYPE[d]}>();")
+        out.append(as_float32(f"v_{n}_", n, d, "n * P"))
     out += ["}", "__aicore__ inline void FreeTiles() {"]
     out += [f"    in_{n}_.FreeTensor(q_{n}_);" for n, _ in k.ops.tiles_in]
     out += ["}", "__aicore__ inline void LoadRows(int64_t r0, int32_t n) {", "    rbase_ = r0; (void)n;"]
     for n, d in (k.ops.rows_in if k.pad else ()):
-        ty = CPP_TYPE[d]
-        out += [f"    {{ LocalTensor<{ty}> a = in_{n}_.AllocTensor<{ty}>();",
-                f"      DataCopyPad(a, g_{n}_[r0], DataCopyExtParams(1, n * sizeof({ty}), 0, 0, 0), "
-                f"DataCopyPadExtParams<{ty}>(false, 0, 0, 0));",
-                f"      in_{n}_.EnQue(a); q_{n}_ = in_{n}_.DeQue<{ty}>(); }}"]
+        out += copy_in(n, d, "r0", f"DataCopyExtParams(1, n * sizeof({CPP_TYPE[d]}), 0, 0, 0)")
     out += ["}", "__aicore__ inline void FreeRows() {"]
     out += [f"    in_{n}_.FreeTensor(q_{n}_);" for n, _ in (k.ops.rows_in if k.pad else ())]
     out += ["}", "__aicore__ inline void LoadCols(int64_t c0, int32_t len) {", "    const int32_t P = t_.pitch; (void)P;"]
     for n, d in k.ops.cols_in:
-        ty = CPP_TYPE[d]
-        out += [f"    {{ LocalTensor<{ty}> a = in_{n}_.AllocTensor<{ty}>();",
-                f"      DataCopyPad(a, g_{n}_[c0], DataCopyExtParams(1, len * sizeof({ty}), 0, 0, 0), "
-                f"DataCopyPadExtParams<{ty}>(false, 0, 0, 0));",
-                f"      in_{n}_.EnQue(a); q_{n}_ = in_{n}_.DeQue<{ty}>(); }}",
-                f"    v_{n}_ = q_{n}_;" if d == "float32" else
-                f"    v_{n}_ = f32_{n}_t_; Cast(v_{n}_, q_{n}_, RoundMode::CAST_NONE, P);"]
+        out += copy_in(n, d, "c0", f"DataCopyExtParams(1, len * sizeof({CPP_TYPE[d]}), 0, 0, 0)")
+        out.append(as_float32(f"v_{n}_", n, d, "P"))
     out += ["}", "__aicore__ inline void FreeCols() {"]
     out += [f"    in_{n}_.FreeTensor(q_{n}_);" for n, _ in k.ops.cols_in]
     out.append("}")
