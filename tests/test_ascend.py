@@ -17,6 +17,8 @@ from opgen.schedules import InvalidKnobs, NoScheduleRule, default_knobs, schedul
 from opgen.schedules.ascend import GroupTiles, RowTiles
 from opgen.schedules.ascend_tiling import CopyAlignmentError, UbBudgetError
 from opgen.targets import get_target
+
+from toy_ops import row_softmax
 from opgen.targets.ascend import hardware
 
 A2 = get_target("ascend-emu").for_product("AtlasA2")
@@ -91,16 +93,7 @@ def test_rules_match_by_pattern_and_annotate_the_structure():
 
 
 def test_a_row_softmax_defined_here_matches_the_row_rule_without_schedule_changes():
-    rows, cols = te.var("rows", "int64"), te.var("cols", "int64")
-    x = te.placeholder((rows, cols), "float16", name="x")
-    k = te.reduce_axis((0, cols), name="k")
-    row_max = te.compute((rows,), lambda r: te.max(x[r, k].astype("float32"), axis=k), name="softmax_max")
-    k2 = te.reduce_axis((0, cols), name="k2")
-    row_sum = te.compute((rows,), lambda r: te.sum(te.exp(x[r, k2].astype("float32") - row_max[r]), axis=k2),
-                         name="softmax_sum")
-    y = te.compute((rows, cols), lambda r, c: (te.exp(x[r, c].astype("float32") - row_max[r]) / row_sum[r])
-                   .astype("float16"), name="softmax_y")
-    func = te.create_prim_func([x, y])
+    func = row_softmax()
     rule, _ = schedule_with_rule(func, A2)
     assert isinstance(rule, RowTiles)
     ops = rule.operands(func)

@@ -26,6 +26,8 @@ from opgen.schedules.ascend_tiling import UbBudgetError
 from opgen.targets import get_target
 from opgen.targets.ascend import build as emu_build
 
+from toy_ops import row_softmax
+
 EMU = get_target("ascend-emu")
 pytestmark = pytest.mark.skipif(not EMU.can_build(), reason="g++ or the AscendC emulation header is missing")
 RMS = get_op("rms_norm_grad")
@@ -267,16 +269,7 @@ def test_products_without_data_copy_pad_copy_whole_blocks(rng):
 
 def test_a_row_softmax_defined_here_needs_no_emitter_or_schedule_change(rng):
     """A fourth op: softmax over rows (a max reduction, exp, a sum reduction, a division)."""
-    rows, cols = te.var("rows", "int64"), te.var("cols", "int64")
-    x = te.placeholder((rows, cols), "float16", name="x")
-    k = te.reduce_axis((0, cols), name="k")
-    row_max = te.compute((rows,), lambda r: te.max(x[r, k].astype("float32"), axis=k), name="sm_max")
-    k2 = te.reduce_axis((0, cols), name="k2")
-    row_sum = te.compute((rows,), lambda r: te.sum(te.exp(x[r, k2].astype("float32") - row_max[r]), axis=k2),
-                         name="sm_sum")
-    y = te.compute((rows, cols), lambda r, c: (te.exp(x[r, c].astype("float32") - row_max[r]) / row_sum[r])
-                   .astype("float16"), name="sm_y")
-    func = te.create_prim_func([x, y]).with_attr("global_symbol", "test_row_softmax")
+    func = row_softmax()
     _, sch = schedule_with_rule(func, EMU)
     module = EMU.build(tvm.IRModule({"test_row_softmax": kernels.hoist_pass_buffers(sch)}))
     assert "ReduceMax<float>" in module.files["op_kernel/test_row_softmax.cpp"]
