@@ -22,7 +22,7 @@ from tvm import s_tir
 
 from opgen.schedules.ascend import GroupTiles
 from opgen.schedules.ascend_tiling import TEMP_TILES
-from opgen.targets.ascend.emitter import CPP_TYPE, as_float32, camel, copy_in
+from opgen.targets.ascend.emitter import CPP_TYPE, as_float32, camel, copy_in, copy_params
 from opgen.targets.ascend.exprs import (Context, EmitError, Value, emit_expr, load_name, reduction_body, row_sums,
                                         stored_value)
 
@@ -134,10 +134,8 @@ def _task_stage_lines(k: GroupKernel, name: str, blk) -> list[str]:
 
 
 def _copy(k_rows: str, length: str, itemsize: str, to_ub: bool) -> str:
-    ub_gap = f"(P * {itemsize} - AlignUp({length} * {itemsize})) / 32"
-    gm_gap = f"(t_.HW - {length}) * {itemsize}"
-    src, dst = (gm_gap, ub_gap) if to_ub else (ub_gap, gm_gap)
-    return f"DataCopyExtParams({k_rows}, {length} * {itemsize}, {src}, {dst}, 0)"
+    """Copy parameters of k channel rows of a group's (D, HW) tile."""
+    return copy_params(k_rows, length, itemsize, to_ub, gm_row="t_.HW")
 
 
 def _tile_fns(k: GroupKernel) -> list[str]:

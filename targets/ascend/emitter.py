@@ -159,11 +159,11 @@ def _init(k: RowKernel, buffers) -> list[str]:
     return lines
 
 
-def _copy_params(n: str, length: str, itemsize: str, to_ub: bool) -> str:
-    """DataCopyExtParams of n rows of ``length`` elements between GM rows of t_.cols and UB
-    rows of P (UB gaps in 32-byte blocks, GM gaps in bytes)."""
+def copy_params(n: str, length: str, itemsize: str, to_ub: bool, gm_row: str = "t_.cols") -> str:
+    """DataCopyExtParams of n rows of ``length`` elements between GM rows of ``gm_row``
+    elements and UB rows of P (UB gaps in 32-byte blocks, GM gaps in bytes)."""
     ub_gap = f"(P * {itemsize} - AlignUp({length} * {itemsize})) / 32"
-    gm_gap = f"(t_.cols - {length}) * {itemsize}"
+    gm_gap = f"({gm_row} - {length}) * {itemsize}"
     src, dst = (gm_gap, ub_gap) if to_ub else (ub_gap, gm_gap)
     return f"DataCopyExtParams({n}, {length} * {itemsize}, {src}, {dst}, 0)"
 
@@ -174,7 +174,7 @@ def _load_fns(k: RowKernel) -> list[str]:
     for n, d in k.ops.tiles_in:
         ty, q = CPP_TYPE[d], f"in_{n}_"
         out += [f"    {{ LocalTensor<{ty}> a = {q}.AllocTensor<{ty}>();",
-                f"      DataCopyPad(a, g_{n}_[r0 * t_.cols + c0], {_copy_params('n', 'len', f'sizeof({ty})', True)}, "
+                f"      DataCopyPad(a, g_{n}_[r0 * t_.cols + c0], {copy_params('n', 'len', f'sizeof({ty})', True)}, "
                 f"DataCopyPadExtParams<{ty}>(false, 0, 0, 0));",
                 f"      {q}.EnQue(a); }}"]
     for n, d in k.ops.tiles_in:
@@ -256,7 +256,7 @@ def _outputs_fn(k: RowKernel) -> list[str]:
                 f"      DataCopy(o, {src}, n * P);" if dtype == "float32" else
                 f"      Cast(o, {src}, RoundMode::CAST_RINT, n * P);",
                 f"      out_{target}_.EnQue(o); o = out_{target}_.DeQue<{ty}>();",
-                f"      DataCopyPad(g_{target}_[r0 * t_.cols + c0], o, {_copy_params('n', 'len', f'sizeof({ty})', False)});",
+                f"      DataCopyPad(g_{target}_[r0 * t_.cols + c0], o, {copy_params('n', 'len', f'sizeof({ty})', False)});",
                 f"      out_{target}_.FreeTensor(o); }}"]
     out.append("}")
     return out
