@@ -191,7 +191,7 @@ def get_workspace_size(op, func: str, arguments: tuple):
         return _fail(func, ACLNN_ERR_PARAM_INVALID, str(exc)), 0, None
     except Exception as exc:  # a bug of ours: still a status, never a crash for the caller
         return _fail(func, ACLNN_ERR_RUNTIME_ERROR, f"internal error {type(exc).__name__}: {exc}"), 0, None
-    tensors = {p.name: values[p.name] for p in op.api.tensors() if values[p.name] is not None}
+    tensors = {name: values[name] for name in op.api.tensor_names if values[name] is not None}
     return ACLNN_SUCCESS, plan.workspace_size, Executor(op.name, plan, tensors)
 
 
