@@ -21,8 +21,10 @@ the seeds document none:
 """
 from __future__ import annotations
 
+import functools
 import keyword
 import operator
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -30,9 +32,10 @@ from opgen import acl, config
 from opgen.apispec import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ACLNN_ERR_RUNTIME_ERROR,
                            ACLNN_ERR_INNER_TILING_ERROR, ACLNN_SUCCESS, ATTR, INPUT, MASK, OUTPUT, STATUS_NAMES,
                            ArgError, Call)
+from opgen.binding import NotReadable, aliased_outputs, distinct_owners, kind_of, value_key
 from opgen.executor import Executor, make_plan
 from opgen.ops import all_ops
-from opgen.tensorarg import describe
+from opgen.tensorarg import TensorArg, describe
 
 __all__ = ["ACLNN_SUCCESS", "ACLNN_ERR_PARAM_NULLPTR", "ACLNN_ERR_PARAM_INVALID", "ACLNN_ERR_RUNTIME_ERROR",
            "ACLNN_ERR_INNER_TILING_ERROR", "STATUS_NAMES"]
@@ -125,19 +128,65 @@ def _fail(func: str, status: int, reason: str) -> int:
 
 # ---- the plan cache ----------------------------------------------------------------------
 # Phase one decides its outcome from the call's metadata alone: the product, the target,
-# and per parameter the dtype, shape, strides, format, writability and element alignment
-# of a tensor (None for a null pointer), the value of an attribute or mask, plus which
-# outputs overlap an input. A successful decision (combo, kernel, plan) is kept under
-# exactly that key, so a repeated call skips the rules, the kernel lookup and the
-# planning; any difference in the key is a different entry, and failures are never
-# cached (each bad call is checked, and reported, in full).
+# and per parameter the dtype, shape, strides, format, writability, device and element
+# alignment of a tensor (None for a null pointer), the type and value of an attribute or
+# mask, plus which outputs overlap an input. opgen.binding reads exactly that from the raw
+# arguments (with one DLPack conversion per tensor, the one the kernel needs anyway); a
+# successful decision (the plan: combo, kernel, placements) is kept under that key, so a
+# repeated call skips the rules, the kernel lookup and the planning. Any difference in the
+# key is a different entry; failures are never cached (each bad call is checked, and
+# reported, in full); arguments opgen.binding cannot read quickly take the full path, uncached.
 
 _PLANS: dict = {}
 _MAX_PLANS = 4096
 
 
+@dataclass(frozen=True)
+class _Positions:
+    """Where an op's tensors, inputs, outputs and other values sit in GetWorkspaceSize's
+    arguments (computed once per op: a warm call reads its arguments by these)."""
+
+    tensors: tuple
+    values: tuple
+    inputs: tuple
+    outputs: tuple
+    output_names: tuple
+
+    @classmethod
+    def of(cls, api) -> "_Positions":
+        roles = [p.role for p in api.params]
+        def where(*wanted):
+            return tuple(i for i, r in enumerate(roles) if r in wanted)
+        outputs = where(OUTPUT)
+        return cls(where(INPUT, OUTPUT), where(ATTR, MASK), where(INPUT), outputs,
+                   tuple(api.params[i].name for i in outputs))
+
+
+def _read_arguments(positions: _Positions, arguments: tuple):
+    """(keys, kinds, indexes of the aliased outputs) of a call, read by opgen.binding;
+    ``kinds`` is indexed like ``arguments``. Raises NotReadable when an argument needs
+    the full path."""
+    keys = [value_key(arguments[i]) for i in positions.values]
+    kinds = [None] * len(arguments)
+    owners = []
+    for i in positions.tensors:
+        value = arguments[i]
+        if value is None:
+            keys.append(None)
+            continue
+        kind = kinds[i] = kind_of(value)
+        key, owner = kind.read(value)
+        keys.append(key)
+        owners.append(owner)
+    if distinct_owners(owners):
+        return tuple(keys), kinds, ()
+    pairs = [[None if kinds[i] is None else (kinds[i], arguments[i]) for i in group]
+             for group in (positions.inputs, positions.outputs)]
+    return tuple(keys), kinds, aliased_outputs(*pairs)
+
+
 def _aliased(op, values: dict) -> frozenset:
-    """The outputs whose memory may overlap an input's."""
+    """The outputs whose memory may overlap an input's (the full path's reading)."""
     inputs = [values[name].bounds for name in op.api.names(INPUT) if values[name] is not None]
     aliased = []
     for name in op.api.names(OUTPUT):
@@ -146,11 +195,6 @@ def _aliased(op, values: dict) -> frozenset:
             if any(low < end and start < high for start, end in inputs):
                 aliased.append(name)
     return frozenset(aliased)
-
-
-def _plan_key(op, product: str, target: str, values: dict, aliased: frozenset) -> tuple:
-    return (op.name, product, target, aliased,
-            tuple(v.key if v is not None and name in op.api.tensor_names else v for name, v in values.items()))
 
 
 def clear_plan_cache() -> None:
@@ -170,29 +214,48 @@ def _new_plan(op, product: str, values: dict, aliased: frozenset):
     return make_plan(call, kernel, problem, combo, device, aliased), None
 
 
-def get_workspace_size(op, func: str, arguments: tuple):
+def _describe_all(op, arguments: tuple) -> dict:
+    """The full reading: parameter name -> TensorArg, int, tuple of bools or None."""
+    return {p.name: _read_value(p, v) for p, v in zip(op.api.params, arguments)}
+
+
+def _plan_call(op, positions: _Positions, arguments: tuple):
+    """(plan, argument kinds, None) for a valid call, (None, None, (status, reason)) otherwise."""
+    try:
+        product, target = config.context()
+    except ValueError as exc:                # an unknown OPGEN_PRODUCT
+        raise ArgError(ACLNN_ERR_PARAM_INVALID, str(exc))
+    try:
+        keys, kinds, aliased = _read_arguments(positions, arguments)
+    except NotReadable:                      # the full path, uncached
+        values = _describe_all(op, arguments)
+        plan, problem = _new_plan(op, product, values, _aliased(op, values))
+        kinds = tuple(kind_of(a) if isinstance(v, TensorArg) else None for a, v in zip(arguments, values.values()))
+        return plan, kinds, problem
+    key = (op.name, product, target, keys, aliased)
+    plan = _PLANS.get(key)
+    if plan is None:
+        names = frozenset(positions.output_names[i] for i in aliased)
+        plan, problem = _new_plan(op, product, _describe_all(op, arguments), names)
+        if problem is not None:
+            return None, None, problem
+        if len(_PLANS) >= _MAX_PLANS:
+            _PLANS.clear()
+        _PLANS[key] = plan
+    return plan, kinds, None
+
+
+def get_workspace_size(op, positions: _Positions, func: str, arguments: tuple):
     """Phase one: read, validate, choose the kernel, plan. Returns (status, size, executor)."""
     try:
-        product = config.get_product()
-        values = {p.name: _read_value(p, v) for p, v in zip(op.api.params, arguments)}
-        aliased = _aliased(op, values)
-        key = _plan_key(op, product, config.get_target(), values, aliased)
-        plan = _PLANS.get(key)
-        if plan is None:
-            plan, problem = _new_plan(op, product, values, aliased)
-            if problem is not None:
-                return _fail(func, *problem), 0, None
-            if len(_PLANS) >= _MAX_PLANS:
-                _PLANS.clear()
-            _PLANS[key] = plan
+        plan, kinds, problem = _plan_call(op, positions, arguments)
     except ArgError as err:
         return _fail(func, err.status, err.message), 0, None
-    except ValueError as exc:  # an unknown OPGEN_PRODUCT
-        return _fail(func, ACLNN_ERR_PARAM_INVALID, str(exc)), 0, None
     except Exception as exc:  # a bug of ours: still a status, never a crash for the caller
         return _fail(func, ACLNN_ERR_RUNTIME_ERROR, f"internal error {type(exc).__name__}: {exc}"), 0, None
-    tensors = {name: values[name] for name in op.api.tensor_names if values[name] is not None}
-    return ACLNN_SUCCESS, plan.workspace_size, Executor(op.name, plan, tensors)
+    if problem is not None:
+        return _fail(func, *problem), 0, None
+    return ACLNN_SUCCESS, plan.workspace_size, Executor(op.name, plan, kinds, arguments)
 
 
 def _check_run_args(op, workspace, workspace_size, executor, stream):
@@ -261,8 +324,9 @@ def _docs(op) -> tuple[str, str]:
     return first, second
 
 
-def _function(name: str, params: tuple, body, doc: str):
-    """A plain Python function ``name(*params)`` calling ``body(tuple of the arguments)``.
+def _function(name: str, params: tuple, body, doc: str, spread: bool = False):
+    """A plain Python function ``name(*params)`` calling ``body(tuple of the arguments)``
+    (``body(*arguments)`` when ``spread``).
 
     Written out with exec (as dataclasses does) so the signature is the real one, for
     introspection and for the caller's TypeError on a wrong argument list, at no per-call
@@ -271,7 +335,8 @@ def _function(name: str, params: tuple, body, doc: str):
     bad = [p for p in params if not p.isidentifier() or keyword.iskeyword(p)]
     if bad:
         raise ValueError(f"{name}: parameter names {bad} cannot be Python parameters")
-    source = f"def {name}({', '.join(params)}):\n    return _body(({', '.join(params)},))\n"
+    passed = ", ".join(params) if spread else f"({', '.join(params)},)"
+    source = f"def {name}({', '.join(params)}):\n    return _body({passed})\n"
     namespace = {"_body": body}
     exec(source, namespace)  # noqa: S102 (names checked above)
     fn = namespace[name]
@@ -283,13 +348,14 @@ def _function(name: str, params: tuple, body, doc: str):
 def _make_phase_one(op):
     func = f"{op.aclnn_name}GetWorkspaceSize"
     params = tuple(p.name for p in op.api.params)
-    return func, _function(func, params, lambda args: get_workspace_size(op, func, args), _docs(op)[0])
+    positions = _Positions.of(op.api)
+    return func, _function(func, params, functools.partial(get_workspace_size, op, positions, func), _docs(op)[0])
 
 
 def _make_phase_two(op):
     func = op.aclnn_name
     params = ("workspace", "workspaceSize", "executor", "stream")
-    return func, _function(func, params, lambda args: run(op, func, *args), _docs(op)[1])
+    return func, _function(func, params, functools.partial(run, op, func), _docs(op)[1], spread=True)
 
 
 def _generate() -> None:

@@ -36,6 +36,7 @@ from opgen import acl
 from opgen.apispec import ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_RUNTIME_ERROR, ArgError
 from opgen.dtypes import numpy_dtype
 from opgen.kernels import ALIGNMENT, is_host, tensor_view
+from opgen.tensorarg import describe
 
 DIRECT, EMPTY, STAGE_IN, STAGE_OUT, FILL, SCRATCH = "direct", "empty", "in", "out", "fill", "scratch"
 SLOT_KINDS = (STAGE_IN, STAGE_OUT, FILL, SCRATCH)
@@ -55,9 +56,11 @@ class Placement:
     shape: tuple                 # the kernel's shape of it
     dtype: str
     param: str | None = None     # the aclnn parameter it comes from (DIRECT, STAGE_IN, STAGE_OUT)
+    index: int | None = None     # that parameter's position in GetWorkspaceSize's arguments
     offset: int = 0              # slots: bytes from the aligned start of the workspace
     nbytes: int = 0
     fill: float = 0.0
+    reshape: bool = False        # DIRECT: the caller's view differs from the kernel's (shape or dtype)
 
     @property
     def is_slot(self) -> bool:
@@ -70,13 +73,6 @@ class Placement:
     @functools.cached_property
     def tvm_dtype(self):
         return tvm.DataType(self.dtype)
-
-    def direct_tensor(self, arg):
-        """The kernel's view of the caller's tensor (no copy; reused as is when it already
-        has the kernel's shape and dtype)."""
-        if arg.shape == self.shape and not arg.storage_only:
-            return arg.tensor
-        return tensor_view(arg.tensor, self.tvm_shape, self.tvm_dtype)
 
 
 @dataclass(frozen=True)
@@ -95,6 +91,13 @@ class Plan:
         return self.used_bytes + ALIGNMENT if self.used_bytes else 0
 
     @functools.cached_property
+    def converts_arrays(self) -> bool:
+        """Whether the kernel is a TVM-FFI function, which converts the caller's numpy arrays
+        and torch tensors itself (0.15 µs each, no Python object); a target's own module
+        (AscendC through ctypes, OpenCL) is handed TVM tensors."""
+        return isinstance(self.kernel.function, tvm_ffi.Function)
+
+    @functools.cached_property
     def used_shape(self):
         """The slots' bytes as a tvm_ffi.Shape, built once (one costs 3 µs)."""
         return tvm_ffi.Shape((self.used_bytes,))
@@ -111,14 +114,14 @@ class _Planner:
         self.placed: dict[str, Placement] = {}
         self.used = 0
 
-    def put(self, kernel, kind, shape, dtype, param=None, fill=0.0) -> None:
+    def put(self, kernel, kind, shape, dtype, param=None, index=None, fill=0.0, reshape=False) -> None:
         shape = tuple(int(d) for d in shape)
         if kind in SLOT_KINDS:
             nbytes = int(np.prod(shape, dtype=np.int64)) * numpy_dtype(dtype).itemsize
-            self.placed[kernel] = Placement(kernel, kind, shape, dtype, param, self.used, nbytes, fill)
+            self.placed[kernel] = Placement(kernel, kind, shape, dtype, param, index, self.used, nbytes, fill)
             self.used += _align(nbytes)
         else:
-            self.placed[kernel] = Placement(kernel, kind, shape, dtype, param)
+            self.placed[kernel] = Placement(kernel, kind, shape, dtype, param, index, reshape=reshape)
 
 
 def readable_in_place(arg, shape) -> bool:
@@ -139,6 +142,7 @@ def make_plan(call, kernel, problem, combo, device, aliased) -> Plan:
     shapes = api.kernel_shapes(problem)
     host = is_host(device)
     planner = _Planner()
+    position = {p.name: i for i, p in enumerate(api.params)}
     for p in api.tensors():
         shape, dtype, arg = shapes[p.kernel], combo[p.kernel], call[p.name]
         output = p.role == "output"
@@ -149,10 +153,11 @@ def make_plan(call, kernel, problem, combo, device, aliased) -> Plan:
         elif output and not call.wanted(p):
             planner.put(p.kernel, SCRATCH, shape, dtype)
         elif host and readable_in_place(arg, shape) and not (output and p.name in aliased):
-            planner.put(p.kernel, DIRECT, shape, dtype, p.name)
+            reshape = tuple(arg.shape) != tuple(int(d) for d in shape) or arg.storage_only
+            planner.put(p.kernel, DIRECT, shape, dtype, p.name, position[p.name], reshape=reshape)
         else:
             arg.host   # staging goes through host memory: a tensor the host cannot read fails here, in phase one
-            planner.put(p.kernel, STAGE_OUT if output else STAGE_IN, shape, dtype, p.name)
+            planner.put(p.kernel, STAGE_OUT if output else STAGE_IN, shape, dtype, p.name, position[p.name])
     scratch_shapes = kernel.scratch_shapes(shapes)
     for buf in kernel.scratch:
         shape = scratch_shapes[buf.name]
@@ -190,22 +195,15 @@ def _workspace_bytes(workspace, need: int):
 class Workspace:
     """The caller's workspace, checked once, and the slots' tensors over it.
 
-    On the host, the workspace is converted to a TVM tensor once and every slot is a view
-    of it; on a device, slots are views of the device buffer. Building one raises ArgError
-    for a bad workspace, before the executor is claimed, so the caller may retry with a
-    proper one.
+    On the host every slot is a view of the workspace's TVM tensor at its aligned offset;
+    on a device, a view of the device buffer. Building one raises ArgError for a bad
+    workspace, before the executor is claimed, so the caller may retry with a proper one.
     """
 
     def __init__(self, workspace, plan: Plan):
-        self.bytes, tensor, self.start = _workspace_bytes(workspace, plan.workspace_size)
+        self.bytes, self.base, self.start = _workspace_bytes(workspace, plan.workspace_size)
         self.device = plan.device
         self.on_host = plan.host
-        if self.bytes is None:
-            self.whole = tensor
-        elif not self.on_host:
-            self.whole = None   # host bytes for a device kernel: each slot is copied over
-        else:
-            self.whole = tensor_view(tensor, plan.used_shape, _BYTES, self.start)
 
     def array(self, slot: Placement) -> np.ndarray:
         """The slot as a numpy array (host workspaces only)."""
@@ -214,35 +212,41 @@ class Workspace:
 
     def tensor(self, slot: Placement):
         """The TVM tensor the kernel gets for ``slot``."""
-        if self.whole is None:
-            return tvm.runtime.tensor(self.array(slot), self.device)
         if self.on_host:
-            return tensor_view(self.whole, slot.tvm_shape, slot.tvm_dtype, slot.offset)
-        return self.whole._create_view(slot.shape, slot.dtype, slot.offset)
+            return tensor_view(self.base, slot.tvm_shape, slot.tvm_dtype, self.start + slot.offset)
+        if self.bytes is not None:   # host bytes for a device kernel: the slot is copied over
+            return tvm.runtime.tensor(self.array(slot), self.device)
+        return self.base._create_view(slot.shape, slot.dtype, slot.offset)
 
     def stage_in(self, slot: Placement, source, tensor) -> None:
-        """Fill ``slot`` with the caller's input (or the slot's constant)."""
-        data = np.full(slot.shape, slot.fill, numpy_dtype(slot.dtype)) if slot.kind == FILL else source.host
+        """Fill ``slot`` with the caller's input (a numpy view; None for a FILL slot)."""
+        data = np.full(slot.shape, slot.fill, numpy_dtype(slot.dtype)) if slot.kind == FILL else source
         if self.on_host:
             np.copyto(self.array(slot).reshape(data.shape), data)
         else:
             tensor.copyfrom(np.ascontiguousarray(data).reshape(slot.shape))
 
-    def stage_out(self, slot: Placement, source, tensor) -> None:
-        """Copy ``slot``'s result to the caller's output."""
+    def stage_out(self, slot: Placement, target: np.ndarray, tensor) -> None:
+        """Copy ``slot``'s result to the caller's output (a numpy view)."""
         result = self.array(slot) if self.on_host else tensor.numpy()
-        np.copyto(source.host, result.reshape(source.shape))
+        np.copyto(target, result.reshape(target.shape))
 
 
 class Executor:
-    """aclOpExecutor: one planned call of one op, bound to that call's arguments, runnable once."""
+    """aclOpExecutor: one planned call of one op, bound to that call's arguments, runnable once.
 
-    def __init__(self, op_name: str, plan: Plan, args: dict):
+    ``arguments`` are GetWorkspaceSize's arguments as the caller passed them and
+    ``kinds`` their opgen.binding kinds (None for non-tensors and null pointers): a
+    directly placed tensor goes to the kernel through its kind, a staged one through a
+    numpy view made when (and only when) the plan stages it.
+    """
+
+    def __init__(self, op_name: str, plan: Plan, kinds: tuple, arguments: tuple):
         self.op_name = op_name
         self.plan = plan
-        self.args = args              # aclnn parameter name -> TensorArg (this call's memory)
-        self._lock = threading.Lock()
-        self._used = False
+        self.kinds = kinds
+        self.arguments = arguments
+        self._unused = threading.Lock()   # acquired once, never released: the single use
 
     @property
     def workspace_size(self) -> int:
@@ -253,30 +257,38 @@ class Executor:
         return Workspace(workspace, self.plan) if self.plan.used_bytes else None
 
     def claim(self) -> bool:
-        """Mark used; False if it already was (single use)."""
-        with self._lock:
-            used, self._used = self._used, True
-        return not used
+        """Mark used; False if it already was (single use; atomic across threads)."""
+        return self._unused.acquire(False)
+
+    def host(self, place: Placement) -> np.ndarray:
+        """The caller's tensor of a staged placement as a numpy view (zero-copy)."""
+        return describe(place.param, self.arguments[place.index]).host
 
     def run(self, memory: Workspace | None) -> None:
         """Stage, run the kernel, copy back. ArgError if the kernel fails."""
-        plan = self.plan
-        tensors, staged = [], []
+        plan, kinds, arguments = self.plan, self.kinds, self.arguments
+        kernel_args, staged = [], []
         for place in plan.placements:
-            if place.kind == DIRECT:
-                tensors.append(place.direct_tensor(self.args[place.param]))
-            elif place.kind == EMPTY:
-                tensors.append(tvm.runtime.empty(place.shape, place.dtype, plan.device))
-            else:
-                tensor = memory.tensor(place)
-                if place.kind in (STAGE_IN, FILL):
-                    memory.stage_in(place, self.args.get(place.param), tensor)
-                elif place.kind == STAGE_OUT:
-                    staged.append((place, tensor))
-                tensors.append(tensor)
+            kind = place.kind
+            if kind == DIRECT:
+                kernel_args.append(kinds[place.index].for_kernel(arguments[place.index], place))
+                continue
+            if kind == EMPTY:
+                kernel_args.append(tvm.runtime.empty(place.shape, place.dtype, plan.device))
+                continue
+            tensor = memory.tensor(place)
+            if kind == STAGE_IN:
+                memory.stage_in(place, self.host(place), tensor)
+            elif kind == FILL:
+                memory.stage_in(place, None, tensor)
+            elif kind == STAGE_OUT:
+                staged.append((place, tensor))
+            kernel_args.append(tensor)
+        if not plan.converts_arrays:
+            kernel_args = [a if isinstance(a, tvm_ffi.Tensor) else tvm_ffi.from_dlpack(a) for a in kernel_args]
         try:
-            plan.kernel.function(*tensors)
+            plan.kernel.function(*kernel_args)
         except Exception as exc:
             raise ArgError(ACLNN_ERR_RUNTIME_ERROR, f"the {plan.kernel.symbol} kernel failed ({exc})")
         for place, tensor in staged:
-            memory.stage_out(place, self.args[place.param], tensor)
+            memory.stage_out(place, self.host(place), tensor)

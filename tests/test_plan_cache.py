@@ -202,3 +202,92 @@ def test_a_tensor_the_host_cannot_read_fails_in_phase_one(rng):
     status, size, executor = phase_one(RMS, args)
     assert status == aclnn.ACLNN_ERR_PARAM_INVALID and executor is None
     assert "x" in acl.aclGetRecentErrMsg()
+
+
+# ---- what opgen.binding reads on the hot path ------------------------------------------------
+
+def _from_one_buffer(args, overlap: bool):
+    """dy and dxOut cut from one numpy allocation: disjoint slices, or dxOut on dy's memory."""
+    dy = args["dy"]
+    buffer = np.zeros(2 * dy.size, dy.dtype)
+    args["dy"] = buffer[:dy.size].reshape(dy.shape)
+    args["dy"][...] = dy
+    args["dxOut"] = (buffer[:dy.size] if overlap else buffer[dy.size:]).reshape(dy.shape)
+
+
+def test_one_owner_disjoint_slices_are_direct_and_overlap_is_staged(rng):
+    """Shared owners are settled by addresses: disjoint slices of one array run in place,
+    dxOut on dy's own memory is staged (and still right)."""
+    problem, combo = RMSProblem((6, 40), 1), RMS.combo("f32-f32")
+    for overlap, kind in ((False, "direct"), (True, "out")):
+        args, arrays = base_args(RMS, problem, combo, rng)
+        _from_one_buffer(args, overlap)
+        status, size, executor = phase_one(RMS, args)
+        assert status == 0, acl.aclGetRecentErrMsg()
+        placed = {p.param: p.kind for p in executor.plan.placements if p.param}
+        assert placed["dxOut"] == kind, overlap
+        assert aclnn.aclnnRmsNormGrad(acl.aclrtMalloc(size)[1] if size else None, size, executor, None) == 0
+        assert_matches(RMS, combo, problem, arrays, args)
+
+
+ATTRIBUTE_LOOKALIKES = {
+    "group as True": lambda a: a.update(group=True),            # == 1 in Python, not an integer to aclnn
+    "group as float": lambda a: a.update(group=float(a["group"])),
+    "mask of ints": lambda a: a.update(outputMask=[1, 1, 1]),     # == [True] * 3 in Python
+}
+
+
+@pytest.mark.parametrize("change", ATTRIBUTE_LOOKALIKES, ids=str)
+def test_values_equal_in_python_but_not_to_aclnn_have_their_own_plans(change, rng):
+    problem = GNProblem(2, 8, 5, 2 if change != "group as True" else 1)
+    args, _ = base_args(GN, problem, GN.combo("f32-f32"), rng)
+    assert outcome(GN, args)[0] == 0                                   # the valid call, now cached
+    changed = dict(args)
+    ATTRIBUTE_LOOKALIKES[change](changed)
+    warm = outcome(GN, changed)
+    aclnn.clear_plan_cache()
+    assert warm == outcome(GN, changed) and warm[0] == aclnn.ACLNN_ERR_PARAM_INVALID, warm
+
+
+def test_torch_tensors_key_on_dtype_strides_and_grad_free_export(rng):
+    """torch inputs: a cached call, then a transposed (non-contiguous) x and a half-precision
+    call each get their own plan; tensors that require grad are read without a copy."""
+    torch = pytest.importorskip("torch")
+    problem, combo = RMSProblem((6, 40), 1), RMS.combo("f32-f32")
+    args, arrays = base_args(RMS, problem, combo, rng)
+    as_torch = {k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+    as_torch["x"].requires_grad_(True)
+    first = outcome(RMS, as_torch)
+    assert first[0] == 0 and all(kind == "direct" for _, kind in first[3][:6]), first
+    assert_matches(RMS, combo, problem, arrays, {k: v.detach().numpy() for k, v in as_torch.items()})
+    transposed = dict(as_torch, x=as_torch["x"].detach().T.contiguous().T)
+    assert outcome(RMS, transposed) != first
+    half = {k: v.detach().half() if k in ("dy", "x", "dxOut") else v for k, v in as_torch.items()}
+    warm = outcome(RMS, half)
+    aclnn.clear_plan_cache()
+    assert warm == outcome(RMS, half) != first
+
+
+def test_unknown_argument_kinds_take_the_full_path_and_fail_the_same_way(rng):
+    args, _ = base_args(RMS, RMSProblem((4, 16), 1), RMS.combo("f32-f32"), rng)
+    args["gamma"] = args["gamma"].tolist()                  # a list is not a tensor
+    cached = len(aclnn._PLANS)
+    for _ in range(2):
+        status, size, executor = phase_one(RMS, args)
+        assert status == aclnn.ACLNN_ERR_PARAM_INVALID and "gamma" in acl.aclGetRecentErrMsg()
+    assert len(aclnn._PLANS) == cached
+
+
+def test_read_only_inputs_are_staged_and_their_plan_reused(rng):
+    problem, combo = RMSProblem((5, 24), 1), RMS.combo("f32-f32")
+    plans = []
+    for _ in range(2):
+        args, arrays = base_args(RMS, problem, combo, rng)
+        args["x"].flags.writeable = False
+        status, size, executor = phase_one(RMS, args)
+        assert status == 0
+        plans.append(executor.plan)
+        assert {p.param: p.kind for p in executor.plan.placements if p.param}["x"] == "in"
+        assert aclnn.aclnnRmsNormGrad(acl.aclrtMalloc(size)[1], size, executor, None) == 0
+        assert_matches(RMS, combo, problem, arrays, args)
+    assert plans[0] is plans[1]

@@ -1,0 +1,247 @@
+"""Reading a call's raw arguments cheaply, and handing them to the kernel as they are.
+
+Phase one of a warm call should cost what deciding "this call is like one already
+validated" costs, not what validating costs; phase two what launching costs. Each kind of
+tensor argument users pass (numpy arrays, torch tensors, aclTensors, other DLPack
+producers) has an ``ArgKind`` that knows three things about it:
+
+  * ``read(obj)`` -> (key, owner). The key holds every property that can decide the
+    call's outcome or plan (dtype, shape, strides, writability, device, element
+    alignment, format), never the data; opgen.aclnn looks the call's keys up in its plan
+    cache, and only a miss builds full ``TensorArg``s (opgen.tensorarg) and runs the
+    documented checks. The owner serves the aliasing check every call needs: a numpy
+    array whose base chain ends at an array that owns its data cannot overlap anything
+    owned by another such array, so distinct owners settle it without addresses;
+  * ``span(obj)``: the exact byte range, read only when owners are unknown or shared;
+  * ``for_kernel(obj, place)``: what the kernel is handed for a directly placed tensor.
+    The caller's object itself where TVM-FFI converts it inside the call (numpy, torch),
+    reshaped by numpy when the kernel's shape differs.
+
+Measured (2 cores, warm, µs per tensor): a Python-level ``tvm_ffi.from_dlpack`` 0.35 plus
+0.26 to free it and 0.42 (+0.2 to free) per ``tensor_view``; TVM-FFI converting a numpy
+array inside the kernel call 0.15 (torch 0.12); numpy ``reshape`` 0.15; ``a.ctypes.data``
+0.87. A GroupNorm call has 8 tensors, so the Python-level tensor objects were half of a
+warm call; here none is made for numpy or torch arguments the kernel reads in place.
+
+Anything a kind cannot read quickly raises ``NotReadable``: that call takes the full path,
+uncached, and gets the same status and message it always did.
+"""
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import tvm_ffi
+
+from opgen import acl
+from opgen.kernels import tensor_view
+
+_UINT16 = np.dtype(np.uint16)
+_BF16 = np.dtype(ml_dtypes.bfloat16)
+_from_dlpack = tvm_ffi.from_dlpack
+
+
+class NotReadable(Exception):
+    """The argument needs the full reader (an unknown kind of object, a dead aclTensor,
+    a DLPack export that fails): the call is validated in full and not cached."""
+
+
+def strided_span(address: int, shape, byte_strides, itemsize: int) -> tuple[int, int]:
+    """[first, end) bytes of a strided view; numpy's byte_bounds rule."""
+    low = high = address
+    for extent, stride in zip(shape, byte_strides):
+        if extent == 0:
+            return address, address
+        reach = (extent - 1) * stride
+        if reach < 0:
+            low += reach
+        else:
+            high += reach
+    return low, high + itemsize
+
+
+def _tvm_view(tensor, place):
+    return tensor_view(tensor, place.tvm_shape, place.tvm_dtype)
+
+
+class NumpyKind:
+    """numpy arrays: any strides, any alignment, read-only too (the plan stages what the
+    kernel cannot read in place)."""
+
+    @staticmethod
+    def read(a):
+        """(key, owner): the owner is the array owning ``a``'s memory, None when that is not
+        a numpy allocation (then the aliasing check reads addresses)."""
+        flags = a.flags   # ALIGNED: address and strides are multiples of the dtype's alignment
+        base = a.base
+        if base is None:
+            owner = a if flags.owndata else None
+        else:
+            owner = a
+            while isinstance(base, np.ndarray):
+                owner, base = base, base.base
+            if base is not None or not owner.flags.owndata:
+                owner = None
+        return ("numpy", a.dtype, a.shape, a.strides, flags.writeable, flags.aligned), owner
+
+    @staticmethod
+    def span(a):
+        address = a.__array_interface__["data"][0]
+        if a.flags.c_contiguous:
+            return address, address + a.nbytes
+        return strided_span(address, a.shape, a.strides, a.itemsize)
+
+    @staticmethod
+    def for_kernel(a, place):
+        if not place.reshape:
+            return a
+        if a.dtype is _BF16:   # numpy cannot export ml_dtypes' bfloat16: its uint16 storage, viewed
+            return _tvm_view(_from_dlpack(a.view(_UINT16)), place)
+        return a.reshape(place.shape)
+
+
+class AclKind:
+    """aclTensors: their host view (made once; a tensor's metadata never changes after
+    aclCreateTensor) read as numpy, plus the aclDataType and format."""
+
+    @staticmethod
+    def _view(t):
+        if t.destroyed or (t.buffer is not None and t.buffer.freed):
+            raise NotReadable   # the full path reports the dead tensor or freed memory
+        try:
+            return t.cached_host_view()
+        except Exception:
+            raise NotReadable
+
+    @classmethod
+    def read(cls, t):
+        key, owner = NumpyKind.read(cls._view(t))
+        return (key, "acl", t.dataType, t.format), owner
+
+    @classmethod
+    def span(cls, t):
+        return NumpyKind.span(cls._view(t))
+
+    @classmethod
+    def for_kernel(cls, t, place):
+        return NumpyKind.for_kernel(cls._view(t), place)
+
+
+class TorchKind:
+    """torch tensors on any device (requires_grad is fine: DLPack export works on them)."""
+
+    @staticmethod
+    def read(t):
+        """(key, None): torch tensors are checked for aliasing by address (0.15 µs)."""
+        return ("torch", t.dtype, t.shape, t.stride(), t.device, t.data_ptr() % t.element_size() == 0), None
+
+    @staticmethod
+    def span(t):
+        address, itemsize = t.data_ptr(), t.element_size()
+        if t.is_contiguous():
+            return address, address + t.nbytes
+        return strided_span(address, t.shape, [s * itemsize for s in t.stride()], itemsize)
+
+    @staticmethod
+    def for_kernel(t, place):
+        # torch's own view() dispatches an op (1.5 µs); a TVM view of its DLPack export is 0.8
+        return _tvm_view(_from_dlpack(t), place) if place.reshape else t
+
+
+class DLPackKind:
+    """Any other DLPack producer, read through a TVM tensor's metadata."""
+
+    @staticmethod
+    def _tensor(obj):
+        try:
+            return _from_dlpack(obj)
+        except Exception:
+            raise NotReadable
+
+    @classmethod
+    def read(cls, obj):
+        tensor = cls._tensor(obj)
+        dtype, device = tensor.dtype, tensor.device
+        itemsize = (dtype.bits * dtype.lanes + 7) // 8
+        return ("dlpack", type(obj), str(dtype), tuple(tensor.shape), tuple(tensor.strides),
+                device.dlpack_device_type(), device.index, tensor.data_ptr() % itemsize == 0), None
+
+    @classmethod
+    def span(cls, obj):
+        tensor = cls._tensor(obj)
+        dtype = tensor.dtype
+        itemsize = (dtype.bits * dtype.lanes + 7) // 8
+        return strided_span(tensor.data_ptr(), tuple(tensor.shape), [s * itemsize for s in tensor.strides],
+                            itemsize)
+
+    @classmethod
+    def for_kernel(cls, obj, place):
+        tensor = cls._tensor(obj)
+        return _tvm_view(tensor, place) if place.reshape else tensor
+
+
+_KINDS = {np.ndarray: NumpyKind, acl.aclTensor: AclKind}
+
+
+def kind_of(obj):
+    """The ArgKind of a tensor argument (remembered per type); NotReadable if none fits."""
+    cls = type(obj)
+    kind = _KINDS.get(cls)
+    if kind is None:
+        if issubclass(cls, np.ndarray):
+            kind = NumpyKind
+        elif issubclass(cls, acl.aclTensor):
+            kind = AclKind
+        elif cls.__module__.startswith("torch") and hasattr(cls, "element_size"):
+            kind = TorchKind
+        elif hasattr(cls, "__dlpack__"):
+            kind = DLPackKind
+        else:
+            raise NotReadable
+        _KINDS[cls] = kind
+    return kind
+
+
+def value_key(value):
+    """An attribute's or mask's key: its type next to its value, so that True and 1 (or
+    [True] and [1]) never share a plan: they are equal in Python but not equally valid."""
+    kind = type(value)
+    if kind is list or kind is tuple:
+        return kind, tuple(value), tuple(map(type, value))
+    if kind is acl.aclBoolArray:
+        return kind, value.values, tuple(map(type, value.values))
+    try:
+        hash(value)
+    except TypeError:   # a dict, a set: the full path says what is wrong with it
+        raise NotReadable
+    return kind, value
+
+
+def overlapping_outputs(inputs: list, outputs: list) -> tuple:
+    """Indexes (into ``outputs``) of the output spans that overlap any input span; None
+    spans (null pointers) never overlap."""
+    hits = ()
+    for index, span in enumerate(outputs):
+        if span is not None:
+            low, high = span
+            for other in inputs:
+                if other is not None and low < other[1] and other[0] < high:
+                    hits += (index,)
+                    break
+    return hits
+
+
+def distinct_owners(owners: list) -> bool:
+    """Whether every tensor has a known owner and none is shared: then nothing overlaps.
+    (Never ``None in owners``: == on arrays is elementwise.)"""
+    ids = set(map(id, owners))
+    return id(None) not in ids and len(ids) == len(owners)
+
+
+def aliased_outputs(inputs: list, outputs: list) -> tuple:
+    """Indexes (into ``outputs``) of the outputs whose memory overlaps an input's, by byte
+    ranges; ``inputs`` and ``outputs`` are (kind, object) pairs, None for null pointers.
+    Needed only when ``distinct_owners`` cannot settle it (one owner may hold disjoint
+    slices, e.g. dy and dx cut from one buffer)."""
+    def spans(pairs):
+        return [None if p is None else p[0].span(p[1]) for p in pairs]
+    return overlapping_outputs(spans(inputs), spans(outputs))
