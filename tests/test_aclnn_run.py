@@ -304,28 +304,38 @@ def _acl_tensor(array):
     return acl.aclCreateTensor(a.shape, dtype, None, 0, acl.ACL_FORMAT_ND, a.shape, buf), buf
 
 
-def test_aligned_contiguous_call_is_zero_copy(rng):
-    """aclrtMalloc memory is aligned: no staging; the workspace holds only the kernel's
-    partial sums of dgamma (one chunk of up to 64 rows x 16 columns of float32, plus 64
-    bytes of alignment slack), and the kernel writes the outputs in place."""
-    args, arrays = base_args(RMS, RMSProblem((4, 16), 1), RMS.combo("f32-f32"), rng)
+@pytest.mark.parametrize("cols", [16, 8192])
+def test_aligned_contiguous_call_is_zero_copy(cols, rng):
+    """aclrtMalloc memory is aligned: no staging, the kernel writes the outputs in place.
+    The only slot is the kernel's partial sums of dgamma (one chunk of up to 64 rows x cols
+    float32): 64 B for 16 columns, kept in opgen's per-thread arena (no workspace at all);
+    32 KiB for 8192 columns, more than the arena takes, in the workspace (plus 64 bytes of
+    alignment slack)."""
+    from opgen.executor import ARENA_BYTES
+
+    args, arrays = base_args(RMS, RMSProblem((4, cols), 1), RMS.combo("f32-f32"), rng)
     tensors = {k: _acl_tensor(v) for k, v in args.items()}
     status, size, ex = phase_one(RMS, {k: t for k, (t, _) in tensors.items()})
-    assert status == 0 and size == 1 * 16 * 4 + 64
-    assert [slot.kind for slot in ex.plan.slots] == ["scratch"]
-    status, workspace = acl.aclrtMalloc(size, acl.ACL_MEM_MALLOC_HUGE_FIRST)
-    assert status == 0
-    workspace.host[:] = 0xFF  # NaN garbage: every partial sum must be initialised by the kernel
+    partial_bytes = cols * 4
+    in_arena = partial_bytes <= ARENA_BYTES
+    assert status == 0 and size == (0 if in_arena else partial_bytes + 64)
+    assert [(slot.kind, slot.in_arena) for slot in ex.plan.slots] == [("scratch", in_arena)]
+    workspace = None
+    if size:
+        status, workspace = acl.aclrtMalloc(size, acl.ACL_MEM_MALLOC_HUGE_FIRST)
+        assert status == 0
+        workspace.host[:] = 0xFF  # NaN garbage: every partial sum must be initialised by the kernel
     assert aclnn.aclnnRmsNormGrad(workspace, size, ex, None) == 0
-    dgamma = np.zeros(16, np.float32)
-    acl.aclrtMemcpy(dgamma, 64, tensors["dgammaOut"][1], 64, acl.ACL_MEMCPY_DEVICE_TO_HOST)
+    dgamma = np.zeros(cols, np.float32)
+    acl.aclrtMemcpy(dgamma, 4 * cols, tensors["dgammaOut"][1], 4 * cols, acl.ACL_MEMCPY_DEVICE_TO_HOST)
     from opgen.reference import rms_norm_grad
     np.testing.assert_allclose(dgamma, rms_norm_grad(**{k: arrays[k] for k in ("dy", "x", "rstd", "gamma")})[1],
                                rtol=1e-4, atol=1e-4)
-    raw = workspace.host
-    start = (-raw.ctypes.data) % 64
-    partials = raw[start:start + 16 * 4].view(np.float32).reshape(1, 16)
-    np.testing.assert_allclose(partials.astype(np.float64).sum(axis=0), dgamma, rtol=1e-6, atol=1e-6)
+    if workspace is not None:
+        raw = workspace.host
+        start = (-raw.ctypes.data) % 64
+        partials = raw[start:start + partial_bytes].view(np.float32).reshape(1, cols)
+        np.testing.assert_allclose(partials.astype(np.float64).sum(axis=0), dgamma, rtol=1e-6, atol=1e-6)
 
 
 def test_eight_threads(rng):
@@ -398,3 +408,29 @@ def test_generated_signatures_and_docs():
         "gradInput", "gradGammaOut", "gradBetaOut"]
     assert list(inspect.signature(aclnn.aclnnRmsNormGradGetWorkspaceSize).parameters) == [
         "dy", "x", "rstd", "gamma", "dxOut", "dgammaOut"]
+
+
+def test_arena_scratch_is_per_thread(rng):
+    """Tiny calls keep their partial sums in opgen's arena: four threads hammering the same
+    plan at once must each get their own (a shared arena would mix their dgamma partials)."""
+    problem, combo = RMSProblem((64, 48), 1), RMS.combo("f32-f32")
+    errors = []
+
+    def work(seed):
+        try:
+            local = np.random.default_rng(seed)
+            for _ in range(100):
+                args, arrays = base_args(RMS, problem, combo, local)
+                status, size, executor = phase_one(RMS, args)
+                assert status == 0 and size == 0 and any(p.in_arena for p in executor.plan.placements)
+                assert aclnn.aclnnRmsNormGrad(None, 0, executor, None) == 0
+                assert_matches(RMS, combo, problem, arrays, args)
+        except Exception as exc:  # collected: pytest does not see other threads' failures
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors[:1]
