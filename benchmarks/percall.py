@@ -2,8 +2,8 @@
 
 `opgen bench` times tiny shapes interleaved with other contenders (cold calls: every call
 wakes thread pools and refills caches). This script times what issue 10 asks for, warm
-calls back to back: GetWorkspaceSize + run on plain numpy arrays, with the workspace from
-aclrtMalloc, against ``aten.native_group_norm_backward`` and ``aten.native_layer_norm_backward``
+calls back to back: GetWorkspaceSize + run (with aclrtMalloc/aclrtFree of the workspace
+when one is asked for) on plain numpy arrays and on torch tensors, against ``aten.native_group_norm_backward`` and ``aten.native_layer_norm_backward``
 on torch tensors of the same sizes. Medians of 2000 calls after 200 warm-up calls, and
 the same for phase one alone.
 
@@ -76,15 +76,28 @@ def aten_calls():
             "RmsNormGrad (4,64)": lambda: ln(dyr, xr, [64], mu, rs, wr, br, [True, True, True])}
 
 
+def as_torch(args: tuple) -> tuple | None:
+    """The same call on torch tensors from torch's allocator (None without torch)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return tuple(torch.from_numpy(a).clone() if isinstance(a, np.ndarray) else a for a in args)
+
+
 def main() -> None:
     rng = np.random.default_rng(0)
     peers = aten_calls()
-    print(f"{'case':<34} {'opgen call':>11} {'phase one':>10} {'ATen':>8} {'opgen/ATen':>11}")
+    print(f"{'case':<34} {'opgen numpy':>11} {'opgen torch':>11} {'phase one':>10} {'ATen':>8} "
+          f"{'numpy/ATen':>11} {'torch/ATen':>11}")
     for name, phase_one, phase_two, args in (group_norm_case(rng), rms_norm_case(rng)):
         whole = median_us(opgen_call(phase_one, phase_two, args))
+        torch_args = as_torch(args)
+        on_torch = median_us(opgen_call(phase_one, phase_two, torch_args)) if torch_args else float("nan")
         first = median_us(lambda: phase_one(*args))
         aten = median_us(peers[name]) if name in peers else float("nan")
-        print(f"{name:<34} {whole:9.1f}us {first:8.1f}us {aten:6.1f}us {whole / aten:10.2f}x")
+        print(f"{name:<34} {whole:9.1f}us {on_torch:9.1f}us {first:8.1f}us {aten:6.1f}us "
+              f"{whole / aten:10.2f}x {on_torch / aten:10.2f}x")
 
 
 if __name__ == "__main__":

@@ -3,8 +3,9 @@
 What is timed: one complete two-phase aclnn call (GetWorkspaceSize, aclrtMalloc of the
 workspace, the run, aclrtFree) on arrays made the way users make them: once plain numpy
 (``rng.standard_normal``, ``np.empty``: 16-byte aligned, nothing special) and once torch
-tensors. Next to it, interleaved round by round (A B C A B C ..., so machine noise hits all
-alike; medians of the rounds): ATen's ``native_group_norm_backward``; for RmsNorm, which has
+tensors. Next to it, interleaved round by round (A B C, B C A, C A B ..., so machine noise
+and cache state hit all alike; medians of the rounds; every peer has its own copies of the
+inputs, so none reads data another contender has just pulled into the cache): ATen's ``native_group_norm_backward``; for RmsNorm, which has
 no CPU backward kernel in ATen, the eager autograd of ``F.rms_norm``, its torch.compile, and
 ATen's nearest native kernel ``native_layer_norm_backward`` (issue 10's per-call reference);
 a triad ``a = b + s*c`` over 64 MiB arrays (torch's one-pass multithreaded add; numpy's
@@ -85,16 +86,20 @@ def cases(quick: bool, ops=None, tags=None, shapes=None, tiny: bool = True) -> l
 
 
 def measure(contenders: dict, repeats: int) -> dict:
-    """Interleaved timing; a contender is ``run`` or ``(before, run)`` where only ``run``
-    is timed. Returns name -> median seconds."""
+    """Interleaved timing, the order rotated every round; a contender is ``run`` or
+    ``(before, run)`` where only ``run`` is timed. Returns name -> median seconds."""
     steps = {name: c if isinstance(c, tuple) else (None, c) for name, c in contenders.items()}
     for before, run in steps.values():  # warm-up: page-in, thread pools, compilation
         if before:
             before()
         run()
     times = {name: [] for name in steps}
-    for _ in range(repeats):
-        for name, (before, run) in steps.items():
+    order = list(steps)
+    for round_ in range(repeats):
+        # Rotated each round: whoever runs right after the 200 MB triad finds its inputs
+        # evicted, whoever runs after a contender on similar data finds the cache warm.
+        for name in order[round_ % len(order):] + order[:round_ % len(order)]:
+            before, run = steps[name]
             if before:
                 before()
             start = time.perf_counter()
@@ -138,8 +143,8 @@ def contenders(case: Case, rng, skip=()) -> tuple[dict, int]:
     else:
         peers = {"eager": B.eager_call, "compile": B.compiled_call, "aten-layernorm": B.layer_norm_call}
     for name, make in peers.items():
-        if name not in skip:
-            runs[name] = make(case.op, problem, tensors)
+        if name not in skip:   # its own copies: no contender reads inputs another one just warmed
+            runs[name] = make(case.op, problem, {k: B.to_torch(v) for k, v in inputs.items()})
     first_peer = next((runs[n] for n in peers if n in runs), None)
     if isinstance(first_peer, tuple):  # compiled: (forward, backward), both are the torch op here
         forward, backward = first_peer
