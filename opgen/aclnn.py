@@ -32,7 +32,7 @@ from opgen import acl, config
 from opgen.apispec import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ACLNN_ERR_RUNTIME_ERROR,
                            ACLNN_ERR_INNER_TILING_ERROR, ACLNN_SUCCESS, ATTR, INPUT, MASK, OUTPUT, STATUS_NAMES,
                            ArgError, Call)
-from opgen.binding import NotReadable, aliased_outputs, kind_of, no_overlap, value_key
+from opgen.binding import NotReadable, aliased_outputs, kind_of, no_overlap, overlapping_outputs, value_key
 from opgen.executor import Executor, make_plan
 from opgen.ops import all_ops
 from opgen.tensorarg import TensorArg, describe
@@ -131,8 +131,8 @@ def _fail(func: str, status: int, reason: str) -> int:
 # and per parameter the dtype, shape, strides, format, writability, device and element
 # alignment of a tensor (None for a null pointer), the type and value of an attribute or
 # mask, plus which outputs overlap an input. opgen.binding reads exactly that from the raw
-# arguments (with one DLPack conversion per tensor, the one the kernel needs anyway); a
-# successful decision (the plan: combo, kernel, placements) is kept under that key, so a
+# arguments' attributes (no conversion: the kernel converts numpy arrays and torch tensors
+# itself when it runs); a successful decision (the plan: combo, kernel, placements) is kept under that key, so a
 # repeated call skips the rules, the kernel lookup and the planning. Any difference in the
 # key is a different entry; failures are never cached (each bad call is checked, and
 # reported, in full); arguments opgen.binding cannot read quickly take the full path, uncached.
@@ -187,14 +187,10 @@ def _read_arguments(positions: _Positions, arguments: tuple):
 
 def _aliased(op, values: dict) -> frozenset:
     """The outputs whose memory may overlap an input's (the full path's reading)."""
-    inputs = [values[name].bounds for name in op.api.names(INPUT) if values[name] is not None]
-    aliased = []
-    for name in op.api.names(OUTPUT):
-        if values[name] is not None:
-            low, high = values[name].bounds
-            if any(low < end and start < high for start, end in inputs):
-                aliased.append(name)
-    return frozenset(aliased)
+    def bounds(role):
+        return [None if values[name] is None else values[name].bounds for name in op.api.names(role)]
+    outputs = op.api.names(OUTPUT)
+    return frozenset(outputs[i] for i in overlapping_outputs(bounds(INPUT), bounds(OUTPUT)))
 
 
 def clear_plan_cache() -> None:
