@@ -94,6 +94,8 @@ class NumpyKind:
 
     @staticmethod
     def for_kernel(a, place):
+        if type(a) is not np.ndarray:   # a subclass (np.matrix) may reshape by its own rules
+            a = a.view(np.ndarray)
         if not place.reshape:
             return a
         if a.dtype is _BF16:   # numpy cannot export ml_dtypes' bfloat16: its uint16 storage, viewed

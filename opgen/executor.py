@@ -38,6 +38,7 @@ from opgen import acl
 from opgen.apispec import ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_RUNTIME_ERROR, ArgError
 from opgen.dtypes import numpy_dtype
 from opgen.kernels import ALIGNMENT, is_host, tensor_view
+from opgen.binding import NotReadable
 from opgen.tensorarg import describe
 
 DIRECT, EMPTY, STAGE_IN, STAGE_OUT, FILL, SCRATCH = "direct", "empty", "in", "out", "fill", "scratch"
@@ -320,7 +321,11 @@ class Executor:
         for place in plan.placements:
             kind = place.kind
             if kind == DIRECT:
-                kernel_args.append(kinds[place.index].for_kernel(arguments[place.index], place))
+                try:
+                    kernel_args.append(kinds[place.index].for_kernel(arguments[place.index], place))
+                except NotReadable:
+                    raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{place.param} was destroyed, or its memory freed, "
+                                                            f"after GetWorkspaceSize")
                 continue
             if kind == EMPTY:
                 kernel_args.append(tvm.runtime.empty(place.shape, place.dtype, plan.device))

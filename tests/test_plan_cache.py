@@ -291,3 +291,34 @@ def test_read_only_inputs_are_staged_and_their_plan_reused(rng):
         assert aclnn.aclnnRmsNormGrad(acl.aclrtMalloc(size)[1], size, executor, None) == 0
         assert_matches(RMS, combo, problem, arrays, args)
     assert plans[0] is plans[1]
+
+
+def test_memory_freed_between_the_phases_is_reported_not_run(rng):
+    """An aclTensor whose memory is freed after GetWorkspaceSize: phase two refuses it
+    (161002, naming the parameter) instead of running the kernel on freed memory."""
+    args, _ = base_args(RMS, RMSProblem((4, 16), 1), RMS.combo("f32-f32"), rng)
+    _, buf = acl.aclrtMalloc(args["x"].nbytes)
+    acl.aclrtMemcpy(buf, args["x"].nbytes, args["x"], args["x"].nbytes, acl.ACL_MEMCPY_HOST_TO_DEVICE)
+    args["x"] = acl.aclCreateTensor(list(args["x"].shape), acl.ACL_FLOAT, None, 0, acl.ACL_FORMAT_ND,
+                                    list(args["x"].shape), buf)
+    status, size, executor = phase_one(RMS, args)
+    assert status == 0
+    acl.aclrtFree(buf)
+    assert aclnn.aclnnRmsNormGrad(None, size, executor, None) == aclnn.ACLNN_ERR_PARAM_INVALID
+    assert "x was destroyed, or its memory freed" in acl.aclGetRecentErrMsg()
+
+
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
+def test_numpy_subclasses_are_read_as_plain_arrays(rng):
+    """np.matrix reshapes by its own (2-D) rules: the kernel gets a plain ndarray view of
+    GroupNorm's (N, C) input in its (N, G, D, 1) shape."""
+    problem, combo = GNProblem(2, 6, 1, 3), GN.combo("f32-f32")
+    args, arrays = base_args(GN, problem, combo, rng)
+    for name in ("gradOut", "input", "gradInput"):
+        args[name] = np.asmatrix(args[name].reshape(2, 6))
+    arrays = {k: v.reshape(2, 6) if k in ("dy", "x") else v for k, v in arrays.items()}
+    status, size, executor = phase_one(GN, args)
+    assert status == 0 and {p.param: p.kind for p in executor.plan.placements if p.param}["input"] == "direct"
+    assert aclnn.aclnnGroupNormBackward(None, size, executor, None) == 0
+    assert_matches(GN, combo, problem, arrays, {k: np.asarray(v) if isinstance(v, np.ndarray) else v
+                                                for k, v in args.items()})
