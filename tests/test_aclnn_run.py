@@ -338,30 +338,40 @@ def test_aligned_contiguous_call_is_zero_copy(cols, rng):
         np.testing.assert_allclose(partials.astype(np.float64).sum(axis=0), dgamma, rtol=1e-6, atol=1e-6)
 
 
-def test_eight_threads(rng):
+def in_threads(work, count: int) -> None:
+    """Run ``work(i)`` for i < count, each on its own thread, and fail with the first error
+    any of them raised (pytest does not see other threads' failures)."""
     errors = []
-    problems = [(RMS, RMSProblem((3 + i, 16 + 8 * (i % 3)), 1), RMS.combos[i % 5]) for i in range(8)]
-    problems += [(GN, GNProblem(2 + i % 2, 6, 3 + i, 3), GN.combos[i % 5]) for i in range(8)]
 
-    def work(i):
+    def guarded(i):
         try:
-            local = np.random.default_rng(i)
-            for _ in range(4):
-                op, problem, combo = problems[(i + _) % len(problems)]
-                args, arrays = base_args(op, problem, combo, local)
-                args[op.api.tensors("input")[1].name] = np.asfortranarray(args[op.api.tensors("input")[1].name])
-                status, msg = run_both(op, args)
-                assert status == 0, msg
-                assert_matches(op, combo, problem, arrays, args)
-        except Exception as exc:  # collected: pytest does not see other threads' failures
+            work(i)
+        except Exception as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    threads = [threading.Thread(target=guarded, args=(i,)) for i in range(count)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    assert not errors, errors
+    assert not errors, errors[:1]
+
+
+def test_eight_threads(rng):
+    problems = [(RMS, RMSProblem((3 + i, 16 + 8 * (i % 3)), 1), RMS.combos[i % 5]) for i in range(8)]
+    problems += [(GN, GNProblem(2 + i % 2, 6, 3 + i, 3), GN.combos[i % 5]) for i in range(8)]
+
+    def work(i):
+        local = np.random.default_rng(i)
+        for _ in range(4):
+            op, problem, combo = problems[(i + _) % len(problems)]
+            args, arrays = base_args(op, problem, combo, local)
+            args[op.api.tensors("input")[1].name] = np.asfortranarray(args[op.api.tensors("input")[1].name])
+            status, msg = run_both(op, args)
+            assert status == 0, msg
+            assert_matches(op, combo, problem, arrays, args)
+
+    in_threads(work, 8)
 
 
 def test_product_from_environment(monkeypatch, rng):
@@ -379,15 +389,11 @@ def test_one_executor_shared_by_eight_threads_runs_once(rng):
     results = []
     barrier = threading.Barrier(8)
 
-    def go():
+    def go(_):
         barrier.wait()
         results.append(aclnn.aclnnRmsNormGrad(np.zeros(size, np.uint8), size, ex, None))
 
-    threads = [threading.Thread(target=go) for _ in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    in_threads(go, 8)
     assert sorted(results) == [0] + [aclnn.ACLNN_ERR_PARAM_INVALID] * 7
 
 
@@ -414,23 +420,14 @@ def test_arena_scratch_is_per_thread(rng):
     """Tiny calls keep their partial sums in opgen's arena: four threads hammering the same
     plan at once must each get their own (a shared arena would mix their dgamma partials)."""
     problem, combo = RMSProblem((64, 48), 1), RMS.combo("f32-f32")
-    errors = []
 
     def work(seed):
-        try:
-            local = np.random.default_rng(seed)
-            for _ in range(100):
-                args, arrays = base_args(RMS, problem, combo, local)
-                status, size, executor = phase_one(RMS, args)
-                assert status == 0 and size == 0 and any(p.in_arena for p in executor.plan.placements)
-                assert aclnn.aclnnRmsNormGrad(None, 0, executor, None) == 0
-                assert_matches(RMS, combo, problem, arrays, args)
-        except Exception as exc:  # collected: pytest does not see other threads' failures
-            errors.append(exc)
+        local = np.random.default_rng(seed)
+        for _ in range(100):
+            args, arrays = base_args(RMS, problem, combo, local)
+            status, size, executor = phase_one(RMS, args)
+            assert status == 0 and size == 0 and any(p.in_arena for p in executor.plan.placements)
+            assert aclnn.aclnnRmsNormGrad(None, 0, executor, None) == 0
+            assert_matches(RMS, combo, problem, arrays, args)
 
-    threads = [threading.Thread(target=work, args=(seed,)) for seed in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    assert not errors, errors[:1]
+    in_threads(work, 4)
