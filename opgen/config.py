@@ -52,8 +52,10 @@ def set_product(name: str) -> None:
 def get_product() -> str:
     """The current product: set_product's, else $OPGEN_PRODUCT, else Ascend950."""
     chosen = _state["product"]   # a dict read is atomic; the lock guards writers (every call reads this)
-    if chosen is not None:
-        return chosen
+    return chosen if chosen is not None else _environment_product()
+
+
+def _environment_product() -> str:
     name = _environment("OPGEN_PRODUCT") or DEFAULT_PRODUCT
     if name not in PRODUCTS:
         raise ValueError(f"OPGEN_PRODUCT={name!r} is not a product; known: {', '.join(PRODUCTS)}")
@@ -90,12 +92,20 @@ def get_target() -> str:
     if override is not None:
         return override
     chosen = _state["target"]
-    return chosen if chosen is not None else (_environment("OPGEN_TARGET") or DEFAULT_TARGET)
+    return chosen if chosen is not None else _environment_target()
+
+
+def _environment_target() -> str:
+    return _environment("OPGEN_TARGET") or DEFAULT_TARGET
 
 
 def context() -> tuple[str, str]:
-    """(product, target): what every aclnn call plans for, read in one go (0.3 µs)."""
-    return get_product(), get_target()
+    """(product, target): what every aclnn call plans for, read in one go (0.2 µs warm;
+    few function calls, because right after another library's op has evicted the caches
+    each function a call touches costs microseconds)."""
+    product, target = _state["product"], _thread.target or _state["target"]
+    return (product if product is not None else _environment_product(),
+            target if target is not None else _environment_target())
 
 
 def reset() -> None:
