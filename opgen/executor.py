@@ -37,13 +37,12 @@ import tvm_ffi
 from opgen import acl
 from opgen.apispec import ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_RUNTIME_ERROR, ArgError
 from opgen.dtypes import numpy_dtype
-from opgen.kernels import ALIGNMENT, is_host, tensor_view
 from opgen.binding import NotReadable
+from opgen.kernels import ALIGNMENT, is_host, tensor_view
 from opgen.tensorarg import describe
 
 DIRECT, EMPTY, STAGE_IN, STAGE_OUT, FILL, SCRATCH = "direct", "empty", "in", "out", "fill", "scratch"
 SLOT_KINDS = (STAGE_IN, STAGE_OUT, FILL, SCRATCH)
-_BYTES = tvm.DataType("uint8")
 
 
 def _align(n: int) -> int:
@@ -100,11 +99,6 @@ class Plan:
         and torch tensors itself (0.15 µs each, no Python object); a target's own module
         (AscendC through ctypes, OpenCL) is handed TVM tensors."""
         return isinstance(self.kernel.function, tvm_ffi.Function)
-
-    @functools.cached_property
-    def used_shape(self):
-        """The slots' bytes as a tvm_ffi.Shape, built once (one costs 3 µs)."""
-        return tvm_ffi.Shape((self.used_bytes,))
 
     @property
     def slots(self) -> tuple:

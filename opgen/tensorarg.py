@@ -1,11 +1,15 @@
-"""One view of every kind of tensor argument the aclnn layer accepts.
+"""One view of every kind of tensor argument the aclnn layer accepts, read in full.
+
+This is the reading the documented checks and the planner work on: a call whose plan is
+not cached yet, or whose arguments opgen.binding cannot read cheaply. (A cached call never
+builds these; opgen.binding reads the same properties from attributes.)
 
 aclTensors from ``opgen.acl``, numpy arrays (any strides, any alignment) and DLPack
 exporters (torch tensors, bf16 included) all become a ``TensorArg``: shape, dtype name,
 format, and two zero-copy views of the caller's memory in the caller's shape:
-  * ``tensor``: a TVM tensor made by one DLPack conversion (what the kernel is handed;
-    ml_dtypes' bfloat16, which numpy cannot export, crosses as uint16 storage), or None
-    when DLPack cannot describe the memory;
+  * ``tensor``: a TVM tensor made by one DLPack conversion (the planner reads its
+    contiguity and device; ml_dtypes' bfloat16, which numpy cannot export, crosses as
+    uint16 storage), or None when DLPack cannot describe the memory;
   * ``host``: a numpy view (for staging copies and for outputs written in place), made
     only when needed: for torch it costs more than everything else a call does.
 A problem with the argument itself is an ``ArgError`` that the aclnn layer turns into a
