@@ -173,17 +173,16 @@ class DLPackKind:
     def read(cls, obj):
         tensor = cls._tensor(obj)
         dtype, device = tensor.dtype, tensor.device
+        shape, strides = tuple(tensor.shape), tuple(tensor.strides)
         itemsize = (dtype.bits * dtype.lanes + 7) // 8
-        return ("dlpack", type(obj), str(dtype), tuple(tensor.shape), tuple(tensor.strides),
-                device.dlpack_device_type(), device.index, tensor.data_ptr() % itemsize == 0), cls.span(obj)
+        address = tensor.data_ptr()
+        key = ("dlpack", type(obj), str(dtype), shape, strides, device.dlpack_device_type(), device.index,
+               address % itemsize == 0)
+        return key, strided_span(address, shape, [s * itemsize for s in strides], itemsize)
 
     @classmethod
     def span(cls, obj):
-        tensor = cls._tensor(obj)
-        dtype = tensor.dtype
-        itemsize = (dtype.bits * dtype.lanes + 7) // 8
-        return strided_span(tensor.data_ptr(), tuple(tensor.shape), [s * itemsize for s in tensor.strides],
-                            itemsize)
+        return cls.read(obj)[1]
 
     @classmethod
     def for_kernel(cls, obj, place):

@@ -322,3 +322,33 @@ def test_numpy_subclasses_are_read_as_plain_arrays(rng):
     assert aclnn.aclnnGroupNormBackward(None, size, executor, None) == 0
     assert_matches(GN, combo, problem, arrays, {k: np.asarray(v) if isinstance(v, np.ndarray) else v
                                                 for k, v in args.items()})
+
+
+class _HostProducer:
+    """A DLPack producer that is neither numpy nor torch (as cupy or jax would be on the host)."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+    def __dlpack__(self, **kwargs):
+        return self.array.__dlpack__(**kwargs)
+
+
+def test_other_dlpack_producers_are_read_and_cached(rng):
+    from opgen.binding import DLPackKind, kind_of
+
+    problem, combo = GNProblem(2, 8, 5, 2), GN.combo("f32-f32")
+    plans = []
+    for _ in range(2):
+        args, arrays = base_args(GN, problem, combo, rng)
+        wrapped = dict(args, gradOut=_HostProducer(args["gradOut"]), gradInput=_HostProducer(args["gradInput"]))
+        assert kind_of(wrapped["gradOut"]) is DLPackKind
+        status, size, executor = phase_one(GN, wrapped)
+        assert status == 0, acl.aclGetRecentErrMsg()
+        assert aclnn.aclnnGroupNormBackward(None, size, executor, None) == 0
+        assert_matches(GN, combo, problem, arrays, args)        # written through the producer's memory
+        plans.append(executor.plan)
+    assert plans[0] is plans[1]
