@@ -78,6 +78,14 @@ class Placement:
         return tvm.DataType(self.dtype)
 
 
+def converts_arrays(kernel) -> bool:
+    """Whether the kernel is a TVM-FFI function, which converts the caller's numpy arrays
+    and torch tensors itself (0.15 µs each, no Python object) and takes scratch from the
+    host arena; a target's own module (AscendC through ctypes, OpenCL) is handed TVM
+    tensors and its scratch lives in the caller's workspace."""
+    return isinstance(kernel.function, tvm_ffi.Function)
+
+
 @dataclass(frozen=True)
 class Plan:
     """Every kernel parameter placed, in parameter order; the workspace it needs."""
@@ -95,10 +103,7 @@ class Plan:
 
     @functools.cached_property
     def converts_arrays(self) -> bool:
-        """Whether the kernel is a TVM-FFI function, which converts the caller's numpy arrays
-        and torch tensors itself (0.15 µs each, no Python object); a target's own module
-        (AscendC through ctypes, OpenCL) is handed TVM tensors."""
-        return isinstance(self.kernel.function, tvm_ffi.Function)
+        return converts_arrays(self.kernel)
 
     @property
     def slots(self) -> tuple:
@@ -145,7 +150,7 @@ def make_plan(call, kernel, problem, combo, device, aliased) -> Plan:
     api = call.api
     shapes = api.kernel_shapes(problem)
     host = is_host(device)
-    planner = _Planner(arena=host and isinstance(kernel.function, tvm_ffi.Function))
+    planner = _Planner(arena=host and converts_arrays(kernel))
     position = {p.name: i for i, p in enumerate(api.params)}
     for p in api.tensors():
         shape, dtype, arg = shapes[p.kernel], combo[p.kernel], call[p.name]
