@@ -132,10 +132,11 @@ def _fail(func: str, status: int, reason: str) -> int:
 # alignment of a tensor (None for a null pointer), the type and value of an attribute or
 # mask, plus which outputs overlap an input. opgen.binding reads exactly that from the raw
 # arguments' attributes (no conversion: the kernel converts numpy arrays and torch tensors
-# itself when it runs); a successful decision (the plan: combo, kernel, placements) is kept under that key, so a
-# repeated call skips the rules, the kernel lookup and the planning. Any difference in the
-# key is a different entry; failures are never cached (each bad call is checked, and
-# reported, in full); arguments opgen.binding cannot read quickly take the full path, uncached.
+# itself when it runs). A successful decision (the plan: combo, kernel, placements) is
+# kept under that key, so a repeated call skips the rules, the kernel lookup and the
+# planning. Any difference in the key is a different entry; failures are never cached
+# (each bad call is checked, and reported, in full); arguments opgen.binding cannot read
+# quickly take the full path, uncached.
 
 _PLANS: dict = {}
 _MAX_PLANS = 4096
