@@ -5,8 +5,9 @@ workspace, the run, aclrtFree) on arrays made the way users make them: once plai
 (``rng.standard_normal``, ``np.empty``: 16-byte aligned, nothing special) and once torch
 tensors. Next to it, interleaved round by round (A B C, B C A, C A B ..., so machine noise
 and cache state hit all alike; medians of the rounds; every peer has its own copies of the
-inputs, so none reads data another contender has just pulled into the cache): ATen's ``native_group_norm_backward``; for RmsNorm, which has
-no CPU backward kernel in ATen, the eager autograd of ``F.rms_norm``, its torch.compile, and
+inputs, so none reads data another contender has just pulled into the cache): ATen's
+``native_group_norm_backward``; for RmsNorm, which has no CPU backward kernel in ATen,
+the eager autograd of ``F.rms_norm``, its torch.compile, and
 ATen's nearest native kernel ``native_layer_norm_backward`` (issue 10's per-call reference);
 a triad ``a = b + s*c`` over 64 MiB arrays (torch's one-pass multithreaded add; numpy's
 single-threaded copy without torch) as the same-run bandwidth; and "opgen after torch": the
