@@ -64,6 +64,33 @@ def test_settings(monkeypatch):
         opgen.set_target("no-such-target")
 
 
+@pytest.mark.parametrize("environ_dict", [True, False], ids=["os.environ's dict", "os.environ.get"])
+def test_context_follows_the_environment_and_the_settings(environ_dict, monkeypatch):
+    """config.context() (what every aclnn call keys its plan on) sees each change: the
+    environment (through os.environ's dict, or os.environ.get where that is not available),
+    set_product/set_target, and a thread's using_target."""
+    from opgen import config
+
+    if not environ_dict:
+        monkeypatch.setattr(config, "_ENV_BYTES", None)
+    monkeypatch.delenv("OPGEN_PRODUCT", raising=False)
+    monkeypatch.delenv("OPGEN_TARGET", raising=False)
+    assert config.context() == ("Ascend950", "llvm")
+    monkeypatch.setenv("OPGEN_PRODUCT", "AtlasA2")
+    monkeypatch.setenv("OPGEN_TARGET", "opencl")
+    assert config.context() == ("AtlasA2", "opencl")
+    with config.using_target("ascend-emu"):
+        assert config.context() == ("AtlasA2", "ascend-emu")
+    opgen.set_product("AtlasA3")
+    try:
+        assert config.context() == ("AtlasA3", "opencl") == (opgen.get_product(), opgen.get_target())
+    finally:
+        config.reset()
+    monkeypatch.setenv("OPGEN_PRODUCT", "Atlas9000")
+    with pytest.raises(ValueError, match="Atlas9000"):
+        config.context()
+
+
 def _gn_inputs(rng, n=2, c=6, hw=(2, 3), group=3, dtype=np.float32):
     x = rng.standard_normal((n, c) + hw).astype(dtype)
     dy = rng.standard_normal((n, c) + hw).astype(dtype)
