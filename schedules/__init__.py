@@ -1,7 +1,8 @@
 """Schedules: how each stage pattern runs on each target, never what it computes.
 
 A schedule module ``schedules/<target>.py`` holds ``RULES``: objects with
-``apply(func, target, knobs) -> s_tir.Schedule | None`` (TVM dlight's protocol). Rules are
+``apply(func, target, knobs) -> s_tir.Schedule | None`` (TVM dlight's protocol; a
+``PatternRule`` supplies it from its ``match`` and ``schedule``). Rules are
 tried in order; ``None`` means "this rule does not match this function". Rules recognise
 stages by pattern (row reduction + elementwise, column reduction) using ``blocks()`` below,
 never by op name, so a new op written in the same patterns needs no schedule code.
@@ -35,6 +36,24 @@ class NoScheduleRule(LookupError):
 class InvalidKnobs(ValueError):
     """A knob the matched rule does not declare, a value outside its domain, or a point
     its constraints refuse."""
+
+
+class PatternRule:
+    """Base of the rules that match a stage pattern: ``match(infos)`` returns what the
+    pattern found in the function's blocks (None: not this pattern) and ``schedule(sch,
+    matched, target, knobs)`` schedules it and returns ``sch``. ``apply`` (dlight's
+    protocol) opens the schedule and ties the two, once for every rule."""
+
+    def match(self, infos: list):
+        raise NotImplementedError
+
+    def schedule(self, sch, matched, target, knobs):
+        raise NotImplementedError
+
+    def apply(self, func, target, knobs):
+        sch = s_tir.Schedule(func)
+        matched = self.match(blocks(sch))
+        return None if matched is None else self.schedule(sch, matched, target, knobs)
 
 
 @dataclass(frozen=True)

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from tvm import s_tir
 from tvm.sym.analyzer import Analyzer
 
-from opgen.schedules import Block, Knob, blocks, patterns, same_extent
+from opgen.schedules import Block, Knob, PatternRule, blocks, patterns, same_extent
 from opgen.schedules.ascend_tiling import (GroupOperands, RowOperands, Tiling, UbBudgetError,  # noqa: F401
                                            plan_groups, plan_rows)
 
@@ -102,7 +102,7 @@ def _shape_is(shape, extents) -> bool:
 
 
 @dataclass(frozen=True)
-class RowTiles:
+class RowTiles(PatternRule):
     """Knobs: rows_per_pass, cols_per_pass, buffer_num, sums (see the Knob docs)."""
 
     def knobs(self, target) -> tuple:
@@ -152,11 +152,7 @@ class RowTiles:
             row_stages=tuple(b.name for b in row_stages),
             row_reductions=tuple(b.name for b in row_stages if "R" in b.kinds))
 
-    def apply(self, func, target, knobs):
-        sch = s_tir.Schedule(func)
-        matched = self.match(blocks(sch))
-        if matched is None:
-            return None
+    def schedule(self, sch, matched, target, knobs):
         out, column_sums, row_stages = matched
         roles = {b.name: "row_stage" for b in row_stages}
         roles.update({b.name: "column_sum" for b in column_sums})
@@ -172,7 +168,7 @@ class RowTiles:
 
 
 @dataclass(frozen=True)
-class GroupTiles:
+class GroupTiles(PatternRule):
     """Knobs: channels_per_pass, buffer_num, sums (see the Knob docs)."""
 
     def knobs(self, target) -> tuple:
@@ -214,11 +210,7 @@ class GroupTiles:
             chan_stages=tuple(b.name for b in row_sums),
             task_stages=tuple(b.name for b in group_stages))
 
-    def apply(self, func, target, knobs):
-        sch = s_tir.Schedule(func)
-        matched = self.match(blocks(sch))
-        if matched is None:
-            return None
+    def schedule(self, sch, matched, target, knobs):
         out, row_sums, group_stages, column_sums, casts = matched
         roles = {b.name: "channel_sum" for b in row_sums}
         roles.update({b.name: "task_stage" for b in group_stages})

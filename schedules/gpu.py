@@ -52,9 +52,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm import s_tir
-
-from opgen.schedules import Knob, blocks, patterns
+from opgen.schedules import Block, Knob, PatternRule, patterns
 from opgen.schedules.llvm import _merge_nests
 
 THREADS = Knob(
@@ -120,7 +118,7 @@ def final_column_sum(sch, block, threads: int) -> None:
 
 
 @dataclass(frozen=True)
-class GpuRowPass:
+class GpuRowPass(PatternRule):
     """Knobs: ``threads``, ``partials`` (the row pass's grid) or ``rows_per_block``,
     ``column_threads``."""
 
@@ -132,11 +130,10 @@ class GpuRowPass:
             return "partials is unused when rows_per_block is set (the same kernel as the default partials)"
         return check_threads(knobs, target)
 
-    def apply(self, func, target, knobs):
-        sch = s_tir.Schedule(func)
-        matched = patterns.row_pass(blocks(sch))
-        if matched is None:
-            return None
+    def match(self, infos: list[Block]):
+        return patterns.row_pass(infos)
+
+    def schedule(self, sch, matched, target, knobs):
         out, column_sums, row_stages = matched
         threads, per_block = int(knobs["threads"]), int(knobs["rows_per_block"])
         factors = [None, per_block] if per_block else [int(knobs["partials"]), None]
@@ -163,7 +160,7 @@ BLOCK_PER = Knob(
 
 
 @dataclass(frozen=True)
-class GpuGroupedRowPass:
+class GpuGroupedRowPass(PatternRule):
     """Knobs: ``threads``, ``block_per`` (row or group), ``column_threads``."""
 
     def knobs(self, target) -> tuple:
@@ -172,11 +169,10 @@ class GpuGroupedRowPass:
     def check_knobs(self, knobs: dict, target, shapes) -> str | None:
         return check_threads(knobs, target)
 
-    def apply(self, func, target, knobs):
-        sch = s_tir.Schedule(func)
-        matched = patterns.grouped_pass(blocks(sch))
-        if matched is None:
-            return None
+    def match(self, infos: list[Block]):
+        return patterns.grouped_pass(infos)
+
+    def schedule(self, sch, matched, target, knobs):
         out, outer, row_sums, group_stages, column_sums, casts = matched
         threads, per_row = int(knobs["threads"]), knobs["block_per"] == "row"
         self._row_sums(sch, row_sums, outer, threads, per_row)

@@ -23,9 +23,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tvm import s_tir
-
-from opgen.schedules import Block, Knob, blocks, patterns
+from opgen.schedules import Block, Knob, PatternRule, patterns
 
 DEFAULT_ROWS_PER_CHUNK = 64
 ROWS_PER_CHUNK = Knob(
@@ -65,7 +63,7 @@ def _parallel(sch, loop, knobs) -> None:
 
 
 @dataclass(frozen=True)
-class RowPassWithColumnSums:
+class RowPassWithColumnSums(PatternRule):
     """Knobs: ``rows_per_chunk`` (rows summed into one partial per column; default 64) and
     ``final_columns`` (columns per task of the final fixed-order sum of the partials)."""
 
@@ -78,11 +76,7 @@ class RowPassWithColumnSums:
     def match(self, infos: list[Block]):
         return patterns.row_pass(infos)
 
-    def apply(self, func, target, knobs):
-        sch = s_tir.Schedule(func)
-        matched = self.match(blocks(sch))
-        if matched is None:
-            return None
+    def schedule(self, sch, matched, target, knobs):
         out, column_sums, row_stages = matched
         per_chunk = int(knobs.get("rows_per_chunk", DEFAULT_ROWS_PER_CHUNK))
         chunk_loop, row_loop, partials = patterns.fuse_row_pass(sch, out, column_sums, row_stages, [None, per_chunk])
@@ -125,7 +119,7 @@ def _decompose_innermost(sch, info: Block) -> None:
 
 
 @dataclass(frozen=True)
-class GroupedRowPass:
+class GroupedRowPass(PatternRule):
     """Knobs: ``parallel``. The outer (batch, group) axes are fused and run in parallel."""
 
     def knobs(self, target) -> tuple:
@@ -137,11 +131,7 @@ class GroupedRowPass:
     def match(self, infos: list[Block]):
         return patterns.grouped_pass(infos)
 
-    def apply(self, func, target, knobs):
-        sch = s_tir.Schedule(func)
-        matched = self.match(blocks(sch))
-        if matched is None:
-            return None
+    def schedule(self, sch, matched, target, knobs):
         out, outer, row_sums, group_stages, column_sums, casts = matched
         # Merge and compute_at on the separate outer loops, fuse them last: the region
         # analysis cannot bound (fused // G, fused % G) and would recompute every group.
