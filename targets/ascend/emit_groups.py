@@ -22,7 +22,7 @@ from tvm import s_tir
 
 from opgen.schedules.ascend import GroupTiles
 from opgen.schedules.ascend_tiling import TEMP_TILES
-from opgen.targets.ascend.emitter import CPP_TYPE, as_float32, camel, copy_in, copy_params
+from opgen.targets.ascend.emitter import CPP_TYPE, as_float32, camel, copy_in, copy_params, recorded_stages
 from opgen.targets.ascend.exprs import (Context, EmitError, Value, emit_expr, load_name, reduction_body, row_sums,
                                         stored_value)
 
@@ -59,10 +59,7 @@ class GroupKernel:
 
 def read_group_kernel(func, symbol: str, knobs: dict) -> GroupKernel:
     sch = s_tir.Schedule(func)
-    stages = []
-    for rv in sch.get_child_blocks(sch.get_sblock("root")):
-        blk = sch.get(rv)
-        stages.append((blk.name_hint, str(blk.annotations["ascend.role"]), blk))
+    stages = recorded_stages(sch)
     ops = GroupTiles().operands(func)
     tile = next(b for _, r, b in stages if r == "tile")
     sizes = {str(iv.dom.extent): f"t_.{f}" for iv, f in zip(tile.iter_vars, ("N", "G", "D", "HW"))}

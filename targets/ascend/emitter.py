@@ -90,6 +90,13 @@ def camel(symbol: str) -> str:
     return "".join(part.capitalize() for part in symbol.split("_"))
 
 
+def recorded_stages(sch) -> list:
+    """(name, "ascend.role" annotation, block) of every stage of a function the Ascend
+    schedule rules scheduled, in program order (what both emitters read)."""
+    return [(blk.name_hint, str(blk.annotations["ascend.role"]), blk)
+            for blk in map(sch.get, sch.get_child_blocks(sch.get_sblock("root")))]
+
+
 def read_row_kernel(func, symbol: str) -> RowKernel:
     """The row pattern's pieces from the scheduled function (EmitError for other patterns)."""
     sch = s_tir.Schedule(func)
@@ -99,10 +106,7 @@ def read_row_kernel(func, symbol: str) -> RowKernel:
         raise EmitError(f"{symbol} is not of the row pattern but '{pattern}'")
     knobs = {key[len("ascend."):]: (str(v) if isinstance(v, str) or hasattr(v, "startswith") else int(v))
              for key, v in root.annotations.items() if key.startswith("ascend.") and key != "ascend.pattern"}
-    stages = []
-    for rv in sch.get_child_blocks(sch.get_sblock("root")):
-        blk = sch.get(rv)
-        stages.append((blk.name_hint, str(blk.annotations["ascend.role"]), blk))
+    stages = recorded_stages(sch)
     ops = RowTiles().operands(func)
     tile_out = next(b for n, r, b in stages if r == "tile")
     rows, cols = (iv.dom.extent for iv in tile_out.iter_vars)
