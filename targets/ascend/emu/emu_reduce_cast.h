@@ -128,6 +128,16 @@ std::vector<std::vector<uint64_t>> repeat_groups(const Lanes& l, uint64_t blk, u
     return groups;
 }
 
+// WholeReduceSum for either mask form: dst[r * dstRepStride] = sum of repeat r's active lanes.
+template <typename T>
+void whole_reduce_sum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const Lanes& l,
+                      int32_t dstRepStride, int32_t srcBlkStride, int32_t srcRepStride) {
+    auto groups = repeat_groups<T>(l, srcBlkStride, srcRepStride, false);
+    std::vector<uint64_t> di(groups.size());
+    for (size_t r = 0; r < di.size(); ++r) di[r] = r * uint64_t(dstRepStride);
+    reduce_groups("WholeReduceSum", dst, di, src, groups);
+}
+
 }  // namespace opgen_emu
 
 namespace AscendC {
@@ -200,11 +210,8 @@ void WholeReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const 
                     const int32_t srcRepStride) {
     OPGEN_REDUCE_TYPES(T);
     using namespace opgen_emu;
-    Lanes l = mask_lanes(mask, repeatTimes, max_lanes<T>(), "WholeReduceSum");
-    auto groups = repeat_groups<T>(l, srcBlkStride, srcRepStride, false);
-    std::vector<uint64_t> di(groups.size());
-    for (size_t r = 0; r < di.size(); ++r) di[r] = r * uint64_t(dstRepStride);
-    reduce_groups("WholeReduceSum", dst, di, src, groups);
+    whole_reduce_sum(dst, src, mask_lanes(mask, repeatTimes, max_lanes<T>(), "WholeReduceSum"), dstRepStride,
+                     srcBlkStride, srcRepStride);
 }
 
 template <typename T, bool isSetMask = true>
@@ -213,11 +220,8 @@ void WholeReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const 
                     const int32_t srcRepStride) {
     OPGEN_REDUCE_TYPES(T);
     using namespace opgen_emu;
-    Lanes l = bitmask_lanes(mask, repeatTimes, max_lanes<T>(), "WholeReduceSum");
-    auto groups = repeat_groups<T>(l, srcBlkStride, srcRepStride, false);
-    std::vector<uint64_t> di(groups.size());
-    for (size_t r = 0; r < di.size(); ++r) di[r] = r * uint64_t(dstRepStride);
-    reduce_groups("WholeReduceSum", dst, di, src, groups);
+    whole_reduce_sum(dst, src, bitmask_lanes(mask, repeatTimes, max_lanes<T>(), "WholeReduceSum"), dstRepStride,
+                     srcBlkStride, srcRepStride);
 }
 
 // Per repeat, one sum per 32-byte block with active lanes, written to
