@@ -32,7 +32,7 @@ from opgen import acl, config
 from opgen.apispec import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ACLNN_ERR_RUNTIME_ERROR,
                            ACLNN_ERR_INNER_TILING_ERROR, ACLNN_SUCCESS, ATTR, INPUT, MASK, OUTPUT, STATUS_NAMES,
                            ArgError, Call)
-from opgen.binding import NotReadable, aliased_outputs, kind_of, no_overlap, overlapping_outputs, value_key
+from opgen.binding import KINDS, NotReadable, aliased_outputs, kind_of, no_overlap, overlapping_outputs, value_key
 from opgen.executor import Executor, make_plan
 from opgen.ops import all_ops
 from opgen.tensorarg import TensorArg, describe
@@ -170,20 +170,21 @@ def _read_arguments(positions: _Positions, arguments: tuple):
     keys = [value_key(arguments[i]) for i in positions.values]
     kinds = [None] * len(arguments)
     anchors = []
+    known_kinds = KINDS
     for i in positions.tensors:
         value = arguments[i]
         if value is None:
             keys.append(None)
             continue
-        kind = kinds[i] = kind_of(value)
+        kind = kinds[i] = known_kinds.get(type(value)) or kind_of(value)
         key, anchor = kind.read(value)
         keys.append(key)
         anchors.append(anchor)
     if no_overlap(anchors):
-        return tuple(keys), kinds, ()
+        return tuple(keys), tuple(kinds), ()
     pairs = [[None if kinds[i] is None else (kinds[i], arguments[i]) for i in group]
              for group in (positions.inputs, positions.outputs)]
-    return tuple(keys), kinds, aliased_outputs(*pairs)
+    return tuple(keys), tuple(kinds), aliased_outputs(*pairs)
 
 
 def _aliased(op, values: dict) -> frozenset:

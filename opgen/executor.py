@@ -34,7 +34,7 @@ import numpy as np
 import tvm
 import tvm_ffi
 
-from opgen import acl
+from opgen import acl, launch
 from opgen.apispec import ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_RUNTIME_ERROR, ArgError
 from opgen.dtypes import numpy_dtype
 from opgen.binding import NotReadable
@@ -77,6 +77,11 @@ class Placement:
     def tvm_dtype(self):
         return tvm.DataType(self.dtype)
 
+    @functools.cached_property
+    def extent(self) -> int:
+        """Bytes of the kernel's tensor (C-contiguous)."""
+        return int(np.prod(self.shape, dtype=np.int64)) * numpy_dtype(self.dtype).itemsize
+
 
 def converts_arrays(kernel) -> bool:
     """Whether the kernel is a TVM-FFI function, which converts the caller's numpy arrays
@@ -104,6 +109,12 @@ class Plan:
     @functools.cached_property
     def converts_arrays(self) -> bool:
         return converts_arrays(self.kernel)
+
+    @functools.cached_property
+    def binds_directly(self) -> bool:
+        """Whether a run only hands memory to the kernel (no staging, no fill, no workspace):
+        then a generated binder (opgen.launch) builds the kernel's arguments."""
+        return self.converts_arrays and all(p.kind in (DIRECT, EMPTY) or p.in_arena for p in self.placements)
 
     @property
     def slots(self) -> tuple:
@@ -315,16 +326,19 @@ class Executor:
 
     def run(self, memory: Workspace | None) -> None:
         """Stage, run the kernel, copy back. ArgError if the kernel fails."""
-        plan, kinds, arguments = self.plan, self.kinds, self.arguments
+        plan = self.plan
+        if plan.binds_directly:
+            try:
+                kernel_args = launch.binders.get(plan, self.kinds, _recipes)(self.arguments)
+            except NotReadable:
+                raise self._changed_argument()
+            self._call(kernel_args)
+            return
         kernel_args, staged = [], []
         for place in plan.placements:
             kind = place.kind
             if kind == DIRECT:
-                try:
-                    kernel_args.append(kinds[place.index].for_kernel(arguments[place.index], place))
-                except NotReadable:
-                    raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{place.param} was destroyed, or its memory freed, "
-                                                            f"after GetWorkspaceSize")
+                kernel_args.append(self._direct(place))
                 continue
             if kind == EMPTY:
                 kernel_args.append(tvm.runtime.empty(place.shape, place.dtype, plan.device))
@@ -342,9 +356,53 @@ class Executor:
             kernel_args.append(tensor)
         if not plan.converts_arrays:
             kernel_args = [a if isinstance(a, tvm_ffi.Tensor) else tvm_ffi.from_dlpack(a) for a in kernel_args]
-        try:
-            plan.kernel.function(*kernel_args)
-        except Exception as exc:
-            raise ArgError(ACLNN_ERR_RUNTIME_ERROR, f"the {plan.kernel.symbol} kernel failed ({exc})")
+        self._call(kernel_args)
         for place, tensor in staged:
             memory.stage_out(place, self.host(place), tensor)
+
+    def _call(self, kernel_args) -> None:
+        try:
+            self.plan.kernel.function(*kernel_args)
+        except Exception as exc:
+            raise ArgError(ACLNN_ERR_RUNTIME_ERROR, f"the {self.plan.kernel.symbol} kernel failed ({exc})")
+
+    def _direct(self, place: Placement, check: bool = False):
+        """What the kernel gets for the caller's tensor of a DIRECT placement, from its kind
+        (the array itself, a reshape, a view); with ``check``, the kind's run-time check
+        of an address it gives is made too. ArgError names a tensor that is no longer
+        what phase one read."""
+        kind, value = self.kinds[place.index], self.arguments[place.index]
+        try:
+            if check and kind.address is not None:
+                kind.address(value, place)
+            return kind.for_kernel(value, place)
+        except NotReadable:
+            raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{place.param} was changed or destroyed, or its memory "
+                                                    f"freed, after GetWorkspaceSize")
+
+    def _changed_argument(self) -> ArgError:
+        """The error for a binder that met an argument no longer as phase one read it."""
+        for place in self.plan.placements:
+            if place.kind == DIRECT:
+                try:
+                    self._direct(place, check=True)
+                except ArgError as err:
+                    return err
+        return ArgError(ACLNN_ERR_PARAM_INVALID, "an argument was changed after GetWorkspaceSize")
+
+
+def _recipes(plan: Plan, kinds: tuple) -> list:
+    """How a binder (opgen.launch) gets each kernel parameter of ``plan`` on this thread."""
+    recipes = []
+    for place in plan.placements:
+        if place.kind == DIRECT:
+            kind = kinds[place.index]
+            if kind.address is not None:
+                recipes.append((launch.ADDRESS, place.index, kind.address, place))
+            else:
+                recipes.append((launch.OBJECT, place.index, kind.for_kernel, place))
+        elif place.kind == EMPTY:
+            recipes.append((launch.CONSTANT, tvm.runtime.empty(place.shape, place.dtype, plan.device)))
+        else:
+            recipes.append((launch.CONSTANT, _ARENA.tensor(place)))
+    return recipes
