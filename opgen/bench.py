@@ -10,8 +10,11 @@ inputs, so none reads data another contender has just pulled into the cache): AT
 the eager autograd of ``F.rms_norm``, its torch.compile, and
 ATen's nearest native kernel ``native_layer_norm_backward`` (issue 10's per-call reference);
 a triad ``a = b + s*c`` over 64 MiB arrays (torch's one-pass multithreaded add; numpy's
-single-threaded copy without torch) as the same-run bandwidth; and "opgen after torch": the
-opgen call timed right after a torch op, the situation of a PyTorch user.
+single-threaded copy without torch) as the same-run bandwidth; a "stream (same bytes)": the
+same add over exactly the op's dy, x and dx, whose time no kernel moving the op's minimal
+bytes with ordinary stores can beat (a peer's time over it bounds the speedup any kernel
+could show over that peer in the run); and "opgen after torch": the opgen call timed right
+after a torch op, the situation of a PyTorch user.
 
 GB/s counts minimal bytes: every input read once, every output written once. Tiny shapes
 measure the per-call cost (µs) instead.
@@ -122,6 +125,18 @@ def triad():
     return (lambda: torch.add(b, c, alpha=0.5, out=a)), 3 * a.numel() * 4
 
 
+def same_bytes_stream(dy, x, dx):
+    """A stream over the op's elementwise tensors only: read dy and x once, write dx once,
+    as integer adds of their bits (torch's multithreaded add; the arithmetic is free, the
+    bytes are the op's). No kernel that reads each input once and writes each output once
+    with ordinary stores can be faster, so a peer's time over this one is the largest
+    speedup over that peer any such kernel could show in this run."""
+    torch = dy.__class__.__module__.startswith("torch") and __import__("torch")
+    bits = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[dy.element_size()]
+    a, b, out = (t.detach().clone().view(bits) for t in (dy, x, dx))
+    return lambda: torch.add(a, b, out=out)
+
+
 def contenders(case: Case, rng, skip=()) -> tuple[dict, int]:
     """The timed calls of one case and its minimal byte count."""
     from opgen import baselines as B
@@ -146,6 +161,8 @@ def contenders(case: Case, rng, skip=()) -> tuple[dict, int]:
     for name, make in peers.items():
         if name not in skip:   # its own copies: no contender reads inputs another one just warmed
             runs[name] = make(case.op, problem, {k: B.to_torch(v) for k, v in inputs.items()})
+    if not case.tiny and "stream" not in skip:
+        runs["stream (same bytes)"] = same_bytes_stream(tensors["dy"], tensors["x"], torch_outputs["dx"])
     first_peer = next((runs[n] for n in peers if n in runs), None)
     if isinstance(first_peer, tuple):  # compiled: (forward, backward), both are the torch op here
         forward, backward = first_peer
@@ -287,7 +304,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--repeats", type=int, help="interleaved rounds, median taken (default 15; --quick 5)")
     parser.add_argument("--no-tiny", action="store_true", help="leave out the per-call cost rows")
     parser.add_argument("--skip", action="append", default=[],
-                        choices=("eager", "compile", "aten", "aten-layernorm", "after-torch"),
+                        choices=("eager", "compile", "aten", "aten-layernorm", "after-torch", "stream"),
                         help="leave out a baseline (repeatable)")
     parser.add_argument("--omp-wait", choices=("passive", "default", "inherit"), default="passive",
                         help="OMP_WAIT_POLICY for the run (see the module doc)")
