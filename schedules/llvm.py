@@ -109,9 +109,11 @@ def _fence_value(sch, name: str) -> None:
     elementwise ``x * coef``), so the division the TE hoisted to once per row came back as
     a ``vdivps`` per 8 elements of the inner loop (seen in the assembly of every RmsNorm
     kernel). The fence stops reassociation across it and costs nothing at run time.
-    Measured (cold, through the aclnn API, over the same run's stream of the op's bytes):
-    RmsNormGrad bf16 4096x4096 1.90-1.93x -> 1.62-1.68x, 16384x1024 1.62 -> 1.50-1.58x;
-    f32, bound by memory, within noise.
+    Measured on RmsNormGrad 4096x4096 (caches evicted before each call): through the aclnn
+    API with 256-bit vectors, bf16 took 1.90x the time of the same run's stream of its
+    bytes before, 1.62-1.68x after; kernel alone, interleaved A/B, 41 calls each, with the
+    512-bit vectors bf16 now gets (targets/llvm.py): bf16 4.75-4.91 -> 4.55-4.82 ms, f32
+    9.79-10.10 -> 10.10-10.33 ms (memory-bound f32 loses 2-3%: kept for one rule).
     """
     rv = sch.get_sblock(name)
     block = sch.get(rv)

@@ -142,10 +142,25 @@ def test_llvm_kernels_are_parallel_and_vectorized(op, combo):
     loop as a vector fdiv until the row rule fenced it)."""
     mod, symbol = kernels.scheduled_module(op, combo, LLVM)
     assert "T.parallel" in mod.script()
-    llvm_ir = tvm.compile(mod, target=LLVM.tvm_target()).mod.inspect_source("ll")
+    llvm_ir = LLVM.build(mod).inspect_source("ll")
     widths = {int(w) for w in re.findall(r"<(\d+) x float>", llvm_ir)}
     assert widths and max(widths) >= 4, f"{symbol}: no float vectors in the LLVM IR ({widths})"
     assert not re.findall(r"= fdiv [^\n]*<\d+ x float>", llvm_ir), f"{symbol}: a vector division in the LLVM IR"
+
+
+def test_llvm_builds_16bit_float_kernels_with_512_bit_vectors_where_llvm_caps_them():
+    """targets/llvm.py: bf16/f16 kernels widen past LLVM's 256-bit cap (instruction
+    bound), f32 kernels keep it (memory bound; 512 bits measured slower)."""
+    from opgen.targets.llvm import prefers_256_bit_vectors
+
+    if not prefers_256_bit_vectors():
+        pytest.skip("this CPU has no 256-bit cap for LLVM to lift (no AVX-512 tuned prefer-256-bit)")
+    op = next(o for o in all_ops() if o.name == "rms_norm_grad")
+    widths = {}
+    for tag in ("bf16-bf16", "f32-f32"):
+        llvm_ir = LLVM.build(kernels.scheduled_module(op, op.combo(tag), LLVM)[0]).inspect_source("ll")
+        widths[tag] = max(int(w) for w in re.findall(r"<(\d+) x float>", llvm_ir))
+    assert widths == {"bf16-bf16": 16, "f32-f32": 8}, widths
 
 
 def test_partial_sums_are_kernel_parameters():
