@@ -3,7 +3,7 @@
 Phase one of a warm call should cost what deciding "this call is like one already
 validated" costs, not what validating costs; phase two what launching costs. Each kind of
 tensor argument users pass (numpy arrays, torch tensors, aclTensors, other DLPack
-producers) has an ``ArgKind`` that knows three things about it:
+producers) has an ``ArgKind`` that knows these things about it:
 
   * ``read(obj)`` -> (key, anchor). The key holds every property that can decide the
     call's outcome or plan (dtype, shape, strides, writability, device, element
@@ -17,7 +17,12 @@ producers) has an ``ArgKind`` that knows three things about it:
   * ``span(obj)``: the exact byte range, for when the anchors cannot settle it;
   * ``for_kernel(obj, place)``: what the kernel is handed for a directly placed tensor.
     The caller's object itself where TVM-FFI converts it inside the call (numpy, torch),
-    reshaped by numpy when the kernel's shape differs.
+    reshaped by numpy when the kernel's shape differs;
+  * ``prefers_address(place)`` and ``address(obj, place)``: whether a host kernel is
+    better handed the address than the object (torch, whose address is cheap; bf16
+    numpy, whose object would need three conversions), and that address, checked at
+    run time. A generated binder (opgen.launch) writes it into a DLTensor in the
+    kernel's own shape, so no view is made per call.
 
 Measured (2 cores, warm, µs per tensor): a Python-level ``tvm_ffi.from_dlpack`` 0.35 plus
 0.26 to free it and 0.42 (+0.2 to free) per ``tensor_view``; TVM-FFI converting a numpy
@@ -70,7 +75,21 @@ class NumpyKind:
     """numpy arrays: any strides, any alignment, read-only too (the plan stages what the
     kernel cannot read in place)."""
 
-    address = None   # handed over as an object (see for_kernel)
+    @staticmethod
+    def prefers_address(place) -> bool:
+        """bf16 only: numpy cannot export ml_dtypes' bfloat16, so handing the array over
+        takes a uint16 view, its DLPack export and a TVM view per call (1 µs warm, 13 µs
+        right after a cache-evicting op); its address 1 and 8. Other arrays go as
+        themselves (TVM-FFI converts them in the call, 0.15 µs warm)."""
+        return place.dtype == "bfloat16"
+
+    @staticmethod
+    def address(a, place) -> int:
+        """The array's address, if it still spans exactly the kernel's bytes, contiguously
+        (``a.shape = ...`` or ``a.dtype = ...`` may have changed it since phase one)."""
+        if a.nbytes == place.extent and a.flags.c_contiguous:
+            return a.__array_interface__["data"][0]   # (a.ctypes.data: same warm, 20% more cold)
+        raise NotReadable
 
     @staticmethod
     def read(a):
@@ -110,7 +129,7 @@ class AclKind:
     """aclTensors: their host view (made once; a tensor's metadata never changes after
     aclCreateTensor) read as numpy, plus the aclDataType and format."""
 
-    address = None   # handed over as an object (see for_kernel)
+    prefers_address = NumpyKind.prefers_address
 
     @staticmethod
     def _view(t):
@@ -133,6 +152,10 @@ class AclKind:
     @classmethod
     def for_kernel(cls, t, place):
         return NumpyKind.for_kernel(cls._view(t), place)
+
+    @classmethod
+    def address(cls, t, place) -> int:
+        return NumpyKind.address(cls._view(t), place)
 
 
 class TorchKind:
@@ -158,6 +181,10 @@ class TorchKind:
         return _create_view(_from_dlpack(t), place.tvm_shape, place.tvm_dtype, 0) if place.reshape else t
 
     @staticmethod
+    def prefers_address(place) -> bool:
+        return True
+
+    @staticmethod
     def address(t, place) -> int:
         """Where a host kernel may read or write ``place``'s bytes in ``t`` (for a DLTensor
         that opgen.dltensor writes in the kernel's shape).
@@ -175,7 +202,9 @@ class TorchKind:
 class DLPackKind:
     """Any other DLPack producer, read through a TVM tensor's metadata."""
 
-    address = None   # handed over as an object (see for_kernel)
+    @staticmethod
+    def prefers_address(place) -> bool:
+        return False   # handed over as an object (see for_kernel)
 
     @staticmethod
     def _tensor(obj):

@@ -23,6 +23,9 @@ every call with the same shapes, strides, dtypes, mask, nulls and aliasing. The 
 one call are bound to it in an ``Executor``.
 
 Executors are single-use (aclnn's default): the first run marks it used, under a lock.
+A run of a plan that only hands memory to a TVM-FFI kernel (no staging, no fill) goes
+through a binder generated for the plan and the call's argument kinds (opgen.launch);
+other runs walk the placements.
 """
 from __future__ import annotations
 
@@ -373,7 +376,7 @@ class Executor:
         what phase one read."""
         kind, value = self.kinds[place.index], self.arguments[place.index]
         try:
-            if check and kind.address is not None:
+            if check and kind.prefers_address(place):
                 kind.address(value, place)
             return kind.for_kernel(value, place)
         except NotReadable:
@@ -397,7 +400,7 @@ def _recipes(plan: Plan, kinds: tuple) -> list:
     for place in plan.placements:
         if place.kind == DIRECT:
             kind = kinds[place.index]
-            if kind.address is not None:
+            if kind.prefers_address(place):
                 recipes.append((launch.ADDRESS, place.index, kind.address, place))
             else:
                 recipes.append((launch.OBJECT, place.index, kind.for_kernel, place))

@@ -20,9 +20,10 @@ which the kernel call itself was 0.74. Two things cost:
     one tuple of argument kinds (``launcher_source`` shows it), with the placements,
     handles and arena views as constants.
 
-Which kinds give an address (torch) and how a tensor is checked before its address is
-written is opgen.binding's (``ArgKind.address``); plans that stage or fill (copies, so a
-slow path anyway) and targets whose modules take TVM tensors keep the generic walk in
+Which arguments go by address (torch tensors; bf16 numpy arrays, which numpy cannot
+export) and how each is checked before its address is written is opgen.binding's
+(``ArgKind.prefers_address``, ``ArgKind.address``); plans that stage or fill (copies, so
+a slow path anyway) and targets whose modules take TVM tensors keep the generic walk in
 opgen.executor.
 
 A frame is written during one run and read by that run's kernel call; runs are

@@ -97,6 +97,45 @@ def test_numpy_and_torch_in_one_call_each_go_their_own_way(rng):
     assert_matches(GN, combo, problem, arrays, {k: as_numpy(v) for k, v in args.items()})
 
 
+@pytest.mark.parametrize("op,problem", [(RMS, RMSProblem((5, 33), 1)), (GN, GNProblem(2, 6, 7, 3))],
+                         ids=["rms_norm_grad", "group_norm_backward"])
+def test_bf16_numpy_arrays_go_by_address_and_match_the_reference(op, problem, rng):
+    """numpy cannot export ml_dtypes' bfloat16: the binder hands the kernel its address
+    (no uint16 view, DLPack export and TVM view per call); other numpy dtypes go as the
+    arrays themselves."""
+    for tag in ("bf16-bf16", "f32-f32"):
+        combo = op.combo(tag)
+        args, arrays = base_args(op, problem, combo, rng)
+        status, size, executor = phase_one(op, args)
+        assert status == 0 and executor.plan.binds_directly
+        assert getattr(aclnn, op.aclnn_name)(None, size, executor, None) == 0, acl.aclGetRecentErrMsg()
+        assert_matches(op, combo, problem, arrays, args)
+        source = binder_source(executor)
+        direct = [p.dtype for p in executor.plan.placements if p.kind == "direct"]
+        assert source.count("address_of_") == direct.count("bfloat16"), source
+        assert source.count("object_of_") == len(direct) - direct.count("bfloat16"), source
+
+
+def test_a_bf16_numpy_array_changed_between_the_phases(rng):
+    """Reshaped in place (same bytes, contiguous): still the kernel's extent, accepted;
+    strided in place: refused with 161002 before the kernel runs."""
+    problem, combo = RMSProblem((6, 40), 1), RMS.combo("bf16-bf16")
+    args, arrays = base_args(RMS, problem, combo, rng)
+    args["x"] = args["x"].copy()
+    status, size, executor = phase_one(RMS, args)
+    args["x"].shape = (args["x"].size,)
+    assert aclnn.aclnnRmsNormGrad(None, size, executor, None) == 0
+    assert_matches(RMS, combo, problem, arrays, args)
+    args, _ = base_args(RMS, problem, combo, rng)
+    status, size, executor = phase_one(RMS, args)
+    with pytest.warns(DeprecationWarning):
+        args["dxOut"].strides = (2, 12)
+    before = args["dxOut"].copy()
+    assert aclnn.aclnnRmsNormGrad(None, size, executor, None) == aclnn.ACLNN_ERR_PARAM_INVALID
+    assert "dxOut was changed or destroyed" in acl.aclGetRecentErrMsg()
+    assert np.array_equal(args["dxOut"], before, equal_nan=True)
+
+
 def _resized(t):
     t.resize_(1)
 
