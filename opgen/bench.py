@@ -11,9 +11,10 @@ the eager autograd of ``F.rms_norm``, its torch.compile, and
 ATen's nearest native kernel ``native_layer_norm_backward`` (issue 10's per-call reference);
 a triad ``a = b + s*c`` over 64 MiB arrays (torch's one-pass multithreaded add; numpy's
 single-threaded copy without torch) as the same-run bandwidth; a "stream (same bytes)": the
-same add over exactly the op's dy, x and dx, whose time no kernel moving the op's minimal
-bytes with ordinary stores can beat (a peer's time over it bounds the speedup any kernel
-could show over that peer in the run); and "opgen after torch": the opgen call timed right
+same add over exactly the op's dy, x and dx, the time of moving the op's minimal bytes
+with ordinary stores (a peer's time over it estimates the speedup any kernel could show
+over that peer in the run; on small shapes torch's own call costs make it a loose floor);
+and "opgen after torch": the opgen call timed right
 after a torch op, the situation of a PyTorch user.
 
 GB/s counts minimal bytes: every input read once, every output written once. Tiny shapes
@@ -128,9 +129,10 @@ def triad():
 def same_bytes_stream(dy, x, dx):
     """A stream over the op's elementwise tensors only: read dy and x once, write dx once,
     as integer adds of their bits (torch's multithreaded add; the arithmetic is free, the
-    bytes are the op's). No kernel that reads each input once and writes each output once
-    with ordinary stores can be faster, so a peer's time over this one is the largest
-    speedup over that peer any such kernel could show in this run."""
+    bytes are the op's): what moving the op's minimal bytes with ordinary stores costs, so
+    a peer's time over this one estimates the largest speedup over that peer a kernel that
+    reads each input once and writes each output once could show in this run (a loose
+    floor on small shapes, where torch's own call costs count)."""
     torch = dy.__class__.__module__.startswith("torch") and __import__("torch")
     bits = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[dy.element_size()]
     a, b, out = (t.detach().clone().view(bits) for t in (dy, x, dx))
