@@ -179,16 +179,17 @@ def test_binders_are_per_thread_and_per_kind(rng):
     """Four threads share one plan with torch tensors (each thread its own frame), while
     numpy calls of the same shapes use their own plan and binder."""
     from test_aclnn_run import in_threads
-    problem, combo = GNProblem(2, 8, 9, 4), GN.combo("f32-f32")
+    problem, combo, bf16 = GNProblem(2, 8, 9, 4), GN.combo("f32-f32"), GN.combo("bf16-bf16")
 
     def work(seed):
         local = np.random.default_rng(seed)
-        for _ in range(50):
+        for _ in range(100):
             run_on_torch(GN, problem, combo, local)
-            args, arrays = base_args(GN, problem, combo, local)
-            status, size, executor = phase_one(GN, args)
-            assert status == 0 and aclnn.aclnnGroupNormBackward(None, size, executor, None) == 0
-            assert_matches(GN, combo, problem, arrays, args)
+            for numpy_combo in (combo, bf16):   # bf16 numpy arrays go by address too
+                args, arrays = base_args(GN, problem, numpy_combo, local)
+                status, size, executor = phase_one(GN, args)
+                assert status == 0 and aclnn.aclnnGroupNormBackward(None, size, executor, None) == 0
+                assert_matches(GN, numpy_combo, problem, arrays, args)
 
     in_threads(work, 4)
 
