@@ -1,5 +1,6 @@
-"""Launchers: a plan's kernel call, specialized once per thread to the kinds of its
-arguments, so a warm call does little more than hand addresses to the kernel.
+"""Binders: a plan's kernel arguments, built by code specialized once per thread to the
+kinds of the call's arguments, so a warm call does little more than hand addresses to the
+kernel.
 
 Phase two of a warm call used to walk the plan's placements, ask each argument's kind
 what the kernel gets, and make view objects: on GroupNorm (1,32,2x2,G=8), 6.5 µs of
@@ -16,8 +17,8 @@ which the kernel call itself was 0.74. Two things cost:
     as the ``DLTensor*`` and checks like any other (ndim, dtype, shape, device, element
     alignment). Passing two such addresses costs 0.16 µs, two torch tensors 0.29.
   * the generic walk: 0.45 µs of loop plus about 0.4 per parameter of lookups and calls.
-    A ``launcher`` is the same walk written out as straight-line Python for one plan and
-    one tuple of argument kinds (``launcher_source`` shows it), with the placements,
+    A binder is the same walk written out as straight-line Python for one plan and one
+    tuple of argument kinds (``binder_source`` shows it), with the placements,
     handles and arena views as constants.
 
 Which arguments go by address (torch tensors; bf16 numpy arrays, which numpy cannot
@@ -27,7 +28,7 @@ a slow path anyway) and targets whose modules take TVM tensors keep the generic 
 opgen.executor.
 
 A frame is written during one run and read by that run's kernel call; runs are
-synchronous and never re-entered on one thread, so frames and launchers are per thread
+synchronous and never re-entered on one thread, so frames and binders are per thread
 (like the scratch arena) and per plan.
 """
 from __future__ import annotations
