@@ -52,6 +52,11 @@ def _align(n: int) -> int:
     return (n + ALIGNMENT - 1) // ALIGNMENT * ALIGNMENT
 
 
+def _bytes(shape, dtype: str) -> int:
+    """Bytes of a C-contiguous tensor of ``shape`` and ``dtype``."""
+    return int(np.prod(shape, dtype=np.int64)) * numpy_dtype(dtype).itemsize
+
+
 @dataclass(frozen=True)
 class Placement:
     """Where one kernel parameter lives during the run."""
@@ -83,7 +88,7 @@ class Placement:
     @functools.cached_property
     def extent(self) -> int:
         """Bytes of the kernel's tensor (C-contiguous)."""
-        return int(np.prod(self.shape, dtype=np.int64)) * numpy_dtype(self.dtype).itemsize
+        return _bytes(self.shape, self.dtype)
 
 
 def converts_arrays(kernel) -> bool:
@@ -137,7 +142,7 @@ class _Planner:
         if kind not in SLOT_KINDS:
             self.placed[kernel] = Placement(kernel, kind, shape, dtype, param, index, reshape=reshape)
             return
-        nbytes = int(np.prod(shape, dtype=np.int64)) * numpy_dtype(dtype).itemsize
+        nbytes = _bytes(shape, dtype)
         if kind == SCRATCH and self.arena_used is not None and self.arena_used + _align(nbytes) <= ARENA_BYTES:
             self.placed[kernel] = Placement(kernel, kind, shape, dtype, param, index, self.arena_used, nbytes,
                                             fill, in_arena=True)
