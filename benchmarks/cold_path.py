@@ -6,8 +6,8 @@ that evicts the caches (the state a call finds inside a model), interleaved, med
 
   * api:    GetWorkspaceSize + run through the aclnn API (what users call);
   * kernel: the compiled kernel alone, on the arguments the binder made for that call;
-  * stream: torch's add over exactly the op's dy, x and dx bytes (integer views): the
-            floor for any kernel reading each input once and writing each output once;
+  * stream: opgen.bench.same_bytes_stream, torch's add over exactly the op's dy, x and dx
+            bytes (integer views): what moving the op's minimal bytes costs;
   * aten:   ``aten.native_group_norm_backward`` on the same tensors.
 
 "kernel/stream" near 1 means the kernel moves its bytes as fast as a plain stream does;
@@ -29,6 +29,7 @@ SHAPES = ((2, 320, 64, 64, 32), (2, 640, 32, 32, 32), (2, 1280, 16, 16, 32), (8,
 def contenders(torch, n, c, h, w, g, dtype) -> dict:
     """name -> a call of the four contenders on one case."""
     from opgen import aclnn, launch
+    from opgen.bench import same_bytes_stream
     from opgen.executor import _recipes
 
     hw = h * w
@@ -49,9 +50,7 @@ def contenders(torch, n, c, h, w, g, dtype) -> dict:
         _, size, ex = phase_one(*args)
         phase_two(None, size, ex, None)
 
-    bits = {2: torch.int16, 4: torch.int32}[x.element_size()]
-    a, b, out = (t.clone().view(bits) for t in (dy, x, args[10]))
-    return {"api": api, "kernel": lambda: kernel(*kernel_args), "stream": lambda: torch.add(a, b, out=out),
+    return {"api": api, "kernel": lambda: kernel(*kernel_args), "stream": same_bytes_stream(dy, x, args[10]),
             "aten": lambda: torch.ops.aten.native_group_norm_backward(dy, x, mean, rstd, gamma, n, c, hw, g,
                                                                       [True] * 3)}
 

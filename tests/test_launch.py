@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from opgen import acl, aclnn, launch
+from opgen.baselines import to_torch
 from opgen.ops import get_op
 from opgen.ops.group_norm_backward import Problem as GNProblem
 from opgen.ops.rms_norm_grad import Problem as RMSProblem
@@ -23,12 +24,8 @@ RMS, GN = get_op("rms_norm_grad"), get_op("group_norm_backward")
 
 
 def as_torch(a):
-    """A torch tensor with ``a``'s values from torch's allocator (bf16 through its bits)."""
-    if not isinstance(a, np.ndarray):
-        return a
-    if a.dtype == ml_dtypes.bfloat16:
-        return torch.from_numpy(a.view(np.uint16).copy()).view(torch.bfloat16)
-    return torch.from_numpy(a.copy())
+    """A torch tensor with ``a``'s values from torch's allocator; other arguments as given."""
+    return to_torch(a) if isinstance(a, np.ndarray) else a
 
 
 def as_numpy(t):
