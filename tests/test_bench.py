@@ -49,6 +49,15 @@ def test_measure_times_only_the_run_part():
     assert calls == ["before", "a"] * 4 and set(times) == {"a"}
 
 
+def test_flush_runs_before_every_timed_turn_so_no_contender_inherits_a_warm_cache():
+    calls = []
+    contenders = {name: (lambda n=name: calls.append(f"before {n}"), lambda n=name: calls.append(n)) for name in "ab"}
+    bench.measure(contenders, repeats=2, flush=lambda: calls.append("flush"))
+    timed_turns = calls[4:]   # after the warm-up (before a, a, before b, b)
+    assert timed_turns == ["flush", "before a", "a", "flush", "before b", "b",
+                           "flush", "before b", "b", "flush", "before a", "a"]
+
+
 def test_argv_round_trip():
     argv = ["--quick", "--op", "rms_norm_grad", "--dtypes", "bf16-bf16", "--shape", "rms_norm_grad=64x64",
             "--skip", "compile", "--repeats", "2", "--omp-wait", "default", "--out", "x.csv", "--plot", "p.png",
