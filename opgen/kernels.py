@@ -353,14 +353,14 @@ def matching_rule(op: OpSpec, combo: DtypeCombo, target: TargetSpec):
 
 
 def call_knobs(op: OpSpec, combo: DtypeCombo, target: TargetSpec, shapes: dict) -> dict | None:
-    """The knobs for a call with these kernel shapes: the tuning database's best for the
-    shape's bucket, else the matching rule's problem-size defaults (``knobs_for_shapes``),
-    else None (the rule's plain defaults)."""
-    tuned = tuned_knobs(op, combo, target, shapes)
-    if tuned is not None:
-        return tuned
+    """The knobs for a call with these kernel shapes: the matching rule's problem-size
+    defaults (``knobs_for_shapes``) overridden by the tuning database's best for the shape's
+    bucket; None when neither says anything (the rule's plain defaults). A knob added to a
+    rule after a bucket was tuned keeps its problem-size default there."""
     for_shapes = getattr(matching_rule(op, combo, target), "knobs_for_shapes", None)
-    return (for_shapes(target, shapes) or None) if for_shapes is not None else None
+    knobs = {**((for_shapes(target, shapes) or {}) if for_shapes is not None else {}),
+             **(tuned_knobs(op, combo, target, shapes) or {})}
+    return knobs or None
 
 
 def tuned_knobs(op: OpSpec, combo: DtypeCombo, target: TargetSpec, shapes: dict) -> dict | None:
