@@ -29,6 +29,12 @@ from tvm import s_tir
 from tvm.sym.analyzer import Analyzer
 
 
+# Block annotation a rule may set on a block that writes an output: "this output is written
+# once and not read again by the kernel; write it around the caches". A target that can
+# (targets/llvm_stream.py) uses non-temporal stores for it; the others ignore it.
+STREAMED_OUTPUT = "opgen.streamed_output"
+
+
 class NoScheduleRule(LookupError):
     """No rule of the target's schedule module matched the function."""
 

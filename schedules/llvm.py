@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from tvm import s_tir, tirx
 
-from opgen.schedules import Block, Knob, PatternRule, patterns
+from opgen.schedules import STREAMED_OUTPUT, Block, Knob, PatternRule, patterns
 
 DEFAULT_ROWS_PER_CHUNK = 64
 ROWS_PER_CHUNK = Knob(
@@ -44,6 +44,23 @@ PARALLEL = Knob(
 # 32K 8.4/5.2, 64K 15.7/10.3. The crossover is 48K-128K; 32K stays on the safe side and
 # the tuner may move it per shape bucket (knob ``parallel``).
 SERIAL_BELOW = 1 << 15
+STREAM_STORES = Knob(
+    "stream_stores", (False, True), False,
+    "write the elementwise output with non-temporal stores (targets/llvm_stream.py): no "
+    "read of each output line before it is written, but the output leaves the caches")
+# From this many elements in the largest tensor on, the elementwise output is streamed
+# (knob ``stream_stores``). Measured on GroupNormBackward (2,64,HW,G=32) f32, kernel
+# alone, medians, plain -> non-temporal, by the size of dx:
+#   called with the caches evicted first:        0.5 MiB 0.103 -> 0.090 ms, 4 MiB 0.605 ->
+#     0.511, 16 MiB 2.30 -> 1.84; timed with a consumer that sums dx right after (the
+#     price of dx not being cached): 1.06x, 0.97x, 0.92x, 0.86x of plain at 0.125, 0.5, 4, 16;
+#   called again and again on the same tensors (all in cache when they fit):
+#     0.5 MiB 1.32x of plain, 2 MiB 0.85x, 8 MiB 1.03x, 16 MiB 0.76x, 64 MiB 0.72x.
+# So below ~1M elements streaming gains little and can lose when the data is cache-hot;
+# above it gains 8-28% cold and at worst ties hot. RmsNormGrad 4096x4096 f32 (kernel
+# alone, evicted): 10.2 -> 7.3 ms; bf16 4.83 -> 4.75 (its 16-bit stores are split into
+# 64-bit ``movnti``: LLVM cannot prove vector alignment, see targets/llvm_stream.py).
+STREAM_FROM = 1 << 20
 DEFAULT_FINAL_COLUMNS = 256
 FINAL_COLUMNS = Knob(
     "final_columns", (64, 128, 256, 512, 1024), DEFAULT_FINAL_COLUMNS,
@@ -51,17 +68,26 @@ FINAL_COLUMNS = Knob(
     "partials row by row (unit stride) instead of down a column (one cache line per load)")
 
 
-def serial_for_small(shapes: dict | None) -> dict:
-    """The problem-size default shared by the CPU rules: no thread launch for tiny problems."""
+def size_defaults(shapes: dict | None) -> dict:
+    """The problem-size defaults shared by the CPU rules: no thread launch for tiny
+    problems, non-temporal stores for the output of large ones."""
     if not shapes:
         return {}
     largest = max(math.prod(shape) for shape in shapes.values())
-    return {"parallel": False} if largest < SERIAL_BELOW else {}
+    if largest < SERIAL_BELOW:
+        return {"parallel": False}
+    return {"stream_stores": True} if largest >= STREAM_FROM else {}
 
 
 def _parallel(sch, loop, knobs) -> None:
     if knobs.get("parallel", True):
         sch.parallel(loop)
+
+
+def _stream(sch, out: Block, knobs) -> None:
+    """Ask the target to write the elementwise output around the caches (knob)."""
+    if knobs.get("stream_stores", STREAM_STORES.default):
+        sch.annotate(sch.get_sblock(out.name), STREAMED_OUTPUT, True)
 
 
 @dataclass(frozen=True)
@@ -70,10 +96,10 @@ class RowPassWithColumnSums(PatternRule):
     ``final_columns`` (columns per task of the final fixed-order sum of the partials)."""
 
     def knobs(self, target) -> tuple:
-        return (ROWS_PER_CHUNK, FINAL_COLUMNS, PARALLEL)
+        return (ROWS_PER_CHUNK, FINAL_COLUMNS, PARALLEL, STREAM_STORES)
 
     def knobs_for_shapes(self, target, shapes) -> dict:
-        return serial_for_small(shapes)
+        return size_defaults(shapes)
 
     def match(self, infos: list[Block]):
         return patterns.row_pass(infos)
@@ -83,6 +109,7 @@ class RowPassWithColumnSums(PatternRule):
         per_chunk = int(knobs.get("rows_per_chunk", DEFAULT_ROWS_PER_CHUNK))
         chunk_loop, row_loop, partials = patterns.fuse_row_pass(sch, out, column_sums, row_stages, [None, per_chunk])
         _parallel(sch, chunk_loop, knobs)
+        _stream(sch, out, knobs)
         lanes = int(knobs.get("final_columns", DEFAULT_FINAL_COLUMNS))
         for block, rf in partials:
             final_col, final_chunk = sch.get_loops(block)
@@ -152,13 +179,14 @@ def _decompose_innermost(sch, info: Block) -> None:
 
 @dataclass(frozen=True)
 class GroupedRowPass(PatternRule):
-    """Knobs: ``parallel``. The outer (batch, group) axes are fused and run in parallel."""
+    """Knobs: ``parallel``, ``stream_stores``. The outer (batch, group) axes are fused and
+    run in parallel."""
 
     def knobs(self, target) -> tuple:
-        return (PARALLEL,)
+        return (PARALLEL, STREAM_STORES)
 
     def knobs_for_shapes(self, target, shapes) -> dict:
-        return serial_for_small(shapes)
+        return size_defaults(shapes)
 
     def match(self, infos: list[Block]):
         return patterns.grouped_pass(infos)
@@ -172,6 +200,7 @@ class GroupedRowPass(PatternRule):
         for info in group_stages + [out]:
             sch.reverse_compute_at(sch.get_sblock(info.name), outer_loops[-1])
         _parallel(sch, sch.fuse(*outer_loops), knobs)
+        _stream(sch, out, knobs)
         if column_sums:
             col_rvs = [sch.get_sblock(b.name) for b in column_sums]
             col_loops = _merge_nests(sch, col_rvs, len(column_sums[0].kinds))[:-1]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import tvm
 
 from opgen.targets import TargetSpec
+from opgen.targets.llvm_stream import streamed_buffers, with_streamed_stores
 
 
 def usable_cpus() -> int:
@@ -79,7 +80,9 @@ class LlvmTarget(TargetSpec):
         return True
 
     def build(self, mod):
-        return tvm.compile(mod, target=self.tvm_target(wide_vectors=holds_16bit_floats(mod))).mod
+        module = tvm.compile(mod, target=self.tvm_target(wide_vectors=holds_16bit_floats(mod))).mod
+        streamed = streamed_buffers(mod)
+        return with_streamed_stores(module, streamed) if streamed else module
 
 
 TARGET = LlvmTarget(name="llvm", description="host CPU via LLVM (vectorized, multi-threaded)")

@@ -93,7 +93,7 @@ def test_knobs_outside_the_rules_declaration_are_refused(knobs, message):
 def test_rules_declare_their_knob_spaces():
     rule = schedules.rules_of(LLVM)[0]
     knobs = schedules.rule_knobs(rule, LLVM)
-    assert [k.name for k in knobs] == ["rows_per_chunk", "final_columns", "parallel"]
+    assert [k.name for k in knobs] == ["rows_per_chunk", "final_columns", "parallel", "stream_stores"]
     assert all(k.default in k.values for k in knobs)
     assert schedules.default_knobs(rule, LLVM) == {k.name: k.default for k in knobs}
 
@@ -119,7 +119,8 @@ def test_tiny_problems_default_to_the_calling_thread():
     op = get_op("rms_norm_grad")
     rule = kernels.matching_rule(op, op.combo("f32-f32"), LLVM)
     assert rule.knobs_for_shapes(LLVM, kernel_shapes(Problem((4, 64), 1))) == {"parallel": False}
-    assert rule.knobs_for_shapes(LLVM, kernel_shapes(Problem((4096, 4096), 1))) == {}
+    assert rule.knobs_for_shapes(LLVM, kernel_shapes(Problem((512, 512), 1))) == {}
+    assert rule.knobs_for_shapes(LLVM, kernel_shapes(Problem((4096, 4096), 1))) == {"stream_stores": True}
     assert kernels.call_knobs(op, op.combo("f32-f32"), LLVM, kernel_shapes(Problem((4, 64), 1))) == {"parallel": False}
 
 
