@@ -103,8 +103,9 @@ def _combo(call: Call):
 
 
 def _kernel(op, combo, product: str, shapes: dict):
-    """The kernel for this call and its device: the tuned knobs of the call's shape bucket
-    when the tuning database has them, the schedule rule's problem-size defaults otherwise."""
+    """The kernel for this call and its device: the schedule rule's problem-size defaults,
+    overridden by the tuned knobs of the call's shape bucket where the tuning database has
+    them (kernels.call_knobs)."""
     from opgen.kernels import call_knobs, get_kernel
     from opgen.targets import get_target
 

@@ -11,6 +11,9 @@ help). These kernels are memory-bound, where every core helps: RmsNormGrad 4096x
 ran 14.6 ms on 1 thread and 8.1 ms on 2 here. So unless the user set TVM_NUM_THREADS,
 opgen sets it to the CPUs this process may use, before TVM's pool starts (it reads the
 variable once, at its first parallel launch).
+
+Outputs a schedule marks as streamed (``opgen.schedules.STREAMED_OUTPUT``) are written with
+non-temporal stores, which TVM cannot emit: ``llvm_stream.py`` edits the compiled IR.
 """
 from __future__ import annotations
 
