@@ -55,7 +55,8 @@ STREAM_STORES = Knob(
 #     0.511, 16 MiB 2.30 -> 1.84; timed with a consumer that sums dx right after (the
 #     price of dx not being cached): 1.06x, 0.97x, 0.92x, 0.86x of plain at 0.125, 0.5, 4, 16;
 #   called again and again on the same tensors (all in cache when they fit):
-#     0.5 MiB 1.32x of plain, 2 MiB 0.85x, 8 MiB 1.03x, 16 MiB 0.76x, 64 MiB 0.72x.
+#     0.5 MiB 1.32x of plain, 1 MiB 1.48x, 2 MiB 0.85x, 4 MiB 1.08x, 8 MiB 1.03x, 16 MiB
+#     0.76x, 64 MiB 0.72x (the threshold counts elements: bf16 data is half the bytes).
 # So below ~1M elements streaming gains little and can lose when the data is cache-hot;
 # above it gains 8-28% cold and at worst ties hot. RmsNormGrad 4096x4096 f32 (kernel
 # alone, evicted): 10.2 -> 7.3 ms; bf16 4.83 -> 4.75 (its 16-bit stores are split into
