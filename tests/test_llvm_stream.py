@@ -14,6 +14,7 @@ import pytest
 
 from opgen import kernels
 from opgen.ops import get_op
+from opgen.ops import group_norm_backward, rms_norm_grad
 from opgen.ops.group_norm_backward import Problem as GroupProblem
 from opgen.ops.rms_norm_grad import Problem as RmsProblem
 from opgen.schedules import STREAMED_OUTPUT
@@ -153,29 +154,24 @@ def test_group_norm_backward_streamed_matches_reference_and_plain_bit_for_bit(pr
 
 # ------------------------------------------- the default, through the API, any address
 
+KERNEL_SHAPES = {RMS.name: rms_norm_grad.kernel_shapes, GN.name: group_norm_backward.kernel_shapes}
 LARGE = [(RMS, RmsProblem((1031, 1021), 1)), (GN, GroupProblem(1, 6, 174763, 3))]   # just over 1M elements
 
 
 @pytest.mark.parametrize("op,problem", LARGE, ids=["rms_norm_grad", "group_norm_backward"])
-def test_large_calls_stream_by_default_and_small_ones_do_not(op, problem, rng):
+def test_large_calls_stream_by_default_and_small_ones_do_not(op, problem):
     combo = op.combos[0]
-    shapes = _kernel_shapes(op, problem, combo, rng)
+    shapes = KERNEL_SHAPES[op.name](problem)
     assert kernels.call_knobs(op, combo, LLVM, shapes).get("stream_stores") is True
     small = {name: tuple(1 for _ in shape) for name, shape in shapes.items()}
     assert not (kernels.call_knobs(op, combo, LLVM, small) or {}).get("stream_stores")
 
 
-def _kernel_shapes(op, problem, combo, rng) -> dict:
-    _, arrays = base_args(op, problem, combo, rng)
-    ref = op.reference(problem, arrays)
-    return {name: tuple(a.shape) for name, a in op.kernel_args(problem, {**arrays, **ref}).items()}
-
-
-def test_tuned_knobs_override_the_size_defaults_and_keep_the_others(monkeypatch, rng):
+def test_tuned_knobs_override_the_size_defaults_and_keep_the_others(monkeypatch):
     """A bucket tuned before ``stream_stores`` existed still streams; a tuned choice wins."""
     op, problem = LARGE[1]
     combo = op.combos[0]
-    shapes = _kernel_shapes(op, problem, combo, rng)
+    shapes = KERNEL_SHAPES[op.name](problem)
     monkeypatch.setattr(kernels, "tuned_knobs", lambda *args: {"parallel": False})
     assert kernels.call_knobs(op, combo, LLVM, shapes) == {"parallel": False, "stream_stores": True}
     monkeypatch.setattr(kernels, "tuned_knobs", lambda *args: {"stream_stores": False})
