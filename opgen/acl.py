@@ -122,7 +122,7 @@ def _device_runtime():
     import tvm
     import tvm_ffi
 
-    from opgen.kernels import ALIGNMENT, is_host
+    from opgen.memory import ALIGNMENT, is_host
 
     return tvm, tvm_ffi, ALIGNMENT, is_host
 

@@ -40,7 +40,7 @@ import numpy as np
 import tvm_ffi
 
 from opgen import acl
-from opgen.kernels import create_view as _create_view
+from opgen.memory import create_view as _create_view
 
 _UINT16 = np.dtype(np.uint16)
 _BF16 = np.dtype(ml_dtypes.bfloat16)

@@ -41,7 +41,7 @@ from opgen import acl, launch
 from opgen.apispec import ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_RUNTIME_ERROR, ArgError
 from opgen.dtypes import numpy_dtype
 from opgen.binding import NotReadable
-from opgen.kernels import ALIGNMENT, is_host, tensor_view
+from opgen.memory import ALIGNMENT, is_host, tensor_view
 from opgen.tensorarg import describe
 
 DIRECT, EMPTY, STAGE_IN, STAGE_OUT, FILL, SCRATCH = "direct", "empty", "in", "out", "fill", "scratch"
