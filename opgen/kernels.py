@@ -6,7 +6,8 @@ threads ask at the same time) and on disk as exported libraries under
 ``$OPGEN_CACHE_DIR`` or ``$XDG_CACHE_HOME/opgen`` (``~/.cache/opgen``), keyed by a hash of
 the scheduled TIR, the TVM version and the TVM target, so a change of math, schedule or
 compiler never reuses a stale library. Files are written atomically (temp file + rename)
-and rebuilt when unreadable. ``OPGEN_DISK_CACHE=0`` turns the disk cache off.
+and rebuilt when unreadable. ``OPGEN_DISK_CACHE=0`` turns the disk cache off. A library
+is loaded only from a cache that passes opgen.diskcache's ownership and mode checks.
 """
 from __future__ import annotations
 
@@ -22,14 +23,13 @@ from pathlib import Path
 
 import numpy as np
 import tvm
-import tvm_ffi
 from tvm import s_tir, te, tirx
-from tvm.runtime import _ffi_api as _runtime_api
 from tvm.sym.analyzer import Analyzer
 from tvm.tirx.transform.common import BufferReplacer
 
+from opgen import diskcache
 from opgen import schedules as schedule_rules
-from opgen.dtypes import BFLOAT16, dtype_name
+from opgen.memory import to_tvm
 from opgen.ops import DtypeCombo, OpSpec, get_op
 from opgen.targets import TargetSpec, get_target
 
@@ -114,58 +114,6 @@ class Kernel:
             np.copyto(array, tensor.numpy().view(array.dtype))
 
 
-# Workspace slots start on 64-byte boundaries (a cache line; what TVM's own allocations
-# use). Kernel parameters need no more than element alignment (see
-# declare_element_alignment), so caller memory is used at any address.
-ALIGNMENT = 64
-
-
-_DLPACK_CPU = 1   # DLPack's kDLCPU
-
-
-def is_host(dev) -> bool:
-    """Whether ``dev`` is the CPU, whose memory numpy can view directly."""
-    return dev.dlpack_device_type() == _DLPACK_CPU
-
-
-def host_tensor(a: np.ndarray):
-    """A zero-copy TVM view of a C-contiguous host array, at any address.
-
-    ``tvm_ffi.from_dlpack`` itself accepts any alignment (``tvm.runtime.from_dlpack`` asks
-    for 64 bytes); numpy cannot export ml_dtypes' bfloat16, so it crosses as uint16 and is
-    re-viewed.
-    """
-    if a.dtype == np.uint16 or dtype_name(a.dtype) != BFLOAT16:
-        return tvm_ffi.from_dlpack(a)
-    return tensor_view(tvm_ffi.from_dlpack(a.view(np.uint16)), tvm_ffi.Shape(a.shape), _BF16_TYPE)
-
-
-_BF16_TYPE = tvm.DataType(BFLOAT16)
-
-
-# TVMTensorCreateView(tensor, tvm_ffi.Shape, tvm.DataType, byte offset): a view of a tensor's
-# memory with another shape and dtype. Called directly: the ``_create_view`` wrapper
-# converts its arguments from Python values, which cost 8 µs of a 9 µs call (measured).
-create_view = _runtime_api.TVMTensorCreateView
-
-
-def tensor_view(tensor, shape, dtype, byte_offset: int = 0):
-    """A view of ``tensor``'s memory with another shape and dtype (tvm_ffi.Shape, tvm.DataType)."""
-    return create_view(tensor, shape, dtype, byte_offset)
-
-
-def to_tvm(array, dev):
-    """A TVM tensor for ``array``: zero-copy when possible; returns (tensor, copied)."""
-    if isinstance(array, tvm.runtime.Tensor):
-        return array, False
-    a = np.asarray(array)
-    if dtype_name(a.dtype) is None:
-        raise TypeError(f"unsupported dtype {a.dtype}")
-    if a.flags.c_contiguous and a.size and is_host(dev):
-        return host_tensor(a), False
-    return tvm.runtime.tensor(np.ascontiguousarray(a), dev), True
-
-
 def kernel_symbol(op: OpSpec, combo: DtypeCombo, variant: str) -> str:
     suffix = "" if variant == "default" else f"_{variant}"
     return f"{op.name}_{combo.tag.replace('-', '_')}{suffix}"
@@ -245,32 +193,27 @@ def _size_vars(func, tensor_names) -> tuple:
     return tuple(bindings)
 
 
-def cache_dir() -> Path:
-    root = os.environ.get("OPGEN_CACHE_DIR")
-    if root:
-        return Path(root)
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "opgen"
-
-
-def _disk_cache_enabled() -> bool:
-    return os.environ.get("OPGEN_DISK_CACHE", "1") not in ("0", "false", "no")
-
-
 def _cache_path(target: TargetSpec, symbol: str, tir: str) -> Path:
     digest = hashlib.sha256("\n".join([tvm.__version__, repr(target), str(target.tvm_target()), tir]).encode()).hexdigest()
-    return cache_dir() / "kernels" / f"{symbol}-{target.name}-{digest[:20]}{target.library_suffix}"
+    return diskcache.cache_dir() / "kernels" / f"{symbol}-{target.name}-{digest[:20]}{target.library_suffix}"
 
 
 def _load(path: Path):
+    """The cached library at ``path``, or None: absent, unreadable (a truncated or foreign
+    file: rebuilt), or in a place someone else could have written (never loaded)."""
+    if not diskcache.loadable(path):
+        return None
     try:
         return tvm.runtime.load_module(str(path))
-    except Exception:  # a truncated or foreign file: rebuild it
+    except Exception:
         return None
 
 
-def _store(module, path: Path) -> None:
-    """Export atomically: concurrent processes never see a half-written library."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+def _store(module, path: Path) -> bool:
+    """Export atomically: concurrent processes never see a half-written library. Nothing
+    is stored in a directory opgen would refuse to load from (returns False then)."""
+    if not diskcache.trusted_dir(path.parent, "kernels are built in memory"):
+        return False
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=path.suffix)
     os.close(fd)
     try:
@@ -279,6 +222,7 @@ def _store(module, path: Path) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+    return True
 
 
 def build(op: OpSpec, combo: DtypeCombo, target: TargetSpec, variant: str = "default",
@@ -291,13 +235,13 @@ def build(op: OpSpec, combo: DtypeCombo, target: TargetSpec, variant: str = "def
     scratch = tuple(Scratch(b.name, str(b.dtype), tuple(b.shape)) for b in func.params[n_tensors:])
     size_vars = _size_vars(func, op.inputs + op.outputs)
     tir = mod.script()
-    path = _cache_path(target, symbol, tir) if target.library_suffix and _disk_cache_enabled() else None
-    module = _load(path) if path is not None and path.exists() else None
+    path = _cache_path(target, symbol, tir) if target.library_suffix and diskcache.enabled() else None
+    module = _load(path) if path is not None else None
     from_disk = module is not None
     if module is None:
         module = target.build(mod)
-        if path is not None:
-            _store(module, path)
+        if path is not None and not _store(module, path):
+            path = None        # never point at a file opgen did not write (Kernel.export copies it)
     if not isinstance(module, tvm.runtime.Module):   # a target's own module may size its own scratch
         scratch = getattr(module, "scratch", scratch)   # (AscendC: one GM workspace from the host tiling)
     return Kernel(op, combo, target, variant, symbol, tir, module, time.perf_counter() - start, from_disk, path,

@@ -14,7 +14,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from opgen import kernels, reference
+from opgen import diskcache, kernels, reference
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype, ulp
 from opgen.ops import get_op
 from opgen.ops.group_norm_backward import Problem as GroupProblem
@@ -390,7 +390,7 @@ def test_concurrent_get_kernel_builds_once(target, tmp_path, monkeypatch, rng):
 
 def test_cache_dir_follows_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("OPGEN_CACHE_DIR", str(tmp_path / "a"))
-    assert kernels.cache_dir() == tmp_path / "a"
+    assert diskcache.cache_dir() == tmp_path / "a"
     monkeypatch.delenv("OPGEN_CACHE_DIR")
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert kernels.cache_dir() == tmp_path / "xdg" / "opgen"
+    assert diskcache.cache_dir() == tmp_path / "xdg" / "opgen"

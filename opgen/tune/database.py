@@ -31,6 +31,8 @@ import statistics
 import warnings
 from pathlib import Path
 
+from opgen import diskcache
+
 OK, FAILED, WRONG, INVALID = "ok", "failed", "wrong", "invalid"
 TEMPLATE, METASCHEDULE = "template", "metaschedule"
 SHIPPED_DIR = Path(__file__).resolve().parent.parent / "schedules" / "tuned"
@@ -41,9 +43,7 @@ def user_db_path() -> Path:
     explicit = os.environ.get("OPGEN_TUNE_DB")
     if explicit:
         return Path(explicit)
-    from opgen.kernels import cache_dir
-
-    return cache_dir() / "tuning.jsonl"
+    return diskcache.cache_dir() / "tuning.jsonl"
 
 
 def shipped_paths() -> list[Path]:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from opgen import diskcache
 from opgen.targets.ascend.emit_flow import kernel_source
 from opgen.targets.ascend.emit_groups import read_group_kernel
 from opgen.targets.ascend.emit_groups_flow import group_kernel_source, group_tiling_header, group_tiling_source
@@ -104,10 +105,14 @@ def emu_flags(hw) -> list[str]:
     return flags + ([] if hw.data_copy_pad else ["-DOPGEN_NO_DATACOPYPAD"])
 
 
-def _cache_root() -> Path:
-    from opgen.kernels import cache_dir
-
-    return cache_dir() / "ascend-emu"
+def _library_dir() -> Path:
+    """Where built emulation libraries go: the disk cache when opgen may load code from it
+    (opgen.diskcache's checks), else a private temporary directory of this process."""
+    cached = diskcache.cache_dir() / "ascend-emu"
+    if diskcache.enabled() and diskcache.trusted_dir(cached, "emulation libraries are built in a private "
+                                                             "temporary directory"):
+        return cached
+    return diskcache.private_scratch_dir()
 
 
 def compile_project(files: dict, symbol: str, hw, extra_flags=()) -> Path:
@@ -115,10 +120,9 @@ def compile_project(files: dict, symbol: str, hw, extra_flags=()) -> Path:
     flags = list(CXXFLAGS) + emu_flags(hw) + list(extra_flags)
     header_text = "".join(p.read_text() for p in sorted(EMU_DIR.glob("*.h")))
     digest = hashlib.sha256("\0".join([*sorted(files.items()).__repr__(), *flags, header_text]).encode()).hexdigest()
-    lib = _cache_root() / f"{symbol}-{digest[:20]}.so"
-    if lib.exists():
+    lib = _library_dir() / f"{symbol}-{digest[:20]}.so"
+    if diskcache.loadable(lib):
         return lib
-    lib.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         write_project(files, Path(tmp))
         out = Path(tmp) / "lib.so"

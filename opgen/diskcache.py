@@ -1,0 +1,154 @@
+"""Where opgen keeps what it builds on disk, and which of it it may load again.
+
+Kernels (TVM libraries), the Ascend emulation's g++ libraries and the default tuning
+database live under one root: ``$OPGEN_CACHE_DIR``, else ``$XDG_CACHE_HOME/opgen``, else
+``~/.cache/opgen``. ``OPGEN_DISK_CACHE=0`` turns the cache of built code off.
+
+A cached library is native code that opgen ``dlopen``s, so the cache is a trust
+boundary (SECURITY.md): whoever can write a file under the predicted name runs code in
+the next process that loads it. opgen therefore
+
+* creates its directories with mode 0700, and
+* loads (or writes) a file only when the file and every directory from the cache root
+  down to it belong to the current user and are writable by nobody else (ssh's rule for
+  key files). Otherwise it warns once per directory, saying why, and builds in memory or
+  in a private temporary directory instead; the file is never loaded.
+
+The checks run when a kernel is loaded or stored, never on a call of a built kernel.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import shutil
+import stat
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+
+
+def cache_dir() -> Path:
+    """The root of opgen's disk cache (not created here)."""
+    root = os.environ.get("OPGEN_CACHE_DIR")
+    if root:
+        return Path(root)
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "opgen"
+
+
+def enabled() -> bool:
+    """Whether built code may be cached on disk (``OPGEN_DISK_CACHE=0`` turns it off)."""
+    return os.environ.get("OPGEN_DISK_CACHE", "1") not in ("0", "false", "no")
+
+
+def _owner() -> int:
+    """The user whose files opgen trusts (a function: tests substitute another)."""
+    return os.geteuid()
+
+
+def untrusted_reason(path: Path) -> str | None:
+    """Why ``path`` (a file or directory that exists) may hold someone else's code; None if
+    it belongs to the current user and nobody else can write it."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(info.st_mode):
+        return f"{path} is a symbolic link"
+    if info.st_uid != _owner():
+        return f"{path} belongs to uid {info.st_uid}, not to this user (uid {_owner()})"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{path} is writable by its group or by others (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
+
+
+def _chain(path: Path, root: Path) -> list[Path]:
+    """``root`` and every directory below it down to ``path`` (inclusive)."""
+    relative = Path(path).relative_to(root)
+    chain = [root]
+    for part in relative.parts:
+        chain.append(chain[-1] / part)
+    return chain
+
+
+def why_untrusted(path: Path) -> str | None:
+    """Why a file must not be loaded or written (the first reason found): checked are the
+    file and every directory from the cache root down to it (for a file outside the
+    cache: its own directory)."""
+    path, root = Path(path), cache_dir()
+    chain = _chain(path, root) if path == root or root in path.parents else [path.parent, path]
+    for step in chain:
+        reason = untrusted_reason(step)
+        if reason:
+            return reason
+    return None
+
+
+_warned: set = set()
+_warn_lock = threading.Lock()
+
+
+def warn_untrusted(reason: str, fallback: str) -> None:
+    """One warning per distinct reason per process: the cache is not used, and why."""
+    with _warn_lock:
+        if reason in _warned:
+            return
+        _warned.add(reason)
+    warnings.warn(f"opgen: not using the disk cache: {reason}; {fallback} (see SECURITY.md)", stacklevel=3)
+
+
+def private_dir(path: Path) -> Path:
+    """Create ``path`` and the missing directories between the cache root and it with mode
+    0700 (the root's own parents with the default mode). Returns ``path``."""
+    root = cache_dir()
+    path = Path(path)
+    levels = _chain(path, root) if path == root or root in path.parents else [path]
+    if not root.parent.exists():
+        root.parent.mkdir(parents=True, exist_ok=True)
+    for level in levels:
+        try:
+            level.mkdir(mode=0o700)
+        except FileExistsError:
+            pass
+    return path
+
+
+def trusted_dir(path: Path, fallback: str) -> bool:
+    """Create ``path`` privately and say whether it may hold code opgen loads. When it may
+    not, warn once (with ``fallback``: what opgen does instead) and return False."""
+    try:
+        private_dir(path)
+    except OSError as err:
+        warn_untrusted(f"{path} cannot be created ({err.strerror})", fallback)
+        return False
+    reason = why_untrusted(path)
+    if reason:
+        warn_untrusted(reason, fallback)
+        return False
+    return True
+
+
+def loadable(path: Path) -> bool:
+    """Whether an existing cached file may be loaded: present, and it and its directories
+    pass ``why_untrusted``. A refusal is warned once per reason."""
+    if not Path(path).exists():
+        return False
+    reason = why_untrusted(path)
+    if reason:
+        warn_untrusted(reason, "rebuilding instead of loading it")
+        return False
+    return True
+
+
+_scratch_lock = threading.Lock()
+_scratch: list[Path] = []
+
+
+def private_scratch_dir() -> Path:
+    """A private temporary directory (mode 0700, removed at exit) for code built when the
+    cache cannot be trusted: the library is loaded from there instead."""
+    with _scratch_lock:
+        if not _scratch:
+            _scratch.append(Path(tempfile.mkdtemp(prefix="opgen-private-")))
+            atexit.register(shutil.rmtree, _scratch[0], True)
+        return _scratch[0]
