@@ -4,6 +4,9 @@
     opgen prove        # the sympy proofs of opgen.derive, and the seed-formula report
     opgen compare [--against aten|DIR] [--op ..] [--dtypes ..] [--shape ..] [--out F.json|F.csv]
     opgen bench [--quick] [--plot F.png] [--out F.json|F.csv]   # see opgen.compare, opgen.bench
+    opgen explain OP --shape S [--dtype D] [--target T]   # which kernel a call runs, and why
+    opgen targets      # every target: can it build and run here, and why not
+    opgen tune ...     # see opgen.tune.cli; a target may add commands (Ascend: opgen tiling)
 
 For every registered op x dtype combo x target that can build here: build the kernel,
 verify it against the float64 reference on the op's sample problems (targets that can run
@@ -14,10 +17,12 @@ summary row each. Exit status 1 when any row fails.
 from __future__ import annotations
 
 import argparse
+import importlib
 import os
 import sys
 import time
 from dataclasses import dataclass
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
@@ -44,13 +49,14 @@ def write_artifacts(kernel, out_dir: Path) -> None:
     """TIR text, the compiled library and any generated source of one kernel."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "kernel.tir.py").write_text(kernel.tir)
-    if kernel.target.library_suffix:
-        kernel.export(out_dir / f"kernel{kernel.target.library_suffix}")
-    source = getattr(kernel.target, "source_of", None)
+    target = kernel.target
+    if target.library_suffix:
+        kernel.export(out_dir / f"kernel{target.library_suffix}")
+    source = target.source_of(kernel.module)
     if source is not None:
-        name, text = source(kernel.module)
+        name, text = source
         (out_dir / name).write_text(text)
-    for rel, text in getattr(kernel.module, "files", {}).items():   # a generated project (ascend-emu: CANN layout)
+    for rel, text in target.artifacts(kernel.module).items():   # a generated project (ascend-emu: CANN layout)
         (out_dir / rel).parent.mkdir(parents=True, exist_ok=True)
         (out_dir / rel).write_text(text)
 
@@ -84,31 +90,25 @@ def generate_one(op, combo, target, out_root: Path, rng) -> Row:
         return Row(op.name, combo.tag, target.name, build_ms, kernel.from_disk, None, "FAIL", note, note)
     if not target.can_run():
         return Row(op.name, combo.tag, target.name, build_ms, kernel.from_disk, None, "BUILT",
-                   "cannot run here: compiled only", f"{note}; run: {run_place(target)}".lstrip("; "))
+                   "cannot run here: compiled only", f"{note}; run: {target.run_place()}".lstrip("; "))
     ratio, where = verify_kernel(kernel, rng)
     verdict = "PASS" if ratio <= 1.0 else "FAIL"
-    note = f"{note}; run: {run_place(target)}".lstrip("; ") if note or hasattr(target, "run_place") else ""
+    place = target.run_place()
+    note = f"{note}; run: {place}".lstrip("; ") if note or place != "here" else ""
     return Row(op.name, combo.tag, target.name, build_ms, kernel.from_disk, ratio, verdict, where, note)
 
 
 def compile_check(kernel, out_dir: Path) -> tuple[bool, str]:
     """A target's own compile check (cuda: nvcc per architecture, registers and spills)."""
-    check = getattr(kernel.target, "compile_check", None)
-    if check is None:
+    reports = kernel.target.compile_check(kernel.module, out_dir)
+    if reports is None:
         return True, ""
-    reports = check(kernel.module, out_dir)
     archs = "/".join(r.arch for r in reports)
     failed = [r for r in reports if not r.ok]
     if failed:
         return False, f"compiled {archs}: FAIL ({failed[0].arch}: {failed[0].error})"
     usage = ", ".join(f"{r.arch} {r.max_registers} regs {r.spill_bytes} B spilled" for r in reports)
     return True, f"compiled {archs}: PASS ({usage})"
-
-
-def run_place(target) -> str:
-    """Where a target's kernels ran (or why they did not)."""
-    place = getattr(target, "run_place", None)
-    return place() if place is not None else ("here" if target.can_run() else "not here")
 
 
 def print_table(rows: list[Row], stream=None) -> None:
@@ -128,10 +128,28 @@ def print_table(rows: list[Row], stream=None) -> None:
     print("(c: loaded from the kernel disk cache; max err/tol <= 1 passes)", file=stream)
 
 
+def usage_error(command: str, message: str) -> int:
+    """Bad input on the command line: one line on stderr, exit status 2, no traceback."""
+    print(f"opgen {command}: {message}", file=sys.stderr)
+    return 2
+
+
+def known_ops(names) -> list | str:
+    """The ops named (all when none), or the one-line complaint about an unknown name."""
+    if not names:
+        return all_ops()
+    unknown = [n for n in names if n not in {op.name for op in all_ops()}]
+    if unknown:
+        return f"unknown op {unknown[0]!r}; registered ops: {', '.join(op.name for op in all_ops())}"
+    return [get_op(n) for n in names]
+
+
 def cmd_generate(args) -> int:
     if args.fresh:
         os.environ["OPGEN_DISK_CACHE"] = "0"
-    ops = [get_op(n) for n in args.op] if args.op else all_ops()
+    ops = known_ops(args.op)
+    if isinstance(ops, str):
+        return usage_error("generate", ops)
     targets = requested_targets(args.target)
     if targets is None:
         return 2
@@ -171,8 +189,52 @@ def requested_targets(names: list | None) -> list | None:
 
 
 def why_not_buildable(target) -> str:
-    missing = getattr(target, "missing", None)
-    return (missing() if missing is not None else None) or "its can_build() is false"
+    return target.missing() or "its can_build() is false"
+
+
+def add_explain_arguments(parser) -> None:
+    parser.add_argument("op", help="op name")
+    parser.add_argument("--shape", required=True, help="problem shape, as for opgen tune (e.g. 4096x4096, "
+                        "8,256,56x56,32)")
+    parser.add_argument("--dtype", default=None, help="dtype combo tag (default: the op's first)")
+    parser.add_argument("--target", default=None, help="target name (default: opgen's current target)")
+    parser.add_argument("--product", default=None, help="product whose rules and hardware apply (default: "
+                        "opgen's current product)")
+
+
+def cmd_explain(args) -> int:
+    """Resolve and build the kernel a call of this shape gets, then say how it was chosen."""
+    from opgen import config, selection
+    from opgen.tune.space import kernel_shapes, parse_problem
+
+    ops = known_ops([args.op])
+    if isinstance(ops, str):
+        return usage_error("explain", ops)
+    op = ops[0]
+    try:
+        combo = op.combo(args.dtype) if args.dtype else op.combos[0]
+        target = get_target(args.target or config.get_target())
+        product = args.product or config.get_product()
+        if product not in config.PRODUCTS:
+            raise ValueError(f"unknown product {product!r}; known: {', '.join(config.PRODUCTS)}")
+        problem = parse_problem(op, args.shape)
+    except (KeyError, ValueError) as err:
+        return usage_error("explain", str(err.args[0] if isinstance(err, KeyError) else err))
+    chosen = selection.select(op, combo, target.for_product(product), kernel_shapes(op, problem))
+    print(f"problem    {problem}")
+    print(selection.explain(chosen))
+    return 0
+
+
+def cmd_targets(args) -> int:
+    """One line per registered target: can it build and run here, and if not, why."""
+    print(f"{'target':<12} {'build':<6} {'run':<6} where / why not")
+    for target in all_targets():
+        builds, runs = target.can_build(), target.can_build() and target.can_run()
+        why = target.run_place() if builds else target.missing()
+        print(f"{target.name:<12} {'yes' if builds else 'no':<6} {'yes' if runs else 'no':<6} {why}"
+              f"{'  (default)' if target.default else ''}")
+    return 0
 
 
 def cmd_prove(args) -> int:
@@ -183,15 +245,21 @@ def cmd_prove(args) -> int:
 
 def _add_from_module(parser, module_name: str) -> None:
     """Arguments and entry point live in ``module_name`` (add_arguments, main(args))."""
-    import importlib
-
     module = importlib.import_module(module_name)
     module.add_arguments(parser)
     parser.set_defaults(func=module.main)
 
 
+def opgen_version() -> str:
+    try:
+        return metadata.version("opgen")
+    except metadata.PackageNotFoundError:   # a source tree that was never installed
+        return "unknown (not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="opgen", description="operator generator on Apache TVM")
+    parser.add_argument("--version", action="version", version=f"opgen {opgen_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="build, verify and write every kernel")
     gen.add_argument("--out", default="opgen-out", help="artifact directory (default ./opgen-out)")
@@ -202,10 +270,18 @@ def build_parser() -> argparse.ArgumentParser:
     gen.set_defaults(func=cmd_generate)
     prove = sub.add_parser("prove", help="prove each op's TE against sympy's derivative of its forward")
     prove.set_defaults(func=cmd_prove)
-    from opgen import tiling_report
-    tiling = sub.add_parser("tiling", help="opgen's Ascend tiling next to CANN's formulas, on ops-nn's test shapes")
-    tiling_report.add_arguments(tiling)
-    tiling.set_defaults(func=tiling_report.main)
+    explain = sub.add_parser("explain", help="which kernel a call of OP with this shape runs: rule, knobs and "
+                             "where each came from, cache key, artifact")
+    add_explain_arguments(explain)
+    explain.set_defaults(func=cmd_explain)
+    targets = sub.add_parser("targets", help="every registered target: what it can do here (build, run) and why not")
+    targets.set_defaults(func=cmd_targets)
+    for target in all_targets():      # commands a target brings (Ascend: opgen tiling)
+        for module_name in target.tools:
+            module = importlib.import_module(module_name)
+            tool = sub.add_parser(module.COMMAND, help=module.HELP)
+            module.add_arguments(tool)
+            tool.set_defaults(func=module.main)
     compare = sub.add_parser("compare", help="opgen vs a hand-written library (ATen or golden dumps), CANN's standards")
     _add_from_module(compare, "opgen.compare")
     bench = sub.add_parser("bench", help="time opgen's public API against the baselines and the same-run bandwidth")

@@ -15,7 +15,6 @@ import threading
 # importable without TVM).
 PRODUCTS = ("Ascend950", "AtlasA3", "AtlasA2", "AtlasInference", "AtlasTraining")
 DEFAULT_PRODUCT = "Ascend950"
-DEFAULT_TARGET = "llvm"
 
 
 
@@ -87,7 +86,8 @@ def using_target(name: str):
 
 
 def get_target() -> str:
-    """The current target name: using_target's, set_target's, else $OPGEN_TARGET, else llvm."""
+    """The current target name: using_target's, set_target's, else $OPGEN_TARGET, else the
+    default target (llvm, the host CPU)."""
     override = _thread.target
     if override is not None:
         return override
@@ -96,7 +96,20 @@ def get_target() -> str:
 
 
 def _environment_target() -> str:
-    return _environment("OPGEN_TARGET") or DEFAULT_TARGET
+    return _environment("OPGEN_TARGET") or _default_target()
+
+
+_default: list = []
+
+
+def _default_target() -> str:
+    """The name of the registered target marked ``default`` (opgen.targets), looked up once:
+    this module names no target, and imports TVM only when a call needs a target."""
+    if not _default:
+        from opgen.targets import default_target
+
+        _default.append(default_target().name)
+    return _default[0]
 
 
 def context() -> tuple[str, str]:

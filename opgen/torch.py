@@ -32,18 +32,26 @@ __all__ = ["RMSNorm", "GroupNorm", "rms_norm_grad", "group_norm_backward"]
 
 
 
-def _target_for(device: torch.device) -> str:
-    """The opgen target for tensors on ``device``."""
-    if device.type == "cuda":
-        return "cuda"
-    from opgen.targets import get_target
+_DLPACK_DEVICE = {"cpu": 1, "cuda": 2}    # torch device type -> DLPack's (kDLCPU, kDLCUDA)
 
-    current = config.get_target()
-    try:
-        on_host = get_target(current).device().device_type == 1  # kDLCPU
-    except Exception:
-        on_host = False
-    return current if on_host else "llvm"
+
+def _target_for(device: torch.device) -> str:
+    """The opgen target for tensors on ``device``: the current target when it serves that
+    DLPack device type, else the default target when it does, else the first registered
+    target that does (one that can run here first: opgen.targets.serving)."""
+    from opgen import targets
+
+    kind = _DLPACK_DEVICE.get(device.type)
+    current = targets.get_target(config.get_target())
+    if kind is None:
+        raise RuntimeError(f"opgen has no target for tensors on {device.type} devices")
+    for candidate in (current, targets.default_target()):
+        if kind in candidate.dlpack_device_types():
+            return candidate.name
+    serving = targets.serving(kind)
+    if not serving:
+        raise RuntimeError(f"no registered opgen target serves {device.type} tensors")
+    return serving[0].name
 
 
 @contextmanager

@@ -75,13 +75,10 @@ COLUMN_THREADS = Knob(
     "threads per block of the fixed-order column sums (a thread per column)")
 
 
-def max_threads(target) -> int:
-    """The most threads per block the target allows (1024 on every CUDA GPU)."""
-    return int(getattr(target, "max_threads", 1024))
-
-
 def check_threads(knobs: dict, target) -> str | None:
-    limit = max_threads(target)
+    """The threads per block a point asks for, against the target's ``max_threads``
+    (opgen.targets.GpuTargetSpec: 1024 on every CUDA GPU)."""
+    limit = target.max_threads
     for name in ("threads", "column_threads"):
         if int(knobs.get(name, 0)) > limit:
             return f"{name}={knobs[name]} exceeds the {limit} threads per block {target.name} allows"
@@ -125,7 +122,7 @@ class GpuRowPass(PatternRule):
     def knobs(self, target) -> tuple:
         return (THREADS, PARTIALS, ROWS_PER_BLOCK, COLUMN_THREADS)
 
-    def check_knobs(self, knobs: dict, target, shapes) -> str | None:
+    def check_knobs(self, knobs: dict, target, shapes=None, func=None) -> str | None:
         if knobs.get("rows_per_block", 0) and knobs.get("partials", PARTIALS.default) != PARTIALS.default:
             return "partials is unused when rows_per_block is set (the same kernel as the default partials)"
         return check_threads(knobs, target)
@@ -166,7 +163,7 @@ class GpuGroupedRowPass(PatternRule):
     def knobs(self, target) -> tuple:
         return (THREADS, BLOCK_PER, COLUMN_THREADS)
 
-    def check_knobs(self, knobs: dict, target, shapes) -> str | None:
+    def check_knobs(self, knobs: dict, target, shapes=None, func=None) -> str | None:
         return check_threads(knobs, target)
 
     def match(self, infos: list[Block]):

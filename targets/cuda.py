@@ -28,7 +28,7 @@ from pathlib import Path
 
 import tvm
 
-from opgen.targets import TargetSpec
+from opgen.targets import GpuTargetSpec
 
 BUILD_CONFIG = {"tirx.disable_storage_rewrite": True}
 
@@ -119,9 +119,8 @@ def _compile_cached(source: str, arch: str) -> tuple[ArchReport, bytes]:
 
 
 @dataclass(frozen=True)
-class CudaTarget(TargetSpec):
+class CudaTarget(GpuTargetSpec):
     archs: tuple = ("sm_80", "sm_90")
-    max_threads: int = 1024
 
     def arch(self) -> str:
         """The architecture TVM generates for: the GPU's when one is present, else the oldest."""
@@ -136,6 +135,13 @@ class CudaTarget(TargetSpec):
 
     def device(self):
         return tvm.cuda(0)
+
+    def hardware_key(self) -> dict:
+        """The TVM target (its arch) and, with a GPU, the device's name."""
+        key = {"tvm": str(self.tvm_target())}
+        if gpu_present():
+            key["device"] = tvm.cuda(0).device_name
+        return key
 
     def missing(self) -> str | None:
         """Why this machine cannot build (compile-check) cuda kernels, or None."""
@@ -160,6 +166,7 @@ class CudaTarget(TargetSpec):
             return tvm.compile(mod, target=target).mod
 
     def source_of(self, module) -> tuple[str, str]:
+        """kernel.cu: the CUDA C that nvcc compiles."""
         if isinstance(module, CudaSource):
             return "kernel.cu", module.source
         device_module = module.imports[0]

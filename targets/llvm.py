@@ -88,4 +88,4 @@ class LlvmTarget(TargetSpec):
         return with_streamed_stores(module, streamed) if streamed else module
 
 
-TARGET = LlvmTarget(name="llvm", description="host CPU via LLVM (vectorized, multi-threaded)")
+TARGET = LlvmTarget(name="llvm", description="host CPU via LLVM (vectorized, multi-threaded)", default=True)

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 import numpy as np
 import tvm
 
-from opgen.targets import TargetSpec
+from opgen import diskcache
+from opgen.targets import WALL_CLOCK, GpuTargetSpec
 from opgen.targets.gpu_launch import LaunchPlan, compile_capturing_split, launch_plan
 from opgen.targets.opencl_source import (fence_thread0_stores, hoist_local_declarations, needs_half_rewrite,
                                          rewrite_half)
@@ -59,6 +60,15 @@ def missing() -> str | None:
     return None if _cl() is not None else "pyopencl found no OpenCL device"
 
 
+def _binary_cache_dir():
+    """Where pyopencl may cache the device binaries it builds (native code on a CPU device):
+    under opgen's checked disk cache (opgen.diskcache), else nowhere (False: no caching)."""
+    folder = diskcache.cache_dir() / "opencl"
+    if diskcache.enabled() and diskcache.trusted_dir(folder, "OpenCL binaries are not cached"):
+        return str(folder)
+    return False
+
+
 def _host_array(tensor) -> np.ndarray:
     """A numpy view of a host TVM tensor's memory (bfloat16 as its uint16 bits)."""
     if str(tensor.dtype) == "bfloat16":
@@ -77,7 +87,7 @@ class OpenclModule:
         self.plans = plans
         cl, ctx, queue = _cl()
         self._cl, self._ctx, self._queue = cl, ctx, queue
-        program = cl.Program(ctx, source).build()
+        program = cl.Program(ctx, source).build(cache_dir=_binary_cache_dir())
         names = {launch.kernel for plan in plans.values() for launch in plan.launches}
         self._kernels = {name: cl.Kernel(program, name) for name in names}
         self._lock = threading.Lock()   # a cl.Kernel's arguments are shared state
@@ -118,8 +128,8 @@ class OpenclModule:
 
 
 @dataclass(frozen=True)
-class OpenclTarget(TargetSpec):
-    max_threads: int = 1024
+class OpenclTarget(GpuTargetSpec):
+    timer: str = WALL_CLOCK           # its modules are not TVM modules: time_evaluator cannot drive them
 
     def tvm_target(self):
         return tvm.target.Target({"kind": "opencl", "max_num_threads": self.max_threads},
@@ -127,6 +137,16 @@ class OpenclTarget(TargetSpec):
 
     def device(self):
         return tvm.cpu(0)   # the module takes host tensors (see the module docstring)
+
+    def hardware_key(self) -> dict:
+        """The OpenCL platform, device and driver that kernels run on: two runtimes on one
+        CPU (PoCL, Intel's) are different hardware for tuning."""
+        key = {"tvm": str(self.tvm_target())}
+        if _cl() is not None:
+            device = _cl()[1].devices[0]
+            key.update(platform=device.platform.name.strip(), device=device.name.strip(),
+                       driver=device.driver_version.strip())
+        return key
 
     def missing(self) -> str | None:
         """Why this machine cannot build/run opencl kernels, or None."""

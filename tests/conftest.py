@@ -29,7 +29,7 @@ def target(request):
     target that names its own suite (``own_suite``: ascend-emu, whose g++ builds take
     seconds per kernel) is skipped here and tested there."""
     spec = _target_or_skip(request.param, lambda t: t.can_run(), "cannot run kernels on this machine")
-    if getattr(spec, "own_suite", ""):
+    if spec.own_suite:
         pytest.skip(f"target {spec.name} is tested by {spec.own_suite}")
     return spec
 

@@ -11,7 +11,7 @@ import functools
 import pytest
 from tvm import te
 
-from opgen import tiling_report
+from opgen.targets.ascend import tiling_report
 from opgen.ops import get_op
 from opgen.schedules import InvalidKnobs, NoScheduleRule, default_knobs, schedule_with_rule
 from opgen.schedules.ascend import GroupTiles, RowTiles

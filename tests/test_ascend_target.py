@@ -147,6 +147,9 @@ def test_emitted_project_layout_and_patterns(tmp_path):
 def test_no_op_names_in_the_ascend_schedule_and_target_code():
     roots = [Path(emu_build.__file__).parent, Path(ascend_rules.__file__).parent]
     sources = [p for p in roots[0].glob("*.py")] + [p for p in roots[1].glob("ascend*.py")]
+    # The tiling report is the one exception: it sets opgen's tiling beside CANN's
+    # hand-written per-op formulas (a comparison with per-op code, not a generator path).
+    sources = [p for p in sources if p.name != "tiling_report.py"]
     for path in sources:
         code = re.sub(r'""".*?"""|#[^\n]*', "", path.read_text(), flags=re.S)
         assert not re.search(r"rms_norm|group_norm", code), path

@@ -26,8 +26,10 @@ from pathlib import Path
 import numpy as np
 import tvm
 
-from opgen import verify
+from opgen import kernels, verify
 from opgen.dtypes import numpy_dtype, ulp
+from opgen.ops import get_op
+from opgen.targets import TIME_EVALUATOR, WALL_CLOCK
 from opgen.tune import database
 from opgen.tune.space import kernel_shapes, workload_bytes
 
@@ -59,7 +61,7 @@ class Measurement:
     error: str | None = None
     device: str = ""
     model: str | None = None    # the cost model's label when the time is an estimate
-    timer: str = "time_evaluator"
+    timer: str = TIME_EVALUATOR
 
     @property
     def median_ms(self) -> float | None:
@@ -136,9 +138,6 @@ def build_candidate(op_name: str, combo_tag: str, target, knobs: dict, shapes: d
                     keep_kernel: bool = False) -> Built:
     """Schedule, compile and export one point (runs in a pool worker, or here with
     ``keep_kernel``: the Kernel object is then returned too)."""
-    from opgen import kernels
-    from opgen.ops import get_op
-
     start = time.perf_counter()
     try:
         op = get_op(op_name)
@@ -204,8 +203,11 @@ def _tensors(workload: Workload, built: Built, dev) -> tuple[list, dict]:
     return args, by_name
 
 
-def measure_module(module, workload: Workload, built: Built, dev, settings: Settings, device: str) -> Measurement:
-    """Check one compiled candidate against the reference, then time it (local or remote)."""
+def measure_module(module, workload: Workload, built: Built, dev, settings: Settings, device: str,
+                   timer: str = TIME_EVALUATOR) -> Measurement:
+    """Check one compiled candidate against the reference, then time it (local or remote)
+    with the target's ``timer``: TVM's time_evaluator, or the wall clock for modules TVM
+    cannot drive (opencl through pyopencl)."""
     op = workload.op
     args, by_name = _tensors(workload, built, dev)
     func = module[built.symbol]
@@ -219,12 +221,12 @@ def measure_module(module, workload: Workload, built: Built, dev, settings: Sett
         return Measurement(database.WRONG, [], worst, f"{bad}: error {ratios[bad]:.3g}x the tolerance", device)
     for _ in range(settings.warmup):
         func(*args)
-    if not hasattr(module, "time_evaluator"):   # not a TVM module (OpenCL through pyopencl)
+    if timer == WALL_CLOCK:
         return Measurement(database.OK, _wall_clock_ms(func, args, dev, settings), worst, None, device,
-                           timer="wall_clock")
-    timer = module.time_evaluator(built.symbol, dev, number=1, repeat=settings.repeat,
-                                  min_repeat_ms=int(settings.min_repeat_ms))
-    times = [t * 1e3 for t in timer(*args).results]
+                           timer=WALL_CLOCK)
+    evaluator = module.time_evaluator(built.symbol, dev, number=1, repeat=settings.repeat,
+                                      min_repeat_ms=int(settings.min_repeat_ms))
+    times = [t * 1e3 for t in evaluator(*args).results]
     return Measurement(database.OK, times, worst, None, device)
 
 
@@ -257,6 +259,7 @@ class LocalRunner:
             return Measurement(database.FAILED, error=built.error, device=self.device)
         try:
             module = built.kernel.module if built.kernel is not None else tvm.runtime.load_module(built.path)
-            return measure_module(module, workload, built, self.target.device(), self.settings, self.device)
+            return measure_module(module, workload, built, self.target.device(), self.settings, self.device,
+                                  self.target.timer)
         except Exception as err:
             return Measurement(database.FAILED, error=f"run: {type(err).__name__}: {err}", device=self.device)

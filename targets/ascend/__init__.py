@@ -23,8 +23,9 @@ from dataclasses import dataclass, field, replace
 import tvm
 
 from opgen.config import DEFAULT_PRODUCT
-from opgen.targets import TargetSpec
+from opgen.targets import MODEL, TargetSpec
 from opgen.targets.ascend.build import EmuKernel, EmuModule, compile_project, emulation_available, project
+from opgen.targets.ascend.costmodel import AscendAnalytic
 from opgen.targets.ascend.exprs import EmitError
 from opgen.targets.ascend.hardware import AscendHardware, describe
 
@@ -33,13 +34,20 @@ from opgen.targets.ascend.hardware import AscendHardware, describe
 class AscendEmuTarget(TargetSpec):
     hardware: AscendHardware = field(default_factory=lambda: describe(DEFAULT_PRODUCT))
     library_suffix: str = ""          # ctypes-loaded g++ libraries: no TVM export
+    schedule_rules: str = "ascend"    # every Ascend target, whatever its name
+    timer: str = MODEL                # no device here: the tuner uses cost_model()
+    tools: tuple = ("opgen.targets.ascend.tiling_report",)   # opgen tiling
     # The generic `target` fixture skips this target: g++ on the emulation header takes
     # ~10 s per kernel (cached on disk afterwards), so tests/test_ascend.py runs it on chosen shapes.
     own_suite: str = "tests/test_ascend.py"
 
-    @property
-    def schedule_module(self) -> str:
-        return "ascend"
+    def hardware_key(self) -> dict:
+        """The product and the numbers its kernels are tiled and modelled for."""
+        hw = self.hardware
+        return {"product": hw.product, "soc": hw.soc, "vector_cores": hw.vector_cores, "ub_bytes": hw.ub_bytes}
+
+    def cost_model(self):
+        return AscendAnalytic()
 
     def for_product(self, product: str) -> "AscendEmuTarget":
         return replace(self, hardware=describe(product))
@@ -82,6 +90,14 @@ class AscendEmuTarget(TargetSpec):
     def source_of(self, module):
         """The emitted kernel (opgen generate writes the whole project next to it)."""
         return f"{module.symbol}.cpp", module.files[f"op_kernel/{module.symbol}.cpp"]
+
+    def artifacts(self, module) -> dict:
+        """The CANN custom-op project: op_host/ and op_kernel/ sources."""
+        return dict(module.files)
+
+    def scratch_of(self, module):
+        """One GM workspace sized by the host tiling (the TIR's hoisted buffers are unused)."""
+        return module.scratch
 
 
 TARGET = AscendEmuTarget(name="ascend-emu",

@@ -13,17 +13,26 @@ the tiling code); CANN's GM bytes apply opgen's traffic model to CANN's tiling (
 counting: every tile read once per pass over it, broadcast inputs once per core or per
 row, column-sum partials written and read back), so the two columns compare plans, not
 measurements. Op names are fine here: this module compares against per-op CANN code.
+
+The Ascend target declares this module among its ``tools``: ``opgen`` adds the command
+``COMMAND`` with ``add_arguments`` and ``main`` (opgen.cli).
 """
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, replace
 
 from tvm import te
 
+from opgen import schedules
+from opgen.config import PRODUCTS
 from opgen.ops import get_op
-from opgen.schedules import default_knobs, schedule_with_rule
 from opgen.schedules.ascend_tiling import CopyAlignmentError, UbBudgetError, ceil_div
-from opgen.targets import get_target
+from opgen.targets.ascend import TARGET
+from opgen.targets.ascend.hardware import DESCRIPTIONS
+
+COMMAND = "tiling"
+HELP = "opgen's Ascend tiling next to CANN's formulas, on ops-nn's test shapes"
 
 
 @dataclass(frozen=True)
@@ -51,9 +60,9 @@ def _itemsize(tag: str) -> int:
 def opgen_line(op_name: str, combo: str, shapes: list, target, knobs: dict | None = None) -> Line:
     op = get_op(op_name)
     func = te.create_prim_func(op.compute(op.combo(combo)))
-    rule, _ = schedule_with_rule(func, target, knobs)
+    rule = schedules.match(func, target)
     try:
-        t = rule.tiling(func, target, {**default_knobs(rule, target), **(knobs or {})}, shapes)
+        t = rule.tiling(func, target, schedules.full_point(rule, target, knobs), shapes)
     except (UbBudgetError, CopyAlignmentError) as err:     # the product cannot run this shape
         return Line("opgen", f"refused: {type(err).__name__}", 0, 0, "-", None, None, "-", None)
     return Line("opgen", t.mode, t.block_dim, t.block_factor, f"{t.ub_rows} x {t.ub_cols}",
@@ -118,7 +127,7 @@ def cann_group_norm_grad(n: int, c: int, hxw: int, g: int, item: int, cores: int
 
 def report_lines(product: str, cores: int | None = None) -> list[tuple[str, Line, Line]]:
     """(case label, opgen's line, CANN's line) for every tiling-test shape."""
-    target = get_target("ascend-emu").for_product(product)
+    target = TARGET.for_product(product)
     if cores is not None:
         target = replace(target, hardware=target.hardware.with_cores(cores))
     n_cores = target.hardware.vector_cores
@@ -139,7 +148,7 @@ def _fmt(value) -> str:
 
 
 def render(product: str, cores: int | None = None) -> str:
-    target = get_target("ascend-emu").for_product(product)
+    target = TARGET.for_product(product)
     hw = target.hardware if cores is None else target.hardware.with_cores(cores)
     head = (f"{'':6} {'mode':<14} {'cores':>5} {'per core':>8} {'per UB pass':>13} {'UB bytes':>9} "
             f"{'GM bytes':>13} {'sums':<13} {'workspace':>9}")
@@ -156,11 +165,18 @@ def render(product: str, cores: int | None = None) -> str:
 
 def add_arguments(parser) -> None:
     parser.add_argument("--product", default="AtlasA2", help="product whose hardware description applies "
-                        "(default AtlasA2: the platform of ops-nn's tiling tests)")
+                        f"(default AtlasA2: the platform of ops-nn's tiling tests; one of {', '.join(PRODUCTS)})")
     parser.add_argument("--cores", type=int, default=None, help="override the product's vector core count")
 
 
 def main(args) -> int:
+    if args.product not in DESCRIPTIONS:
+        print(f"opgen {COMMAND}: unknown product {args.product!r}; known: {', '.join(sorted(DESCRIPTIONS))}",
+              file=sys.stderr)
+        return 2
+    if args.cores is not None and args.cores < 1:
+        print(f"opgen {COMMAND}: --cores must be at least 1, got {args.cores}", file=sys.stderr)
+        return 2
     print(render(args.product, args.cores))
     return 0
 
