@@ -28,14 +28,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opgen import acl, config
+from opgen import acl, config, selection
 from opgen.apispec import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ACLNN_ERR_RUNTIME_ERROR,
                            ACLNN_ERR_INNER_TILING_ERROR, ACLNN_SUCCESS, ATTR, INPUT, MASK, OUTPUT, STATUS_NAMES,
                            ArgError, Call)
 from opgen.binding import KINDS, NotReadable, aliased_outputs, kind_of, no_overlap, overlapping_outputs, value_key
 from opgen.executor import Executor, make_plan
 from opgen.ops import all_ops
+from opgen.targets import get_target
 from opgen.tensorarg import TensorArg, describe
+from opgen.tune import lookup
 
 __all__ = ["ACLNN_SUCCESS", "ACLNN_ERR_PARAM_NULLPTR", "ACLNN_ERR_PARAM_INVALID", "ACLNN_ERR_RUNTIME_ERROR",
            "ACLNN_ERR_INNER_TILING_ERROR", "STATUS_NAMES"]
@@ -103,12 +105,9 @@ def _combo(call: Call):
 
 
 def _kernel(op, combo, product: str, shapes: dict):
-    """The kernel for this call and its device: the schedule rule's problem-size defaults,
-    overridden by the tuned knobs of the call's shape bucket where the tuning database has
-    them (kernels.call_knobs)."""
-    from opgen.kernels import call_knobs, get_kernel
-    from opgen.targets import get_target
-
+    """The kernel for this call and its device, chosen by opgen.selection: the schedule
+    rule's defaults and problem-size defaults, overridden by the best valid tuned record of
+    the call's shape bucket where the tuning database has one."""
     try:
         target = get_target(config.get_target()).for_product(product)
     except KeyError as exc:
@@ -116,7 +115,7 @@ def _kernel(op, combo, product: str, shapes: dict):
     if not target.can_run():
         raise ArgError(ACLNN_ERR_RUNTIME_ERROR, f"target {target.name} cannot run kernels on this machine")
     try:
-        return get_kernel(op, combo, target, knobs=call_knobs(op, combo, target, shapes)), target.device()
+        return selection.select(op, combo, target, shapes).kernel, target.device()
     except Exception as exc:  # a schedule or compiler failure is ours, not the caller's
         raise ArgError(ACLNN_ERR_RUNTIME_ERROR, f"building the {op.name} {combo.tag} kernel for "
                                                 f"{target.name} failed ({type(exc).__name__}: {exc})")
@@ -199,6 +198,9 @@ def _aliased(op, values: dict) -> frozenset:
 def clear_plan_cache() -> None:
     """Forget every cached plan (tests; after kernels were rebuilt or retuned)."""
     _PLANS.clear()
+
+
+lookup.on_reload(clear_plan_cache)   # a new tuning database may choose other kernels
 
 
 def _new_plan(op, product: str, values: dict, aliased: frozenset):

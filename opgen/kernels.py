@@ -31,7 +31,7 @@ from opgen import diskcache
 from opgen import schedules as schedule_rules
 from opgen.memory import to_tvm
 from opgen.ops import DtypeCombo, OpSpec, get_op
-from opgen.targets import TargetSpec, get_target
+from opgen.targets import TargetSpec, default_target, get_target
 
 
 @dataclass
@@ -137,12 +137,53 @@ def declare_element_alignment(func):
     return tirx.PrimFunc([declared[p] for p in func.params], body, attrs=func.attrs)
 
 
+@functools.lru_cache(maxsize=None)
+def _prim_func(op_name: str, combo_tag: str):
+    op = get_op(op_name)
+    return te.create_prim_func(op.compute(op.combo(combo_tag)))
+
+
+def prim_func(op: OpSpec, combo: DtypeCombo):
+    """The op's unscheduled PrimFunc for ``combo`` (made once: TIR is immutable)."""
+    return _prim_func(op.name, combo.tag)
+
+
+@functools.lru_cache(maxsize=None)
+def _matching_rule(op_name: str, combo_tag: str, target: TargetSpec):
+    return schedule_rules.match(_prim_func(op_name, combo_tag), target)
+
+
+def matching_rule(op: OpSpec, combo: DtypeCombo, target: TargetSpec):
+    """The schedule rule for (op, combo) on ``target``: found by pattern matching alone,
+    once, then cached. None for a target without schedule rules."""
+    if target.schedule_module is None:
+        return None
+    return _matching_rule(op.name, combo.tag, target)
+
+
+def kernel_point(op: OpSpec, combo: DtypeCombo, target: TargetSpec, knobs: dict | None = None) -> dict:
+    """Every knob of the matching rule, defaults filled in (InvalidKnobs for a bad one): the
+    point a kernel is built at, so {} and the explicit defaults name the same kernel."""
+    rule = matching_rule(op, combo, target)
+    if rule is None:
+        if knobs:
+            raise schedule_rules.InvalidKnobs(f"target {target.name} has no schedule rules, hence no knobs")
+        return {}
+    return schedule_rules.full_point(rule, target, knobs)
+
+
 def scheduled_module(op: OpSpec, combo: DtypeCombo, target: TargetSpec, variant: str = "default",
                      knobs: dict | None = None):
-    """The IRModule of the scheduled kernel (not yet compiled) and its symbol."""
+    """The IRModule of the scheduled kernel (not yet compiled) and its symbol: the matching
+    rule applied once, at ``knobs`` (validated, defaults filled in)."""
     symbol = kernel_symbol(op, combo, variant)
-    func = te.create_prim_func(op.compute(combo)).with_attr("global_symbol", symbol)
-    func = declare_element_alignment(hoist_pass_buffers(schedule_rules.schedule(func, target, knobs)))
+    func = prim_func(op, combo).with_attr("global_symbol", symbol)
+    rule = matching_rule(op, combo, target)
+    if rule is None:   # the target's compiler schedules for itself
+        sch = s_tir.Schedule(func)
+    else:
+        sch = schedule_rules.schedule(func, target, knobs, rule=rule)
+    func = declare_element_alignment(hoist_pass_buffers(sch))
     return tvm.IRModule({symbol: func}), symbol
 
 
@@ -242,8 +283,8 @@ def build(op: OpSpec, combo: DtypeCombo, target: TargetSpec, variant: str = "def
         module = target.build(mod)
         if path is not None and not _store(module, path):
             path = None        # never point at a file opgen did not write (Kernel.export copies it)
-    if not isinstance(module, tvm.runtime.Module):   # a target's own module may size its own scratch
-        scratch = getattr(module, "scratch", scratch)   # (AscendC: one GM workspace from the host tiling)
+    own = target.scratch_of(module)     # a target's own module may size its own scratch (AscendC:
+    scratch = scratch if own is None else own   # one GM workspace from the host tiling)
     return Kernel(op, combo, target, variant, symbol, tir, module, time.perf_counter() - start, from_disk, path,
                   scratch, size_vars)
 
@@ -253,17 +294,20 @@ _KEY_LOCKS: dict[tuple, threading.Lock] = {}
 _CACHE_LOCK = threading.Lock()
 
 
-def get_kernel(op: OpSpec | str, combo: DtypeCombo | str, target: TargetSpec | str = "llvm",
+def get_kernel(op: OpSpec | str, combo: DtypeCombo | str, target: TargetSpec | str | None = None,
                variant: str = "default", knobs: dict | None = None) -> Kernel:
     """The cached kernel of (op, combo, target, variant, knobs), built on first use.
 
-    ``knobs`` are the schedule rule's knobs (None or {}: the rule's defaults); they are
-    part of the key, so a tuned kernel never stands in for another point of the space.
+    ``target``: a TargetSpec or a name (None: the default target). ``knobs`` are the
+    schedule rule's knobs (None or {}: the rule's defaults); the full point is part of the
+    key, so a tuned kernel never stands in for another point of the space, and the same
+    point given two ways is one kernel.
     """
     op = get_op(op) if isinstance(op, str) else op
     combo = op.combo(combo) if isinstance(combo, str) else combo
-    target = get_target(target) if isinstance(target, str) else target
-    key = (op.name, combo.tag, target, variant, tuple(sorted((knobs or {}).items())))
+    target = default_target() if target is None else get_target(target) if isinstance(target, str) else target
+    point = kernel_point(op, combo, target, knobs)
+    key = (op.name, combo.tag, target, variant, tuple(sorted(point.items())))
     with _CACHE_LOCK:
         kernel = _CACHE.get(key)
         if kernel is not None:
@@ -273,7 +317,7 @@ def get_kernel(op: OpSpec | str, combo: DtypeCombo | str, target: TargetSpec | s
         with _CACHE_LOCK:
             kernel = _CACHE.get(key)
         if kernel is None:
-            kernel = build(op, combo, target, variant, knobs)
+            kernel = build(op, combo, target, variant, point)
             with _CACHE_LOCK:
                 _CACHE[key] = kernel
     return kernel
@@ -282,38 +326,3 @@ def get_kernel(op: OpSpec | str, combo: DtypeCombo | str, target: TargetSpec | s
 def clear_memory_cache() -> None:
     with _CACHE_LOCK:
         _CACHE.clear()
-
-
-@functools.lru_cache(maxsize=None)
-def _matching_rule(op_name: str, combo_tag: str, target: TargetSpec):
-    op = get_op(op_name)
-    func = te.create_prim_func(op.compute(op.combo(combo_tag))).with_attr("global_symbol", op_name)
-    return schedule_rules.schedule_with_rule(func, target)[0]
-
-
-def matching_rule(op: OpSpec, combo: DtypeCombo, target: TargetSpec):
-    """The schedule rule that schedules (op, combo) on ``target`` (found once, then cached)."""
-    return _matching_rule(op.name, combo.tag, target)
-
-
-def call_knobs(op: OpSpec, combo: DtypeCombo, target: TargetSpec, shapes: dict) -> dict | None:
-    """The knobs for a call with these kernel shapes: the matching rule's problem-size
-    defaults (``knobs_for_shapes``) overridden by the tuning database's best for the shape's
-    bucket; None when neither says anything (the rule's plain defaults). A knob added to a
-    rule after a bucket was tuned keeps its problem-size default there."""
-    for_shapes = getattr(matching_rule(op, combo, target), "knobs_for_shapes", None)
-    knobs = {**((for_shapes(target, shapes) or {}) if for_shapes is not None else {}),
-             **(tuned_knobs(op, combo, target, shapes) or {})}
-    return knobs or None
-
-
-def tuned_knobs(op: OpSpec, combo: DtypeCombo, target: TargetSpec, shapes: dict) -> dict | None:
-    """The tuned knobs for a call whose kernel shapes (tensor name -> shape) are ``shapes``.
-
-    The best record of opgen.tune's database whose key (op, combo, target and its hardware,
-    shape bucket) matches, or None when this shape's bucket was never tuned (the rule's
-    defaults apply). The database is read once per process; then this is a dict lookup.
-    """
-    from opgen.tune.lookup import tuned_knobs as lookup
-
-    return lookup(op, combo, target, shapes)

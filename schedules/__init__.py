@@ -1,24 +1,29 @@
 """Schedules: how each stage pattern runs on each target, never what it computes.
 
-A schedule module ``schedules/<target>.py`` holds ``RULES``: objects with
-``apply(func, target, knobs) -> s_tir.Schedule | None`` (TVM dlight's protocol; a
-``PatternRule`` supplies it from its ``match`` and ``schedule``). Rules are
-tried in order; ``None`` means "this rule does not match this function". Rules recognise
-stages by pattern (row reduction + elementwise, column reduction) using ``blocks()`` below,
-never by op name, so a new op written in the same patterns needs no schedule code.
+A schedule module ``schedules/<target>.py`` holds ``RULES``: ``ScheduleRule`` objects
+with ``apply(func, target, knobs) -> s_tir.Schedule | None`` (TVM dlight's protocol; a
+``PatternRule`` supplies it from its ``match`` and ``schedule``). Rules are tried in
+order; ``None`` means "this rule does not match this function". Rules recognise stages by
+pattern (row reduction + elementwise, column reduction) using ``blocks()`` below, never by
+op name, so a new op written in the same patterns needs no schedule code.
 
-Knobs (the tuner's search space) are declared by the rules themselves:
-  * ``rule.knobs(target) -> tuple[Knob, ...]``: each knob's domain, in the order a search
-    should try it, and its default (the value ``apply`` uses when the knob is not given);
-  * ``rule.check_knobs(knobs, target, shapes) -> str | None``: why a point of that space is
-    invalid for this target (and, when ``shapes`` names the problem's tensor shapes, for
-    that problem: UB budget, threads per block, divisibility), so the tuner prunes it
-    before building anything. None means valid.
-  * ``rule.knobs_for_shapes(target, shapes) -> dict`` (optional): defaults that depend on
-    the problem (e.g. no thread launch for a tiny one), used for a call whose shape bucket
-    the tuning database does not know.
-A rule without knobs may omit all three (``rule_knobs`` treats that as an empty space). Adding
-a target's knobs to the tuner is only this declaration: ``opgen.tune`` reads it from here.
+The protocol, stated once (``ScheduleRule`` gives every method its default):
+  * ``matches(func, target) -> bool``: whether the rule's pattern is in ``func``, without
+    scheduling it (a PatternRule only reads the blocks);
+  * ``knobs(target) -> tuple[Knob, ...]``: the tuner's search space, each knob's domain in
+    the order a search should try it, and its default (used when the knob is not given);
+  * ``check_knobs(knobs, target, shapes=None, func=None) -> str | None``: why a full point
+    of that space is invalid for this target and, when ``shapes`` (the kernel's tensor
+    shapes) and ``func`` name a problem, for that problem (UB budget, threads per block,
+    divisibility), so the tuner prunes it before building anything. None means valid;
+  * ``knobs_for_shapes(target, shapes) -> dict``: defaults that depend on the problem
+    (e.g. no thread launch for a tiny one).
+
+Which knobs a kernel is built with is decided in one place, ``resolve``: the matching
+rule's defaults, overlaid by its problem-size defaults, overlaid by the best tuned record
+that is a valid point of the rule's space (records come in as data, best first; invalid
+ones are returned with the reason, never built). ``schedule`` then applies the rule once.
+Adding a target's knobs to the tuner is only the declaration: ``opgen.tune`` reads it here.
 """
 from __future__ import annotations
 
@@ -44,7 +49,27 @@ class InvalidKnobs(ValueError):
     its constraints refuse."""
 
 
-class PatternRule:
+class ScheduleRule:
+    """The rule protocol, with the defaults a rule without knobs needs."""
+
+    def apply(self, func, target, knobs):
+        raise NotImplementedError
+
+    def matches(self, func, target) -> bool:
+        """Whether this rule schedules ``func`` (generic: by trying; PatternRule reads blocks)."""
+        return self.apply(func, target, default_knobs(self, target)) is not None
+
+    def knobs(self, target) -> tuple:
+        return ()
+
+    def check_knobs(self, knobs: dict, target, shapes: dict | None = None, func=None) -> str | None:
+        return None
+
+    def knobs_for_shapes(self, target, shapes: dict) -> dict:
+        return {}
+
+
+class PatternRule(ScheduleRule):
     """Base of the rules that match a stage pattern: ``match(infos)`` returns what the
     pattern found in the function's blocks (None: not this pattern) and ``schedule(sch,
     matched, target, knobs)`` schedules it and returns ``sch``. ``apply`` (dlight's
@@ -55,6 +80,9 @@ class PatternRule:
 
     def schedule(self, sch, matched, target, knobs):
         raise NotImplementedError
+
+    def matches(self, func, target) -> bool:
+        return self.match(blocks(s_tir.Schedule(func))) is not None
 
     def apply(self, func, target, knobs):
         sch = s_tir.Schedule(func)
@@ -118,51 +146,123 @@ def same_extent(a, b) -> bool:
 
 
 def rules_of(target) -> list:
-    """The ordered schedule rules of ``target`` (its ``schedules/<name>.py``)."""
+    """The ordered schedule rules of ``target`` (its ``schedules/<name>.py``; none for a
+    target whose compiler schedules for itself)."""
+    if target.schedule_module is None:
+        return []
     return importlib.import_module(f"{__name__}.{target.schedule_module}").RULES
 
 
+def match(func, target):
+    """The first rule of ``target`` that matches ``func`` (pattern matching only)."""
+    for rule in rules_of(target):
+        if rule.matches(func, target):
+            return rule
+    names = [type(rule).__name__ for rule in rules_of(target)]
+    symbol = func.attrs["global_symbol"] if func.attrs and "global_symbol" in func.attrs else "the function"
+    raise NoScheduleRule(f"no {target.name} schedule rule matches {symbol}; tried {names}")
+
+
 def rule_knobs(rule, target) -> tuple:
-    """The knobs ``rule`` declares for ``target`` (none if it declares none)."""
-    declared = getattr(rule, "knobs", None)
-    return tuple(declared(target)) if declared is not None else ()
-
-
-def check_knobs(rule, knobs: dict, target, shapes: dict | None = None) -> str | None:
-    """Why ``knobs`` is not a valid point of ``rule``'s space on ``target``; None if it is."""
-    declared = {k.name: k for k in rule_knobs(rule, target)}
-    for name, value in knobs.items():
-        if name not in declared:
-            return f"{type(rule).__name__} has no knob {name!r} (it has {sorted(declared) or 'none'})"
-        if value not in declared[name].values:
-            return f"{type(rule).__name__}: {name}={value!r} is outside its domain {declared[name].values!r}"
-    constraint = getattr(rule, "check_knobs", None)
-    return constraint(knobs, target, shapes) if constraint is not None else None
+    """The knobs ``rule`` declares for ``target``."""
+    return tuple(rule.knobs(target))
 
 
 def default_knobs(rule, target) -> dict:
     return {k.name: k.default for k in rule_knobs(rule, target)}
 
 
-def schedule_with_rule(func, target, knobs: dict | None = None):
-    """(the first matching rule, its Schedule of ``func`` for ``target``).
+def _outside_space(rule, knobs, target) -> str | None:
+    """Why ``knobs`` names a knob ``rule`` lacks or a value outside its domain (None: inside)."""
+    if not isinstance(knobs, dict):
+        return f"knobs must be a mapping of knob names to values, got {type(knobs).__name__}"
+    declared = {k.name: k for k in rule_knobs(rule, target)}
+    for name, value in knobs.items():
+        if name not in declared:
+            return f"{type(rule).__name__} has no knob {name!r} (it has {sorted(declared) or 'none'})"
+        if not any(type(value) is type(v) and value == v for v in declared[name].values):
+            return f"{type(rule).__name__}: {name}={value!r} is outside its domain {declared[name].values!r}"
+    return None
 
-    Knobs are checked against the matching rule's declaration before they are used, so a
-    misspelt knob or an out-of-domain value is an error instead of a silent default.
+
+def check_knobs(rule, knobs: dict, target, shapes: dict | None = None, func=None) -> str | None:
+    """Why ``knobs`` (a full point or part of one) is not a valid point of ``rule``'s space
+    on ``target`` (and for the problem ``shapes``/``func`` when given); None if it is."""
+    problem = _outside_space(rule, knobs, target)
+    if problem:
+        return problem
+    return rule.check_knobs({**default_knobs(rule, target), **knobs}, target, shapes, func)
+
+
+def full_point(rule, target, knobs: dict | None = None) -> dict:
+    """Every declared knob of ``rule``: its default unless ``knobs`` gives it. Raises
+    InvalidKnobs for a knob the rule lacks, a value outside a domain or a point the rule's
+    constraints refuse, so a misspelt knob is an error instead of a silent default."""
+    problem = check_knobs(rule, dict(knobs or {}), target)
+    if problem:
+        raise InvalidKnobs(problem)
+    return {**default_knobs(rule, target), **(knobs or {})}
+
+
+# Where a resolved knob's value came from (Resolution.sources).
+FROM_DEFAULT, FROM_SHAPE, FROM_TUNED = "default", "shape default", "tuned"
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """The rule that schedules a function and the full point of knobs it is built with.
+
+    ``sources`` says where each knob's value came from: "default", "shape default" (the
+    rule's ``knobs_for_shapes``) or "tuned <file>:<line>"; ``record`` is the tuned record
+    used (None: untuned); ``refused`` lists (record, reason) for better-ranked records that
+    are not valid points here (stale knob names, values outside a domain, infeasible)."""
+
+    rule: object
+    knobs: dict
+    sources: dict
+    record: dict | None = None
+    refused: tuple = ()
+
+
+def resolve(func, target, shapes: dict | None = None, tuned=()) -> Resolution:
+    """The one knob resolver: the matching rule and the knobs to build ``func`` with.
+
+    ``tuned``: tuning records for this function's key, best first (dicts with ``knobs``
+    and optionally ``_source``, "file:line"). The first whose knobs are a valid point of the
+    rule's space for ``shapes`` wins; the others before it are reported in ``refused``.
     """
-    knobs = dict(knobs or {})
-    for rule in rules_of(target):
-        sch = rule.apply(func, target, {**default_knobs(rule, target), **knobs})
-        if sch is None:
-            continue
-        problem = check_knobs(rule, knobs, target)
+    rule = match(func, target)
+    knobs = default_knobs(rule, target)
+    sources = dict.fromkeys(knobs, FROM_DEFAULT)
+    if shapes is not None:
+        for name, value in rule.knobs_for_shapes(target, shapes).items():
+            knobs[name], sources[name] = value, FROM_SHAPE
+    refused = []
+    for record in tuned:
+        given = record.get("knobs") if isinstance(record, dict) else None
+        problem = check_knobs(rule, {**knobs, **given} if isinstance(given, dict) else given, target, shapes, func)
         if problem:
-            raise InvalidKnobs(problem)
-        return rule, sch
-    names = [type(rule).__name__ for rule in rules_of(target)]
-    raise NoScheduleRule(f"no {target.name} schedule rule matches {func.attrs['global_symbol']}; tried {names}")
+            refused.append((record, problem))
+            continue
+        where = f"{FROM_TUNED} {record['_source']}" if record.get("_source") else FROM_TUNED
+        knobs.update(given)
+        sources.update(dict.fromkeys(given, where))
+        return Resolution(rule, knobs, sources, record, tuple(refused))
+    return Resolution(rule, knobs, sources, None, tuple(refused))
 
 
-def schedule(func, target, knobs: dict | None = None) -> s_tir.Schedule:
-    """Schedule ``func`` for ``target`` (a TargetSpec) with the first matching rule."""
-    return schedule_with_rule(func, target, knobs)[1]
+def schedule(func, target, knobs: dict | None = None, rule=None) -> s_tir.Schedule:
+    """Schedule ``func`` for ``target`` (a TargetSpec) once: with ``rule`` (else the first
+    matching one) at the point ``knobs`` (validated; missing knobs take their defaults)."""
+    rule = rule if rule is not None else match(func, target)
+    sch = rule.apply(func, target, full_point(rule, target, knobs))
+    if sch is None:
+        raise NoScheduleRule(f"{type(rule).__name__} does not match the function it was chosen for")
+    return sch
+
+
+def schedule_with_rule(func, target, knobs: dict | None = None):
+    """(the matching rule, its Schedule of ``func`` at ``knobs``): ``schedule`` that also
+    says which rule it used."""
+    rule = match(func, target)
+    return rule, schedule(func, target, knobs, rule=rule)

@@ -33,8 +33,8 @@ from tvm import s_tir
 from tvm.sym.analyzer import Analyzer
 
 from opgen.schedules import Block, Knob, PatternRule, blocks, patterns, same_extent
-from opgen.schedules.ascend_tiling import (GroupOperands, RowOperands, Tiling, UbBudgetError,  # noqa: F401
-                                           plan_groups, plan_rows)
+from opgen.schedules.ascend_tiling import (CopyAlignmentError, GroupOperands, RowOperands, Tiling,  # noqa: F401
+                                           UbBudgetError, plan_groups, plan_rows)
 
 BUFFER_NUM = Knob("buffer_num", (2, 1), 2,
                   "buffers per TQue: 2 overlaps the next tile's copy-in with this tile's compute "
@@ -97,6 +97,19 @@ def _param_roles(func, infos):
     return params, written
 
 
+def tiling_refusal(rule, func, target, knobs: dict, shapes) -> str | None:
+    """Why the host tiling cannot run ``knobs`` for the problem ``shapes`` (the kernel's
+    tensor shapes in parameter order) on ``target``'s hardware: the UB budget or, without
+    DataCopyPad, the copy alignment. None when it can or when no problem is given."""
+    if func is None or not shapes:
+        return None
+    try:
+        rule.tiling(func, target, knobs, list(shapes.values()))
+    except (UbBudgetError, CopyAlignmentError) as err:
+        return f"infeasible on {target.hardware.product}: {err}"
+    return None
+
+
 def _shape_is(shape, extents) -> bool:
     return len(shape) == len(extents) and all(same_extent(a, b) for a, b in zip(shape, extents))
 
@@ -108,10 +121,10 @@ class RowTiles(PatternRule):
     def knobs(self, target) -> tuple:
         return (ROWS_PER_PASS, COLS_PER_PASS, BUFFER_NUM, SUMS)
 
-    def check_knobs(self, knobs: dict, target, shapes) -> str | None:
+    def check_knobs(self, knobs: dict, target, shapes=None, func=None) -> str | None:
         """Refuse contradictory points and, for a known problem (``shapes``: the kernel's
         tensor shapes), points that tile exactly like another one (the tuner need not build
-        them). The UB budget itself is checked by ``tiling``, which needs the dtypes."""
+        them) and points whose tiling does not fit the hardware (``func`` gives the dtypes)."""
         if knobs.get("rows_per_pass") and knobs.get("cols_per_pass"):
             return "rows_per_pass applies to whole rows and cols_per_pass forces split-D: set one of them"
         tile = next((s for s in (shapes or {}).values() if len(s) == 2), None)
@@ -124,7 +137,7 @@ class RowTiles(PatternRule):
         wanted = knobs.get("rows_per_pass", 0)
         if wanted and per_core and wanted > per_core and wanted // 2 >= per_core:
             return f"rows_per_pass={wanted}: a core has only {per_core} rows (a smaller value tiles the same)"
-        return None
+        return tiling_refusal(self, func, target, knobs, shapes)
 
     def match(self, infos: list[Block]):
         return patterns.row_pass(infos, need_column_sums=False)
@@ -174,13 +187,14 @@ class GroupTiles(PatternRule):
     def knobs(self, target) -> tuple:
         return (CHANNELS_PER_PASS, BUFFER_NUM, SUMS)
 
-    def check_knobs(self, knobs: dict, target, shapes) -> str | None:
-        """For a known problem, refuse channels_per_pass values that tile like a smaller one."""
+    def check_knobs(self, knobs: dict, target, shapes=None, func=None) -> str | None:
+        """For a known problem, refuse channels_per_pass values that tile like a smaller one
+        and points whose tiling does not fit the hardware."""
         tile = next((s for s in (shapes or {}).values() if len(s) == 4), None)
         wanted = knobs.get("channels_per_pass", 0)
         if tile and wanted and wanted // 2 >= tile[2] > 0:
             return f"channels_per_pass={wanted}: a group has only {tile[2]} channels (a smaller value tiles the same)"
-        return None
+        return tiling_refusal(self, func, target, knobs, shapes)
 
     def match(self, infos: list[Block]):
         matched = patterns.grouped_pass(infos)
@@ -228,8 +242,3 @@ class GroupTiles(PatternRule):
 
 RULES = [RowTiles(), GroupTiles()]
 
-
-def matching_rule(func, target):
-    """The first rule whose pattern matches ``func`` (None if none does)."""
-    infos = blocks(s_tir.Schedule(func))
-    return next((rule for rule in RULES if rule.match(infos) is not None), None)

@@ -12,11 +12,12 @@ import subprocess
 import numpy as np
 import pytest
 
-from opgen import kernels
+from opgen import kernels, selection
 from opgen.ops import get_op
 from opgen.ops import group_norm_backward, rms_norm_grad
 from opgen.ops.group_norm_backward import Problem as GroupProblem
 from opgen.ops.rms_norm_grad import Problem as RmsProblem
+from opgen.tune import lookup
 from opgen.schedules import STREAMED_OUTPUT
 from opgen.targets import get_target
 from opgen.targets.llvm_stream import mark_nontemporal, streamed_buffers
@@ -162,9 +163,9 @@ LARGE = [(RMS, RmsProblem((1031, 1021), 1)), (GN, GroupProblem(1, 6, 174763, 3))
 def test_large_calls_stream_by_default_and_small_ones_do_not(op, problem):
     combo = op.combos[0]
     shapes = KERNEL_SHAPES[op.name](problem)
-    assert kernels.call_knobs(op, combo, LLVM, shapes).get("stream_stores") is True
+    assert selection.resolve(op, combo, LLVM, shapes)[0].knobs["stream_stores"] is True
     small = {name: tuple(1 for _ in shape) for name, shape in shapes.items()}
-    assert not (kernels.call_knobs(op, combo, LLVM, small) or {}).get("stream_stores")
+    assert selection.resolve(op, combo, LLVM, small)[0].knobs["stream_stores"] is False
 
 
 def test_tuned_knobs_override_the_size_defaults_and_keep_the_others(monkeypatch):
@@ -172,10 +173,15 @@ def test_tuned_knobs_override_the_size_defaults_and_keep_the_others(monkeypatch)
     op, problem = LARGE[1]
     combo = op.combos[0]
     shapes = KERNEL_SHAPES[op.name](problem)
-    monkeypatch.setattr(kernels, "tuned_knobs", lambda *args: {"parallel": False})
-    assert kernels.call_knobs(op, combo, LLVM, shapes) == {"parallel": False, "stream_stores": True}
-    monkeypatch.setattr(kernels, "tuned_knobs", lambda *args: {"stream_stores": False})
-    assert kernels.call_knobs(op, combo, LLVM, shapes) == {"stream_stores": False}
+    tuned = {"status": "ok", "median_ms": 1.0, "_source": "db.jsonl:7"}
+    monkeypatch.setattr(lookup, "records_for", lambda *args: ({**tuned, "knobs": {"parallel": False}},))
+    resolution = selection.resolve(op, combo, LLVM, shapes)[0]
+    assert (resolution.knobs["parallel"], resolution.knobs["stream_stores"]) == (False, True)
+    assert resolution.sources["parallel"] == "tuned db.jsonl:7"
+    assert resolution.sources["stream_stores"] == "shape default"
+    monkeypatch.setattr(lookup, "records_for", lambda *args: ({**tuned, "knobs": {"stream_stores": False}},))
+    resolution = selection.resolve(op, combo, LLVM, shapes)[0]
+    assert resolution.knobs["stream_stores"] is False and resolution.knobs["parallel"] is True
 
 
 @pytest.mark.parametrize("offset", [0, 4, 20, 36], ids=lambda o: f"offset{o}")

@@ -14,7 +14,7 @@ import pytest
 import tvm
 from tvm import te
 
-from opgen import kernels, schedules
+from opgen import kernels, schedules, selection
 from opgen.ops import all_ops
 from opgen.targets import get_target
 
@@ -121,7 +121,8 @@ def test_tiny_problems_default_to_the_calling_thread():
     assert rule.knobs_for_shapes(LLVM, kernel_shapes(Problem((4, 64), 1))) == {"parallel": False}
     assert rule.knobs_for_shapes(LLVM, kernel_shapes(Problem((512, 512), 1))) == {}
     assert rule.knobs_for_shapes(LLVM, kernel_shapes(Problem((4096, 4096), 1))) == {"stream_stores": True}
-    assert kernels.call_knobs(op, op.combo("f32-f32"), LLVM, kernel_shapes(Problem((4, 64), 1))) == {"parallel": False}
+    resolution, _ = selection.resolve(op, op.combo("f32-f32"), LLVM, kernel_shapes(Problem((4, 64), 1)))
+    assert resolution.knobs["parallel"] is False and resolution.sources["parallel"] == "shape default"
 
 
 def test_function_matching_no_rule_is_refused_by_name():

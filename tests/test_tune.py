@@ -12,7 +12,7 @@ import pytest
 import tvm
 
 from opgen.ops import get_op
-from opgen.schedules import Knob
+from opgen.schedules import Knob, ScheduleRule
 from opgen.schedules.llvm import RowPassWithColumnSums
 from opgen.targets import get_target
 from opgen.targets.llvm import LlvmTarget
@@ -51,8 +51,10 @@ def test_local_run_builds_in_a_pool_checks_times_and_records_every_trial(tmp_pat
     assert all(r["max_err_ratio"] <= 1.0 and r["tvm_version"] == tvm.__version__ for r in records)
     assert result.cost_of(result.best.knobs) <= result.cost_of(space.default)
     lookup.reload()
-    from opgen import kernels
-    assert kernels.tuned_knobs(OP, COMBO, LLVM, OP.api.kernel_shapes(problem)) == result.best.knobs
+    from opgen import selection
+    resolution, _ = selection.resolve(OP, COMBO, LLVM, OP.api.kernel_shapes(problem))
+    assert {k: resolution.knobs[k] for k in result.best.knobs} == result.best.knobs
+    assert resolution.record is not None and resolution.record["_source"].startswith(f"{db}:")
     lookup.reload()
 
 
@@ -64,7 +66,7 @@ class ToyTarget(LlvmTarget):
 
 
 @dataclass(frozen=True)
-class SwapsInputs:
+class SwapsInputs(ScheduleRule):
     """RowPass, plus a knob that builds a wrong kernel (dy and x swapped: dx differs)."""
 
     def knobs(self, target):
@@ -138,14 +140,14 @@ def test_ctrl_c_keeps_every_finished_record(tmp_path):
 # ---- strategies -------------------------------------------------------------------------
 
 @dataclass(frozen=True)
-class SyntheticRule:
+class SyntheticRule(ScheduleRule):
     """Four ordinal knobs, 8 values each (4096 points); a point is invalid when the
     product of the first two exceeds a budget (like a UB or threads-per-block limit)."""
 
     def knobs(self, target):
         return tuple(Knob(n, tuple(2 ** i for i in range(8)), 8) for n in ("a", "b", "c", "d"))
 
-    def check_knobs(self, knobs, target, shapes):
+    def check_knobs(self, knobs, target, shapes=None, func=None):
         return "over budget" if knobs.get("a", 1) * knobs.get("b", 1) > 2048 else None
 
 
@@ -184,7 +186,7 @@ def test_same_seed_same_search_and_the_default_first():
 
 
 def test_a_rule_without_knobs_has_a_one_point_space():
-    class NoKnobs:
+    class NoKnobs(ScheduleRule):
         def apply(self, func, target, knobs):
             return None
 
@@ -206,7 +208,8 @@ class ToyModel:
 
 @dataclass(frozen=True)
 class ModelledToyTarget(ToyTarget):
-    cost_model = ToyModel()        # a class attribute: the hook, not part of the hardware key
+    def cost_model(self):          # the declared hook (TargetSpec.cost_model)
+        return ToyModel()
 
 
 @pytest.mark.timeout(120)
@@ -224,17 +227,17 @@ def test_a_declared_cost_model_is_used_labelled_and_checked(tmp_path, monkeypatc
 
 
 def test_the_ascend_analytic_model_ranks_double_buffering_first():
-    from opgen.tune.costmodel import AscendAnalytic, cost_model_of
+    from opgen.targets.ascend.costmodel import AscendAnalytic
 
     target = get_target("ascend-emu").for_product("AtlasA2")
-    model = cost_model_of(target)
+    model = target.cost_model()
     assert isinstance(model, AscendAnalytic) and "assumed" in model.name
     problem = parse_problem(OP, "4096x4096")
     double = model.estimate(OP, COMBO, target, problem, {"buffer_num": 2})
     single = model.estimate(OP, COMBO, target, problem, {"buffer_num": 1})
     gm = model.tiling(OP, COMBO, target, problem, {}).gm_bytes
     assert double < single and gm / double < 1.6e12   # never faster than the assumed HBM allows
-    assert cost_model_of(LLVM) is None
+    assert LLVM.cost_model() is None
 
 
 def test_metaschedule_workload_is_the_ops_function_at_static_shapes(tmp_path):

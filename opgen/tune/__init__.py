@@ -12,7 +12,16 @@ auto-scheduler on the same workload), ``costmodel`` (targets tuned against a mod
 """
 from __future__ import annotations
 
-from opgen.tune.driver import Options, TuneResult, tune
-from opgen.tune.measure import Settings
+import importlib
 
 __all__ = ["tune", "Options", "Settings", "TuneResult"]
+_HOME = {"tune": "opgen.tune.driver", "Options": "opgen.tune.driver", "TuneResult": "opgen.tune.driver",
+         "Settings": "opgen.tune.measure"}
+
+
+def __getattr__(name: str):
+    """The tuner's entry points, loaded on first use: the kernel selection reads the
+    database (``opgen.tune.lookup``) on every plan-cache miss and must not load the tuner."""
+    if name in _HOME:
+        return getattr(importlib.import_module(_HOME[name]), name)
+    raise AttributeError(f"module 'opgen.tune' has no attribute {name!r}")

@@ -20,7 +20,8 @@ from pathlib import Path
 import tvm
 
 from opgen.tune import database, strategies
-from opgen.tune.costmodel import ModelRunner, cost_model_of
+from opgen.tune import lookup
+from opgen.tune.costmodel import ModelRunner
 from opgen.tune.measure import Builder, LocalRunner, Measurement, Settings, Workload
 from opgen.tune.space import freeze, kernel_shapes, space_for
 
@@ -139,14 +140,12 @@ def tune(op, combo, target, problem, options: Options = Options(), runner=None, 
             builder.close()
     result.seconds = time.perf_counter() - start
     if db_path == database.user_db_path():
-        from opgen.tune import lookup
-
         lookup.reload()   # this process's kernel cache sees the new records from now on
     return result
 
 
 def _default_runner(target, settings: Settings):
-    return ModelRunner(target, settings) if cost_model_of(target) is not None else LocalRunner(target, settings)
+    return ModelRunner(target, settings) if target.cost_model() is not None else LocalRunner(target, settings)
 
 
 def _record(ctx, db_path, result, built, m, workload) -> Trial:

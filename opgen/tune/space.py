@@ -20,15 +20,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opgen import schedules
+from opgen import kernels, schedules
 from opgen.dtypes import numpy_dtype
 
 
 def matching_rule(op, combo, target):
-    """The first rule of the target that matches the op's function (as the kernel cache picks)."""
-    from opgen.kernels import matching_rule as kernel_cache_rule
-
-    return kernel_cache_rule(op, combo, target)
+    """The rule of the target that matches the op's function (as the kernel cache picks)."""
+    rule = kernels.matching_rule(op, combo, target)
+    if rule is None:
+        raise schedules.NoScheduleRule(f"target {target.name} has no schedule rules: nothing to tune")
+    return rule
 
 
 def parse_problem(op, text: str):
@@ -103,19 +104,20 @@ def freeze(point: dict) -> tuple:
     return tuple(sorted(point.items()))
 
 
-def build_space(rule, target, shapes: dict | None) -> Space:
-    """Enumerate the rule's knob space for a problem (``shapes``: kernel shapes or None)."""
+def build_space(rule, target, shapes: dict | None, func=None) -> Space:
+    """Enumerate the rule's knob space for a problem (``shapes``: kernel shapes or None;
+    ``func``: the unscheduled PrimFunc, so that the rule can refuse points the problem
+    cannot run, e.g. tilings that do not fit the UB, before they cost a trial)."""
     knobs = schedules.rule_knobs(rule, target)
     default = schedules.default_knobs(rule, target)
-    for_shapes = getattr(rule, "knobs_for_shapes", None)
-    if for_shapes is not None and shapes is not None:   # what an untuned call of this shape uses
-        default = {**default, **(for_shapes(target, shapes) or {})}
+    if shapes is not None:   # what an untuned call of this shape uses
+        default = {**default, **rule.knobs_for_shapes(target, shapes)}
     points, pruned = [default], 0
     for values in itertools.product(*(k.values for k in knobs)):
         point = dict(zip((k.name for k in knobs), values))
         if point == default:
             continue
-        if schedules.check_knobs(rule, point, target, shapes):
+        if schedules.check_knobs(rule, point, target, shapes, func):
             pruned += 1
             continue
         points.append(point)
@@ -123,4 +125,5 @@ def build_space(rule, target, shapes: dict | None) -> Space:
 
 
 def space_for(op, combo, target, problem) -> Space:
-    return build_space(matching_rule(op, combo, target), target, kernel_shapes(op, problem))
+    return build_space(matching_rule(op, combo, target), target, kernel_shapes(op, problem),
+                       kernels.prim_func(op, combo))
