@@ -1,5 +1,5 @@
 """The tuning database: round trip, concurrent appends, corrupted lines, and the kernel
-cache's lookup of the best record by shape bucket."""
+selection's use of the best valid record of a shape bucket."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ import warnings
 
 import pytest
 
-from opgen import kernels
+from opgen import selection
 from opgen.ops import get_op
 from opgen.targets import get_target
 from opgen.tune import database, lookup
@@ -26,14 +26,23 @@ def _record(shapes=(64, 1000), knobs=None, median=1.0, status=database.OK, **ext
             "status": status, "median_ms": median, "times_ms": [median], **extra}
 
 
+def _plain(records) -> list:
+    """Records as written: without the in-memory ``_source``."""
+    return [{k: v for k, v in r.items() if k != "_source"} for r in records]
+
+
 def test_round_trip(tmp_path):
     path = tmp_path / "db.jsonl"
     records = [_record(median=m, knobs={"rows_per_chunk": k}) for m, k in ((2.0, 8), (1.5, 256), (3.0, 64))]
     for r in records:
         database.append(path, r)
-    assert database.load(path) == records
-    best = database.best_records(database.load(path))
-    assert list(best.values()) == [records[1]]
+    loaded = database.load(path)
+    assert _plain(loaded) == records
+    assert [r["_source"] for r in loaded] == [f"{path}:{i}" for i in (1, 2, 3)]
+    best = database.best_records(loaded)
+    assert _plain(best.values()) == [records[1]]
+    assert _plain(database.ranked_records(loaded)[database.record_key(records[0])]) == [records[1], records[0],
+                                                                                        records[2]]
 
 
 def test_bucket_rounds_each_extent_up_to_a_power_of_two():
@@ -48,6 +57,7 @@ from opgen.tune import database
 path, who = sys.argv[1], sys.argv[2]
 for i in range(150):
     database.append(path, {"op": "o", "combo": "c", "target": "t", "hardware": "h", "bucket": "b",
+                           "status": "failed", "engine": "template", "knobs": {},
                            "who": who, "i": i, "pad": who * 9000})   # lines far above PIPE_BUF
 """
 
@@ -72,7 +82,7 @@ def test_unreadable_lines_are_skipped_with_a_warning_naming_file_and_line(tmp_pa
                     + json.dumps({"no": "key"}) + "\n" + json.dumps(good) + "\n")
     with pytest.warns(UserWarning) as caught:
         records = database.load(path)
-    assert records == [good, good]
+    assert _plain(records) == [good, good]
     messages = [str(w.message) for w in caught]
     assert any(f"{path}:2:" in m for m in messages) and any(f"{path}:3:" in m for m in messages)
 
@@ -101,27 +111,34 @@ def _shapes(rows: int, cols: int) -> dict:
     return OP.api.kernel_shapes(Problem((rows, cols), 1))
 
 
-def test_kernel_cache_uses_the_tuned_record_of_the_matching_bucket_only(tuned_db):
+def _tuned(combo=COMBO, shapes=None) -> dict | None:
+    """The knobs a call takes from the tuning database (None: it takes none)."""
+    resolution, _ = selection.resolve(OP, combo, TARGET, shapes or _shapes(64, 1000))
+    return None if resolution.record is None else {k: v for k, v in resolution.knobs.items()
+                                                   if resolution.sources[k].startswith("tuned")}
+
+
+def test_kernel_selection_uses_the_tuned_record_of_the_matching_bucket_only(tuned_db):
     database.append(tuned_db, _record((64, 1000), {"rows_per_chunk": 256}, median=1.0))
     database.append(tuned_db, _record((64, 1000), {"rows_per_chunk": 8}, median=2.0))
     lookup.reload()
-    assert kernels.tuned_knobs(OP, COMBO, TARGET, _shapes(64, 1000)) == {"rows_per_chunk": 256}
-    assert kernels.tuned_knobs(OP, COMBO, TARGET, _shapes(40, 600)) == {"rows_per_chunk": 256}  # same bucket
-    assert kernels.tuned_knobs(OP, COMBO, TARGET, _shapes(64, 1025)) is None                  # 64x2048
-    assert kernels.tuned_knobs(OP, OP.combo("f16-f32"), TARGET, _shapes(64, 1000)) is None
+    assert _tuned() == {"rows_per_chunk": 256}
+    assert _tuned(shapes=_shapes(40, 600)) == {"rows_per_chunk": 256}  # same bucket
+    assert _tuned(shapes=_shapes(64, 1025)) is None                    # 64x2048
+    assert _tuned(OP.combo("f16-f32")) is None
 
 
 def test_a_record_for_other_hardware_is_not_used(tuned_db):
     database.append(tuned_db, {**_record(knobs={"rows_per_chunk": 256}), "hardware": "another cpu"})
     lookup.reload()
-    assert kernels.tuned_knobs(OP, COMBO, TARGET, _shapes(64, 1000)) is None
+    assert _tuned() is None
 
 
-def test_stale_knobs_are_ignored_with_a_warning(tuned_db):
+def test_stale_knobs_are_ignored_with_a_warning_naming_file_and_line(tuned_db):
     database.append(tuned_db, _record(knobs={"rows_per_chunk": 3}))   # outside today's domain
     lookup.reload()
-    with pytest.warns(UserWarning, match="ignoring the tuned record"):
-        assert kernels.tuned_knobs(OP, COMBO, TARGET, _shapes(64, 1000)) is None
+    with pytest.warns(UserWarning, match=f"{tuned_db}:1: ignoring the tuned record"):
+        assert _tuned() is None
 
 
 def test_shipped_defaults_are_installed_and_readable():
@@ -139,5 +156,5 @@ def test_the_hardware_description_separates_products_and_cpus():
     ascend = get_target("ascend-emu")
     a2, a950 = ascend.for_product("AtlasA2"), ascend.for_product("Ascend950")
     assert database.hardware_of(a2) != database.hardware_of(a950)
-    assert "196608" in database.hardware_of(a2)                 # its UB size is part of the key
+    assert "196608" in database.hardware_of(a2) and "AtlasA2" in database.hardware_of(a2)
     assert '\\"mcpu\\"' in database.hardware_of(TARGET)            # the host CPU is part of the key

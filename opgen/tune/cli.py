@@ -15,7 +15,11 @@ from __future__ import annotations
 import statistics
 import sys
 import time
+import warnings
 
+from opgen import config, kernels, schedules
+from opgen.ops import get_op
+from opgen.targets import get_target
 from opgen.tune import database
 
 MODEL_MARK = " (model)"
@@ -25,7 +29,7 @@ def add_arguments(parser) -> None:
     from opgen.tune.strategies import STRATEGIES
 
     parser.add_argument("op", nargs="?", help="op name (rms_norm_grad, group_norm_backward)")
-    parser.add_argument("--target", default="llvm", help="target name (default llvm)")
+    parser.add_argument("--target", help="target name (default: opgen's current target)")
     parser.add_argument("--shape", help="problem shape: 4096x4096 (RmsNormGrad x), 8,256,56x56,32 (GroupNorm N,C,HxW,G)")
     parser.add_argument("--dtype", default="f32-f32", help="dtype combo tag (default f32-f32)")
     parser.add_argument("--product", default=None, help="product whose hardware the target is bound to")
@@ -113,26 +117,53 @@ def latest(records: list[dict], key: tuple, engine: str) -> dict | None:
     return same[-1] if same else None
 
 
+def valid_best(key: tuple, ranked: tuple) -> tuple:
+    """(the best record of ``key`` that is a valid point of today's rule, [(record, why
+    refused)] for better-ranked ones): the resolver's own decision, as a call would make it
+    (without a concrete shape: the bucket's problem-size checks are not applied)."""
+    try:
+        op = get_op(key[0])
+        combo = op.combo(key[1])
+        target = get_target(key[2])
+        resolution = schedules.resolve(kernels.prim_func(op, combo), target, None, ranked)
+    except (KeyError, schedules.NoScheduleRule) as err:
+        return None, [(r, f"no such op, dtype combo, target or rule here ({err})") for r in ranked]
+    return resolution.record, list(resolution.refused)
+
+
 def show(path) -> int:
-    """Every key of the database with its best record and the number of trials."""
-    records = database.load_all([path] if path else None)
-    if not records:
+    """Every key of the database with its best valid record and the number of trials; lines
+    skipped on load and records the resolver refuses are listed with file and line."""
+    skipped: list = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")      # listed below instead
+        records = database.load_all([path] if path else None, skipped)
+    if not records and not skipped:
         print(f"no tuning records ({path or database.user_db_path()})")
         return 0
     groups: dict = {}
     for r in records:
         groups.setdefault(database.record_key(r), []).append(r)
     print(f"{'op':<20} {'dtypes':<8} {'target':<10} {'bucket':<16} {'trials':>6} {'best ms':>10} {'GB/s':>7}  knobs")
+    refused_all = []
     for key, group in groups.items():
-        best = database.best_records(group).get(key)
+        best, refused = valid_best(key, database.ranked_records(group).get(key, ()))
+        refused_all += refused
         ms = next((r for r in reversed(group) if r.get("engine") == database.METASCHEDULE), None)
         best_ms = f"{best['median_ms']:.3f}" if best else "-"
         gbps = f"{best['gbps']:.1f}" if best and best.get("gbps") else "-"
         knobs = (best["knobs"] if best else "-")
         mark = MODEL_MARK if best and best.get("model") else ""
+        flag = f"  ({len(refused)} faster record(s) refused, see below)" if refused else ""
         ms_text = f"  MetaSchedule {ms['median_ms']:.3f} ms" if ms and ms.get("median_ms") else ""
         print(f"{key[0]:<20} {key[1]:<8} {key[2]:<10} {key[4]:<16} {len(group):>6} {best_ms:>10} {gbps:>7}  "
-              f"{knobs}{mark}{ms_text}")
+              f"{knobs}{mark}{ms_text}{flag}")
+    marked = [(source, why) for source, why in skipped] + \
+        [(r.get("_source", "?"), why) for r, why in refused_all]
+    if marked:
+        print(f"\n{len(marked)} record(s) not used:")
+        for source, why in marked:
+            print(f"  SKIPPED {source}: {why}")
     return 0
 
 
@@ -156,9 +187,7 @@ def _run(args, op, combo, target, problem, db):
 
         _, seconds = tune_metaschedule(op, combo, target, problem, options, runner, db, workload)
         return {"metaschedule": seconds}
-    from opgen.tune.costmodel import cost_model_of
-
-    label = MODEL_MARK if cost_model_of(target) is not None else ""
+    label = MODEL_MARK if target.cost_model() is not None else ""
     result = tune(op, combo, target, problem, options, runner, db, Progress(label=label), workload)
     if result.interrupted:
         print(f"interrupted: {len(result.trials)} finished trials are in {db}")
@@ -181,7 +210,7 @@ def main(args) -> int:
 
     op = get_op(args.op)
     combo = op.combo(args.dtype)
-    target = get_target(args.target)
+    target = get_target(args.target or config.get_target())
     target = target.for_product(args.product) if args.product else target
     problem = parse_problem(op, args.shape)
     db = database.user_db_path() if not args.db else __import__("pathlib").Path(args.db)
