@@ -46,7 +46,6 @@ GN_SHAPES = ("2,320,64x64,32", "2,640,32x32,32", "2,1280,16x16,32", "8,256,56x56
 TAGS = ("f32-f32", "bf16-bf16")       # bf16 data; rstd (and RmsNorm's dgamma) stay f32
 TINY = (("group_norm_backward", "1,32,2x2,8"), ("rms_norm_grad", "4x64"))
 QUICK = (("rms_norm_grad", "4096x4096"), ("group_norm_backward", "2,640,32x32,32"))
-FLOPS_PER_ELEMENT = {"rms_norm_grad": 10, "group_norm_backward": 7}  # counted from the TE stages
 TRIAD_FLOATS = 16 << 20                                               # 64 MiB per array
 POLICIES = {"passive": "PASSIVE", "default": None}
 

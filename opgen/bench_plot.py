@@ -15,6 +15,9 @@ import time
 
 import numpy as np
 
+from opgen import baselines
+from opgen.ops import get_op
+
 
 def peak_gflops(size: int = 1024, repeats: int = 3) -> float:
     """float32 matmul GFLOP/s through numpy's BLAS: the compute roof of this machine, now."""
@@ -30,13 +33,11 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def _intensity(row, flops_per_element: dict) -> tuple[float, float]:
-    """(FLOPs per byte, achieved GFLOP/s) of an opgen row."""
-    from opgen import baselines
-
+def _intensity(row) -> tuple[float, float]:
+    """(FLOPs per byte, achieved GFLOP/s) of an opgen row (the op's own FLOPs per element)."""
     problem = baselines.parse_problem(row.op, row.shape)
     elements = int(np.prod(problem.x_shape))
-    flops = flops_per_element[row.op] * elements
+    flops = get_op(row.op).flops_per_element * elements
     nbytes = row.gbs * 1e9 * row.ms / 1e3
     return flops / nbytes, flops / (row.ms / 1e3) / 1e9
 
@@ -47,8 +48,6 @@ def plot(rows, path, peak: float | None = None) -> None:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-
-    from opgen.bench import FLOPS_PER_ELEMENT
 
     large = [r for r in rows if not r.tiny and r.gbs]
     cases = list(dict.fromkeys((r.op, r.dtypes, r.shape) for r in large if r.contender != "triad"))
@@ -69,14 +68,14 @@ def plot(rows, path, peak: float | None = None) -> None:
     bars.set_title("effective bandwidth per shape")
     bars.legend(fontsize=7)
     _roofline(roof, [r for r in large if r.contender == "opgen-numpy"], bandwidth,
-              peak if peak is not None else peak_gflops(), FLOPS_PER_ELEMENT)
+              peak if peak is not None else peak_gflops())
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def _roofline(ax, rows, bandwidth: float, peak: float, flops_per_element: dict) -> None:
-    points = [_intensity(r, flops_per_element) for r in rows]
+def _roofline(ax, rows, bandwidth: float, peak: float) -> None:
+    points = [_intensity(r) for r in rows]
     lo = min([p[0] for p in points] + [0.1]) / 4
     hi = max([p[0] for p in points] + [1.0]) * 40
     ai = np.geomspace(lo, hi, 200)

@@ -70,6 +70,9 @@ class OpSpec:
     # The aclnn face (opgen.apispec.ApiSpec): parameters in the seed's order, documented
     # error lines, how a call maps onto the kernel. None: no aclnn functions are generated.
     api: Any = None
+    # Floating-point operations per element of the first input, counted from the TE stages:
+    # the x axis of a roofline (opgen bench --plot). 0: not counted.
+    flops_per_element: int = 0
 
     def __post_init__(self):
         if not self.name.isidentifier():

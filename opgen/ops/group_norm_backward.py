@@ -491,4 +491,5 @@ SPEC = OpSpec(
     kernel_args=kernel_args,
     problems=(Problem(2, 3, 4, 1), Problem(2, 6, 33, 3), Problem(1, 64, 941, 64), Problem(3, 2130, 7, 71)),
     api=API,
+    flops_per_element=7,    # counted from the TE stages: the channel sums, dx's terms, dgamma/dbeta
 )
