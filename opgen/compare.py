@@ -15,12 +15,14 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
 from opgen import baselines, standards
 from opgen.dtypes import dtype_name
 from opgen.ops import get_op
+from opgen.registry import Registry
 
 DEFAULT_CASES = {  # small enough for a few seconds per row on 2 cores, large enough for real reductions
     "rms_norm_grad": ("256x1024",),
@@ -183,7 +185,8 @@ def write_rows(rows: list[Row], path) -> None:
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--against", default="aten", help="'aten' (torch's native kernels) or a golden dump DIR")
+    parser.add_argument("--against", default="aten", help="a comparison source: 'aten' (torch's native kernels), "
+                        "a golden dump DIR, or one a target or tool registered (opgen.compare.register_source)")
     parser.add_argument("--op", action="append", choices=tuple(DEFAULT_CASES), help="only this op (repeatable)")
     parser.add_argument("--dtypes", action="append", help="only this dtype combo, e.g. bf16-f32 (repeatable)")
     parser.add_argument("--shape", action="append", help="ROWSxCOLS (rms_norm_grad) or N,C,HxW,G (group_norm_backward)")
@@ -220,9 +223,40 @@ def _for_ops(values, op_names, accept) -> dict:
     return result
 
 
-def _rows(args) -> list[Row]:
-    if args.against != "aten":
-        return against_dump(args.against, args.repeats)
+@dataclass(frozen=True)
+class Source:
+    """Something opgen's outputs are compared with: ``opgen compare --against NAME``.
+
+    ``rows(args)`` runs the comparison (args: the parsed command line) and returns Rows.
+    ``accepts(value)``, when given, claims values that are not the source's name (a golden
+    dump is named by its directory). A target or tool adds a source with
+    ``register_source`` (e.g. from a module in its ``tools``), with no change here.
+    """
+
+    name: str
+    description: str
+    rows: Callable
+    accepts: Callable | None = None
+
+
+_SOURCES = Registry("comparison source", Source)
+register_source = _SOURCES.register
+all_sources = _SOURCES.all
+
+
+def source_for(value: str) -> Source:
+    """The source ``--against value`` names: a registered name, else a source claiming it."""
+    for source in all_sources():
+        if source.name == value:
+            return source
+    for source in all_sources():
+        if source.accepts is not None and source.accepts(value):
+            return source
+    raise ValueError(f"--against {value!r} is neither a comparison source ({', '.join(s.name for s in all_sources())})"
+                     f" nor a golden dump directory")
+
+
+def _aten_rows(args) -> list[Row]:
     op_names = args.op or list(DEFAULT_CASES)
     shapes = _for_ops(args.shape, op_names, baselines.parse_problem)
     tags = _for_ops(args.dtypes, op_names, lambda op, tag: get_op(op).combo(tag))
@@ -231,6 +265,19 @@ def _rows(args) -> list[Row]:
         if unused:
             raise ValueError(f"{flag} {', '.join(unused)}: not valid for {', '.join(op_names)}")
     return against_aten(op_names, tags, shapes, args.seed, args.repeats)
+
+
+def _is_dump(value: str) -> bool:
+    return Path(value).is_dir()
+
+
+register_source(Source("aten", "torch's native kernels on every device torch has here", _aten_rows))
+register_source(Source("dump", "a golden dump directory (manifest.json and .npy/.bin files); give the directory",
+                       lambda args: against_dump(args.against, args.repeats), accepts=_is_dump))
+
+
+def _rows(args) -> list[Row]:
+    return source_for(args.against).rows(args)
 
 
 def main(args) -> int:
