@@ -1,0 +1,76 @@
+"""A wheel built from the tree holds everything the editable install uses.
+
+CI installs with ``pip install -e``, which reads the source folders directly and so hides
+a package or data file missing from the package list (a wheel once had no
+``opgen/targets/ascend/`` and none of the emulation headers). This builds the wheel,
+compares its files with the tree's, installs it into a private directory and imports the
+Ascend target from there, with its emulation headers.
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+ROOTS = {"opgen": "opgen", "schedules": "opgen/schedules", "targets": "opgen/targets"}
+SHIPPED_SUFFIXES = {".py", ".h", ".jsonl", ".md"}
+
+
+def tree_files() -> set[str]:
+    """Every file an install needs, as its path inside the installed ``opgen`` package."""
+    files = set()
+    for folder, installed in ROOTS.items():
+        for path in (REPO / folder).rglob("*"):
+            if path.is_file() and path.suffix in SHIPPED_SUFFIXES and "__pycache__" not in path.parts:
+                files.add(f"{installed}/{path.relative_to(REPO / folder).as_posix()}")
+    return files
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    build = tmp_path_factory.mktemp("build")
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                           "-w", str(out), str(REPO)], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TMPDIR": str(build)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    (path,) = out.glob("opgen-*.whl")
+    return path
+
+
+@pytest.mark.timeout(900)
+def test_the_wheel_holds_every_module_and_data_file_of_the_tree(wheel):
+    with zipfile.ZipFile(wheel) as archive:
+        shipped = {n for n in archive.namelist() if not n.split("/")[0].endswith(".dist-info")}
+    needed = tree_files()
+    assert any(f.startswith("opgen/targets/ascend/emu/") and f.endswith(".h") for f in needed)
+    assert "opgen/schedules/tuned/llvm.jsonl" in needed
+    assert not needed - shipped, f"missing from the wheel: {sorted(needed - shipped)}"
+    assert not {f for f in shipped if f.endswith(".py")} - needed, "the wheel ships Python files the tree lacks"
+
+
+@pytest.mark.timeout(900)
+def test_a_target_imports_from_an_install_of_the_wheel(wheel, tmp_path):
+    site = tmp_path / "site"
+    done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site),
+                           str(wheel)], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    probe = ("import opgen, opgen.schedules, opgen.targets.ascend as ascend\n"
+             "from opgen.targets import all_targets\n"
+             "from opgen.targets.ascend.build import EMU_DIR\n"
+             "from opgen.tune import database\n"
+             "print(opgen.__file__); print(EMU_DIR); print(ascend.TARGET.can_build())\n"
+             "print(sorted(t.name for t in all_targets())); print(len(database.load_all(database.shipped_paths())))\n")
+    env = {**os.environ, "PYTHONPATH": str(site), "OPGEN_TUNE_DB": str(tmp_path / "none.jsonl")}
+    ran = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env=env)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    module_file, emu_dir, can_build, names, shipped_records = ran.stdout.splitlines()
+    assert module_file.startswith(str(site)) and emu_dir.startswith(str(site))
+    assert (Path(emu_dir) / "kernel_operator.h").is_file()
+    assert can_build == "True" and "ascend-emu" in names and int(shipped_records) > 0
