@@ -11,11 +11,7 @@ import contextlib
 import os
 import threading
 
-# The product names the seeds document (opgen.ops re-exports them; this module stays
-# importable without TVM).
-PRODUCTS = ("Ascend950", "AtlasA3", "AtlasA2", "AtlasInference", "AtlasTraining")
-DEFAULT_PRODUCT = "Ascend950"
-
+from opgen.products import DEFAULT_PRODUCT, PRODUCTS  # noqa: F401  (re-exported: the seeds' product names)
 
 
 class _ThreadSettings(threading.local):

@@ -31,7 +31,7 @@ from opgen import diskcache
 from opgen import schedules as schedule_rules
 from opgen.memory import to_tvm
 from opgen.ops import DtypeCombo, OpSpec, get_op
-from opgen.targets import TargetSpec, default_target, get_target
+from opgen.targets import Scratch, TargetSpec, default_target, get_target
 
 
 @dataclass
@@ -185,18 +185,6 @@ def scheduled_module(op: OpSpec, combo: DtypeCombo, target: TargetSpec, variant:
         sch = schedule_rules.schedule(func, target, knobs, rule=rule)
     func = declare_element_alignment(hoist_pass_buffers(sch))
     return tvm.IRModule({symbol: func}), symbol
-
-
-@dataclass(frozen=True)
-class Scratch:
-    """A buffer that carries data from one loop nest to a later one (the partial sums of a
-    split reduction). It is a kernel parameter so that its memory belongs to the caller:
-    the aclnn workspace, sized by GetWorkspaceSize, instead of a hidden allocation."""
-
-    name: str
-    dtype: str
-    shape: object   # PrimExprs over the kernel's size variables, or a function of the kernel
-                    # shapes (tensor name -> shape) for a module that sizes its own scratch
 
 
 def hoist_pass_buffers(sch):

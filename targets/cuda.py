@@ -28,7 +28,7 @@ from pathlib import Path
 
 import tvm
 
-from opgen.targets import GpuTargetSpec
+from opgen.targets.spec import GpuTargetSpec
 
 BUILD_CONFIG = {"tirx.disable_storage_rewrite": True}
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import tvm
 
-from opgen.targets import TargetSpec
+from opgen.targets.spec import TargetSpec
 from opgen.targets.llvm_stream import streamed_buffers, with_streamed_stores
 
 

@@ -30,7 +30,7 @@ import numpy as np
 import tvm
 
 from opgen import diskcache
-from opgen.targets import WALL_CLOCK, GpuTargetSpec
+from opgen.targets.spec import WALL_CLOCK, GpuTargetSpec
 from opgen.targets.gpu_launch import LaunchPlan, compile_capturing_split, launch_plan
 from opgen.targets.opencl_source import (fence_thread0_stores, hoist_local_declarations, needs_half_rewrite,
                                          rewrite_half)

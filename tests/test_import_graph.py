@@ -3,7 +3,8 @@
 Moving an import into a function hides a cycle from Python's loader, not from the design:
 the modules still need each other. So every ``import``/``from ... import`` anywhere in a
 module counts, as does the parent package a dotted import executes first (``import
-opgen.tune.lookup`` runs ``opgen/tune/__init__.py``). The analysis maps the source tree as
+opgen.tune.lookup`` runs ``opgen/tune/__init__.py``) and every plugin module a registry
+package discovers (``opgen.targets`` imports each target module). The analysis maps the source tree as
 it is installed: ``opgen/`` is ``opgen``, ``schedules/`` is ``opgen.schedules``,
 ``targets/`` is ``opgen.targets``.
 """
@@ -52,8 +53,16 @@ def _targets_of(node, importer: str, is_package: bool, known: dict) -> list[str]
     return [n for n in result if n != importer]
 
 
+def _discovers(node) -> bool:
+    """A registry's ``discover(__name__, __path__, ...)``: the package imports every module
+    in its folder (opgen.ops, opgen.targets find their plugins this way)."""
+    return (isinstance(node, ast.Call) and getattr(node.func, "attr", None) == "discover"
+            and [getattr(a, "id", None) for a in node.args[:2]] == ["__name__", "__path__"])
+
+
 def import_graph(root: Path = REPO, layout: dict = LAYOUT) -> dict:
-    """Module -> {imported module: first line}, over every import statement in the file."""
+    """Module -> {imported module: first line}, over every import statement in the file and
+    the plugin modules a registry package discovers."""
     known = modules(root, layout)
     graph = {}
     for name, (path, is_package) in known.items():
@@ -62,6 +71,10 @@ def import_graph(root: Path = REPO, layout: dict = LAYOUT) -> dict:
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 for target in _targets_of(node, name, is_package, known):
                     edges.setdefault(target, node.lineno)
+            elif is_package and _discovers(node):
+                for child in known:
+                    if child.rsplit(".", 1)[0] == name:
+                        edges.setdefault(child, node.lineno)
     return graph
 
 
@@ -121,6 +134,11 @@ def test_the_analysis_sees_cycles_through_function_level_imports_and_packages(tm
     (tmp_path / "opgen" / "sub" / "heavy.py").write_text("import opgen.c\n")
     (tmp_path / "opgen" / "sub" / "light.py").write_text("")
     (tmp_path / "opgen" / "c.py").write_text("def g():\n    import opgen.sub.light\n")
+    (tmp_path / "opgen" / "plugins").mkdir()
+    (tmp_path / "opgen" / "plugins" / "__init__.py").write_text("REGISTRY.discover(__name__, __path__, 'X')\n")
+    (tmp_path / "opgen" / "plugins" / "one.py").write_text("def h():\n    from opgen import d\n")
+    (tmp_path / "opgen" / "d.py").write_text("from opgen.plugins import REGISTRY\n")
     found = cycles(import_graph(tmp_path, {"opgen": "opgen"}))
     assert ["opgen.a", "opgen.b"] in found
     assert ["opgen.c", "opgen.sub", "opgen.sub.heavy"] in found
+    assert ["opgen.d", "opgen.plugins", "opgen.plugins.one"] in found

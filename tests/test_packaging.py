@@ -9,6 +9,7 @@ Ascend target from there, with its emulation headers.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -31,13 +32,21 @@ def tree_files() -> set[str]:
     return files
 
 
+def source_copy(destination: Path) -> Path:
+    """The files a build reads, copied (setuptools writes build/ and *.egg-info/ beside them)."""
+    for name in ("setup.py", "pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, destination / name)
+    for folder in ROOTS:
+        shutil.copytree(REPO / folder, destination / folder, ignore=shutil.ignore_patterns("__pycache__", "*.so"))
+    return destination
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
-    build = tmp_path_factory.mktemp("build")
+    source = source_copy(tmp_path_factory.mktemp("source"))
     done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-                           "-w", str(out), str(REPO)], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "TMPDIR": str(build)})
+                           "-w", str(out), str(source)], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     (path,) = out.glob("opgen-*.whl")
     return path

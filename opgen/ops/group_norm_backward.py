@@ -40,7 +40,7 @@ from opgen.apispec import (ACLNN_ERR_INNER_NULLPTR, ACLNN_ERR_PARAM_INVALID, ACL
                            MASK, OUTPUT, ApiSpec, Param, Rule, Violation, cast_args, dtype_message, first,
                            null_message, other_float, set_args, shape_str)
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype
-from opgen.ops import DtypeCombo, OpSpec, as_float32
+from opgen.ops.spec import DtypeCombo, OpSpec, as_float32
 
 INPUTS = ("dy", "x", "mean", "rstd", "gamma")
 OUTPUTS = ("dx", "dgamma", "dbeta")

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field, replace
 
 import tvm
 
-from opgen.config import DEFAULT_PRODUCT
-from opgen.targets import MODEL, TargetSpec
+from opgen.products import DEFAULT_PRODUCT
+from opgen.targets.spec import MODEL, TargetSpec
 from opgen.targets.ascend.build import EmuKernel, EmuModule, compile_project, emulation_available, project
 from opgen.targets.ascend.costmodel import AscendAnalytic
 from opgen.targets.ascend.exprs import EmitError

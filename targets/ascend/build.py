@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from opgen import diskcache
+from opgen.targets.spec import Scratch
 from opgen.targets.ascend.emit_flow import kernel_source
 from opgen.targets.ascend.emit_groups import read_group_kernel
 from opgen.targets.ascend.emit_groups_flow import group_kernel_source, group_tiling_header, group_tiling_source
@@ -232,8 +233,6 @@ class EmuModule:
 
     @property
     def scratch(self) -> tuple:
-        """The kernel's own scratch (opgen.kernels.Scratch): one GM workspace sized by the
+        """The kernel's own scratch (opgen.targets.Scratch): one GM workspace sized by the
         host tiling, instead of the TIR's hoisted buffers, which AscendC does not use."""
-        from opgen.kernels import Scratch
-
         return (Scratch("workspace", "float32", self.kernel.workspace_shape),)

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from tvm import te
 
 from opgen import schedules
-from opgen.config import PRODUCTS
+from opgen.products import PRODUCTS
 from opgen.ops import get_op
 from opgen.schedules.ascend_tiling import CopyAlignmentError, UbBudgetError, ceil_div
 from opgen.targets.ascend import TARGET
