@@ -243,7 +243,7 @@ def test_acl_tensor_with_strides_and_offset(rng):
     assert aclnn.aclnnRmsNormGrad(acl.aclrtMalloc(size)[1] if size else None, size, ex, None) == 0
     out = np.zeros(50, np.float32)
     acl.aclrtMemcpy(out, 200, obuf, 200, acl.ACL_MEMCPY_DEVICE_TO_HOST)
-    from opgen.reference import rms_norm_grad
+    from opgen.ops.rms_norm_grad.reference import rms_norm_grad
     ref_dx, ref_dg = rms_norm_grad(x.T, x.T, rstd, gamma)
     np.testing.assert_allclose(out[10:].reshape(8, 5).T, ref_dx, rtol=1e-5, atol=1e-5)
     assert np.all(out[:10] == 0)
@@ -328,7 +328,7 @@ def test_aligned_contiguous_call_is_zero_copy(cols, rng):
     assert aclnn.aclnnRmsNormGrad(workspace, size, ex, None) == 0
     dgamma = np.zeros(cols, np.float32)
     acl.aclrtMemcpy(dgamma, 4 * cols, tensors["dgammaOut"][1], 4 * cols, acl.ACL_MEMCPY_DEVICE_TO_HOST)
-    from opgen.reference import rms_norm_grad
+    from opgen.ops.rms_norm_grad.reference import rms_norm_grad
     np.testing.assert_allclose(dgamma, rms_norm_grad(**{k: arrays[k] for k in ("dy", "x", "rstd", "gamma")})[1],
                                rtol=1e-4, atol=1e-4)
     if workspace is not None:

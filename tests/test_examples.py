@@ -9,8 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
-from opgen import reference
 from opgen.verify import compare
+from opgen.ops.group_norm_backward import reference as gn_ref
+from opgen.ops.rms_norm_grad import reference as rms_ref
 
 ROOT = Path(__file__).resolve().parents[1]
 LINE = re.compile(r"^(\w+)\[(\d+)\] is: (-?\d+\.\d{6})$")
@@ -45,7 +46,7 @@ def test_rms_norm_grad_example():
     blocks = _run("rms_norm_grad.py")
     assert [n for n, _ in blocks] == ["result", "result"]
     data = np.arange(1, 33, dtype=np.float64).reshape(2, 1, 16)
-    dx, dgamma = reference.rms_norm_grad(data, data, np.array([1.0, 2.0]), np.arange(1, 17, dtype=np.float64))
+    dx, dgamma = rms_ref.rms_norm_grad(data, data, np.array([1.0, 2.0]), np.arange(1, 17, dtype=np.float64))
     _check("dx", blocks[0][1], dx)
     _check("dgamma", blocks[1][1], dgamma)
 
@@ -54,7 +55,7 @@ def test_group_norm_backward_example():
     blocks = _run("group_norm_backward.py")
     assert [n for n, _ in blocks] == ["gradInputResultData", "gradGammaOutResultData", "gradBetaOutResultData"]
     data = np.arange(1, 25, dtype=np.float64).reshape(2, 3, 4)
-    outs = reference.group_norm_backward(data, data, np.array([6.5, 18.5]), np.array([0.2896827] * 2),
+    outs = gn_ref.group_norm_backward(data, data, np.array([6.5, 18.5]), np.array([0.2896827] * 2),
                                          np.ones(3), 1)
     for (name, printed), ref in zip(blocks, outs):
         _check(name, printed, ref)

@@ -14,12 +14,14 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from opgen import diskcache, kernels, reference
+from opgen import diskcache, kernels
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype, ulp
 from opgen.ops import get_op
 from opgen.ops.group_norm_backward import Problem as GroupProblem
 from opgen.ops.rms_norm_grad import Problem as RmsProblem
 from opgen.verify import TOLERANCES, compare, compare_outputs, run_and_compare
+from opgen.ops.group_norm_backward import reference as gn_ref
+from opgen.ops.rms_norm_grad import reference as rms_ref
 
 RMS = get_op("rms_norm_grad")
 GN = get_op("group_norm_backward")
@@ -152,7 +154,7 @@ def test_group_norm_backward_gamma_none_is_ones(combo, target, rng):
     arrays["gamma"] = np.ones(problem.C, numpy_dtype(combo["gamma"]))
     comparisons, outputs = run_and_compare(kernel, problem, rng, inputs=arrays)
     assert_all_pass(comparisons, combo.tag)
-    ref = dict(zip(GN.outputs, reference.group_norm_backward(
+    ref = dict(zip(GN.outputs, gn_ref.group_norm_backward(
         arrays["dy"], arrays["x"], arrays["mean"], arrays["rstd"], None, problem.group)))
     assert_all_pass(compare_outputs(GN, combo, outputs, ref), f"{combo.tag} vs gamma=None")
 

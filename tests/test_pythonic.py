@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 import opgen
-from opgen import reference
+from opgen.ops.group_norm_backward import reference as gn_ref
+from opgen.ops.rms_norm_grad import reference as rms_ref
 
 from aclnn_helpers import product
 
@@ -14,14 +15,14 @@ def _rms_inputs(rng, shape=(3, 4, 16), dtype=np.float32):
     x = rng.standard_normal(shape).astype(dtype)
     dy = rng.standard_normal(shape).astype(dtype)
     gamma = rng.uniform(0.5, 1.5, shape[-1]).astype(np.float32)
-    _, rstd = reference.rms_norm(x, gamma)
+    _, rstd = rms_ref.rms_norm(x, gamma)
     return dy, x, rstd.astype(np.float32), gamma
 
 
 def test_rms_norm_grad_allocates_and_matches(rng):
     dy, x, rstd, gamma = _rms_inputs(rng)
     dx, dgamma = opgen.rms_norm_grad(dy, x, rstd, gamma)
-    rdx, rdg = reference.rms_norm_grad(dy, x, rstd, gamma)
+    rdx, rdg = rms_ref.rms_norm_grad(dy, x, rstd, gamma)
     assert dx.dtype == np.float32 and dgamma.dtype == np.float32 and dx.shape == x.shape
     np.testing.assert_allclose(dx, rdx, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(dgamma, rdg, rtol=1e-4, atol=1e-4)
@@ -33,7 +34,7 @@ def test_given_outputs_are_written_in_place(rng):
     dx_out = base[..., ::2]
     dx, _ = opgen.rms_norm_grad(dy, x, rstd, gamma, dx=dx_out)
     assert dx is dx_out and np.all(base[..., 1::2] == 0)
-    np.testing.assert_allclose(dx_out, reference.rms_norm_grad(dy, x, rstd, gamma)[0], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(dx_out, rms_ref.rms_norm_grad(dy, x, rstd, gamma)[0], rtol=1e-4, atol=1e-4)
 
 
 def test_aclnn_error():
@@ -95,18 +96,18 @@ def _gn_inputs(rng, n=2, c=6, hw=(2, 3), group=3, dtype=np.float32):
     x = rng.standard_normal((n, c) + hw).astype(dtype)
     dy = rng.standard_normal((n, c) + hw).astype(dtype)
     gamma = rng.uniform(0.5, 1.5, c).astype(np.float32)
-    _, mean, rstd = reference.group_norm(x, gamma, np.zeros(c), group)
+    _, mean, rstd = gn_ref.group_norm(x, gamma, np.zeros(c), group)
     return dy, x, mean.astype(np.float32), rstd.astype(np.float32), gamma
 
 
 def test_group_norm_backward(rng):
     dy, x, mean, rstd, gamma = _gn_inputs(rng)
     outs = opgen.group_norm_backward(dy, x, mean, rstd, gamma, 3)
-    for got, ref in zip(outs, reference.group_norm_backward(dy, x, mean, rstd, gamma, 3)):
+    for got, ref in zip(outs, gn_ref.group_norm_backward(dy, x, mean, rstd, gamma, 3)):
         np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
     gi, gg, gb = opgen.group_norm_backward(dy, x, mean, rstd, None, 3, output_mask=(False, True, False))
     assert gi is None and gb is None
-    np.testing.assert_allclose(gg, reference.group_norm_backward(dy, x, mean, rstd, None, 3)[1], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(gg, gn_ref.group_norm_backward(dy, x, mean, rstd, None, 3)[1], rtol=1e-4, atol=1e-4)
     with pytest.raises(opgen.AclnnError) as info:
         opgen.group_norm_backward(dy, x, mean, rstd, gamma, 4)
     assert info.value.status == 161002
@@ -124,7 +125,7 @@ def test_torch_tensors_zero_copy_bf16(torch_mod, rng):
     tdy, tx = t.from_numpy(dy).to(t.bfloat16), t.from_numpy(x).to(t.bfloat16).requires_grad_(True)
     dx, dgamma = opgen.rms_norm_grad(tdy, tx, t.from_numpy(rstd), t.from_numpy(gamma))
     assert isinstance(dx, t.Tensor) and dx.dtype == t.bfloat16 and dgamma.dtype == t.float32
-    rdx, rdg = reference.rms_norm_grad(tdy.float().numpy(), tx.detach().float().numpy(), rstd, gamma)
+    rdx, rdg = rms_ref.rms_norm_grad(tdy.float().numpy(), tx.detach().float().numpy(), rstd, gamma)
     np.testing.assert_allclose(dx.float().numpy(), rdx, rtol=1e-2, atol=1e-2)
     np.testing.assert_allclose(dgamma.numpy(), rdg, rtol=1e-3, atol=1e-3)
 
@@ -137,6 +138,6 @@ def test_torch_transposed_output_in_place(torch_mod, rng):
                                      t.from_numpy(mean), t.from_numpy(rstd), t.from_numpy(gamma), 3,
                                      grad_input=grad_in)
     assert outs[0] is grad_in
-    ref = reference.group_norm_backward(dy, x, mean, rstd, gamma, 3)
+    ref = gn_ref.group_norm_backward(dy, x, mean, rstd, gamma, 3)
     np.testing.assert_allclose(grad_in.numpy(), ref[0], rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(outs[1].numpy(), ref[1], rtol=1e-4, atol=1e-4)

@@ -1,6 +1,6 @@
 """The float64 references against central finite differences of the float64 forwards.
 
-Every kernel is judged by opgen.reference, so the references themselves are checked here
+Every kernel is judged by its op's float64 reference (opgen.ops.<op>.reference), so the references themselves are checked here
 independently of the closed-form algebra: with L = sum(dy * forward(x, gamma[, beta])),
 where the forward recomputes rstd (and mean) from x, the backward's outputs must equal
 dL/dx, dL/dgamma (and dL/dbeta) by central differences. In float64 with h = 1e-6 the
@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from opgen import reference
+from opgen.ops.group_norm_backward import reference as gn_ref
+from opgen.ops.rms_norm_grad import reference as rms_ref
 
 H = 1e-6
 RTOL = 1e-6
@@ -58,23 +59,23 @@ def test_rms_norm_grad_reference_matches_finite_differences(x_shape, gamma_shape
     x = rng.standard_normal(x_shape)
     gamma = rng.uniform(0.5, 1.5, gamma_shape)
     dy = rng.standard_normal(x_shape)
-    _, rstd = reference.rms_norm(x, gamma)
+    _, rstd = rms_ref.rms_norm(x, gamma)
     assert rstd.shape == x_shape[: len(x_shape) - len(gamma_shape)]
 
-    dx, dgamma = reference.rms_norm_grad(dy, x, rstd, gamma)
+    dx, dgamma = rms_ref.rms_norm_grad(dy, x, rstd, gamma)
 
-    assert_gradient("dx", dx, central_difference(lambda v: np.sum(dy * reference.rms_norm(v, gamma)[0]), x))
+    assert_gradient("dx", dx, central_difference(lambda v: np.sum(dy * rms_ref.rms_norm(v, gamma)[0]), x))
     assert_gradient("dgamma", dgamma,
-                    central_difference(lambda v: np.sum(dy * reference.rms_norm(x, v)[0]), gamma))
+                    central_difference(lambda v: np.sum(dy * rms_ref.rms_norm(x, v)[0]), gamma))
 
 
 def test_rms_norm_grad_reference_accepts_flat_rstd():
     """rstd with prod(x.shape[:n]) elements in any shape (the seed passes (2,) for x (2,1,16))."""
     rng = np.random.default_rng(1)
     x, dy, gamma = rng.standard_normal((2, 1, 16)), rng.standard_normal((2, 1, 16)), rng.uniform(0.5, 1.5, 16)
-    _, rstd = reference.rms_norm(x, gamma)
-    keepdim = reference.rms_norm_grad(dy, x, rstd, gamma)
-    flat = reference.rms_norm_grad(dy, x, rstd.reshape(-1), gamma)
+    _, rstd = rms_ref.rms_norm(x, gamma)
+    keepdim = rms_ref.rms_norm_grad(dy, x, rstd, gamma)
+    flat = rms_ref.rms_norm_grad(dy, x, rstd.reshape(-1), gamma)
     for a, b in zip(keepdim, flat):
         np.testing.assert_array_equal(a, b)
 
@@ -108,12 +109,12 @@ def test_group_norm_backward_reference_matches_finite_differences(case, gamma_ab
     x, dy, gamma, beta = _group_norm_inputs(case, rng)
     if gamma_absent:
         gamma = np.ones(case[1])
-    _, mean, rstd = reference.group_norm(x, gamma, beta, group)
+    _, mean, rstd = gn_ref.group_norm(x, gamma, beta, group)
 
-    dx, dgamma, dbeta = reference.group_norm_backward(dy, x, mean, rstd, None if gamma_absent else gamma, group)
+    dx, dgamma, dbeta = gn_ref.group_norm_backward(dy, x, mean, rstd, None if gamma_absent else gamma, group)
 
     def loss(x_=x, gamma_=gamma, beta_=beta):
-        return np.sum(dy * reference.group_norm(x_, gamma_, beta_, group)[0])
+        return np.sum(dy * gn_ref.group_norm(x_, gamma_, beta_, group)[0])
 
     assert_gradient("dx", dx, central_difference(lambda v: loss(x_=v), x))
     assert_gradient("dgamma", dgamma, central_difference(lambda v: loss(gamma_=v), gamma))
@@ -124,8 +125,8 @@ def test_group_norm_backward_reference_one_element_groups_give_zero_dx():
     """With one element per group x_hat is identically 0, so y = beta and dL/dx = 0 exactly."""
     rng = np.random.default_rng(2)
     x, dy, gamma, beta = _group_norm_inputs((2, 4, 1, 4), rng)
-    _, mean, rstd = reference.group_norm(x, gamma, beta, 4)
-    dx, dgamma, dbeta = reference.group_norm_backward(dy, x, mean, rstd, gamma, 4)
+    _, mean, rstd = gn_ref.group_norm(x, gamma, beta, 4)
+    dx, dgamma, dbeta = gn_ref.group_norm_backward(dy, x, mean, rstd, gamma, 4)
     np.testing.assert_array_equal(dx, np.zeros_like(dx))
     np.testing.assert_array_equal(dgamma, np.zeros_like(dgamma))
     np.testing.assert_allclose(dbeta, dy.sum(axis=(0, 2)), rtol=1e-15)
@@ -140,8 +141,8 @@ def test_group_norm_reference_agrees_with_torch_native_kernel():
     x = rng.standard_normal((n, c, hw))
     dy = rng.standard_normal((n, c, hw))
     gamma = rng.uniform(0.5, 1.5, c)
-    _, mean, rstd = reference.group_norm(x, gamma, np.zeros(c), group)
-    ours = reference.group_norm_backward(dy, x, mean, rstd, gamma, group)
+    _, mean, rstd = gn_ref.group_norm(x, gamma, np.zeros(c), group)
+    ours = gn_ref.group_norm_backward(dy, x, mean, rstd, gamma, group)
     theirs = torch.ops.aten.native_group_norm_backward(
         torch.from_numpy(dy), torch.from_numpy(x), torch.from_numpy(mean), torch.from_numpy(rstd),
         torch.from_numpy(gamma), n, c, hw, group, [True, True, True])

@@ -1,10 +1,17 @@
-"""What an op is: its dtype combos and its OpSpec (see opgen.ops for the registry).
+"""What an op is: its dtype combos, its problem sizes and its OpSpec (see opgen.ops for
+the registry).
 
-Op modules import these declarations from here while the ``opgen.ops`` package discovers
-the op modules, so the two never import each other.
+An OpSpec carries everything opgen knows about an op, so that the tools iterate over ops
+instead of naming them: the TE compute, the aclnn ApiSpec, the float64 reference, the
+sympy forward model, the peers to compare and bench against, FLOPs per element, and the
+sample, compare and benchmark shapes. Op packages import these declarations from here
+while the ``opgen.ops`` package discovers them, so the two never import each other.
 """
 from __future__ import annotations
 
+import dataclasses
+import math
+import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -39,6 +46,72 @@ class DtypeCombo:
         return "-".join(short(self[t]) for t in self.key_tensors)
 
 
+class ProblemBase:
+    """Base of an op's Problem dataclass (one call's sizes): one spelling for every tool.
+
+    ``parse`` reads the command-line spelling: fields in order, separated by commas; a tuple
+    field takes ``AxBxC``, an int field a number or a product (``56x56``); missing trailing
+    int fields are 1 (RmsNormGrad: ``4096x4096`` -> x (4096, 4096) with gamma over the last
+    axis; GroupNorm: ``8,256,56x56,32`` -> N, C, HxW, group). ``label`` writes it back (a
+    Problem may override it with a friendlier spelling that ``parse`` still reads).
+    """
+
+    @classmethod
+    def parse(cls, text: str):
+        fields = dataclasses.fields(cls)
+        hints = typing.get_type_hints(cls)
+        parts = [p.strip() for p in str(text).strip().strip("()").split(",") if p.strip()]
+        if not parts or len(parts) > len(fields):
+            raise ValueError(f"cannot read {text!r} as {cls.__name__}: expected up to {len(fields)} fields "
+                             f"{[f.name for f in fields]}, separated by commas")
+        values = {}
+        for i, f in enumerate(fields):
+            try:
+                dims = tuple(int(d) for d in parts[i].lower().split("x")) if i < len(parts) else (1,)
+            except ValueError:
+                raise ValueError(f"cannot read {parts[i]!r} as {cls.__name__}.{f.name}: expected integers "
+                                 f"joined by 'x'") from None
+            is_tuple = typing.get_origin(hints[f.name]) is tuple
+            values[f.name] = dims if is_tuple else math.prod(dims)
+        return cls(**values)
+
+    def label(self) -> str:
+        fields = dataclasses.fields(self)
+        values = [getattr(self, f.name) for f in fields]
+        while len(values) > 1 and values[-1] == 1 and not isinstance(values[-1], tuple):
+            values.pop()
+        return ",".join("x".join(map(str, v)) if isinstance(v, tuple) else str(v) for v in values)
+
+
+@dataclass(frozen=True)
+class Peer:
+    """Another implementation of the op's backward, to compare with and time against.
+
+    ``make(problem, tensors)`` takes torch tensors by kernel name and returns a closure
+    running only the backward and returning its outputs by kernel name (a compiled peer
+    returns ``(before, run)``: ``before`` runs the forward a compiled backward needs fresh).
+    ``compare``: the hand-written library ``opgen compare --against aten`` judges opgen by;
+    ``bench``: a contender in ``opgen bench``."""
+
+    name: str
+    doc: str
+    make: Callable
+    compare: bool = False
+    bench: bool = True
+
+
+@dataclass(frozen=True)
+class Cases:
+    """Shapes (in the Problem's spelling) the tools use: ``compare`` (opgen compare's
+    defaults), ``bench`` (the benchmark list), ``quick`` (opgen bench --quick), ``tiny``
+    (the per-call cost row)."""
+
+    compare: tuple = ()
+    bench: tuple = ()
+    quick: str | None = None
+    tiny: str | None = None
+
+
 @dataclass(frozen=True)
 class OpSpec:
     """Everything opgen knows about one operator, independent of any target.
@@ -70,6 +143,14 @@ class OpSpec:
     # Floating-point operations per element of the first input, counted from the TE stages:
     # the x axis of a roofline (opgen bench --plot). 0: not counted.
     flops_per_element: int = 0
+    # The sympy forward model opgen.derive proves the TE against (opgen.symbolic.ProofModel).
+    model: Any = None
+    # problem -> {output kernel name: shape in the user's layout} (what a caller allocates).
+    output_shapes: Callable[[Any], dict] | None = None
+    peers: tuple = ()             # Peer: what opgen compare and opgen bench set opgen against
+    cases: Cases = Cases()
+    package: str = ""             # the op's package (__name__): where optional parts live, e.g.
+                                  # torch_module.py, the torch.nn modules opgen.torch exports
 
     def __post_init__(self):
         if not self.name.isidentifier():
@@ -85,6 +166,14 @@ class OpSpec:
         for combo in self.combos:
             if tuple(n for n, _ in combo.dtypes) != tensors:
                 raise ValueError(f"{self.name}: combo {combo.tag} does not list {tensors}")
+
+    @property
+    def problem_type(self) -> type:
+        return type(self.problems[0])
+
+    def parse_problem(self, text: str):
+        """The op's Problem from its command-line spelling (ValueError: what is wrong)."""
+        return self.problem_type.parse(text)
 
     def combo(self, tag: str) -> DtypeCombo:
         for candidate in self.combos:
