@@ -12,17 +12,19 @@ from __future__ import annotations
 
 from opgen.config import get_product, get_target, set_product, set_target
 
-__all__ = ["set_product", "get_product", "set_target", "get_target", "AclnnError", "rms_norm_grad",
-           "group_norm_backward", "acl", "aclnn"]
-
-_LAZY = {"AclnnError": "opgen.api", "rms_norm_grad": "opgen.api", "group_norm_backward": "opgen.api"}
+__all__ = ["set_product", "get_product", "set_target", "get_target", "AclnnError", "acl", "aclnn"]
 
 
 def __getattr__(name: str):
+    """The API layers on first use; ``opgen.<op name>`` is each op's Pythonic function
+    (opgen.api generates one per registered op)."""
     import importlib
 
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
     if name in ("acl", "aclnn"):
         return importlib.import_module(f"opgen.{name}")
+    if name.startswith("__"):
+        raise AttributeError(name)
+    api = importlib.import_module("opgen.api")
+    if name == "AclnnError" or name in api.FUNCTIONS:
+        return getattr(api, name)
     raise AttributeError(f"module 'opgen' has no attribute {name!r}")

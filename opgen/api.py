@@ -1,19 +1,24 @@
 """The Pythonic layer: call an op like a function, get its outputs, or an AclnnError.
 
-Built on the aclnn layer (same validation, same kernels): it derives what the aclnn
-signature wants from the tensors (GroupNorm's N, C, HxW), allocates the outputs that are
-not given (numpy arrays, or torch tensors when the data input is one) and runs both
-phases with a workspace from aclrtMalloc. Outputs that are given are written in place.
+One function per registered op with an aclnn face, generated from its ApiSpec's
+``Pythonic`` description (no per-op code here): ``opgen.rms_norm_grad(dy, x, rstd,
+gamma)``, ``opgen.group_norm_backward(grad_out, input, mean, rstd, gamma, group)``. Built
+on the aclnn layer (same validation, same kernels): it derives what the aclnn signature
+wants from the tensors (GroupNorm's N, C, HxW), allocates the outputs that are not given
+(numpy arrays, or torch tensors when the data input is one) and runs both phases with a
+workspace from aclrtMalloc. Outputs that are given are written in place; a masked-off
+output is None.
 """
 from __future__ import annotations
 
-import math
+import keyword
 
 import numpy as np
 
-from opgen import acl
-from opgen.apispec import ACLNN_ERR_PARAM_INVALID, STATUS_NAMES, ArgError
+from opgen import acl, aclnn
+from opgen.apispec import INPUT, MASK, OUTPUT, STATUS_NAMES, ArgError, python_name
 from opgen.dtypes import numpy_dtype
+from opgen.ops import all_ops
 from opgen.tensorarg import describe
 
 
@@ -47,8 +52,6 @@ def _alloc(template, shape, dtype: str):
 
 def run_aclnn(aclnn_name: str, **args) -> None:
     """Both phases of ``aclnn_name`` with ``args``; raises AclnnError on a non-zero status."""
-    from opgen import aclnn
-
     status, size, executor = getattr(aclnn, f"{aclnn_name}GetWorkspaceSize")(**args)
     if status:
         raise AclnnError(status, acl.aclGetRecentErrMsg())
@@ -66,36 +69,113 @@ def run_aclnn(aclnn_name: str, **args) -> None:
         raise AclnnError(status, acl.aclGetRecentErrMsg())
 
 
-def rms_norm_grad(dy, x, rstd, gamma, *, dx=None, dgamma=None):
-    """(dx, dgamma) of RmsNorm: dx like dy, dgamma float32 shaped like gamma."""
-    d, g = _info("dy", dy), _info("gamma", gamma)
-    if dx is None and d is not None:
-        dx = _alloc(dy, d.shape, d.dtype)
-    if dgamma is None and g is not None:
-        dgamma = _alloc(dy, g.shape, "float32")
-    run_aclnn("aclnnRmsNormGrad", dy=dy, x=x, rstd=rstd, gamma=gamma, dxOut=dx, dgammaOut=dgamma)
-    return dx, dgamma
+def _mask_bits(value) -> tuple | None:
+    try:
+        return tuple(bool(v) for v in value)
+    except TypeError:
+        return None
 
 
-def group_norm_backward(grad_out, input, mean, rstd, gamma, group, output_mask=(True, True, True), *,
-                        grad_input=None, grad_gamma=None, grad_beta=None):
-    """(grad_input, grad_gamma, grad_beta) of GroupNorm over input (N, C, *); a masked-off
-    output is None. N, C and HxW come from input's shape; gamma may be None (ones)."""
-    x, d, m = _info("input", input), _info("grad_out", grad_out), _info("mean", mean)
-    if x is not None and x.ndim < 2:
-        raise AclnnError(ACLNN_ERR_PARAM_INVALID, f"input has shape {x.shape}; expected (N, C, ...)")
-    n, c, hw = (x.shape[0], x.shape[1], math.prod(x.shape[2:])) if x is not None else (0, 0, 0)
-    mask = tuple(output_mask)
-    want = [len(mask) > i and bool(mask[i]) for i in range(3)]
-    stat = m.dtype if m is not None else "float32"
-    gshape = _info("gamma", gamma).shape if gamma is not None else (c,)
-    if grad_input is None and want[0] and d is not None:
-        grad_input = _alloc(grad_out, d.shape, d.dtype)
-    if grad_gamma is None and want[1]:
-        grad_gamma = _alloc(grad_out, gshape, stat)
-    if grad_beta is None and want[2]:
-        grad_beta = _alloc(grad_out, gshape, stat)
-    run_aclnn("aclnnGroupNormBackward", gradOut=grad_out, input=input, mean=mean, rstd=rstd, gamma=gamma,
-              N=n, C=c, HxW=hw, group=group, outputMask=mask, gradInput=grad_input,
-              gradGammaOut=grad_gamma, gradBetaOut=grad_beta)
-    return tuple(out if w else None for out, w in zip((grad_input, grad_gamma, grad_beta), want))
+def _wanted(param, mask) -> bool:
+    return param.mask_bit is None or mask is None or (param.mask_bit < len(mask) and mask[param.mask_bit])
+
+
+def _derive(pythonic, infos: dict, args: dict) -> None:
+    """The attributes the function computes from the tensors, into ``args``."""
+    for name, derive in pythonic.derived.items():
+        try:
+            args[name] = derive(infos)
+        except ArgError as err:
+            raise AclnnError(err.status, err.message) from None
+
+
+def _outputs(op, infos: dict, args: dict, given: tuple, template) -> tuple:
+    """Each output: the caller's, else one allocated like the op says; None when masked off."""
+    api, mask_params = op.api, [p for p in op.api.params if p.role == MASK]
+    mask = _mask_bits(args[mask_params[0].name]) if mask_params else None
+    wanted = []
+    for param, out in zip(api.tensors(OUTPUT), given):
+        want = _wanted(param, mask)
+        if out is None and want:
+            shape_dtype = op.api.pythonic.allocate[param.name](infos, args)
+            out = None if shape_dtype is None else _alloc(template, *shape_dtype)
+        args[param.name] = out
+        wanted.append(want)
+    return tuple(wanted)
+
+
+def call_op(op, values: tuple, outputs: tuple) -> tuple:
+    """Run ``op`` on the Python function's positional ``values`` (in signature order) and
+    its output arguments; returns the outputs (None where masked off)."""
+    names = positional(op)
+    args = {p.name: v for p, v in zip(names, values)}
+    infos = {p.name: _info(p.name, args.get(p.name)) for p in op.api.tensors(INPUT)}
+    _derive(op.api.pythonic, infos, args)
+    template = next((args[p.name] for p in op.api.tensors(INPUT) if args.get(p.name) is not None), None)
+    wanted = _outputs(op, infos, args, outputs, template)
+    run_aclnn(op.aclnn_name, **args)
+    return tuple(args[p.name] if w else None for p, w in zip(op.api.tensors(OUTPUT), wanted))
+
+
+def positional(op) -> list:
+    """The aclnn parameters the Python function takes positionally: all but the outputs and
+    the derived attributes, in the document's order."""
+    derived = op.api.pythonic.derived
+    return [p for p in op.api.params if p.role != OUTPUT and p.name not in derived]
+
+
+def _source(op) -> str:
+    """The function's ``def`` line and body: a real signature (introspection, and a TypeError
+    for a wrong argument list) at no per-call cost."""
+    pythonic = op.api.pythonic
+    params_in, outputs = positional(op), op.api.tensors(OUTPUT)
+    params, seen_default = [], False
+    for p in params_in:
+        name = python_name(p)
+        if name in pythonic.defaults:
+            params.append(f"{name}=_defaults[{name!r}]")
+            seen_default = True
+        elif seen_default:
+            raise ValueError(f"{op.name}: {name} has no default but follows a parameter that has one")
+        else:
+            params.append(name)
+    names = [python_name(p) for p in params_in + list(outputs)]
+    bad = [n for n in names if not n.isidentifier() or keyword.iskeyword(n) or len(set(names)) != len(names)]
+    if bad:
+        raise ValueError(f"{op.name}: Python parameter names {bad} are not usable")
+    keywords = ", ".join(f"{python_name(p)}=None" for p in outputs)
+    values = ", ".join(python_name(p) for p in params_in)
+    outs = ", ".join(python_name(p) for p in outputs)
+    return (f"def {op.name}({', '.join(params)}, *, {keywords}):\n"
+            f"    return _call(_op, ({values},), ({outs},))\n")
+
+
+def _doc(op) -> str:
+    outputs = ", ".join(python_name(p) for p in op.api.tensors(OUTPUT))
+    lines = [f"{op.api.description}", "", f"Returns ({outputs}); outputs not given are allocated (numpy, or torch "
+             f"when the first input is a torch tensor), given ones are written in place; a masked-off output "
+             f"is None. Raises opgen.AclnnError with {op.aclnn_name}'s status on bad input.", ""]
+    lines += [f"{python_name(p)}: {p.doc}" for p in positional(op) + list(op.api.tensors(OUTPUT))]
+    return "\n".join(lines)
+
+
+def make_function(op):
+    """The Pythonic function of ``op``, written out with exec as dataclasses do."""
+    namespace = {"_call": call_op, "_op": op, "_defaults": dict(op.api.pythonic.defaults)}
+    exec(_source(op), namespace)  # noqa: S102 (names checked in _source)
+    function = namespace[op.name]
+    function.__doc__ = _doc(op)
+    function.__module__ = __name__
+    return function
+
+
+def _generate() -> list[str]:
+    made = []
+    for op in all_ops():
+        if op.api is not None and op.api.pythonic is not None:
+            globals()[op.name] = make_function(op)
+            made.append(op.name)
+    return made
+
+
+FUNCTIONS = _generate()

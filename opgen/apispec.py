@@ -30,6 +30,7 @@ STATUS_NAMES = {
 }
 
 INPUT, OUTPUT, ATTR, MASK = "input", "output", "attr", "mask"
+VALUE_TYPES = ("int", "float", "bool", "ints", "str")
 
 
 class ArgError(Exception):
@@ -57,10 +58,14 @@ class Param:
     ranks: str = "-"
     optional: bool = False
     mask_bit: int | None = None
+    value_type: str = "int"     # an attribute's C type: int (int64_t), float (double), bool, ints
+                                # (aclIntArray: a list/tuple of ints), str (char*: a str or None)
 
     def __post_init__(self):
         if self.role not in (INPUT, OUTPUT, ATTR, MASK):
             raise ValueError(f"{self.name}: unknown role {self.role!r}")
+        if self.value_type not in VALUE_TYPES:
+            raise ValueError(f"{self.name}: unknown value type {self.value_type!r}; known: {VALUE_TYPES}")
         if self.role in (INPUT, OUTPUT) and not self.kernel:
             raise ValueError(f"{self.name}: a tensor parameter needs its kernel tensor name")
 
@@ -91,10 +96,42 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class Pythonic:
+    """How the op reads as a Python function; opgen.api generates ``opgen.<op name>`` from it.
+
+    Python names are the aclnn names in snake_case, an input's "Optional" suffix and an
+    output's "Out" suffix dropped (gradOut -> grad_out, gradGammaOut -> grad_gamma).
+      * ``derived``: aclnn attribute -> f(inputs) giving its value from the read input
+        tensors (aclnn name -> TensorArg or None); such attributes leave the signature
+        (GroupNorm's N, C and HxW come from input's shape). f may raise ArgError;
+      * ``allocate``: aclnn output -> f(inputs, attrs) giving (shape, dtype) of the output
+        made when the caller passes none (a masked-off one is neither made nor returned);
+      * ``defaults``: Python name -> default value (outputMask: all True). Output
+        arguments are keyword-only and default to None (allocated).
+    """
+
+    allocate: Mapping[str, Callable]
+    derived: Mapping[str, Callable] = field(default_factory=dict)
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+
+
+def python_name(param: Param) -> str:
+    """gradGammaOut -> grad_gamma, weightOptional -> weight, outputMask -> output_mask."""
+    name = param.name
+    for suffix, roles in (("Optional", (INPUT, ATTR)), ("Out", (OUTPUT,))):
+        if param.role in roles and name.endswith(suffix) and len(name) > len(suffix):
+            name = name[: -len(suffix)]
+    snake = "".join(f"_{ch.lower()}" if ch.isupper() and i and (name[i - 1].islower() or name[i - 1].isdigit())
+                    else ch.lower() for i, ch in enumerate(name))
+    return snake
+
+
+@dataclass(frozen=True)
 class ApiSpec:
     """The aclnn face of an op. ``problem(call)`` gives the kernel Problem of a valid call,
     ``kernel_shapes(problem)`` the kernel's canonical shape of each tensor, ``fill`` the
-    constant a null optional input stands for (GroupNorm's gamma: ones)."""
+    constant a null optional input stands for (GroupNorm's gamma: ones), ``pythonic`` how
+    the op reads as a Python function (None: no Pythonic function)."""
 
     params: tuple[Param, ...]
     rules: tuple[Rule, ...]
@@ -102,6 +139,7 @@ class ApiSpec:
     kernel_shapes: Callable[[Any], dict]
     description: str
     fill: Mapping[str, float] = field(default_factory=dict)
+    pythonic: Pythonic | None = None
 
     def __post_init__(self):
         names = [p.name for p in self.params]
