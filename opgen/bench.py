@@ -41,11 +41,12 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-RMS_SHAPES = ("4096x4096", "8192x5120", "16384x1024", "2048x8192")
-GN_SHAPES = ("2,320,64x64,32", "2,640,32x32,32", "2,1280,16x16,32", "8,256,56x56,32", "16,64,112x112,32")
-TAGS = ("f32-f32", "bf16-bf16")       # bf16 data; rstd (and RmsNorm's dgamma) stay f32
-TINY = (("group_norm_backward", "1,32,2x2,8"), ("rms_norm_grad", "4x64"))
-QUICK = (("rms_norm_grad", "4096x4096"), ("group_norm_backward", "2,640,32x32,32"))
+from opgen import baselines as B
+from opgen.ops import all_ops, get_op
+from opgen.peers import import_torch
+
+TAGS = ("f32-f32", "bf16-bf16")       # bf16 data; statistics (and RmsNorm's dgamma) stay f32
+FIXED_CONTENDERS = ("after-torch", "stream")   # --skip names besides the ops' peers
 TRIAD_FLOATS = 16 << 20                                               # 64 MiB per array
 POLICIES = {"passive": "PASSIVE", "default": None}
 
@@ -75,18 +76,20 @@ class Record:
 
 
 def cases(quick: bool, ops=None, tags=None, shapes=None, tiny: bool = True) -> list[Case]:
-    """The issue-10 shape list (or --quick's one shape per op), then the tiny per-call cases."""
+    """Every op's benchmark shapes (or --quick's one shape per op; OpSpec.cases), then the
+    tiny per-call cases; dtype combos an op lacks are left out for it."""
+    chosen = [op for op in all_ops() if op.cases.bench and (not ops or op.name in ops)]
     if shapes:
-        plan = [(op, s) for op in (ops or ("rms_norm_grad", "group_norm_backward")) for s in shapes.get(op, ())]
+        plan = [(op, s) for op in chosen for s in shapes.get(op.name, ())]
     elif quick:
-        plan = list(QUICK)
+        plan = [(op, op.cases.quick) for op in chosen if op.cases.quick]
     else:
-        plan = [("rms_norm_grad", s) for s in RMS_SHAPES] + [("group_norm_backward", s) for s in GN_SHAPES]
-    plan = [(op, s) for op, s in plan if not ops or op in ops]
+        plan = [(op, s) for op in chosen for s in op.cases.bench]
     tag_list = tags or (TAGS[:1] if quick else TAGS)
-    result = [Case(op, tag, s) for op, s in plan for tag in tag_list]
+    has = lambda op, tag: tag in {c.tag for c in op.combos}  # noqa: E731
+    result = [Case(op.name, tag, s) for op, s in plan for tag in tag_list if has(op, tag)]
     if tiny:
-        result += [Case(op, "f32-f32", s, True) for op, s in TINY if not ops or op in ops]
+        result += [Case(op.name, TAGS[0], op.cases.tiny, True) for op in chosen if op.cases.tiny and has(op, TAGS[0])]
     return result
 
 
@@ -136,25 +139,40 @@ def triad():
     return (lambda: torch.add(b, c, alpha=0.5, out=a)), 3 * a.numel() * 4
 
 
-def same_bytes_stream(dy, x, dx):
-    """A stream over the op's elementwise tensors only: read dy and x once, write dx once,
-    as integer adds of their bits (torch's multithreaded add; the arithmetic is free, the
-    bytes are the op's): what moving the op's minimal bytes with ordinary stores costs, so
-    a peer's time over this one estimates the largest speedup over that peer a kernel that
-    reads each input once and writes each output once could show in this run (a loose
-    floor on small shapes, where torch's own call costs count)."""
-    from opgen.baselines import import_torch
-
+def same_bytes_stream(inputs: list, outputs: list):
+    """A stream over the op's elementwise tensors only: read each full-size input once,
+    write each full-size output once, as integer adds of their bits (torch's multithreaded
+    add; the arithmetic is free, the bytes are the op's): what moving the op's minimal
+    bytes with ordinary stores costs, so a peer's time over this one estimates the largest
+    speedup over that peer a kernel that reads each input once and writes each output once
+    could show in this run (a loose floor on small shapes, where torch's own call costs
+    count). Output j is written from inputs j, j + k, j + 2k, ... (k outputs)."""
     torch = import_torch()
-    bits = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[dy.element_size()]
-    a, b, out = (t.detach().clone().view(bits) for t in (dy, x, dx))
-    return lambda: torch.add(a, b, out=out)
+    bits = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    ins = [t.detach().clone().view(bits[t.element_size()]) for t in inputs]
+    outs = [t.view(bits[t.element_size()]) for t in outputs]
+    plan = [(out, ins[j::len(outs)]) for j, out in enumerate(outs)]
+
+    def run():
+        for out, sources in plan:
+            if len(sources) == 1:
+                out.copy_(sources[0])
+                continue
+            torch.add(sources[0], sources[1], out=out)
+            for more in sources[2:]:
+                out.add_(more)
+    return run
+
+
+def _elementwise(tensors: dict) -> list:
+    """The tensors of the op's largest shape (its elementwise data: dy, x, dx, ...)."""
+    largest = max(t.numel() for t in tensors.values())
+    return [t for t in tensors.values() if t.numel() == largest and t.dtype.is_floating_point]
 
 
 def contenders(case: Case, rng, skip=()) -> tuple[dict, int]:
     """The timed calls of one case and its minimal byte count."""
-    from opgen import baselines as B
-
+    op = get_op(case.op)
     problem = B.parse_problem(case.op, case.shape)
     inputs = B.random_inputs(case.op, case.tag, problem, rng)
     np_args = {**inputs, **B.output_buffers(case.op, case.tag, problem, "numpy")}
@@ -168,16 +186,12 @@ def contenders(case: Case, rng, skip=()) -> tuple[dict, int]:
         return runs, nbytes
     torch_outputs = B.output_buffers(case.op, case.tag, problem, "torch")
     runs["opgen-torch"] = B.aclnn_call(case.op, problem, {**tensors, **torch_outputs})
-    if case.op == "group_norm_backward":
-        peers = {"aten": B.aten_call}
-    else:
-        peers = {"eager": B.eager_call, "compile": B.compiled_call, "aten-layernorm": B.layer_norm_call}
-    for name, make in peers.items():
-        if name not in skip:   # its own copies: no contender reads inputs another one just warmed
-            runs[name] = make(case.op, problem, {k: B.to_torch(v) for k, v in inputs.items()})
+    peers = [peer for peer in op.peers if peer.bench and peer.name not in skip]
+    for peer in peers:   # its own copies: no contender reads inputs another one just warmed
+        runs[peer.name] = peer.make(problem, {k: B.to_torch(v) for k, v in inputs.items()})
     if not case.tiny and "stream" not in skip:
-        runs["stream (same bytes)"] = same_bytes_stream(tensors["dy"], tensors["x"], torch_outputs["dx"])
-    first_peer = next((runs[n] for n in peers if n in runs), None)
+        runs["stream (same bytes)"] = same_bytes_stream(_elementwise(tensors), _elementwise(torch_outputs))
+    first_peer = runs[peers[0].name] if peers else None
     if isinstance(first_peer, tuple):  # compiled: (forward, backward), both are the torch op here
         forward, backward = first_peer
         first_peer = lambda: (forward(), backward())  # noqa: E731
@@ -314,14 +328,15 @@ def write_rows(rows: list[Record], path) -> None:
 
 def add_arguments(parser) -> None:
     parser.add_argument("--quick", action="store_true", help="one shape per op, f32 (under a minute)")
-    parser.add_argument("--op", action="append", choices=("rms_norm_grad", "group_norm_backward"))
+    parser.add_argument("--op", action="append", choices=[op.name for op in all_ops()])
     parser.add_argument("--dtypes", action="append", help="dtype combo, e.g. bf16-bf16 (repeatable)")
     parser.add_argument("--shape", action="append", metavar="OP=SHAPE",
-                        help="e.g. rms_norm_grad=4096x4096 or group_norm_backward=2,320,64x64,32 (repeatable)")
+                        help="OP=SHAPE with the shape in the op's Problem spelling (fields joined by commas, "
+                             "dims by 'x'), e.g. an op's benchmark shape (repeatable)")
     parser.add_argument("--repeats", type=int, help="interleaved rounds, median taken (default 15; --quick 5)")
     parser.add_argument("--no-tiny", action="store_true", help="leave out the per-call cost rows")
     parser.add_argument("--skip", action="append", default=[],
-                        choices=("eager", "compile", "aten", "aten-layernorm", "after-torch", "stream"),
+                        choices=sorted({p.name for op in all_ops() for p in op.peers} | set(FIXED_CONTENDERS)),
                         help="leave out a baseline (repeatable)")
     parser.add_argument("--omp-wait", choices=("passive", "default", "inherit"), default="passive",
                         help="OMP_WAIT_POLICY for the run (see the module doc)")

@@ -10,12 +10,12 @@ kernel leaves bandwidth on the table. matplotlib is an optional extra (``opgen[b
 """
 from __future__ import annotations
 
+import math
 import statistics
 import time
 
 import numpy as np
 
-from opgen import baselines
 from opgen.ops import get_op
 
 
@@ -33,11 +33,17 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
+def _short(op_name: str) -> str:
+    """A tick label's op: its words' initials (rms_norm_grad -> rng)."""
+    return "".join(word[0] for word in op_name.split("_"))
+
+
 def _intensity(row) -> tuple[float, float]:
     """(FLOPs per byte, achieved GFLOP/s) of an opgen row (the op's own FLOPs per element)."""
-    problem = baselines.parse_problem(row.op, row.shape)
-    elements = int(np.prod(problem.x_shape))
-    flops = get_op(row.op).flops_per_element * elements
+    op = get_op(row.op)
+    problem = op.parse_problem(row.shape)
+    elements = math.prod(op.api.kernel_shapes(problem)[op.inputs[0]])
+    flops = op.flops_per_element * elements
     nbytes = row.gbs * 1e9 * row.ms / 1e3
     return flops / nbytes, flops / (row.ms / 1e3) / 1e9
 
@@ -62,7 +68,7 @@ def plot(rows, path, peak: float | None = None) -> None:
     if bandwidth:
         bars.axhline(bandwidth, color="black", linestyle="--", label=f"triad {bandwidth:.1f} GB/s (same run)")
     bars.set_xticks(np.arange(len(cases)) + 0.4 - width / 2)
-    bars.set_xticklabels([f"{'rms' if op.startswith('rms') else 'gn'} {tag}\n{shape}" for op, tag, shape in cases],
+    bars.set_xticklabels([f"{_short(op)} {tag}\n{shape}" for op, tag, shape in cases],
                          fontsize=7, rotation=30, ha="right")
     bars.set_ylabel("GB/s (minimal bytes)")
     bars.set_title("effective bandwidth per shape")
@@ -83,7 +89,7 @@ def _roofline(ax, rows, bandwidth: float, peak: float) -> None:
         ax.loglog(ai, np.minimum(peak, bandwidth * ai), color="black", label=f"roof: {bandwidth:.0f} GB/s, "
                   f"{peak:.0f} GFLOP/s (f32 matmul)")
     for r, (x, y) in zip(rows, points):
-        ax.loglog([x], [y], "o", label=f"opgen {'rms' if r.op.startswith('rms') else 'gn'} {r.dtypes} {r.shape}")
+        ax.loglog([x], [y], "o", label=f"opgen {_short(r.op)} {r.dtypes} {r.shape}")
     ax.set_xlabel("FLOPs per byte")
     ax.set_ylabel("GFLOP/s")
     ax.set_title("roofline (opgen, numpy inputs)")

@@ -2,7 +2,7 @@
 
 For each op x dtype combo x shape (or each case of a golden dump) both sides get the same
 inputs; each output of each side is measured against the float64 reference
-(opgen.reference) with opgen.standards, and the row reports, for opgen: the double
+(the op's own, opgen.ops.<op>.reference) with opgen.standards, and the row reports, for opgen: the double
 thousandths' share and verdict, MERE/MARE and verdict, then the double-benchmark ratios
 (opgen's error over the library's) and the level reached, and the time ratio. The exit
 status is 1 when any standard fails for opgen (the library's own verdicts are shown, not
@@ -21,14 +21,8 @@ import numpy as np
 
 from opgen import baselines, standards
 from opgen.dtypes import dtype_name
-from opgen.ops import get_op
+from opgen.ops import all_ops, get_op
 from opgen.registry import Registry
-
-DEFAULT_CASES = {  # small enough for a few seconds per row on 2 cores, large enough for real reductions
-    "rms_norm_grad": ("256x1024",),
-    "group_norm_backward": ("2,64,16x16,8",),
-}
-
 
 @dataclass
 class Row:
@@ -82,9 +76,10 @@ def judge(op_name: str, tag: str, problem, inputs: dict, theirs: dict, library: 
         if name not in theirs or ours.get(name) is None:
             continue
         ref = reference[name]
-        mine = standards.errors(baselines.to_float64(ours[name]).reshape(ref.shape), ref, combo["dy"], combo[name])
+        data = combo[op.inputs[0]]          # the compute dtype (as opgen.verify reads it)
+        mine = standards.errors(baselines.to_float64(ours[name]).reshape(ref.shape), ref, data, combo[name])
         lib_dtype = _dtype_of(theirs[name])
-        other = standards.errors(baselines.to_float64(theirs[name]).reshape(ref.shape), ref, combo["dy"], lib_dtype)
+        other = standards.errors(baselines.to_float64(theirs[name]).reshape(ref.shape), ref, data, lib_dtype)
         ratios = standards.benchmark_ratios(mine, other)
         rows.append(Row(op_name, tag, baselines.problem_label(problem), name, library, mine, other, ratios,
                         standards.level(ratios), *times))
@@ -103,7 +98,7 @@ def against_aten(op_names, tags, shapes, seed: int, repeats: int) -> list[Row]:
     rows = []
     for op_name in op_names:
         for tag in tags.get(op_name) or _product_tags(op_name):
-            for text in shapes.get(op_name) or DEFAULT_CASES[op_name]:
+            for text in shapes.get(op_name) or get_op(op_name).cases.compare:
                 problem = baselines.parse_problem(op_name, text)
                 inputs = baselines.random_inputs(op_name, tag, problem, rng)
                 for device in baselines.torch_devices():
@@ -187,9 +182,11 @@ def write_rows(rows: list[Row], path) -> None:
 def add_arguments(parser) -> None:
     parser.add_argument("--against", default="aten", help="a comparison source: 'aten' (torch's native kernels), "
                         "a golden dump DIR, or one a target or tool registered (opgen.compare.register_source)")
-    parser.add_argument("--op", action="append", choices=tuple(DEFAULT_CASES), help="only this op (repeatable)")
+    parser.add_argument("--op", action="append", choices=[op.name for op in all_ops() if op.cases.compare],
+                        help="only this op (repeatable)")
     parser.add_argument("--dtypes", action="append", help="only this dtype combo, e.g. bf16-f32 (repeatable)")
-    parser.add_argument("--shape", action="append", help="ROWSxCOLS (rms_norm_grad) or N,C,HxW,G (group_norm_backward)")
+    parser.add_argument("--shape", action="append", help="a shape in the op's Problem spelling (fields joined by "
+                        "commas, dims by 'x': 4096x4096, 2,320,64x64,32); kept for the ops it fits")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per side (median)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="also write the rows to FILE.json or FILE.csv")
@@ -257,7 +254,7 @@ def source_for(value: str) -> Source:
 
 
 def _aten_rows(args) -> list[Row]:
-    op_names = args.op or list(DEFAULT_CASES)
+    op_names = args.op or [op.name for op in all_ops() if op.cases.compare]
     shapes = _for_ops(args.shape, op_names, baselines.parse_problem)
     tags = _for_ops(args.dtypes, op_names, lambda op, tag: get_op(op).combo(tag))
     for flag, given, picked in (("--shape", args.shape, shapes), ("--dtypes", args.dtypes, tags)):

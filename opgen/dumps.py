@@ -5,7 +5,8 @@ A dump is a directory holding the tensors as ``.npy`` or raw ``.bin`` files and 
 
     {"library": "free text: where the outputs came from",
      "cases": [{"op": "rms_norm_grad",           # or the aclnn name, aclnnRmsNormGrad
-                "attributes": {},                # group_norm_backward: {"group": G}
+                "attributes": {},                # the aclnn attributes the tensors do not give
+                                                 # (group_norm_backward: {"group": G})
                 "tensors": [{"file": "dy.bin", "role": "dy", "shape": [8, 64], "dtype": "float16"},
                             ...]}]}
 
@@ -26,8 +27,10 @@ from pathlib import Path
 
 import numpy as np
 
+from opgen.apispec import ATTR, INPUT, ArgError, Call
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, dtype_name, numpy_dtype
 from opgen.ops import all_ops, get_op
+from opgen.tensorarg import describe
 
 MANIFEST = "manifest.json"
 DTYPE_ALIASES = {"float32": FLOAT32, "float": FLOAT32, "acl_float": FLOAT32,
@@ -109,17 +112,21 @@ def _combo_tag(op, arrays: dict) -> str:
 
 
 def _problem(op, arrays: dict, attributes: dict):
-    from opgen.ops.group_norm_backward import Problem as GroupNormProblem
-    from opgen.ops.rms_norm_grad import Problem as RmsProblem
-
-    x = arrays.get("x")
-    if x is None:
-        raise DumpError(f"{op.name}: the dump has no x (input) tensor")
-    if op.name == "rms_norm_grad":
-        return RmsProblem(tuple(x.shape), arrays["gamma"].ndim)
-    if "group" not in attributes:
-        raise DumpError(f"{op.name}: attributes need 'group'")
-    return GroupNormProblem(x.shape[0], x.shape[1], math.prod(x.shape[2:]), int(attributes["group"]))
+    """The case's Problem, read the way a call's is: the tensors by aclnn name, the
+    manifest's attributes, the attributes the Pythonic layer derives from the tensors
+    (GroupNorm's N, C, HxW), then the ApiSpec's own ``problem``."""
+    values = {p.name: describe(p.name, arrays.get(p.kernel)) for p in op.api.tensors()}
+    values.update(attributes)
+    derived = op.api.pythonic.derived if op.api.pythonic is not None else {}
+    try:
+        for name, derive in derived.items():
+            values.setdefault(name, derive(values))
+        missing = [p.name for p in op.api.params if p.role == ATTR and p.name not in values]
+        if missing:
+            raise DumpError(f"{op.name}: attributes need {missing}")
+        return op.api.problem(Call(op, "", values))
+    except ArgError as err:
+        raise DumpError(f"{op.name}: {err.message}") from None
 
 
 def read_case(directory: Path, case: dict) -> GoldenCase:
@@ -128,7 +135,8 @@ def read_case(directory: Path, case: dict) -> GoldenCase:
     for entry in case.get("tensors", []):
         name = _kernel_name(op, entry.get("role", ""))
         (inputs if name in op.inputs else outputs)[name] = read_tensor(directory, entry)
-    missing = [n for n in op.inputs if n not in inputs and n != "gamma"] or ([] if outputs else ["any output"])
+    required = [p.kernel for p in op.api.tensors(INPUT) if not p.optional]
+    missing = [n for n in required if n not in inputs] or ([] if outputs else ["any output"])
     if missing:
         raise DumpError(f"{directory}: {op.name} case lacks {missing}")
     attributes = dict(case.get("attributes", {}))

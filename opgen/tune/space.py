@@ -12,10 +12,8 @@ knobs here are sizes that act multiplicatively), the domain index otherwise.
 """
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
-import typing
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,25 +31,8 @@ def matching_rule(op, combo, target):
 
 
 def parse_problem(op, text: str):
-    """An op's Problem from a shape string: fields in order, separated by commas.
-
-    A tuple field takes ``AxBxC``; an int field takes a number or a product ``56x56``.
-    Missing trailing int fields are 1 (RmsNormGrad: ``4096x4096`` -> x (4096, 4096),
-    gamma over the last axis; GroupNorm: ``8,256,56x56,32`` -> N, C, HxW, group).
-    """
-    cls = type(op.problems[0])
-    hints = typing.get_type_hints(cls)
-    parts = [p.strip() for p in text.strip("()").split(",") if p.strip()]
-    fields = dataclasses.fields(cls)
-    if len(parts) > len(fields):
-        raise ValueError(f"{op.name}: {text!r} has {len(parts)} fields; {cls.__name__} has "
-                         f"{[f.name for f in fields]}")
-    values = {}
-    for i, field in enumerate(fields):
-        dims = tuple(int(d) for d in parts[i].lower().split("x")) if i < len(parts) else (1,)
-        is_tuple = typing.get_origin(hints[field.name]) is tuple
-        values[field.name] = dims if is_tuple else math.prod(dims)
-    return cls(**values)
+    """An op's Problem from a shape string (the op's own spelling: ProblemBase.parse)."""
+    return op.parse_problem(text)
 
 
 def kernel_shapes(op, problem) -> dict:
