@@ -13,15 +13,14 @@ import opgen  # noqa: E402
 
 @pytest.fixture
 def opgen_calls(monkeypatch):
-    """Counts the calls reaching opgen's Pythonic API (what the custom ops call)."""
+    """Counts the calls reaching opgen's Pythonic layer (what the custom ops call), by op."""
     counts = {"rms_norm_grad": 0, "group_norm_backward": 0}
-    for name in counts:
-        real = getattr(opgen, name)
+    real = opgen.api.call_op
 
-        def counted(*a, _real=real, _name=name, **k):
-            counts[_name] += 1
-            return _real(*a, **k)
-        monkeypatch.setattr(opgen, name, counted, raising=False)
+    def counted(op, *a, **k):
+        counts[op.name] += 1
+        return real(op, *a, **k)
+    monkeypatch.setattr(opgen.api, "call_op", counted)
     return counts
 
 
