@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 
 import math
+import operator
 import threading
 from dataclasses import dataclass, field
 
@@ -375,4 +376,32 @@ def aclCreateBoolArray(value, size=None):
 
 
 def aclDestroyBoolArray(array) -> int:
+    return ACL_SUCCESS
+
+
+@dataclass(frozen=True)
+class aclIntArray:
+    values: tuple
+
+    def __len__(self):
+        return len(self.values)
+
+    def __iter__(self):
+        return iter(self.values)
+
+
+def aclCreateIntArray(value, size=None):
+    """C: aclCreateIntArray(value, size): int64 values. ``size`` defaults to len(value)."""
+    try:
+        values = tuple(operator.index(v) for v in value)
+    except TypeError as exc:
+        set_error(f"aclCreateIntArray: the values must be integers ({exc}).")
+        return None
+    if size is not None and (size < 0 or size > len(values)):
+        set_error(f"aclCreateIntArray: size {size} exceeds the {len(values)} values given.")
+        return None
+    return aclIntArray(values if size is None else values[:size])
+
+
+def aclDestroyIntArray(array) -> int:
     return ACL_SUCCESS

@@ -43,17 +43,49 @@ __all__ = ["ACLNN_SUCCESS", "ACLNN_ERR_PARAM_NULLPTR", "ACLNN_ERR_PARAM_INVALID"
            "ACLNN_ERR_INNER_TILING_ERROR", "STATUS_NAMES"]
 
 
+def _integer(name: str, value, what: str = "an integer") -> int:
+    try:
+        if isinstance(value, (bool, np.bool_)):
+            raise TypeError("a bool")
+        return operator.index(value)
+    except TypeError:
+        raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{name} must be {what}, got {value!r}") from None
+
+
+def _read_attr(param, value):
+    """An attribute by its C type (Param.value_type): int64 -> int, double -> float (ints
+    too, never a bool), bool -> bool, aclIntArray -> tuple of ints (None for a null
+    array: the op's rules decide), char* -> str or None."""
+    kind, name = param.value_type, param.name
+    if kind == "int":
+        return _integer(name, value)
+    if kind == "float":
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{name} must be a number (double), got {value!r}")
+        return float(value)
+    if kind == "bool":
+        if not isinstance(value, (bool, np.bool_)):
+            raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{name} must be a bool, got {value!r}")
+        return bool(value)
+    if kind == "ints":
+        if value is None:
+            return None
+        if not isinstance(value, (acl.aclIntArray, list, tuple)):
+            raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{name} must be an aclIntArray or a list of ints, "
+                                                    f"got {type(value).__name__}")
+        return tuple(_integer(name, v, "a sequence of integers") for v in value)
+    if value is not None and not isinstance(value, str):
+        raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{name} must be a str or None, got {type(value).__name__}")
+    return value
+
+
 def _read_value(param, value):
-    """Turn one argument into what the rules read: TensorArg, int, tuple of bools, None."""
+    """Turn one argument into what the rules read: TensorArg, an attribute's value (see
+    _read_attr), tuple of bools, None."""
     if param.role in (INPUT, OUTPUT):
         return describe(param.name, value)
     if param.role == ATTR:
-        try:
-            if isinstance(value, bool):
-                raise TypeError("a bool")
-            return operator.index(value)
-        except TypeError:
-            raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{param.name} must be an integer, got {value!r}")
+        return _read_attr(param, value)
     if value is None:
         return None
     try:

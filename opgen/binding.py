@@ -262,7 +262,7 @@ def value_key(value):
     kind = type(value)
     if kind is list or kind is tuple:
         return kind, tuple(value), tuple(map(type, value))
-    if kind is acl.aclBoolArray:
+    if kind is acl.aclBoolArray or kind is acl.aclIntArray:
         return kind, value.values, tuple(map(type, value.values))
     try:
         hash(value)

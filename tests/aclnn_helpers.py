@@ -38,8 +38,8 @@ def base_args(op, problem, combo, rng) -> tuple[dict, dict]:
             args[p.name] = np.zeros(np.shape(ref[p.kernel]), numpy_dtype(combo[p.kernel]))
         elif p.role == "attr":
             args[p.name] = getattr(problem, p.name)
-        else:
-            args[p.name] = [True, True, True]
+        else:   # every output asked for
+            args[p.name] = [True] * sum(1 for q in op.api.params if q.mask_bit is not None)
     return args, arrays
 
 
