@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from tvm import s_tir
 from tvm.sym.analyzer import Analyzer
 
-from opgen.schedules import Block, Knob, PatternRule, blocks, patterns, same_extent
+from opgen.schedules import Block, Knob, PatternRule, ScheduleRule, blocks, patterns, same_extent
 from opgen.schedules.ascend_tiling import (CopyAlignmentError, GroupOperands, RowOperands, Tiling,  # noqa: F401
                                            UbBudgetError, plan_groups, plan_rows)
 
@@ -240,5 +240,21 @@ class GroupTiles(PatternRule):
         return plan_groups(target.hardware, self.operands(func), n, g, d, hw_elems, knobs)
 
 
-RULES = [RowTiles(), GroupTiles()]
+@dataclass(frozen=True)
+class Unsupported(ScheduleRule):
+    """Any function the patterns above do not match: the AscendC emitter prints code for
+    patterns only (it has no scalar fallback worth running on a vector core), so this says
+    which function has none, as NotImplementedError: ``opgen generate`` reports the row as
+    NOT EMITTED and the aclnn API as 361001, never a crash."""
+
+    def matches(self, func, target) -> bool:
+        return True
+
+    def apply(self, func, target, knobs):
+        symbol = func.attrs["global_symbol"] if func.attrs and "global_symbol" in func.attrs else "this function"
+        names = [b.name for b in blocks(s_tir.Schedule(func))]
+        raise NotImplementedError(f"ascend-emu: no Ascend pattern (rows, groups) matches {symbol} (stages {names})")
+
+
+RULES = [RowTiles(), GroupTiles(), Unsupported()]
 

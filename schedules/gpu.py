@@ -37,6 +37,8 @@ StorageRewrite off because, with it on, TVM 0.27 folded a local scalar computed 
 reduction (RmsNorm's coef) into the shared buffer holding the reduction's result, so every
 thread rewrote the value the others were still reading (seen in the emitted OpenCL).
 
+* ``GpuFallback``: anything else, through TVM dlight's ``gpu.Fallback``.
+
 Tails: every split is guarded (TVM predicates), so any extent works, 0 included.
 
 Not here yet, and why: 128-bit vector loads. The kernels are shape-symbolic, and TVM 0.27
@@ -52,7 +54,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from opgen.schedules import Block, Knob, PatternRule, patterns
+from tvm.s_tir import dlight
+
+from opgen.schedules import Block, Knob, PatternRule, ScheduleRule, patterns
 from opgen.schedules.llvm import _merge_nests
 
 THREADS = Knob(
@@ -224,4 +228,20 @@ class GpuGroupedRowPass(PatternRule):
         bind_threads(sch, sch.fuse(*rest) if len(rest) > 1 else rest[0], threads)
 
 
-RULES = [GpuRowPass(), GpuGroupedRowPass()]
+@dataclass(frozen=True)
+class GpuFallback(ScheduleRule):
+    """Any function the patterns above do not match: TVM dlight's own GPU fallback, which
+    binds each loop nest's fused spatial loops to blocks and threads and runs reductions
+    serially in each thread. Correct for any op (a nest is a kernel; kernels run in
+    order), slow for reductions: the reason no op meets ``NoScheduleRule`` on a GPU."""
+
+    def matches(self, func, target) -> bool:
+        return True
+
+    def apply(self, func, target, knobs):
+        tvm_target = target.tvm_target()
+        with tvm_target:
+            return dlight.gpu.Fallback().apply(func, tvm_target, False)
+
+
+RULES = [GpuRowPass(), GpuGroupedRowPass(), GpuFallback()]

@@ -1,6 +1,6 @@
 """CPU schedules (LLVM): parallel outer loops, fused passes, deterministic reductions.
 
-Two rules, matched by stage pattern:
+Two rules matched by stage pattern, and a fallback:
 
 * ``RowPassWithColumnSums``: an elementwise output over (rows, cols) fed by per-row
   reductions/scalars, plus column reductions over the same rows (RmsNorm-like). One
@@ -14,6 +14,9 @@ Two rules, matched by stage pattern:
   and column reductions over the first axis of the row reductions (GroupNorm-like). One
   parallel pass over the fused outer axes, then a parallel fixed-order column pass.
 
+* ``Fallback``: anything else (dlight's idea): each loop nest as written, its outer spatial
+  loop in parallel; correct for any op, and the reason no op meets ``NoScheduleRule`` here.
+
 Inner loops are left for LLVM's vectorizer: the extents are symbolic, and the target
 allows reassociation so float sums vectorize (deterministically: the order is fixed in
 the compiled code).
@@ -25,7 +28,7 @@ from dataclasses import dataclass
 
 from tvm import s_tir, tirx
 
-from opgen.schedules import STREAMED_OUTPUT, Block, Knob, PatternRule, patterns
+from opgen.schedules import STREAMED_OUTPUT, Block, Knob, PatternRule, ScheduleRule, patterns
 
 DEFAULT_ROWS_PER_CHUNK = 64
 ROWS_PER_CHUNK = Knob(
@@ -213,4 +216,31 @@ class GroupedRowPass(PatternRule):
         return sch
 
 
-RULES = [RowPassWithColumnSums(), GroupedRowPass()]
+@dataclass(frozen=True)
+class Fallback(ScheduleRule):
+    """Any function the patterns above do not match (dlight's Fallback, for the CPU): every
+    loop nest runs as the TE wrote it, in program order, its outermost spatial loop on the
+    thread pool. Correct for any op (each nest finishes before the next starts, and a
+    spatial loop's iterations write disjoint elements), not fast: a stage's output goes
+    through memory to the next one. Knob: ``parallel``."""
+
+    def knobs(self, target) -> tuple:
+        return (PARALLEL,)
+
+    def knobs_for_shapes(self, target, shapes) -> dict:
+        return {k: v for k, v in size_defaults(shapes).items() if k == "parallel"}
+
+    def matches(self, func, target) -> bool:
+        return True
+
+    def apply(self, func, target, knobs):
+        sch = s_tir.Schedule(func)
+        for rv in sch.get_child_blocks(sch.get_sblock("root")):
+            loops, block = sch.get_loops(rv), sch.get(rv)
+            spatial_first = block.iter_vars and block.iter_vars[0].iter_type == 0
+            if loops and spatial_first and knobs.get("parallel", True):
+                sch.parallel(loops[0])
+        return sch
+
+
+RULES = [RowPassWithColumnSums(), GroupedRowPass(), Fallback()]

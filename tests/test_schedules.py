@@ -125,13 +125,22 @@ def test_tiny_problems_default_to_the_calling_thread():
     assert resolution.knobs["parallel"] is False and resolution.sources["parallel"] == "shape default"
 
 
-def test_function_matching_no_rule_is_refused_by_name():
+def test_a_target_without_a_matching_rule_is_refused_by_name():
+    """Every target of opgen's ends its rules with a fallback (tests/test_fallback.py); a
+    rule list without one refuses by name."""
     n = te.var("n", "int64")
     a = te.placeholder((n,), "float32", name="a")
     doubled = te.compute((n,), lambda i: a[i] * 2.0, name="toy_doubled")
     func = te.create_prim_func([a, doubled]).with_attr("global_symbol", "toy_elementwise")
-    with pytest.raises(schedules.NoScheduleRule, match="toy_elementwise.*RowPassWithColumnSums"):
-        schedules.schedule(func, LLVM)
+    no_fallback = type("PatternsOnly", (), {"RULES": schedules.rules_of(LLVM)[:-1]})
+    import sys
+    sys.modules["opgen.schedules.patterns_only"] = no_fallback
+    try:
+        target = type(LLVM)(name="patterns-only", description="llvm without its fallback")
+        with pytest.raises(schedules.NoScheduleRule, match="toy_elementwise.*RowPassWithColumnSums"):
+            schedules.schedule(func, target)
+    finally:
+        del sys.modules["opgen.schedules.patterns_only"]
 
 
 KERNELS = [(op, combo) for op in all_ops() for combo in op.combos]
