@@ -27,6 +27,15 @@ POSITIVE_INPUTS = frozenset({"rstd"})  # 1/sqrt(...) > 0: lets (rstd^-2)^(-1/2) 
 EPS = sympy.Symbol("eps", positive=True)
 
 
+# Float intrinsics with an exact sympy meaning (te.exp, te.sigmoid, te.rsqrt, te.sqrt).
+MATH_CALLS = {
+    "tirx.exp": sympy.exp,
+    "tirx.sigmoid": lambda a: 1 / (1 + sympy.exp(-a)),
+    "tirx.rsqrt": lambda a: 1 / sympy.sqrt(a),
+    "tirx.sqrt": sympy.sqrt,
+}
+
+
 class UnsupportedNode(TypeError):
     """The TE uses a node the translator cannot turn into exact algebra."""
 
@@ -107,6 +116,9 @@ class Translator:
         if isinstance(node, ir.Call) and isinstance(node.op, ir.Op) and node.op.name == "te.tensor_load":
             tensor, *indices = node.args
             return self.element(tensor, tuple(self.integer(i, env) for i in indices))
+        if isinstance(node, ir.Call) and isinstance(node.op, ir.Op) and node.op.name in MATH_CALLS:
+            (arg,) = node.args
+            return MATH_CALLS[node.op.name](self.expr(arg, env))
         raise UnsupportedNode(f"no sympy translation for {kind.__module__}.{kind.__name__}: {node}")
 
     def _cast(self, node, env):
