@@ -7,6 +7,7 @@ import subprocess
 import sys
 import warnings
 
+import numpy as np
 import pytest
 
 from opgen import selection
@@ -158,3 +159,132 @@ def test_the_hardware_description_separates_products_and_cpus():
     assert database.hardware_of(a2) != database.hardware_of(a950)
     assert "196608" in database.hardware_of(a2) and "AtlasA2" in database.hardware_of(a2)
     assert '\\"mcpu\\"' in database.hardware_of(TARGET)            # the host CPU is part of the key
+
+
+# ---- a damaged database never breaks a call ------------------------------------------------
+
+GN = get_op("group_norm_backward")
+
+
+def _gn_record(knobs=None, median=1.0) -> dict:
+    from opgen.ops.group_norm_backward import Problem
+
+    shapes = GN.api.kernel_shapes(Problem(2, 8, 20, 2))
+    return {**_record(knobs=knobs or {"parallel": False}, median=median), "op": GN.name,
+            "bucket": database.bucket_for(GN, shapes)}
+
+
+def _damage(path, how: str) -> None:
+    """A database with one good record per op, then the damage (ways 1-3 of issue 16)."""
+    database.append(path, _record(knobs={"rows_per_chunk": 256}, median=2.0))
+    database.append(path, _gn_record(median=2.0))
+    if how == "list-valued knob":       # well-formed JSON, a fastest record with a list value
+        database.append(path, _record(knobs={"rows_per_chunk": [128]}, median=0.5))
+        database.append(path, _gn_record(knobs={"parallel": [False]}, median=0.5))
+    elif how == "invalid fastest record":   # unknown knob, out-of-domain value: both fastest
+        database.append(path, _record(knobs={"rows_per_chunkz": 128}, median=0.5))
+        database.append(path, _gn_record(knobs={"groups_per_chunk": 7}, median=0.5))
+    elif how == "fragment without newline":
+        with open(path, "ab") as stream:
+            stream.write(b'{"op": "rms_norm_grad", "knobs": {"rows_per')      # a killed writer
+        database.append(path, _record(knobs={"rows_per_chunk": 128}, median=1.0))
+
+
+@pytest.mark.parametrize("how", ["list-valued knob", "invalid fastest record", "fragment without newline"])
+def test_a_damaged_database_leaves_every_aclnn_call_working_and_correct(how, tuned_db, rng):
+    import opgen
+    from opgen.ops.group_norm_backward import Problem as GNProblem
+    from opgen.ops.rms_norm_grad import Problem as RMSProblem
+    from opgen.verify import compare_outputs
+
+    _damage(tuned_db, how)
+    lookup.reload()
+    with pytest.warns(UserWarning) as caught:
+        for op, problem in ((OP, RMSProblem((64, 1000), 1)), (GN, GNProblem(2, 8, 20, 2))):
+            inputs = op.random_inputs(problem, op.combo("f32-f32"), rng)
+            outputs = getattr(opgen, op.name)(*(inputs[n] for n in op.inputs), **(
+                {"group": problem.group} if op is GN else {}))
+            reference = op.reference(problem, inputs)
+            got = {n: np.reshape(v, np.shape(reference[n])) for n, v in zip(op.outputs, outputs)}
+            assert all(c.passed for c in compare_outputs(op, op.combo("f32-f32"), got, reference)), how
+    assert any(f"{tuned_db}:" in str(w.message) for w in caught), [str(w.message) for w in caught]
+    resolution, _ = selection.resolve(OP, COMBO, TARGET, _shapes(64, 1000))
+    expected = 128 if how == "fragment without newline" else 256    # the best *valid* record
+    assert resolution.knobs["rows_per_chunk"] == expected and resolution.record is not None
+
+
+@pytest.mark.parametrize("how", ["list-valued knob", "invalid fastest record", "fragment without newline"])
+def test_show_lists_a_damaged_database_with_the_bad_lines_marked(how, tuned_db, capsys):
+    from opgen.tune import cli as tune_cli
+
+    _damage(tuned_db, how)
+    assert tune_cli.show(str(tuned_db)) == 0
+    out = capsys.readouterr().out
+    marked = [line for line in out.splitlines() if line.strip().startswith("SKIPPED")]
+    bad_lines = {"list-valued knob": (3, 4), "invalid fastest record": (3, 4), "fragment without newline": (3,)}[how]
+    assert {int(line.split(":")[1]) for line in marked} == set(bad_lines), out
+    rms = next(line for line in out.splitlines() if line.startswith(OP.name))
+    assert "'rows_per_chunk': 128" in rms if how == "fragment without newline" else "'rows_per_chunk': 256" in rms
+
+
+# ---- the hardware key names the device ----------------------------------------------------
+
+class _FakeDevice:
+    def __init__(self, platform, name, driver):
+        self.platform = type("P", (), {"name": platform})()
+        self.name, self.driver_version = name, driver
+
+
+def test_opencl_records_name_the_platform_device_and_driver(monkeypatch):
+    from opgen.targets import opencl
+
+    target = get_target("opencl")
+    keys = []
+    for device in (_FakeDevice("Portable Computing Language", "cpu-znver3", "3.0"),
+                   _FakeDevice("Intel(R) OpenCL", "AMD EPYC", "2024.18.6")):
+        context = type("C", (), {"devices": [device]})()
+        monkeypatch.setattr(opencl, "_cl", lambda context=context: (None, context, None))
+        database.hardware_of.cache_clear()
+        keys.append(database.hardware_of(target))
+    database.hardware_of.cache_clear()
+    assert keys[0] != keys[1]
+    assert all(part in keys[1] for part in ("Intel(R) OpenCL", "AMD EPYC", "2024.18.6"))
+
+
+def _legacy(target, **fields) -> str:
+    """A hardware key as opgen wrote it before format 2: the TVM target plus class fields."""
+    return json.dumps({"tvm": str(target.tvm_target()), **fields}, sort_keys=True)
+
+
+def test_old_format_keys_are_migrated_where_they_can_be_and_reported_otherwise(tuned_db):
+    database.append(tuned_db, {**_record(knobs={"rows_per_chunk": 256}),
+                               "hardware": _legacy(TARGET, library_suffix="'.so'")})
+    opencl = get_target("opencl")
+    database.append(tuned_db, {**_record(knobs={"threads": 64}), "target": "opencl",
+                               "hardware": _legacy(opencl, library_suffix="''", max_threads="1024")})
+    lookup.reload()
+    with pytest.warns(UserWarning, match="1 tuning record.*older format") as caught:
+        records = database.load(tuned_db)
+    assert len([w for w in caught if "older format" in str(w.message)]) == 1
+    assert [r["target"] for r in records] == ["llvm"] and records[0]["_migrated"]
+    assert records[0]["hardware"] == database.hardware_of(TARGET)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert _tuned() == {"rows_per_chunk": 256}
+
+
+def test_model_estimates_are_labelled_as_models():
+    from opgen.tune.costmodel import ModelRunner
+    from opgen.tune.measure import Built, Workload
+    from opgen.tune.space import parse_problem
+
+    emu = get_target("ascend-emu").for_product("AtlasA2")
+    if not emu.can_run():
+        pytest.skip("the Ascend emulation cannot run here")
+    from opgen import kernels
+
+    problem = parse_problem(OP, "8x64")
+    workload = Workload(OP, COMBO, problem)
+    built = Built({}, None, kernel=kernels.get_kernel(OP, COMBO, emu))
+    measured = ModelRunner(emu).run(workload, built)
+    assert measured.status == database.OK and measured.timer == "model" and measured.model
