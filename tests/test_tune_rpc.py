@@ -23,7 +23,7 @@ from opgen.ops import get_op  # noqa: E402
 from opgen.targets import get_target  # noqa: E402
 from opgen.tune import Options, Settings, database, tune  # noqa: E402
 from opgen.tune.rpc import RpcRunner, free_servers  # noqa: E402
-from opgen.tune.space import parse_problem  # noqa: E402
+from opgen.tune.space import parse_problem, space_for  # noqa: E402
 
 KEY = "opgen-test"
 
@@ -87,22 +87,37 @@ def farm():
         farm.stop()
 
 
-def _run(farm, tmp_path, on_session=None, trials=5):
+class SlowDefaultRunner(RpcRunner):
+    """Delays the default point's measurement: in a batch shared with other points, the
+    servers would report it last."""
+
+    default: dict = {}
+
+    def run(self, workload, built, **kwargs):
+        if built.knobs == self.default:
+            time.sleep(1.0)
+        return super().run(workload, built, **kwargs)
+
+
+def _run(farm, tmp_path, on_session=None, trials=5, runner_class=RpcRunner):
     op = get_op("rms_norm_grad")
     target = get_target("llvm")
-    runner = RpcRunner("127.0.0.1", farm.tracker_port, KEY, target, Settings(repeat=3, timeout_s=60),
-                       on_session=on_session)
+    problem = parse_problem(op, "64x1000")
+    runner = runner_class("127.0.0.1", farm.tracker_port, KEY, target, Settings(repeat=3, timeout_s=60),
+                          on_session=on_session)
+    runner.default = space_for(op, op.combo("f32-f32"), target, problem).default
     db = tmp_path / "db.jsonl"
-    result = tune(op, op.combo("f32-f32"), target, parse_problem(op, "64x1000"),
+    result = tune(op, op.combo("f32-f32"), target, problem,
                   Options(trials=trials, strategy="exhaustive", jobs=0, batch=4, confirm=0), runner=runner, db_path=db)
     return runner, result, database.load(db)
 
 
 @pytest.mark.timeout(240)
-def test_tuning_through_tracker_uses_both_servers(farm, tmp_path):
-    runner, result, records = _run(farm, tmp_path)
+def test_tuning_through_tracker_uses_both_servers_and_the_default_is_trial_0(farm, tmp_path):
+    runner, result, records = _run(farm, tmp_path, runner_class=SlowDefaultRunner)
     assert runner.parallel == 2
     assert len(records) == len(result.trials) == 5
+    assert records[0]["knobs"] == runner.default and result.default is result.trials[0]
     assert all(r["status"] == database.OK for r in records), [r["error"] for r in records]
     ports = {r["device"].rsplit(":", 1)[1] for r in records}
     assert ports <= {str(p) for p in farm.servers} and len(ports) == 2
