@@ -33,3 +33,25 @@ def test_opgen_tune_prints_progress_and_the_table_then_show_lists_it(tmp_path, c
 def test_opgen_tune_without_an_op_explains_itself(capsys):
     assert main(["tune", "--shape", "8x8"]) == 2
     assert "give an op" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--rpc", "tracker-without-port"], "--rpc wants HOST:PORT:KEY"),
+    (["--rpc", "127.0.0.1:9190:"], "--rpc wants HOST:PORT:KEY"),
+    (["--rpc", "127.0.0.1:http:key"], "the port must be a number from 1 to 65535"),
+    (["--rpc", "127.0.0.1:9190:k", "--rpc-timeout", "-1"], "--rpc-timeout wants a positive number of seconds"),
+    (["--rpc", "127.0.0.1:9190:k", "--rpc-timeout", "soon"], "--rpc-timeout wants a positive number of seconds"),
+    (["--rpc", "127.0.0.1:9190:k", "--rpc-timeout", "nan"], "--rpc-timeout wants a positive number of seconds"),
+    (["--rpc-timeout", "5"], "--rpc-timeout applies to measurements through --rpc only"),
+])
+def test_a_malformed_rpc_argument_is_one_line_and_exit_2(extra, message, capsys):
+    assert main(["tune", "rms_norm_grad", "--shape", "8x8", *extra]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("opgen tune: ") and message in err and err.count("\n") == 1, err
+
+
+def test_rpc_addresses_parse_with_ipv6_hosts():
+    from opgen.tune.rpc import parse_address
+
+    assert parse_address("10.0.0.7:9190:gpu") == ("10.0.0.7", 9190, "gpu")
+    assert parse_address("[::1]:9190:k") == parse_address("::1:9190:k") == ("::1", 9190, "k")

@@ -12,6 +12,7 @@ of a target tuned against a cost model are marked ``(model)`` everywhere they ap
 """
 from __future__ import annotations
 
+import math
 import statistics
 import sys
 import time
@@ -22,6 +23,7 @@ MODEL_MARK = " (model)"
 
 
 def add_arguments(parser) -> None:
+    from opgen.tune.measure import Settings
     from opgen.tune.strategies import STRATEGIES
 
     parser.add_argument("op", nargs="?", help="op name (rms_norm_grad, group_norm_backward)")
@@ -33,6 +35,9 @@ def add_arguments(parser) -> None:
     parser.add_argument("--strategy", choices=STRATEGIES, default="model", help="search strategy (default model)")
     parser.add_argument("--engine", choices=("template", "metaschedule"), default="template")
     parser.add_argument("--rpc", metavar="HOST:PORT:KEY", help="measure on the servers of a TVM RPC tracker")
+    parser.add_argument("--rpc-timeout", metavar="SECONDS", default=None,
+                        help="with --rpc: a candidate without a result this long (+5 s) after it was picked up "
+                             f"fails, naming its server (default {Settings().timeout_s:g})")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=2, help="parallel builders (0: build in this process)")
     parser.add_argument("--patience", type=int, default=8, help="stop after this many trials without a 1%% gain")
@@ -136,12 +141,51 @@ def show(path) -> int:
     return 0
 
 
+def _rpc_timeout(text: str | None) -> float | None:
+    """``--rpc-timeout`` in seconds (None: the default); ValueError with a one-line message."""
+    if text is None:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(f"--rpc-timeout wants a positive number of seconds, got {text!r}")
+    return seconds
+
+
+def _check_arguments(args) -> str | None:
+    """The first problem with the command line, as one line, or None. Checked before any
+    build: a malformed value should cost a message, not a traceback minutes later."""
+    if not args.op or not args.shape:
+        return "give an op and --shape (or --show)"
+    try:
+        if args.rpc:
+            from opgen.tune.rpc import parse_address
+
+            parse_address(args.rpc)
+        elif args.rpc_timeout is not None:
+            return "--rpc-timeout applies to measurements through --rpc only"
+        _rpc_timeout(args.rpc_timeout)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+def _settings(args):
+    """The measurement settings of the command line (``--repeat``, ``--rpc-timeout``)."""
+    from opgen.tune import Settings
+
+    timeout = _rpc_timeout(args.rpc_timeout)
+    return Settings(repeat=args.repeat) if timeout is None else Settings(repeat=args.repeat, timeout_s=timeout)
+
+
 def _run(args, op, combo, target, problem, db):
     """Tune with the chosen engine; returns {row name: seconds to result}."""
-    from opgen.tune import Options, Settings, tune
+    from opgen.tune import Options, tune
     from opgen.tune.measure import Workload
 
-    settings = Settings(repeat=args.repeat)
+    settings = _settings(args)
     options = Options(trials=args.trials, strategy=args.strategy, seed=args.seed, jobs=args.jobs,
                       patience=args.patience or None, confirm=args.confirm, settings=settings)
     runner = None
@@ -171,8 +215,9 @@ def _run(args, op, combo, target, problem, db):
 def main(args) -> int:
     if args.show:
         return show(args.db)
-    if not args.op or not args.shape:
-        print("opgen tune: give an op and --shape (or --show)", file=sys.stderr)
+    mistake = _check_arguments(args)
+    if mistake:
+        print(f"opgen tune: {mistake}", file=sys.stderr)
         return 2
     from opgen.ops import get_op
     from opgen.targets import get_target
