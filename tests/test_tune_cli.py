@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from opgen.cli import main
-from opgen.tune import database, lookup
+from opgen.tune import cli as tune_cli
+from opgen.tune import database, lookup, measure
 
 
 @pytest.mark.timeout(180)
@@ -28,6 +29,74 @@ def test_opgen_tune_prints_progress_and_the_table_then_show_lists_it(tmp_path, c
     assert main(["tune", "--show", "--db", str(db)]) == 0
     shown = capsys.readouterr().out
     assert "rms_norm_grad" in shown and " 64x1024 " in shown and f"{len(records):>6} " in shown
+
+
+SMALL = ["tune", "rms_norm_grad", "--shape", "64x1000", "--trials", "3", "--strategy", "exhaustive", "--jobs", "0",
+         "--repeat", "3", "--confirm", "0"]
+
+
+class InterruptAfterOne:
+    """A progress callback that is Ctrl-C after the first trial, as a user's would be."""
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def __call__(self, trial, result, budget):
+        raise KeyboardInterrupt
+
+
+@pytest.mark.timeout(120)
+def test_opgen_tune_exits_130_after_an_interrupt_and_keeps_the_finished_trial(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(tune_cli, "Progress", InterruptAfterOne)
+    db = tmp_path / "db.jsonl"
+    try:
+        assert main([*SMALL, "--db", str(db)]) == 130
+    finally:
+        lookup.reload()
+    assert "interrupted: 1 finished trials" in capsys.readouterr().out
+    assert [r["status"] for r in database.load(db)] == [database.OK]
+
+
+def test_opgen_tune_exits_130_when_interrupted_before_the_search(tmp_path, monkeypatch, capsys):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(measure, "Workload", interrupted)   # Ctrl-C while the inputs are made
+    try:
+        status = main([*SMALL, "--db", str(tmp_path / "db.jsonl")])
+    except KeyboardInterrupt:   # escaping, it would stop pytest itself
+        pytest.fail("KeyboardInterrupt escaped opgen tune's main")
+    assert status == 130
+    assert "interrupted" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(120)
+def test_opgen_tune_exits_1_when_every_build_fails(tmp_path, monkeypatch, capsys):
+    def failing_build(op_name, combo_tag, target, knobs, *args, **kwargs):
+        return measure.Built(knobs, None, error="build: injected failure")
+
+    monkeypatch.setattr(measure, "build_candidate", failing_build)
+    db = tmp_path / "db.jsonl"
+    try:
+        assert main([*SMALL, "--db", str(db)]) == 1
+    finally:
+        lookup.reload()
+    records = database.load(db)
+    assert len(records) == 3 and all(r["status"] == database.FAILED and "injected" in r["error"] for r in records)
+    assert "none of the 3 trials was measured ok" in capsys.readouterr().err
+
+
+def test_opgen_tune_exits_1_with_one_line_when_the_tracker_cannot_be_reached(tmp_path, monkeypatch, capsys):
+    from opgen.tune import rpc
+
+    def refused(host, port, key):
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(rpc, "free_servers", refused)
+    assert main([*SMALL, "--db", str(tmp_path / "db.jsonl"), "--rpc", "127.0.0.1:9:k"]) == 1
+    err = capsys.readouterr().err
+    assert "opgen tune: cannot reach the RPC tracker at 127.0.0.1:9: ConnectionRefusedError" in err
+    assert err.count("\n") == 1, err
 
 
 def test_opgen_tune_without_an_op_explains_itself(capsys):

@@ -9,6 +9,10 @@ A progress line (trials done, best so far, ETA) goes to stderr; the run ends wit
 table: the best point, the rule's default and the latest MetaSchedule record of the same
 key (ms and GB/s), so the template tuner and TVM's auto-scheduler sit side by side. Times
 of a target tuned against a cost model are marked ``(model)`` everywhere they appear.
+
+Exit status: 0 when at least one candidate was measured ok, 1 when none was (every build
+failed, every candidate was wrong, the tracker was unreachable), 2 for a malformed command
+line, 130 after Ctrl-C (the finished trials are kept), so scripts can tell them apart.
 """
 from __future__ import annotations
 
@@ -180,8 +184,33 @@ def _settings(args):
     return Settings(repeat=args.repeat) if timeout is None else Settings(repeat=args.repeat, timeout_s=timeout)
 
 
+class TrackerUnreachable(Exception):
+    """``--rpc`` names a tracker that cannot be asked for its servers."""
+
+
+def _rpc_runner(args, target, settings):
+    """The RpcRunner of ``--rpc``; TrackerUnreachable (one line) when the tracker cannot
+    be reached, instead of a traceback."""
+    from opgen.tune.rpc import RpcRunner, parse_address
+
+    host, port, key = parse_address(args.rpc)
+    try:
+        return RpcRunner(host, port, key, target, settings)
+    except (OSError, RuntimeError) as err:
+        raise TrackerUnreachable(f"cannot reach the RPC tracker at {host}:{port}: {type(err).__name__}: "
+                                 f"{str(err).splitlines()[0] if str(err) else ''}") from err
+
+
+def exit_status(interrupted: bool, succeeded: int) -> int:
+    """130 after an interrupt (the shell's code for SIGINT), 1 when no candidate was
+    measured ok, else 0."""
+    if interrupted:
+        return 130
+    return 0 if succeeded else 1
+
+
 def _run(args, op, combo, target, problem, db):
-    """Tune with the chosen engine; returns {row name: seconds to result}."""
+    """Tune with the chosen engine; returns ({row name: seconds to result}, exit status)."""
     from opgen.tune import Options, tune
     from opgen.tune.measure import Workload
 
@@ -190,16 +219,14 @@ def _run(args, op, combo, target, problem, db):
                       patience=args.patience or None, confirm=args.confirm, settings=settings)
     runner = None
     if args.rpc:
-        from opgen.tune.rpc import RpcRunner, parse_address
-
-        runner = RpcRunner(*parse_address(args.rpc), target, settings)
+        runner = _rpc_runner(args, target, settings)
         print(f"measuring on {runner.parallel} RPC server(s) under key {runner.key!r}")
     workload = Workload(op, combo, problem, args.seed)
     if args.engine == "metaschedule":
         from opgen.tune.metaschedule import tune_metaschedule
 
-        _, seconds = tune_metaschedule(op, combo, target, problem, options, runner, db, workload)
-        return {"metaschedule": seconds}
+        record, seconds = tune_metaschedule(op, combo, target, problem, options, runner, db, workload)
+        return {"metaschedule": seconds}, exit_status(False, record["status"] == database.OK)
     from opgen.tune.costmodel import cost_model_of
 
     label = MODEL_MARK if cost_model_of(target) is not None else ""
@@ -209,7 +236,10 @@ def _run(args, op, combo, target, problem, db):
     elif result.stopped_early:
         searched = sum(1 for t in result.trials if not t.record.get("confirm"))
         print(f"stopped early after {searched} trials (no 1% gain in {args.patience})")
-    return {"best": result.seconds}
+    if not result.interrupted and not result.ok():
+        print(f"opgen tune: none of the {len(result.trials)} trials was measured ok (their errors are in {db})",
+              file=sys.stderr)
+    return {"best": result.seconds}, exit_status(result.interrupted, len(result.ok()))
 
 
 def main(args) -> int:
@@ -235,7 +265,14 @@ def main(args) -> int:
     print(f"tuning {op.name} {combo.tag} on {target.name}, {problem} (bucket {bucket}): {len(space.points)} valid "
           f"points of {type(space.rule).__name__}'s knobs {[k.name for k in space.knobs]} ({space.pruned} pruned); "
           f"engine {args.engine}, strategy {args.strategy}, seed {args.seed}; records -> {db}")
-    timings = _run(args, op, combo, target, problem, db)
+    try:
+        timings, status = _run(args, op, combo, target, problem, db)
+    except KeyboardInterrupt:   # outside the search loop (inputs, MetaSchedule): nothing to show
+        print(f"opgen tune: interrupted; finished records are in {db}", file=sys.stderr)
+        return exit_status(True, 0)
+    except TrackerUnreachable as err:
+        print(f"opgen tune: {err}", file=sys.stderr)
+        return exit_status(False, 0)
     records = database.load(db)
     key = database.key_of(op.name, combo.tag, target, bucket)
     best = database.best_records(records).get(key)
@@ -244,4 +281,4 @@ def main(args) -> int:
     print(final_table(_pooled(records, best), _pooled(records, default), latest(records, key, database.METASCHEDULE),
                       timings))
     lookup.reload()
-    return 0
+    return status
