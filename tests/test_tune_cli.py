@@ -1,6 +1,8 @@
 """``opgen tune`` and ``opgen tune --show`` through the real command line entry point."""
 from __future__ import annotations
 
+import socket
+
 import pytest
 
 from opgen.cli import main
@@ -87,16 +89,9 @@ def test_opgen_tune_exits_1_when_every_build_fails(tmp_path, monkeypatch, capsys
 
 
 def test_opgen_tune_exits_1_with_one_line_when_the_tracker_cannot_be_reached(tmp_path, monkeypatch, capsys):
-    from opgen.tune import rpc
-
-    def refused(host, port, key):
-        raise ConnectionRefusedError(111, "Connection refused")
-
-    monkeypatch.setattr(rpc, "free_servers", refused)
-    assert main([*SMALL, "--db", str(tmp_path / "db.jsonl"), "--rpc", "127.0.0.1:9:k"]) == 1
-    err = capsys.readouterr().err
-    assert "opgen tune: cannot reach the RPC tracker at 127.0.0.1:9: ConnectionRefusedError" in err
-    assert err.count("\n") == 1, err
+    err = _tune_through_an_unreachable_tracker(tmp_path, monkeypatch, capsys, "127.0.0.1")
+    assert err.startswith("opgen tune: cannot reach the RPC tracker at 127.0.0.1:9190: ConnectionRefusedError")
+    assert err.count("\n") == 1, err     # and no warning: loopback
 
 
 def test_opgen_tune_without_an_op_explains_itself(capsys):
@@ -124,3 +119,68 @@ def test_rpc_addresses_parse_with_ipv6_hosts():
 
     assert parse_address("10.0.0.7:9190:gpu") == ("10.0.0.7", 9190, "gpu")
     assert parse_address("[::1]:9190:k") == parse_address("::1:9190:k") == ("::1", 9190, "k")
+
+
+# ---- --rpc off the trusted network: a warning ----------------------------------------------
+
+FAKE_DNS = {"localhost": ["127.0.0.1", "::1"], "farm.lan": ["10.0.0.8", "fd00::8"],
+            "mixed.example": ["10.0.0.8", "8.8.4.4"]}
+
+
+@pytest.fixture
+def fake_dns(monkeypatch):
+    """getaddrinfo from FAKE_DNS, without the network; any other name does not resolve."""
+    def getaddrinfo(host, port, *args, **kwargs):
+        if host not in FAKE_DNS:
+            raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
+        return [(socket.AF_INET6 if ":" in a else socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, 0))
+                for a in FAKE_DNS[host]]
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "127.8.9.10", "::1", "localhost",                 # loopback
+                                  "10.1.2.3", "172.16.5.4", "192.168.0.5", "fd12:3456::1", "::ffff:10.0.0.1",
+                                  "farm.lan"])                                                    # private
+def test_loopback_and_private_trackers_do_not_warn(host, fake_dns):
+    assert tune_cli.rpc_exposure(host) is None
+
+
+@pytest.mark.parametrize("host, shown", [("8.8.8.8", "8.8.8.8 is not"), ("2001:4860:4860::8888", "8888 is not"),
+                                         ("::ffff:8.8.8.8", "8.8.8.8 is not"),   # Python calls ::ffff:0:0/96 private
+                                         ("mixed.example", "resolves to 8.8.4.4, not"),
+                                         ("nowhere.invalid", "does not resolve")])
+def test_public_and_unresolvable_trackers_warn(host, shown, fake_dns):
+    assert shown in tune_cli.rpc_exposure(host)
+
+
+def _tune_through_an_unreachable_tracker(tmp_path, monkeypatch, capsys, host: str) -> str:
+    """stderr of opgen tune --rpc HOST:9190:k, the tracker refusing (no network used)."""
+    from opgen.tune import rpc
+
+    def refused(host, port, key):
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    monkeypatch.setattr(rpc, "free_servers", refused)
+    assert main([*SMALL, "--db", str(tmp_path / "db.jsonl"), "--rpc", f"{host}:9190:k"]) == 1
+    return capsys.readouterr().err
+
+
+def test_opgen_tune_warns_in_one_line_when_rpc_points_off_the_trusted_network(tmp_path, monkeypatch, capsys,
+                                                                              fake_dns):
+    err = _tune_through_an_unreachable_tracker(tmp_path, monkeypatch, capsys, "mixed.example")
+    warning, unreachable = err.splitlines()
+    assert warning.startswith("opgen tune: warning: --rpc mixed.example resolves to 8.8.4.4")
+    assert "without authentication" in warning and "SSH tunnel" in warning
+    assert unreachable.startswith("opgen tune: cannot reach the RPC tracker at mixed.example:9190")
+    err = _tune_through_an_unreachable_tracker(tmp_path, monkeypatch, capsys, "farm.lan")
+    assert "warning" not in err and err.count("\n") == 1
+
+
+def test_the_rpc_help_carries_the_warning(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["tune", "--help"])
+    assert exit_.value.code == 0
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--rpc HOST:PORT:KEY measure on the servers of a TVM RPC tracker. WARNING:" in help_text
+    assert "runs any code it is sent, without authentication" in help_text and "127.0.0.1" in help_text

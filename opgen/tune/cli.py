@@ -16,7 +16,9 @@ line, 130 after Ctrl-C (the finished trials are kept), so scripts can tell them 
 """
 from __future__ import annotations
 
+import ipaddress
 import math
+import socket
 import statistics
 import sys
 import time
@@ -38,7 +40,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--trials", type=int, default=24, help="measurement budget (default 24)")
     parser.add_argument("--strategy", choices=STRATEGIES, default="model", help="search strategy (default model)")
     parser.add_argument("--engine", choices=("template", "metaschedule"), default="template")
-    parser.add_argument("--rpc", metavar="HOST:PORT:KEY", help="measure on the servers of a TVM RPC tracker")
+    parser.add_argument("--rpc", metavar="HOST:PORT:KEY",
+                        help="measure on the servers of a TVM RPC tracker. WARNING: a TVM RPC server runs any code "
+                             "it is sent, without authentication: bind tracker and servers to 127.0.0.1 and reach "
+                             "them through SSH tunnels, or use them only on a trusted network (README, Tuning)")
     parser.add_argument("--rpc-timeout", metavar="SECONDS", default=None,
                         help="with --rpc: a candidate without a result this long (+5 s) after it was picked up "
                              f"fails, naming its server (default {Settings().timeout_s:g})")
@@ -176,6 +181,45 @@ def _check_arguments(args) -> str | None:
     return None
 
 
+def _is_local(address) -> bool:
+    """Loopback or private (RFC 1918, unique-local, link-local): not routed from the
+    internet. An IPv4-mapped IPv6 address is judged by its IPv4 address (Python counts the
+    whole ::ffff:0:0/96 block as private)."""
+    if address.version == 6 and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback or address.is_private
+
+
+def rpc_exposure(host: str) -> str | None:
+    """Why a tracker at ``host`` may be reachable from outside a trusted network (one
+    line), or None when every address it names or resolves to is loopback or private.
+    A name that does not resolve is reported too: where it will point is unknown."""
+    try:
+        return None if _is_local(ipaddress.ip_address(host)) else f"{host} is not a loopback or private address"
+    except ValueError:   # a name
+        pass
+    try:
+        addresses = {ipaddress.ip_address(info[4][0]) for info in socket.getaddrinfo(host, None)}
+    except (OSError, UnicodeError) as err:
+        return f"{host} does not resolve ({type(err).__name__}), so it may be any address"
+    public = sorted(str(a) for a in addresses if not _is_local(a))
+    if not addresses:
+        return f"{host} does not resolve, so it may be any address"
+    return f"{host} resolves to {', '.join(public)}, not a loopback or private address" if public else None
+
+
+def _warn_if_exposed(rpc_text: str) -> None:
+    """One line on stderr when ``--rpc`` points off the trusted network: TVM's tracker and
+    servers authenticate nobody, and the servers run what they are sent."""
+    from opgen.tune.rpc import parse_address
+
+    reason = rpc_exposure(parse_address(rpc_text)[0])
+    if reason:
+        print(f"opgen tune: warning: --rpc {reason}: TVM RPC servers run the code they are sent without "
+              f"authentication; use them only on a trusted network or through an SSH tunnel (README, Tuning)",
+              file=sys.stderr)
+
+
 def _settings(args):
     """The measurement settings of the command line (``--repeat``, ``--rpc-timeout``)."""
     from opgen.tune import Settings
@@ -249,6 +293,8 @@ def main(args) -> int:
     if mistake:
         print(f"opgen tune: {mistake}", file=sys.stderr)
         return 2
+    if args.rpc:
+        _warn_if_exposed(args.rpc)
     from opgen.ops import get_op
     from opgen.targets import get_target
     from opgen.tune import lookup
