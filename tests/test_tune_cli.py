@@ -114,6 +114,24 @@ def test_a_malformed_rpc_argument_is_one_line_and_exit_2(extra, message, capsys)
     assert err.startswith("opgen tune: ") and message in err and err.count("\n") == 1, err
 
 
+RMS_8x8 = ["rms_norm_grad", "--shape", "8x8"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["no_such_op", "--shape", "8x8"], "unknown op 'no_such_op'"),
+    ([*RMS_8x8, "--dtype", "f64-f64"], "rms_norm_grad has no dtype combo 'f64-f64'"),
+    ([*RMS_8x8, "--target", "tpu"], "unknown target 'tpu'"),
+    ([*RMS_8x8, "--target", "ascend-emu", "--product", "Atlas9000"], "product 'Atlas9000'"),
+    (["rms_norm_grad", "--shape", "64xrows"], "--shape '64xrows': "),
+    ([*RMS_8x8, "--trials", "0"], "--trials wants a number >= 1, got 0"),
+    ([*RMS_8x8, "--jobs", "-1"], "--jobs wants a number >= 0, got -1"),
+])
+def test_an_unknown_name_or_a_malformed_number_is_one_line_and_exit_2(argv, message, capsys):
+    assert main(["tune", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("opgen tune: ") and message in err and err.count("\n") == 1, err
+
+
 def test_rpc_addresses_parse_with_ipv6_hosts():
     from opgen.tune.rpc import parse_address
 

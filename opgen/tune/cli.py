@@ -168,6 +168,9 @@ def _check_arguments(args) -> str | None:
     build: a malformed value should cost a message, not a traceback minutes later."""
     if not args.op or not args.shape:
         return "give an op and --shape (or --show)"
+    for option, least in (("trials", 1), ("repeat", 1), ("jobs", 0), ("confirm", 0), ("patience", 0)):
+        if getattr(args, option) < least:
+            return f"--{option} wants a number >= {least}, got {getattr(args, option)}"
     try:
         if args.rpc:
             from opgen.tune.rpc import parse_address
@@ -218,6 +221,27 @@ def _warn_if_exposed(rpc_text: str) -> None:
         print(f"opgen tune: warning: --rpc {reason}: TVM RPC servers run the code they are sent without "
               f"authentication; use them only on a trusted network or through an SSH tunnel (README, Tuning)",
               file=sys.stderr)
+
+
+def _resolve(args):
+    """(op, combo, target, problem) named by the command line; ValueError with one line
+    naming the argument (the registries' KeyErrors list what is known)."""
+    from opgen.ops import get_op
+    from opgen.targets import get_target
+    from opgen.tune.space import parse_problem
+
+    try:
+        op = get_op(args.op)
+        combo = op.combo(args.dtype)
+        target = get_target(args.target)
+        target = target.for_product(args.product) if args.product else target
+    except KeyError as err:
+        raise ValueError(err.args[0] if err.args else str(err)) from err
+    try:
+        problem = parse_problem(op, args.shape)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"--shape {args.shape!r}: {err}") from err
+    return op, combo, target, problem
 
 
 def _settings(args):
@@ -295,16 +319,14 @@ def main(args) -> int:
         return 2
     if args.rpc:
         _warn_if_exposed(args.rpc)
-    from opgen.ops import get_op
-    from opgen.targets import get_target
     from opgen.tune import lookup
-    from opgen.tune.space import kernel_shapes, parse_problem, space_for
+    from opgen.tune.space import kernel_shapes, space_for
 
-    op = get_op(args.op)
-    combo = op.combo(args.dtype)
-    target = get_target(args.target)
-    target = target.for_product(args.product) if args.product else target
-    problem = parse_problem(op, args.shape)
+    try:
+        op, combo, target, problem = _resolve(args)
+    except ValueError as err:
+        print(f"opgen tune: {err}", file=sys.stderr)
+        return 2
     db = database.user_db_path() if not args.db else __import__("pathlib").Path(args.db)
     space = space_for(op, combo, target, problem)
     bucket = database.bucket_for(op, kernel_shapes(op, problem))
