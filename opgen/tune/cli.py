@@ -205,9 +205,9 @@ def rpc_exposure(host: str) -> str | None:
         addresses = {ipaddress.ip_address(info[4][0]) for info in socket.getaddrinfo(host, None)}
     except (OSError, UnicodeError) as err:
         return f"{host} does not resolve ({type(err).__name__}), so it may be any address"
-    public = sorted(str(a) for a in addresses if not _is_local(a))
     if not addresses:
         return f"{host} does not resolve, so it may be any address"
+    public = sorted(str(a) for a in addresses if not _is_local(a))
     return f"{host} resolves to {', '.join(public)}, not a loopback or private address" if public else None
 
 
