@@ -103,9 +103,10 @@ def test_opgen_tune_without_an_op_explains_itself(capsys):
     (["--rpc", "tracker-without-port"], "--rpc wants HOST:PORT:KEY"),
     (["--rpc", "127.0.0.1:9190:"], "--rpc wants HOST:PORT:KEY"),
     (["--rpc", "127.0.0.1:http:key"], "the port must be a number from 1 to 65535"),
-    (["--rpc", "127.0.0.1:9190:k", "--rpc-timeout", "-1"], "--rpc-timeout wants a positive number of seconds"),
-    (["--rpc", "127.0.0.1:9190:k", "--rpc-timeout", "soon"], "--rpc-timeout wants a positive number of seconds"),
-    (["--rpc", "127.0.0.1:9190:k", "--rpc-timeout", "nan"], "--rpc-timeout wants a positive number of seconds"),
+    (["--rpc", "127.0.0.1:9190:k", "--rpc-timeout", "-1"], "--rpc-timeout wants a number of seconds >= 1, got '-1'"),
+    (["--rpc", "127.0.0.1:9190:k", "--rpc-timeout", "0.5"], "--rpc-timeout wants a number of seconds >= 1"),
+    (["--rpc", "127.0.0.1:9190:k", "--rpc-timeout", "soon"], "--rpc-timeout wants a number of seconds >= 1"),
+    (["--rpc", "127.0.0.1:9190:k", "--rpc-timeout", "nan"], "--rpc-timeout wants a number of seconds >= 1"),
     (["--rpc-timeout", "5"], "--rpc-timeout applies to measurements through --rpc only"),
 ])
 def test_a_malformed_rpc_argument_is_one_line_and_exit_2(extra, message, capsys):

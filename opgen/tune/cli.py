@@ -151,15 +151,18 @@ def show(path) -> int:
 
 
 def _rpc_timeout(text: str | None) -> float | None:
-    """``--rpc-timeout`` in seconds (None: the default); ValueError with a one-line message."""
+    """``--rpc-timeout`` in seconds (None: the default); ValueError with a one-line message.
+
+    At least 1 s: the servers' session timeouts are whole seconds (MetaSchedule's RPC
+    runner takes ``int(timeout_s)``, and 0 there is not a bound)."""
     if text is None:
         return None
     try:
         seconds = float(text)
     except ValueError:
         seconds = math.nan
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise ValueError(f"--rpc-timeout wants a positive number of seconds, got {text!r}")
+    if not (math.isfinite(seconds) and seconds >= 1):
+        raise ValueError(f"--rpc-timeout wants a number of seconds >= 1, got {text!r}")
     return seconds
 
 
