@@ -17,7 +17,7 @@ from opgen.schedules.llvm import RowPassWithColumnSums
 from opgen.targets import get_target
 from opgen.targets.llvm import LlvmTarget
 from opgen.tune import Options, Settings, database, lookup, strategies, tune
-from opgen.tune.measure import Measurement
+from opgen.tune.measure import LocalRunner, Measurement
 from opgen.tune.space import build_space, parse_problem, space_for
 
 OP = get_op("rms_norm_grad")
@@ -135,6 +135,36 @@ def test_ctrl_c_keeps_every_finished_record(tmp_path):
                   db_path=db, progress=interrupt_after_two)
     assert result.interrupted and len(result.trials) == 2
     assert [r["trial"] for r in database.load(db)] == [0, 1]
+
+
+class ReversingRunner:
+    """The real local runner, reporting each batch last-first: like RPC servers that finish
+    in any order (a parallel runner yields results as they come)."""
+
+    def __init__(self, target, settings):
+        self.local = LocalRunner(target, settings)
+
+    def run_all(self, workload, builds):
+        yield from reversed(list(self.local.run_all(workload, builds)))
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("strategy", ["model", "random"])
+def test_the_default_is_trial_0_and_confirmed_as_the_default_whatever_order_a_runner_reports(
+        tmp_path, strategy):
+    problem = parse_problem(OP, "64x1000")
+    space = space_for(OP, COMBO, LLVM, problem)
+    for seed in (0, 5, 7):
+        db = tmp_path / f"db-{seed}.jsonl"
+        result = tune(OP, COMBO, LLVM, problem,
+                      Options(trials=4, strategy=strategy, seed=seed, jobs=0, batch=4, confirm=1, settings=FAST),
+                      runner=ReversingRunner(LLVM, FAST), db_path=db)
+        records = database.load(db)
+        assert records[0]["knobs"] == space.default and records[0]["trial"] == 0, (seed, records[0]["knobs"])
+        assert result.default is result.trials[0] and result.default.knobs == space.default
+        confirmed = [r["knobs"] for r in records if r.get("confirm")]
+        if result.best.knobs != space.default:   # one round: the default, then the best
+            assert confirmed == [space.default, result.best.knobs], (seed, confirmed)
 
 
 # ---- strategies -------------------------------------------------------------------------

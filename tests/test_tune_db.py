@@ -88,6 +88,19 @@ def test_unreadable_lines_are_skipped_with_a_warning_naming_file_and_line(tmp_pa
     assert any(f"{path}:2:" in m for m in messages) and any(f"{path}:3:" in m for m in messages)
 
 
+def test_an_append_after_a_fragment_without_newline_starts_a_fresh_line(tmp_path):
+    """A writer killed mid-line leaves a fragment; the next record must not be glued to it."""
+    path = tmp_path / "db.jsonl"
+    first, second = _record(median=1.0), _record(median=2.0, knobs={"rows_per_chunk": 128})
+    path.write_bytes((json.dumps(first) + "\n" + '{"op": "rms_norm_grad", "knobs": {"rows_').encode())
+    database.append(path, second)
+    with pytest.warns(UserWarning, match=f"{path}:2: skipping an unreadable"):
+        records = database.load(path)
+    assert records == [first, second]
+    database.append(path, first)        # after a complete line: no empty line is added
+    assert path.read_bytes().endswith(b"}\n" + (json.dumps(first, sort_keys=True) + "\n").encode())
+
+
 def test_failed_and_wrong_records_are_never_the_best():
     fast_wrong = _record(median=0.001, status=database.WRONG, knobs={"rows_per_chunk": 8})
     fast_failed = _record(median=0.002, status=database.FAILED, knobs={"rows_per_chunk": 16})

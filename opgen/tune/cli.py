@@ -9,9 +9,16 @@ A progress line (trials done, best so far, ETA) goes to stderr; the run ends wit
 table: the best point, the rule's default and the latest MetaSchedule record of the same
 key (ms and GB/s), so the template tuner and TVM's auto-scheduler sit side by side. Times
 of a target tuned against a cost model are marked ``(model)`` everywhere they appear.
+
+Exit status: 0 when at least one candidate was measured ok, 1 when none was (every build
+failed, every candidate was wrong, the tracker was unreachable), 2 for a malformed command
+line, 130 after Ctrl-C (the finished trials are kept), so scripts can tell them apart.
 """
 from __future__ import annotations
 
+import ipaddress
+import math
+import socket
 import statistics
 import sys
 import time
@@ -26,9 +33,10 @@ MODEL_MARK = " (model)"
 
 
 def add_arguments(parser) -> None:
+    from opgen.tune.measure import Settings
     from opgen.tune.strategies import STRATEGIES
 
-    parser.add_argument("op", nargs="?", help="op name (rms_norm_grad, group_norm_backward)")
+    parser.add_argument("op", nargs="?", help="a registered op's name (opgen generate lists them)")
     parser.add_argument("--target", help="target name (default: opgen's current target)")
     parser.add_argument("--shape", help="problem shape: 4096x4096 (RmsNormGrad x), 8,256,56x56,32 (GroupNorm N,C,HxW,G)")
     parser.add_argument("--dtype", default="f32-f32", help="dtype combo tag (default f32-f32)")
@@ -36,7 +44,13 @@ def add_arguments(parser) -> None:
     parser.add_argument("--trials", type=int, default=24, help="measurement budget (default 24)")
     parser.add_argument("--strategy", choices=STRATEGIES, default="model", help="search strategy (default model)")
     parser.add_argument("--engine", choices=("template", "metaschedule"), default="template")
-    parser.add_argument("--rpc", metavar="HOST:PORT:KEY", help="measure on the servers of a TVM RPC tracker")
+    parser.add_argument("--rpc", metavar="HOST:PORT:KEY",
+                        help="measure on the servers of a TVM RPC tracker. WARNING: a TVM RPC server runs any code "
+                             "it is sent, without authentication: bind tracker and servers to 127.0.0.1 and reach "
+                             "them through SSH tunnels, or use them only on a trusted network (README, Tuning)")
+    parser.add_argument("--rpc-timeout", metavar="SECONDS", default=None,
+                        help="with --rpc: a candidate without a result this long (+5 s) after it was picked up "
+                             f"fails, naming its server (default {Settings().timeout_s:g})")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=2, help="parallel builders (0: build in this process)")
     parser.add_argument("--patience", type=int, default=8, help="stop after this many trials without a 1%% gain")
@@ -167,26 +181,152 @@ def show(path) -> int:
     return 0
 
 
+def _rpc_timeout(text: str | None) -> float | None:
+    """``--rpc-timeout`` in seconds (None: the default); ValueError with a one-line message.
+
+    At least 1 s: the servers' session timeouts are whole seconds (MetaSchedule's RPC
+    runner takes ``int(timeout_s)``, and 0 there is not a bound)."""
+    if text is None:
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds >= 1):
+        raise ValueError(f"--rpc-timeout wants a number of seconds >= 1, got {text!r}")
+    return seconds
+
+
+def _check_arguments(args) -> str | None:
+    """The first problem with the command line, as one line, or None. Checked before any
+    build: a malformed value should cost a message, not a traceback minutes later."""
+    if not args.op or not args.shape:
+        return "give an op and --shape (or --show)"
+    for option, least in (("trials", 1), ("repeat", 1), ("jobs", 0), ("confirm", 0), ("patience", 0)):
+        if getattr(args, option) < least:
+            return f"--{option} wants a number >= {least}, got {getattr(args, option)}"
+    try:
+        if args.rpc:
+            from opgen.tune.rpc import parse_address
+
+            parse_address(args.rpc)
+        elif args.rpc_timeout is not None:
+            return "--rpc-timeout applies to measurements through --rpc only"
+        _rpc_timeout(args.rpc_timeout)
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+def _is_local(address) -> bool:
+    """Loopback or private (RFC 1918, unique-local, link-local): not routed from the
+    internet. An IPv4-mapped IPv6 address is judged by its IPv4 address (Python counts the
+    whole ::ffff:0:0/96 block as private)."""
+    if address.version == 6 and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback or address.is_private
+
+
+def rpc_exposure(host: str) -> str | None:
+    """Why a tracker at ``host`` may be reachable from outside a trusted network (one
+    line), or None when every address it names or resolves to is loopback or private.
+    A name that does not resolve is reported too: where it will point is unknown."""
+    try:
+        return None if _is_local(ipaddress.ip_address(host)) else f"{host} is not a loopback or private address"
+    except ValueError:   # a name
+        pass
+    try:
+        addresses = {ipaddress.ip_address(info[4][0]) for info in socket.getaddrinfo(host, None)}
+    except (OSError, UnicodeError) as err:
+        return f"{host} does not resolve ({type(err).__name__}), so it may be any address"
+    if not addresses:
+        return f"{host} does not resolve, so it may be any address"
+    public = sorted(str(a) for a in addresses if not _is_local(a))
+    return f"{host} resolves to {', '.join(public)}, not a loopback or private address" if public else None
+
+
+def _warn_if_exposed(rpc_text: str) -> None:
+    """One line on stderr when ``--rpc`` points off the trusted network: TVM's tracker and
+    servers authenticate nobody, and the servers run what they are sent."""
+    from opgen.tune.rpc import parse_address
+
+    reason = rpc_exposure(parse_address(rpc_text)[0])
+    if reason:
+        print(f"opgen tune: warning: --rpc {reason}: TVM RPC servers run the code they are sent without "
+              f"authentication; use them only on a trusted network or through an SSH tunnel (README, Tuning)",
+              file=sys.stderr)
+
+
+def _resolve(args):
+    """(op, combo, target, problem) named by the command line; ValueError with one line
+    naming the argument (the registries' KeyErrors list what is known)."""
+    from opgen.tune.space import parse_problem
+
+    try:
+        op = get_op(args.op)
+        combo = op.combo(args.dtype)
+        target = get_target(args.target or config.get_target())
+        target = target.for_product(args.product) if args.product else target
+    except KeyError as err:
+        raise ValueError(err.args[0] if err.args else str(err)) from err
+    try:
+        problem = parse_problem(op, args.shape)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"--shape {args.shape!r}: {err}") from err
+    return op, combo, target, problem
+
+
+def _settings(args):
+    """The measurement settings of the command line (``--repeat``, ``--rpc-timeout``)."""
+    from opgen.tune import Settings
+
+    timeout = _rpc_timeout(args.rpc_timeout)
+    return Settings(repeat=args.repeat) if timeout is None else Settings(repeat=args.repeat, timeout_s=timeout)
+
+
+class TrackerUnreachable(Exception):
+    """``--rpc`` names a tracker that cannot be asked for its servers."""
+
+
+def _rpc_runner(args, target, settings):
+    """The RpcRunner of ``--rpc``; TrackerUnreachable (one line) when the tracker cannot
+    be reached, instead of a traceback."""
+    from opgen.tune.rpc import RpcRunner, parse_address
+
+    host, port, key = parse_address(args.rpc)
+    try:
+        return RpcRunner(host, port, key, target, settings)
+    except (OSError, RuntimeError) as err:
+        raise TrackerUnreachable(f"cannot reach the RPC tracker at {host}:{port}: {type(err).__name__}: "
+                                 f"{str(err).splitlines()[0] if str(err) else ''}") from err
+
+
+def exit_status(interrupted: bool, succeeded: int) -> int:
+    """130 after an interrupt (the shell's code for SIGINT), 1 when no candidate was
+    measured ok, else 0."""
+    if interrupted:
+        return 130
+    return 0 if succeeded else 1
+
+
 def _run(args, op, combo, target, problem, db):
-    """Tune with the chosen engine; returns {row name: seconds to result}."""
-    from opgen.tune import Options, Settings, tune
+    """Tune with the chosen engine; returns ({row name: seconds to result}, exit status)."""
+    from opgen.tune import Options, tune
     from opgen.tune.measure import Workload
 
-    settings = Settings(repeat=args.repeat)
+    settings = _settings(args)
     options = Options(trials=args.trials, strategy=args.strategy, seed=args.seed, jobs=args.jobs,
                       patience=args.patience or None, confirm=args.confirm, settings=settings)
     runner = None
     if args.rpc:
-        from opgen.tune.rpc import RpcRunner, parse_address
-
-        runner = RpcRunner(*parse_address(args.rpc), target, settings)
+        runner = _rpc_runner(args, target, settings)
         print(f"measuring on {runner.parallel} RPC server(s) under key {runner.key!r}")
     workload = Workload(op, combo, problem, args.seed)
     if args.engine == "metaschedule":
         from opgen.tune.metaschedule import tune_metaschedule
 
-        _, seconds = tune_metaschedule(op, combo, target, problem, options, runner, db, workload)
-        return {"metaschedule": seconds}
+        record, seconds = tune_metaschedule(op, combo, target, problem, options, runner, db, workload)
+        return {"metaschedule": seconds}, exit_status(False, record["status"] == database.OK)
     label = MODEL_MARK if target.cost_model() is not None else ""
     result = tune(op, combo, target, problem, options, runner, db, Progress(label=label), workload)
     if result.interrupted:
@@ -194,32 +334,43 @@ def _run(args, op, combo, target, problem, db):
     elif result.stopped_early:
         searched = sum(1 for t in result.trials if not t.record.get("confirm"))
         print(f"stopped early after {searched} trials (no 1% gain in {args.patience})")
-    return {"best": result.seconds}
+    if not result.interrupted and not result.ok():
+        print(f"opgen tune: none of the {len(result.trials)} trials was measured ok (their errors are in {db})",
+              file=sys.stderr)
+    return {"best": result.seconds}, exit_status(result.interrupted, len(result.ok()))
 
 
 def main(args) -> int:
     if args.show:
         return show(args.db)
-    if not args.op or not args.shape:
-        print("opgen tune: give an op and --shape (or --show)", file=sys.stderr)
+    mistake = _check_arguments(args)
+    if mistake:
+        print(f"opgen tune: {mistake}", file=sys.stderr)
         return 2
-    from opgen.ops import get_op
-    from opgen.targets import get_target
+    if args.rpc:
+        _warn_if_exposed(args.rpc)
     from opgen.tune import lookup
-    from opgen.tune.space import kernel_shapes, parse_problem, space_for
+    from opgen.tune.space import kernel_shapes, space_for
 
-    op = get_op(args.op)
-    combo = op.combo(args.dtype)
-    target = get_target(args.target or config.get_target())
-    target = target.for_product(args.product) if args.product else target
-    problem = parse_problem(op, args.shape)
+    try:
+        op, combo, target, problem = _resolve(args)
+    except ValueError as err:
+        print(f"opgen tune: {err}", file=sys.stderr)
+        return 2
     db = database.user_db_path() if not args.db else __import__("pathlib").Path(args.db)
     space = space_for(op, combo, target, problem)
     bucket = database.bucket_for(op, kernel_shapes(op, problem))
     print(f"tuning {op.name} {combo.tag} on {target.name}, {problem} (bucket {bucket}): {len(space.points)} valid "
           f"points of {type(space.rule).__name__}'s knobs {[k.name for k in space.knobs]} ({space.pruned} pruned); "
           f"engine {args.engine}, strategy {args.strategy}, seed {args.seed}; records -> {db}")
-    timings = _run(args, op, combo, target, problem, db)
+    try:
+        timings, status = _run(args, op, combo, target, problem, db)
+    except KeyboardInterrupt:   # outside the search loop (inputs, MetaSchedule): nothing to show
+        print(f"opgen tune: interrupted; finished records are in {db}", file=sys.stderr)
+        return exit_status(True, 0)
+    except TrackerUnreachable as err:
+        print(f"opgen tune: {err}", file=sys.stderr)
+        return exit_status(False, 0)
     records = database.load(db)
     key = database.key_of(op.name, combo.tag, target, bucket)
     best = database.best_records(records).get(key)
@@ -228,4 +379,4 @@ def main(args) -> int:
     print(final_table(_pooled(records, best), _pooled(records, default), latest(records, key, database.METASCHEDULE),
                       timings))
     lookup.reload()
-    return 0
+    return status

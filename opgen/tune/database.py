@@ -123,13 +123,25 @@ def record_key(record: dict) -> tuple:
 
 
 def append(path: Path, record: dict) -> None:
-    """Append one record as one line, atomically with respect to other appenders."""
+    """Append one record as one line, atomically with respect to other appenders.
+
+    The line starts on a fresh line: a writer killed mid-line (or an older full disk) may
+    have left a fragment without its newline, and a record glued onto it would make both
+    unreadable. The last byte is checked under the lock, so no other appender can change
+    it in between, and the separator goes out in the same ``os.write`` as the record.
+    """
     path = Path(path)
+    if path.parent == diskcache.cache_dir():
+        diskcache.private_dir(path.parent)          # the default database: in the private cache root
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    stored = {k: v for k, v in record.items() if not k.startswith("_")}   # not in-memory annotations
+    line = (json.dumps(stored, sort_keys=True, default=str) + "\n").encode()
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)   # read: the last byte
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = b"\n" + line
         written = os.write(fd, line)
         if written != len(line):  # a full disk: do not leave half a line for others to append to
             os.write(fd, b"\n")

@@ -2,8 +2,10 @@
 
 Each measured candidate is appended to the database as soon as its measurement ends, so
 Ctrl-C (or a crash) loses at most the batch in flight. The default point is the first
-trial: the best of a run is never slower than the untuned kernel. Early stopping: the run
-ends after ``patience`` consecutive trials that did not improve the best by ``min_gain``.
+trial, measured alone before any other point: a runner yields its results as they finish
+(RPC: whichever server is done first), so inside a batch the default could land anywhere.
+The best of a run is never slower than the untuned kernel. Early stopping: the run ends
+after ``patience`` consecutive trials that did not improve the best by ``min_gain``.
 """
 from __future__ import annotations
 
@@ -52,6 +54,7 @@ class TuneResult:
     interrupted: bool = False
     stopped_early: bool = False
     workload_bytes: int = 0
+    default_knobs: dict | None = None    # the space's default point
 
     def ok(self) -> list:
         return [t for t in self.trials if t.measurement.status == database.OK]
@@ -72,7 +75,9 @@ class TuneResult:
 
     @property
     def default(self) -> Trial | None:
-        return self.trials[0] if self.trials else None
+        """The search's trial of the space's default point, found by its knobs: which
+        trial it is depends on the order a runner reports results in, not on its index."""
+        return next((t for t in self.trials if t.knobs == self.default_knobs), None)
 
 
 def make_record(ctx: dict, index: int, knobs: dict, m: Measurement, build_s: float, workload: Workload) -> dict:
@@ -122,7 +127,8 @@ def tune(op, combo, target, problem, options: Options = Options(), runner=None, 
     runner = runner or _default_runner(target, options.settings)
     strategy = strategies.make(options.strategy, space, options.seed)
     ctx = record_context(op, combo, target, problem, options.strategy, options.seed, database.TEMPLATE)
-    result = TuneResult(db_path, [], len(space.points), space.pruned, 0.0, workload_bytes=workload.bytes)
+    result = TuneResult(db_path, [], len(space.points), space.pruned, 0.0, workload_bytes=workload.bytes,
+                        default_knobs=space.default)
     budget = min(options.trials, len(space.points))
     measured: dict = {}
     with tempfile.TemporaryDirectory(prefix="opgen-tune-") as scratch:
@@ -131,8 +137,8 @@ def tune(op, combo, target, problem, options: Options = Options(), runner=None, 
         builder = Builder(workload, target, Path(scratch), jobs)
         built: dict = {}
         try:
-            _loop(strategy, builder, runner, workload, options, ctx, db_path, result, measured, budget, progress,
-                  built)
+            _loop(strategy, space.default, builder, runner, workload, options, ctx, db_path, result, measured, budget,
+                  progress, built)
             _confirm(built, runner, workload, options, ctx, db_path, result)
         except KeyboardInterrupt:
             result.interrupted = True
@@ -158,20 +164,36 @@ def _record(ctx, db_path, result, built, m, workload) -> Trial:
 def _confirm(built: dict, runner, workload, options, ctx, db_path, result) -> None:
     """Measure the default and the best again, alternated, so that the winner is not a
     lucky timing on a noisy machine (the database ranks a point by the median of its
-    records). Not for cost models: their estimates do not vary."""
+    records). Not for cost models: their estimates do not vary.
+
+    One candidate per ``run_all`` call: a parallel runner (RPC) would otherwise time the
+    two at once, on two servers of one machine competing for it, and report them in
+    either order; alternated means default, best, default, best."""
     best, default = result.best, result.default
     if isinstance(runner, ModelRunner) or best is None or default is None or best.knobs == default.knobs:
         return
     pair = [built[freeze(default.knobs)], built[freeze(best.knobs)]]
     for _ in range(options.confirm):
-        for b, m in runner.run_all(workload, pair):
-            _record({**ctx, "confirm": True}, db_path, result, b, m, workload)
+        for candidate in pair:
+            for b, m in runner.run_all(workload, [candidate]):
+                _record({**ctx, "confirm": True}, db_path, result, b, m, workload)
 
 
-def _loop(strategy, builder, runner, workload, options, ctx, db_path, result, measured, budget, progress, built):
+def _next_batch(strategy, default: dict, n: int, measured: dict) -> list[dict]:
+    """The default point alone until it is measured, then the strategy's proposals.
+
+    Alone, because runners yield results as they finish: in a batch of several, any point
+    could be recorded first, and the default must be trial 0 whatever the runner."""
+    if freeze(default) not in measured:
+        return [default]
+    return strategy.next_batch(n, measured)
+
+
+def _loop(strategy, default, builder, runner, workload, options, ctx, db_path, result, measured, budget, progress,
+          built):
     best, since_gain = math.inf, 0
     while len(measured) < budget:
-        batch = strategy.next_batch(min(options.batch, budget - len(measured)), measured)
+        batch = _next_batch(strategy, default, min(options.batch, budget - len(measured)), measured)
         if not batch:
             return
         for point in batch:

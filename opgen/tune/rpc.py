@@ -7,17 +7,23 @@ server the tracker reports; each thread requests a session, uploads the candidat
 library, loads it and runs the same check-then-time measurement as the local runner
 (opgen.tune.measure.measure_module) on the server's device.
 
-Failures cost one trial, never the run:
+Failures cost one trial, never the run, and every failed record names the server it
+failed on (``rpc:<key>@host:port``; a build error, which never reached a server, says
+``rpc:<key>``):
   * a server that dies mid-measurement breaks its session: that candidate is recorded as
     FAILED with the server's address, and the next request goes to a live server;
-  * a measurement that exceeds ``settings.timeout_s`` is recorded as FAILED; its thread is
-    abandoned (daemon) and replaced, and the server ends the session itself
-    (``session_timeout``);
+  * a candidate without a result ``settings.timeout_s`` + 5 s after its thread picked it
+    up (``opgen tune --rpc-timeout``) is recorded as FAILED with the address the tracker
+    handed its thread: the address is noted as soon as the tracker replies, because a
+    stopped (SIGSTOP) or hung server stalls the client inside ``rpc.connect``'s handshake,
+    which has no timeout. The thread is abandoned (daemon) and replaced, and the server
+    ends the session itself (``session_timeout``);
   * a server the tracker still lists but that refuses connections is skipped when the
     session is requested (retried, bounded); no candidate is charged for it.
 """
 from __future__ import annotations
 
+import functools
 import os
 import queue
 import threading
@@ -31,9 +37,17 @@ from opgen.tune.measure import Measurement, Settings, measure_module
 
 
 def parse_address(text: str) -> tuple[str, int, str]:
-    """``HOST:PORT:KEY`` -> (host, port, key)."""
-    host, port, key = text.rsplit(":", 2)
-    return host, int(port), key
+    """``HOST:PORT:KEY`` -> (host, port, key); ValueError with a one-line message.
+
+    The host may be an IPv6 address, bracketed or not (``[::1]:9190:K``, ``::1:9190:K``):
+    the port and the key are the last two fields."""
+    parts = text.rsplit(":", 2)
+    if len(parts) != 3 or not all(parts):
+        raise ValueError(f"--rpc wants HOST:PORT:KEY (the tracker's address and the servers' key), got {text!r}")
+    host, port, key = parts
+    if not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"--rpc {text!r}: the port must be a number from 1 to 65535, got {port!r}")
+    return host.removeprefix("[").removesuffix("]"), int(port), key
 
 
 def free_servers(host: str, port: int, key: str) -> int:
@@ -50,33 +64,56 @@ class RpcRunner:
         self.on_session = on_session            # test hook: called with the server's "host:port"
         self.connect_retries = connect_retries
 
-    def _request(self):
-        """(session, "host:port") of a free server; waits at most settings.timeout_s."""
+    @property
+    def tracker(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def _device(self, address: str | None) -> str:
+        """A record's device: the server's address when one was handed out."""
+        return f"rpc:{self.key}@{address}" if address else f"rpc:{self.key}"
+
+    def _request(self, on_address):
+        """(session, "host:port") of a free server; waits at most settings.timeout_s for the
+        tracker. ``on_address`` gets each server's address as soon as the tracker hands it
+        out, before connecting: a hung server stalls ``rpc.connect`` itself."""
         tracker = rpc.connect_tracker(self.host, self.port)
         tracker._sock.settimeout(self.settings.timeout_s)
-        last = None
+        tried, last = [], None
         for _ in range(self.connect_retries):
             base.sendjson(tracker._sock, [base.TrackerCode.REQUEST, self.key, "", 1])
             value = base.recvjson(tracker._sock)
             if value[0] != base.TrackerCode.SUCCESS:
-                raise RuntimeError(f"tracker refused the request: {value}")
+                raise RuntimeError(f"tracker {self.tracker} refused the request: {value}")
             url, port, match_key = value[1]
+            tried.append(f"{url}:{port}")
+            on_address(tried[-1])
             try:
                 session = rpc.connect(url, port, match_key, int(self.settings.timeout_s) + 1)
-                return session, f"{url}:{port}"
+                return session, tried[-1]
             except Exception as err:  # a dead server still listed: try the next one
                 last = err
-        raise RuntimeError(f"no live server under key {self.key!r} after {self.connect_retries} tries: {last}")
+        raise RuntimeError(f"no live server under key {self.key!r} after {self.connect_retries} tries "
+                           f"({', '.join(tried)}): {last}")
 
-    def run(self, workload, built) -> Measurement:
+    def run(self, workload, built, on_address=None) -> Measurement:
+        """Measure one candidate on the next free server. ``on_address`` (run_all's
+        bookkeeping) is told the server's address as soon as the tracker names it."""
         if built.error:
-            return Measurement(database.FAILED, error=built.error, device=f"rpc:{self.key}")
+            return Measurement(database.FAILED, error=built.error, device=self._device(None))
+        handed: list = []
+
+        def note(address: str) -> None:
+            handed.append(address)
+            if on_address is not None:
+                on_address(address)
+
         try:
-            session, address = self._request()
+            session, address = self._request(note)
         except Exception as err:
-            return Measurement(database.FAILED, error=f"rpc request: {type(err).__name__}: {err}",
-                               device=f"rpc:{self.key}")
-        device = f"rpc:{self.key}@{address}"
+            where = f"server {handed[-1]}" if handed else f"tracker {self.tracker}"
+            return Measurement(database.FAILED, error=f"rpc request ({where}): {type(err).__name__}: {err}",
+                               device=self._device(handed[-1] if handed else None))
+        device = self._device(address)
         try:
             if self.on_session is not None:
                 self.on_session(address)
@@ -95,6 +132,7 @@ class RpcRunner:
         for item in enumerate(builds):
             tasks.put(item)
         started: dict = {}
+        addresses: dict = {}    # index -> the server the tracker handed its thread
 
         def worker():
             while True:
@@ -103,7 +141,8 @@ class RpcRunner:
                 except queue.Empty:
                     return
                 started[index] = time.monotonic()
-                results.put((index, self.run(workload, built)))
+                note = functools.partial(addresses.__setitem__, index)
+                results.put((index, self.run(workload, built, on_address=note)))
 
         threads = [threading.Thread(target=worker, daemon=True) for _ in range(min(self.parallel, len(builds)))]
         for t in threads:
@@ -113,7 +152,7 @@ class RpcRunner:
             try:
                 index, m = results.get(timeout=1.0)
             except queue.Empty:
-                index, m = self._overdue(started, done)
+                index, m = self._overdue(started, done, addresses)
                 if index is None:
                     continue
                 replacement = threading.Thread(target=worker, daemon=True)  # the stuck thread's slot
@@ -123,10 +162,14 @@ class RpcRunner:
             done.add(index)
             yield builds[index], m
 
-    def _overdue(self, started: dict, done: set):
+    def _overdue(self, started: dict, done: set, addresses: dict):
+        """(index, FAILED measurement) of a candidate past its time, naming the server it
+        was handed (or the tracker, when none was handed out yet); (None, None) if none."""
         limit = self.settings.timeout_s + 5.0
         for index, t0 in list(started.items()):
             if index not in done and time.monotonic() - t0 > limit:
-                return index, Measurement(database.FAILED, error=f"rpc: no result within {limit:.0f} s",
-                                          device=f"rpc:{self.key}")
+                address = addresses.get(index)
+                where = f"server {address}" if address else f"tracker {self.tracker} (no server handed out)"
+                return index, Measurement(database.FAILED, error=f"rpc: no result within {limit:g} s from {where}",
+                                          device=self._device(address))
         return None, None
