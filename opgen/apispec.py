@@ -131,7 +131,8 @@ class ApiSpec:
     """The aclnn face of an op. ``problem(call)`` gives the kernel Problem of a valid call,
     ``kernel_shapes(problem)`` the kernel's canonical shape of each tensor, ``fill`` the
     constant a null optional input stands for (GroupNorm's gamma: ones), ``pythonic`` how
-    the op reads as a Python function (None: no Pythonic function)."""
+    the op reads as a Python function (None: no Pythonic function), ``attribute_inputs``
+    the kernel inputs an attribute fills."""
 
     params: tuple[Param, ...]
     rules: tuple[Rule, ...]
@@ -140,6 +141,11 @@ class ApiSpec:
     description: str
     fill: Mapping[str, float] = field(default_factory=dict)
     pythonic: Pythonic | None = None
+    # Kernel inputs that are no aclnn tensor but an attribute's value (DeepNorm's alpha, a
+    # mode flag as 0.0/1.0): kernel tensor name -> f(call) giving the value every element
+    # holds. The kernel is built per dtype combo over symbolic sizes, so a per-call number
+    # reaches it as data; the plan (cached per attribute value) fills a workspace slot.
+    attribute_inputs: Mapping[str, Callable[["Call"], float]] = field(default_factory=dict)
 
     def __post_init__(self):
         names = [p.name for p in self.params]

@@ -7,7 +7,8 @@ reads or writes it:
   * a slot:  a 64-byte aligned slice of the caller's workspace: a staged copy of a tensor
              the kernel cannot read in place (strided, overlapping, not element-aligned;
              inputs copied in, outputs copied back), the fill of a null optional input
-             (GroupNorm's gamma), scratch for an output the mask turned off (computed,
+             (GroupNorm's gamma) or of a kernel input an attribute gives (ApiSpec.
+             attribute_inputs: DeepNorm's alpha), scratch for an output the mask turned off (computed,
              never written to the caller), or the kernel's own scratch: the partial sums
              its passes hand to each other. Scratch of a host kernel that fits in
              ARENA_BYTES sits in opgen's per-thread arena instead (see _Arena), so tiny
@@ -186,6 +187,8 @@ def make_plan(call, kernel, problem, combo, device, aliased) -> Plan:
         else:
             arg.host   # staging goes through host memory: a tensor the host cannot read fails here, in phase one
             planner.put(p.kernel, STAGE_OUT if output else STAGE_IN, shape, dtype, p.name, position[p.name])
+    for name, value in api.attribute_inputs.items():    # an attribute the kernel reads as data
+        planner.put(name, FILL, shapes[name], combo[name], fill=float(value(call)))
     scratch_shapes = kernel.scratch_shapes(shapes)
     for buf in kernel.scratch:
         shape = scratch_shapes[buf.name]
