@@ -152,7 +152,8 @@ class RowTiles(PatternRule):
             column_sums = [b for b in infos if roles[b.name] == "column_sum"]
             row_stages = [b for b in infos if roles[b.name] == "row_stage"]
         else:
-            out, column_sums, row_stages = self.match(infos)
+            outs, column_sums, row_stages = self.match(infos)
+            out = outs[0]
         rows, cols = out.extents
         params, written = _param_roles(func, infos)
         pick = lambda pred: tuple((n, d) for n, (d, s) in params.items() if pred(n, s))  # noqa: E731
@@ -166,15 +167,15 @@ class RowTiles(PatternRule):
             row_reductions=tuple(b.name for b in row_stages if "R" in b.kinds))
 
     def schedule(self, sch, matched, target, knobs):
-        out, column_sums, row_stages = matched
+        outs, column_sums, row_stages = matched
         roles = {b.name: "row_stage" for b in row_stages}
         roles.update({b.name: "column_sum" for b in column_sums})
-        roles[out.name] = "tile"
+        roles.update({b.name: "tile" for b in outs})
         return _annotate(sch, roles, "rows", knobs)
 
     def tiling(self, func, target, knobs: dict, shapes) -> Tiling:
         """The tiling of ``func`` for concrete ``shapes`` (of its leading parameters)."""
-        out, _, _ = self.match(blocks(s_tir.Schedule(func)))
+        out = self.match(blocks(s_tir.Schedule(func)))[0][0]
         sizes = bind_sizes(func, shapes)
         rows, cols = (_value(e, sizes) for e in out.extents)
         return plan_rows(target.hardware, self.operands(func), rows, cols, knobs)

@@ -71,9 +71,16 @@ PARTIALS = Knob(
 ROWS_PER_BLOCK = Knob(
     "rows_per_block", (0, 1, 2, 4, 8, 16, 32, 64, 128), 0,
     "rows each block of the row pass owns; 0: ceil(rows / partials) (a grid of `partials` "
-    "blocks whatever the shape). A fixed count instead makes the grid ceil(rows / "
-    "rows_per_block) blocks and the partials as many rows, so small problems read few "
-    "partials back; `partials` is then unused")
+    "blocks whatever the shape; with several column sums, SEVERAL_SUMS_ROWS_PER_BLOCK rows, "
+    "see GpuRowPass). A fixed count instead makes the grid ceil(rows / rows_per_block) blocks "
+    "and the partials as many rows, so small problems read few partials back; `partials` is "
+    "then unused")
+# With more than one column sum, only the first one's partials can be zeroed once per
+# block before its rows (patterns.zero_partials: TVM 0.27 refuses a second decomposition);
+# the others are zeroed at a block's first row, so every block must own one: the grid is
+# ceil(rows / this) blocks instead of the persistent `partials` (where blocks past the last
+# row would sum partials nobody zeroed).
+SEVERAL_SUMS_ROWS_PER_BLOCK = 8
 COLUMN_THREADS = Knob(
     "column_threads", (32, 64, 128, 256, 512, 1024), 256,
     "threads per block of the fixed-order column sums (a thread per column)")
@@ -135,19 +142,21 @@ class GpuRowPass(PatternRule):
         return patterns.row_pass(infos)
 
     def schedule(self, sch, matched, target, knobs):
-        out, column_sums, row_stages = matched
+        outs, column_sums, row_stages = matched
         threads, per_block = int(knobs["threads"]), int(knobs["rows_per_block"])
+        if len(column_sums) > 1 and not per_block:
+            per_block = SEVERAL_SUMS_ROWS_PER_BLOCK
         factors = [None, per_block] if per_block else [int(knobs["partials"]), None]
-        chunk_loop, _, finals = patterns.fuse_row_pass(sch, out, column_sums, row_stages, factors)
-        main = sch.get_sblock(out.name)
+        chunk_loop, row_loop, finals = patterns.fuse_row_pass(sch, outs, column_sums, row_stages, factors)
+        main = sch.get_sblock(outs[0].name)
         sch.bind(chunk_loop, "blockIdx.x")
         bind_threads(sch, sch.get_loops(main)[2], threads)
+        patterns.zero_partials(sch, finals, row_loop)
         for info in row_stages:
             if "R" in info.kinds:
                 reduce_across_threads(sch, info.name, threads)
             sch.set_scope(sch.get_sblock(info.name), 0, "local")
-        for block, rf in finals:
-            sch.decompose_reduction(rf, sch.get_loops(rf)[1])   # zero the block's partials once
+        for block, _ in finals:
             final_column_sum(sch, block, int(knobs["column_threads"]))
         return sch
 

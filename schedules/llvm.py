@@ -109,18 +109,20 @@ class RowPassWithColumnSums(PatternRule):
         return patterns.row_pass(infos)
 
     def schedule(self, sch, matched, target, knobs):
-        out, column_sums, row_stages = matched
+        outs, column_sums, row_stages = matched
         per_chunk = int(knobs.get("rows_per_chunk", DEFAULT_ROWS_PER_CHUNK))
-        chunk_loop, row_loop, partials = patterns.fuse_row_pass(sch, out, column_sums, row_stages, [None, per_chunk])
+        chunk_loop, row_loop, partials = patterns.fuse_row_pass(sch, outs, column_sums, row_stages,
+                                                                [None, per_chunk])
         _parallel(sch, chunk_loop, knobs)
-        _stream(sch, out, knobs)
+        for out in outs:
+            _stream(sch, out, knobs)
         lanes = int(knobs.get("final_columns", DEFAULT_FINAL_COLUMNS))
-        for block, rf in partials:
+        patterns.zero_partials(sch, partials, row_loop)
+        for block, _ in partials:
             final_col, final_chunk = sch.get_loops(block)
             col_block, col_lane = sch.split(final_col, [None, lanes])
             sch.reorder(col_block, final_chunk, col_lane)   # rows of partials, not columns: unit stride
             _parallel(sch, col_block, knobs)
-            sch.decompose_reduction(rf, row_loop)
             sch.decompose_reduction(block, final_chunk)
         for info in row_stages:
             if "R" in info.kinds:

@@ -2,8 +2,10 @@
 they run. One place, so the CPU, GPU and Ascend rules agree on what "RmsNorm-like" and
 "GroupNorm-like" mean, and an op written in these shapes is scheduled everywhere.
 
-* ``row_pass``: one elementwise output over (rows, cols), per-row reductions/scalars over
-  the same rows, and (usually) column sums over all rows of a (cols, rows) product.
+* ``row_pass``: one or more elementwise outputs over the same (rows, cols), per-row
+  reductions/scalars over the same rows, and zero or more column sums over all rows of a
+  (cols, rows) product (RmsNorm: dx and dgamma; LayerNorm: two column sums; DeepNorm: dx
+  and dgx from the same row).
 * ``grouped_pass``: row reductions over the innermost axis of an (outer..., inner) input,
   per-group stages over the outer axes, an elementwise output sharing them, and column
   sums over the first axis of the row reductions (plus their casts).
@@ -19,25 +21,27 @@ def outputs(infos: list[Block], kinds: str) -> list[Block]:
 
 
 def row_pass(infos: list[Block], need_column_sums: bool = True):
-    """(out, column_sums, row_stages) of the RmsNorm-like pattern, or None.
+    """(outs, column_sums, row_stages) of the RmsNorm-like pattern, or None; ``outs`` are
+    the elementwise outputs, all over the same (rows, cols), in program order.
 
     Targets whose row rule only makes sense with column sums to fuse (the CPU and GPU
     rules) ask for at least one; the Ascend rule also schedules row-only ops (a forward
     norm, a softmax).
     """
     elementwise = outputs(infos, "SS")
-    if len(elementwise) != 1:
+    if not elementwise:
         return None
-    out = elementwise[0]
-    rows, cols = out.extents
+    rows, cols = elementwise[0].extents
+    if not all(same_extent(b.extents[0], rows) and same_extent(b.extents[1], cols) for b in elementwise):
+        return None
     column_sums = [b for b in infos if b.writes_output and b.kinds == "SR"
                    and same_extent(b.extents[0], cols) and same_extent(b.extents[1], rows)]
-    others = [b for b in infos if b is not out and b not in column_sums]
+    others = [b for b in infos if b not in elementwise and b not in column_sums]
     row_stages = [b for b in others if not b.writes_output and b.kinds[0] == "S" and len(b.kinds) <= 2
                   and same_extent(b.extents[0], rows)]
     if (need_column_sums and not column_sums) or len(row_stages) != len(others):
         return None
-    return out, column_sums, row_stages
+    return elementwise, column_sums, row_stages
 
 
 def grouped_pass(infos: list[Block]):
@@ -63,19 +67,29 @@ def grouped_pass(infos: list[Block]):
     return out, outer, row_sums, group_stages, column_sums, casts
 
 
-def fuse_row_pass(sch, out: Block, column_sums: list[Block], row_stages: list[Block], factors: list):
+def fuse_row_pass(sch, outs: list[Block], column_sums: list[Block], row_stages: list[Block], factors: list):
     """The ``row_pass`` pattern as one loop nest, the form the CPU and GPU rules share.
 
-    The output's rows are split by ``factors`` into (chunk, row); each column sum is
-    rfactored by the same split and merged into that nest, so its per-chunk partials come
-    from the same read of a row as the output; the per-row stages are computed at the row
-    loop. Returns (chunk loop, row loop, [(column sum block, its rfactor block)]); the
-    caller decides how the loops run and how the partials are summed.
+    The first output's rows are split by ``factors`` into (chunk, row); every other output
+    and each column sum (rfactored by the same split) is merged into that nest, so they all
+    come from the same read of a row; the per-row stages are computed at the row loop.
+    Returns (chunk loop, row loop, [(column sum block, its rfactor block)]); the caller
+    decides how the loops run and how the partials are summed (then ``zero_partials``).
     """
-    main = sch.get_sblock(out.name)
+    main = sch.get_sblock(outs[0].name)
     chunk_loop, row_loop = sch.split(sch.get_loops(main)[0], factors)
+    for info in outs[1:]:
+        block = sch.get_sblock(info.name)
+        other_chunk, other_row = sch.split(sch.get_loops(block)[0], factors)
+        chunk_loop = sch.merge(chunk_loop, other_chunk)
+        row_loop = sch.merge(sch.get_loops(main)[1], other_row)
+        sch.merge(sch.get_loops(main)[2], sch.get_loops(block)[2])
     partials = []
-    for info in column_sums:
+    # Last column sum first: a merged loop takes the place of the last loop merged, so the
+    # fused nest ends up before the first column sum's final block, which reads it (merged
+    # in program order, it landed after that block and the sum read partials not yet
+    # written: seen with two column sums, TVM 0.27 does not check it).
+    for info in reversed(column_sums):
         block = sch.get_sblock(info.name)
         rf = sch.rfactor(sch.split(sch.get_loops(block)[1], factors)[0], 0)
         rf_col, rf_chunk, rf_row = sch.get_loops(rf)
@@ -83,7 +97,22 @@ def fuse_row_pass(sch, out: Block, column_sums: list[Block], row_stages: list[Bl
         chunk_loop = sch.merge(chunk_loop, rf_chunk)
         row_loop = sch.merge(sch.get_loops(main)[1], sch.get_loops(rf)[1])
         sch.merge(sch.get_loops(main)[2], sch.get_loops(rf)[2])
-        partials.append((block, rf))
+        partials.insert(0, (block, rf))
     for info in reversed(row_stages):
         sch.compute_at(sch.get_sblock(info.name), row_loop)
     return chunk_loop, row_loop, partials
+
+
+def zero_partials(sch, partials: list, row_loop) -> None:
+    """Zero each chunk's partials once, before its rows, instead of testing for the first
+    row inside the column loop: the first rfactor block's init is split out at the row loop.
+
+    Only the first: TVM 0.27 recomputes the affine-binding flags of the scope after the
+    split, and judges the other rfactor blocks (vj_0 = chunk, vj_1 = row under the
+    predicate chunk * k + row < rows) not quasi-affine, so it refuses to split them
+    (measured with two column sums, even on a fresh Schedule). They keep their init: the
+    partials are zeroed at a chunk's first row, so every chunk must own a row (the CPU's
+    chunks do; GpuRowPass sizes its grid so). Call after the loops are parallelized or
+    bound: TVM refuses those on a loop holding a split-out update ("compact dataflow")."""
+    if partials:
+        sch.decompose_reduction(partials[0][1], row_loop)

@@ -17,3 +17,75 @@ def row_softmax():
     y = te.compute((rows, cols), lambda r, c: (te.exp(x[r, c].astype("float32") - row_max[r]) / row_sum[r])
                    .astype("float16"), name="sm_y")
     return te.create_prim_func([x, y]).with_attr("global_symbol", "test_row_softmax")
+
+
+def two_output_row_pass():
+    """A row pass with two elementwise outputs and two column sums (DeepNorm's shape):
+    dot[r] = sum_c dy*g*x; y1 = dy*g - x*dot/cols; y2 = 2*y1 + x; s1[c] = sum_r dy*x;
+    s2[c] = sum_r dy. float32 throughout. Returns the PrimFunc (inputs dy, x, g)."""
+    rows, cols = te.var("rows", "int64"), te.var("cols", "int64")
+    dy = te.placeholder((rows, cols), "float32", name="dy")
+    x = te.placeholder((rows, cols), "float32", name="x")
+    g = te.placeholder((cols,), "float32", name="g")
+    k = te.reduce_axis((0, cols), name="k")
+    dot = te.compute((rows,), lambda r: te.sum(dy[r, k] * g[k] * x[r, k], axis=k), name="two_dot")
+    coef = te.compute((rows,), lambda r: dot[r] / cols.astype("float32"), name="two_coef")
+    y1 = te.compute((rows, cols), lambda r, c: dy[r, c] * g[c] - x[r, c] * coef[r], name="two_y1")
+    y2 = te.compute((rows, cols), lambda r, c: (dy[r, c] * g[c] - x[r, c] * coef[r]) * 2.0 + x[r, c],
+                    name="two_y2")
+    j = te.reduce_axis((0, rows), name="j")
+    s1 = te.compute((cols,), lambda c: te.sum(dy[j, c] * x[j, c], axis=j), name="two_s1")
+    j2 = te.reduce_axis((0, rows), name="j2")
+    s2 = te.compute((cols,), lambda c: te.sum(dy[j2, c], axis=j2), name="two_s2")
+    return te.create_prim_func([dy, x, g, y1, y2, s1, s2]).with_attr("global_symbol", "test_two_output_rows")
+
+
+def two_output_row_pass_reference(dy, x, g) -> list:
+    dy, x, g = (a.astype("float64") for a in (dy, x, g))
+    dot = (dy * g * x).sum(axis=1, keepdims=True)
+    y1 = dy * g - x * dot / max(x.shape[1], 1)
+    return [y1, 2 * y1 + x, (dy * x).sum(axis=0), dy.sum(axis=0)]
+
+
+def build_toy(func, target):
+    """(module, symbol, parameter buffers) of a toy PrimFunc, through opgen's kernel path
+    (one schedule by the target's matching rule, shared buffers hoisted, element alignment
+    declared, the target's own build)."""
+    import tvm
+
+    from opgen import kernels, schedules
+
+    symbol = func.attrs["global_symbol"]
+    sch = schedules.schedule(func, target)
+    lowered = kernels.declare_element_alignment(kernels.hoist_pass_buffers(sch))
+    return target.build(tvm.IRModule({symbol: lowered})), symbol, lowered.params
+
+
+def run_toy(target, built, inputs: list, output_dtypes: list):
+    """Run a built toy on numpy ``inputs``; returns the outputs (NaN-filled before, so a
+    skipped element shows). Scratch (hoisted buffers) is sized from the inputs' extents,
+    unless the target sizes its own (ascend-emu)."""
+    import numpy as np
+    import tvm
+
+    from tvm.sym.analyzer import Analyzer
+
+    module, symbol, params = built
+    dev = target.device()
+    analyzer, bound = Analyzer(), set()
+    for buf, array in zip(params, inputs):
+        for extent, value in zip(buf.shape, array.shape):
+            if isinstance(extent, tvm.tirx.Var) and extent.name not in bound:
+                analyzer.bind(extent, int(value))
+                bound.add(extent.name)
+
+    def concrete(buf):
+        return [int(analyzer.simplify(e)) for e in buf.shape]
+    n_out = len(output_dtypes)
+    out_params = params[len(inputs):len(inputs) + n_out]
+    outputs = [np.full(concrete(b), np.nan, dt) for b, dt in zip(out_params, output_dtypes)]
+    args = [tvm.runtime.tensor(a, dev) for a in list(inputs) + outputs]
+    if target.scratch_of(module) is None:
+        args += [tvm.runtime.empty(concrete(b), str(b.dtype), dev) for b in params[len(inputs) + n_out:]]
+    module[symbol](*args)
+    return [a.numpy() for a in args[len(inputs):len(inputs) + n_out]]

@@ -1,0 +1,49 @@
+"""Stage patterns every target schedules, shown on toy ops defined only in the tests, so a
+real op that needs a pattern lands with its package alone.
+
+* A row pass with two elementwise outputs and two column sums (DeepNorm's shape) is
+  matched by the row rule of every target (not the fallback) and is correct everywhere.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from opgen import schedules
+from opgen.targets import get_target
+
+from toy_ops import build_toy, run_toy, two_output_row_pass, two_output_row_pass_reference
+
+ROW_RULES = {"llvm": "RowPassWithColumnSums", "cuda": "GpuRowPass", "opencl": "GpuRowPass", "ascend-emu": "RowTiles"}
+
+
+@pytest.mark.parametrize("target_name", sorted(ROW_RULES))
+def test_two_elementwise_outputs_are_the_row_pattern_on_every_target(target_name):
+    target = get_target(target_name)
+    assert type(schedules.match(two_output_row_pass(), target)).__name__ == ROW_RULES[target_name]
+
+
+@pytest.mark.parametrize("target_name", ["llvm", "opencl", "ascend-emu"])
+def test_two_elementwise_outputs_run_correctly(target_name, rng):
+    target = get_target(target_name)
+    if not target.can_run():
+        pytest.skip(f"{target_name} cannot run here: {target.missing()}")
+    if target_name == "ascend-emu":
+        target = target.for_product("AtlasA2")
+    built = build_toy(two_output_row_pass(), target)
+    for rows, cols in ((1, 1), (7, 33), (97, 941), (3, 12290), (0, 8)):
+        dy, x = (rng.standard_normal((rows, cols)).astype(np.float32) for _ in range(2))
+        g = rng.uniform(0.5, 1.5, cols).astype(np.float32)
+        got = run_toy(target, built, [dy, x, g], ["float32"] * 4)
+        for out, want in zip(got, two_output_row_pass_reference(dy, x, g)):
+            assert out.shape == want.shape
+            assert np.all(np.abs(out - want) <= 1e-4 * (1 + np.abs(want)) * max(1, rows) ** 0.5), (rows, cols)
+
+
+def test_two_elementwise_outputs_compile_with_nvcc():
+    cuda = get_target("cuda")
+    if not cuda.can_build():
+        pytest.skip(f"cuda cannot build here: {cuda.missing()}")
+    module, _, _ = build_toy(two_output_row_pass(), cuda)
+    reports = cuda.compile_check(module)
+    assert all(r.ok for r in reports), [r.error for r in reports]
