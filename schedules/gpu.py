@@ -37,6 +37,9 @@ StorageRewrite off because, with it on, TVM 0.27 folded a local scalar computed 
 reduction (RmsNorm's coef) into the shared buffer holding the reduction's result, so every
 thread rewrote the value the others were still reading (seen in the emitted OpenCL).
 
+* ``GpuChannelPass`` (BatchNorm-like: per-channel sums over N and HW, per-channel scalars,
+  elementwise outputs): a kernel of per-channel cross-thread sums, then a kernel of
+  per-channel scalars and outputs, a block per channel in both.
 * ``GpuFallback``: anything else, through TVM dlight's ``gpu.Fallback``.
 
 Tails: every split is guarded (TVM predicates), so any extent works, 0 included.
@@ -238,6 +241,52 @@ class GpuGroupedRowPass(PatternRule):
 
 
 @dataclass(frozen=True)
+class GpuChannelPass(PatternRule):
+    """Knobs: ``threads``. Kernel 1: a block per channel reduces the channel's N*HW
+    elements across its threads, one cross-thread reduction per sum (each the last block
+    under its own thread loop, as TVM needs). Kernel 2: a block per channel computes the
+    channel's scalars (each thread its own copy, from the sums kernel 1 wrote: the kernel
+    boundary is the barrier a sum written by thread 0 needs) and its elementwise outputs,
+    threads striding the fused (N, HW) elements."""
+
+    def knobs(self, target) -> tuple:
+        return (THREADS,)
+
+    def check_knobs(self, knobs: dict, target, shapes=None, func=None) -> str | None:
+        return check_threads(knobs, target)
+
+    def match(self, infos: list[Block]):
+        return patterns.channel_pass(infos)
+
+    def schedule(self, sch, matched, target, knobs):
+        outs, sums, stages = matched
+        threads = int(knobs["threads"])
+        sum_rvs = [sch.get_sblock(b.name) for b in sums]
+        channel = _merge_nests(sch, sum_rvs, 1)[0]
+        sch.bind(channel, "blockIdx.x")
+        for rv in sum_rvs:
+            bind_threads(sch, sch.fuse(*sch.get_loops(rv)[1:]), threads)
+        main = sch.get_sblock(outs[0].name)
+        batch, chan, inner = sch.get_loops(main)
+        sch.reorder(chan, batch)
+        for info in outs[1:]:
+            other = sch.get_sblock(info.name)
+            o_batch, o_chan, o_inner = sch.get_loops(other)
+            sch.reorder(o_chan, o_batch)
+            sch.merge(sch.get_loops(main)[0], sch.get_loops(other)[0])
+            sch.merge(sch.get_loops(main)[1], sch.get_loops(other)[1])
+            sch.merge(sch.get_loops(main)[2], sch.get_loops(other)[2])
+        for info in reversed(stages):
+            sch.compute_at(sch.get_sblock(info.name), sch.get_loops(main)[0])
+        for info in stages:
+            sch.set_scope(sch.get_sblock(info.name), 0, "local")
+        loops = sch.get_loops(main)
+        sch.bind(loops[0], "blockIdx.x")
+        bind_threads(sch, sch.fuse(*loops[1:]), threads)
+        return sch
+
+
+@dataclass(frozen=True)
 class GpuFallback(ScheduleRule):
     """Any function the patterns above do not match: TVM dlight's own GPU fallback, which
     binds each loop nest's fused spatial loops to blocks and threads and runs reductions
@@ -253,4 +302,4 @@ class GpuFallback(ScheduleRule):
             return dlight.gpu.Fallback().apply(func, tvm_target, False)
 
 
-RULES = [GpuRowPass(), GpuGroupedRowPass(), GpuFallback()]
+RULES = [GpuRowPass(), GpuGroupedRowPass(), GpuChannelPass(), GpuFallback()]

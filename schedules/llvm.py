@@ -1,6 +1,6 @@
 """CPU schedules (LLVM): parallel outer loops, fused passes, deterministic reductions.
 
-Two rules matched by stage pattern, and a fallback:
+Three rules matched by stage pattern, and a fallback:
 
 * ``RowPassWithColumnSums``: an elementwise output over (rows, cols) fed by per-row
   reductions/scalars, plus column reductions over the same rows (RmsNorm-like). One
@@ -14,6 +14,8 @@ Two rules matched by stage pattern, and a fallback:
   and column reductions over the first axis of the row reductions (GroupNorm-like). One
   parallel pass over the fused outer axes, then a parallel fixed-order column pass.
 
+* ``ChannelPass``: per-channel sums of an (N, C, HW) input over N and HW, per-channel
+  scalars and elementwise outputs (BatchNorm-like): one parallel pass over the channels.
 * ``Fallback``: anything else (dlight's idea): each loop nest as written, its outer spatial
   loop in parallel; correct for any op, and the reason no op meets ``NoScheduleRule`` here.
 
@@ -219,6 +221,36 @@ class GroupedRowPass(PatternRule):
 
 
 @dataclass(frozen=True)
+class ChannelPass(PatternRule):
+    """Knobs: ``parallel``, ``stream_stores``. One parallel pass over the channels: each
+    channel's sums over N and HW share one loop nest (one read of its data), then its
+    scalars, then its elementwise outputs (a second read, from cache when a channel's
+    N*HW elements fit). Each sum runs in a fixed order: the bits do not depend on threads."""
+
+    def knobs(self, target) -> tuple:
+        return (PARALLEL, STREAM_STORES)
+
+    def knobs_for_shapes(self, target, shapes) -> dict:
+        return size_defaults(shapes)
+
+    def match(self, infos: list[Block]):
+        return patterns.channel_pass(infos)
+
+    def schedule(self, sch, matched, target, knobs):
+        outs, sums, stages = matched
+        sum_rvs = [sch.get_sblock(b.name) for b in sums]
+        channel = _merge_nests(sch, sum_rvs, 3)[0]
+        for info in stages + outs:
+            sch.reverse_compute_at(sch.get_sblock(info.name), channel)
+        _parallel(sch, channel, knobs)
+        for out in outs:
+            _stream(sch, out, knobs)
+        for rv in sum_rvs:   # zero each channel's sums before its N loop, not in the inner loop
+            sch.decompose_reduction(rv, sch.get_loops(rv)[1])
+        return sch
+
+
+@dataclass(frozen=True)
 class Fallback(ScheduleRule):
     """Any function the patterns above do not match (dlight's Fallback, for the CPU): every
     loop nest runs as the TE wrote it, in program order, its outermost spatial loop on the
@@ -245,4 +277,4 @@ class Fallback(ScheduleRule):
         return sch
 
 
-RULES = [RowPassWithColumnSums(), GroupedRowPass(), Fallback()]
+RULES = [RowPassWithColumnSums(), GroupedRowPass(), ChannelPass(), Fallback()]

@@ -6,6 +6,9 @@ they run. One place, so the CPU, GPU and Ascend rules agree on what "RmsNorm-lik
   reductions/scalars over the same rows, and zero or more column sums over all rows of a
   (cols, rows) product (RmsNorm: dx and dgamma; LayerNorm: two column sums; DeepNorm: dx
   and dgx from the same row).
+* ``channel_pass``: reductions of an (N, C, HW) input over N and HW for every channel
+  (BatchNorm-like), per-channel scalars, and elementwise outputs over (N, C, HW); the sums
+  may be outputs themselves.
 * ``grouped_pass``: row reductions over the innermost axis of an (outer..., inner) input,
   per-group stages over the outer axes, an elementwise output sharing them, and column
   sums over the first axis of the row reductions (plus their casts).
@@ -42,6 +45,26 @@ def row_pass(infos: list[Block], need_column_sums: bool = True):
     if (need_column_sums and not column_sums) or len(row_stages) != len(others):
         return None
     return elementwise, column_sums, row_stages
+
+
+def channel_pass(infos: list[Block]):
+    """(outs, channel_sums, channel_stages) of the BatchNorm-like pattern, or None.
+
+    ``outs``: the elementwise outputs over (N, C, HW) (kinds SSS); ``channel_sums``: blocks
+    over C reducing N and HW (kinds SRR, extents (C, N, HW)), outputs or scratch;
+    ``channel_stages``: per-channel scalars (kind S over C).
+    """
+    outs = outputs(infos, "SSS")
+    if not outs:
+        return None
+    n, c, hw = outs[0].extents
+    if not all(all(same_extent(a, e) for a, e in zip(b.extents, (n, c, hw))) for b in outs):
+        return None
+    sums = [b for b in infos if b.kinds == "SRR" and all(same_extent(a, e) for a, e in zip(b.extents, (c, n, hw)))]
+    stages = [b for b in infos if b.kinds == "S" and same_extent(b.extents[0], c)]
+    if not sums or len(outs) + len(sums) + len(stages) != len(infos):
+        return None
+    return outs, sums, stages
 
 
 def grouped_pass(infos: list[Block]):

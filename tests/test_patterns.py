@@ -12,7 +12,8 @@ import pytest
 from opgen import schedules
 from opgen.targets import get_target
 
-from toy_ops import build_toy, run_toy, two_output_row_pass, two_output_row_pass_reference
+from toy_ops import (build_toy, channel_pass, channel_pass_reference, run_toy, two_output_row_pass,
+                     two_output_row_pass_reference)
 
 ROW_RULES = {"llvm": "RowPassWithColumnSums", "cuda": "GpuRowPass", "opencl": "GpuRowPass", "ascend-emu": "RowTiles"}
 
@@ -45,5 +46,40 @@ def test_two_elementwise_outputs_compile_with_nvcc():
     if not cuda.can_build():
         pytest.skip(f"cuda cannot build here: {cuda.missing()}")
     module, _, _ = build_toy(two_output_row_pass(), cuda)
+    reports = cuda.compile_check(module)
+    assert all(r.ok for r in reports), [r.error for r in reports]
+
+
+# ---- per-channel sums over N and HW (BatchNorm's shape) ------------------------------------
+
+CHANNEL_RULES = {"llvm": "ChannelPass", "cuda": "GpuChannelPass", "opencl": "GpuChannelPass"}
+
+
+@pytest.mark.parametrize("target_name", sorted(CHANNEL_RULES))
+def test_per_channel_sums_are_the_channel_pattern(target_name):
+    target = get_target(target_name)
+    assert type(schedules.match(channel_pass(), target)).__name__ == CHANNEL_RULES[target_name]
+
+
+@pytest.mark.parametrize("target_name", ["llvm", "opencl"])
+def test_per_channel_sums_run_correctly(target_name, rng):
+    target = get_target(target_name)
+    if not target.can_run():
+        pytest.skip(f"{target_name} cannot run here: {target.missing()}")
+    built = build_toy(channel_pass(), target)
+    for shape in ((1, 1, 1), (2, 3, 7), (3, 5, 941), (1, 2, 12290), (4, 33, 49), (0, 3, 5), (2, 0, 4), (2, 3, 0)):
+        dy, x = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
+        got = run_toy(target, built, [dy, x], ["float32"] * 3)
+        for out, want in zip(got, channel_pass_reference(dy, x)):
+            assert out.shape == want.shape
+            scale = max(1, shape[0] * shape[2]) ** 0.5
+            assert np.all(np.abs(out - want) <= 1e-5 * scale * (1 + np.abs(want))), shape
+
+
+def test_per_channel_sums_compile_with_nvcc():
+    cuda = get_target("cuda")
+    if not cuda.can_build():
+        pytest.skip(f"cuda cannot build here: {cuda.missing()}")
+    module, _, _ = build_toy(channel_pass(), cuda)
     reports = cuda.compile_check(module)
     assert all(r.ok for r in reports), [r.error for r in reports]

@@ -89,3 +89,30 @@ def run_toy(target, built, inputs: list, output_dtypes: list):
         args += [tvm.runtime.empty(concrete(b), str(b.dtype), dev) for b in params[len(inputs) + n_out:]]
     module[symbol](*args)
     return [a.numpy() for a in args[len(inputs):len(inputs) + n_out]]
+
+
+def channel_pass():
+    """BatchNorm's shape: per-channel sums over N and the spatial axis of x (N, C, HW),
+    per-channel scalars, an elementwise output over (N, C, HW) and the sums as outputs:
+    s1[c] = sum dy; s2[c] = sum dy*x; k[c] = s2[c] / (N*HW); y = dy - x*k[c] - s1[c]/(N*HW).
+    float32 throughout. Returns the PrimFunc (inputs dy, x; outputs y, s1, s2)."""
+    n, c, hw = (te.var(v, "int64") for v in ("n", "c", "hw"))
+    dy = te.placeholder((n, c, hw), "float32", name="dy")
+    x = te.placeholder((n, c, hw), "float32", name="x")
+    bn, bhw = te.reduce_axis((0, n), name="bn"), te.reduce_axis((0, hw), name="bhw")
+    s1 = te.compute((c,), lambda ch: te.sum(dy[bn, ch, bhw], axis=[bn, bhw]), name="chan_s1")
+    bn2, bhw2 = te.reduce_axis((0, n), name="bn2"), te.reduce_axis((0, hw), name="bhw2")
+    s2 = te.compute((c,), lambda ch: te.sum(dy[bn2, ch, bhw2] * x[bn2, ch, bhw2], axis=[bn2, bhw2]),
+                    name="chan_s2")
+    count = (n * hw).astype("float32")
+    k = te.compute((c,), lambda ch: s2[ch] / count, name="chan_k")
+    m = te.compute((c,), lambda ch: s1[ch] / count, name="chan_m")
+    y = te.compute((n, c, hw), lambda i, ch, j: dy[i, ch, j] - x[i, ch, j] * k[ch] - m[ch], name="chan_y")
+    return te.create_prim_func([dy, x, y, s1, s2]).with_attr("global_symbol", "test_channel_pass")
+
+
+def channel_pass_reference(dy, x) -> list:
+    dy, x = dy.astype("float64"), x.astype("float64")
+    count = max(dy.shape[0] * dy.shape[2], 1)
+    s1, s2 = dy.sum(axis=(0, 2)), (dy * x).sum(axis=(0, 2))
+    return [dy - x * (s2 / count)[None, :, None] - (s1 / count)[None, :, None], s1, s2]
