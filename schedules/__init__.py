@@ -82,10 +82,10 @@ class PatternRule(ScheduleRule):
         raise NotImplementedError
 
     def matches(self, func, target) -> bool:
-        return self.match(blocks(s_tir.Schedule(func))) is not None
+        return self.match(blocks(pattern_schedule(func))) is not None
 
     def apply(self, func, target, knobs):
-        sch = s_tir.Schedule(func)
+        sch = pattern_schedule(func)
         matched = self.match(blocks(sch))
         return None if matched is None else self.schedule(sch, matched, target, knobs)
 
@@ -138,6 +138,26 @@ def blocks(sch: s_tir.Schedule) -> list[Block]:
             writes_output=bool(writes - scratch),
         ))
     return result
+
+
+def pattern_schedule(func) -> s_tir.Schedule:
+    """A Schedule of ``func`` as the patterns see it: its elementwise prologues inlined.
+
+    A prologue computes a whole intermediate tensor element by element (no reduction, not
+    an output) at the rank of the op's data (GroupNormSwish's dy after the swish derivative):
+    inlined into its consumers, it leaves the op in the pattern its other stages form. It is
+    then recomputed by each consumer (a few flops per element against a round trip of the
+    tensor through memory). Per-row and per-group scalars have a lower rank: kept."""
+    sch = s_tir.Schedule(func)
+    infos = blocks(sch)
+    data_rank = max((len(b.kinds) for b in infos if b.writes_output), default=0)
+    for info in infos:
+        if not info.writes_output and "R" not in info.kinds and len(info.kinds) == data_rank:
+            try:
+                sch.compute_inline(sch.get_sblock(info.name))
+            except s_tir.schedule.ScheduleError:   # not inlinable: the patterns decide without it
+                pass
+    return sch
 
 
 def same_extent(a, b) -> bool:

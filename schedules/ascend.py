@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from tvm import s_tir
 from tvm.sym.analyzer import Analyzer
 
-from opgen.schedules import Block, Knob, PatternRule, ScheduleRule, blocks, patterns, same_extent
+from opgen.schedules import (Block, Knob, PatternRule, ScheduleRule, blocks, pattern_schedule, patterns,
+                             same_extent)
 from opgen.schedules.ascend_tiling import (CopyAlignmentError, GroupOperands, RowOperands, Tiling,  # noqa: F401
                                            UbBudgetError, plan_groups, plan_rows)
 
@@ -143,7 +144,7 @@ class RowTiles(PatternRule):
         return patterns.row_pass(infos, need_column_sums=False)
 
     def operands(self, func) -> RowOperands:
-        sch = s_tir.Schedule(func)
+        sch = pattern_schedule(func)
         infos = blocks(sch)
         roles = _roles(sch)
         if roles:   # a scheduled function: kernels.hoist_pass_buffers may have made the row
@@ -175,7 +176,7 @@ class RowTiles(PatternRule):
 
     def tiling(self, func, target, knobs: dict, shapes) -> Tiling:
         """The tiling of ``func`` for concrete ``shapes`` (of its leading parameters)."""
-        out = self.match(blocks(s_tir.Schedule(func)))[0][0]
+        out = self.match(blocks(pattern_schedule(func)))[0][0]
         sizes = bind_sizes(func, shapes)
         rows, cols = (_value(e, sizes) for e in out.extents)
         return plan_rows(target.hardware, self.operands(func), rows, cols, knobs)
@@ -202,7 +203,7 @@ class GroupTiles(PatternRule):
         return None if matched is None else (matched[0], *matched[2:])
 
     def operands(self, func) -> GroupOperands:
-        sch = s_tir.Schedule(func)
+        sch = pattern_schedule(func)
         infos = blocks(sch)
         roles = _roles(sch)
         if roles:   # scheduled (and maybe hoisted): the recorded roles, as in RowTiles.operands
@@ -235,7 +236,7 @@ class GroupTiles(PatternRule):
         return _annotate(sch, roles, "groups", knobs)
 
     def tiling(self, func, target, knobs: dict, shapes) -> Tiling:
-        out = self.match(blocks(s_tir.Schedule(func)))[0]
+        out = self.match(blocks(pattern_schedule(func)))[0]
         sizes = bind_sizes(func, shapes)
         n, g, d, hw_elems = (_value(e, sizes) for e in out.extents)
         return plan_groups(target.hardware, self.operands(func), n, g, d, hw_elems, knobs)

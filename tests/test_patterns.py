@@ -3,6 +3,10 @@ real op that needs a pattern lands with its package alone.
 
 * A row pass with two elementwise outputs and two column sums (DeepNorm's shape) is
   matched by the row rule of every target (not the fallback) and is correct everywhere.
+* Per-channel sums over N and HW with per-channel scalars (BatchNorm's shape): the channel
+  rules of the CPU and GPU targets (the AscendC emitter has no printer for it yet).
+* The group pattern behind an elementwise prologue (GroupNormSwish's shape: a sigmoid
+  over the whole data): the prologue is inlined and the group rules take the rest.
 """
 from __future__ import annotations
 
@@ -12,7 +16,8 @@ import pytest
 from opgen import schedules
 from opgen.targets import get_target
 
-from toy_ops import (build_toy, channel_pass, channel_pass_reference, run_toy, two_output_row_pass,
+from toy_ops import (build_toy, channel_pass, channel_pass_reference, group_pass_with_prologue,
+                     group_pass_with_prologue_reference, run_toy, two_output_row_pass,
                      two_output_row_pass_reference)
 
 ROW_RULES = {"llvm": "RowPassWithColumnSums", "cuda": "GpuRowPass", "opencl": "GpuRowPass", "ascend-emu": "RowTiles"}
@@ -83,3 +88,33 @@ def test_per_channel_sums_compile_with_nvcc():
     module, _, _ = build_toy(channel_pass(), cuda)
     reports = cuda.compile_check(module)
     assert all(r.ok for r in reports), [r.error for r in reports]
+
+
+# ---- the group pattern behind an elementwise prologue (GroupNormSwish's shape) -------------
+
+GROUP_RULES = {"llvm": "GroupedRowPass", "cuda": "GpuGroupedRowPass", "opencl": "GpuGroupedRowPass",
+               "ascend-emu": "GroupTiles"}
+
+
+@pytest.mark.parametrize("target_name", sorted(GROUP_RULES))
+def test_a_prologue_before_the_group_pattern_is_inlined_and_matched(target_name):
+    target = get_target(target_name)
+    assert type(schedules.match(group_pass_with_prologue(), target)).__name__ == GROUP_RULES[target_name]
+    names = [b.name for b in schedules.blocks(schedules.pattern_schedule(group_pass_with_prologue()))]
+    assert "pro_p" not in names and {"pro_ds", "pro_db", "pro_y"} <= set(names)
+
+
+@pytest.mark.parametrize("target_name", ["llvm", "opencl", "ascend-emu"])
+def test_a_prologue_before_the_group_pattern_runs_correctly(target_name, rng):
+    target = get_target(target_name)
+    if not target.can_run():
+        pytest.skip(f"{target_name} cannot run here: {target.missing()}")
+    if target_name == "ascend-emu":
+        target = target.for_product("AtlasA2")
+    built = build_toy(group_pass_with_prologue(), target)
+    for shape in ((1, 1, 1, 1), (2, 3, 4, 7), (2, 2, 3, 941), (0, 2, 2, 3), (2, 2, 2, 0)):
+        dy, x = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
+        got = run_toy(target, built, [dy, x], ["float32"] * 2)
+        for out, want in zip(got, group_pass_with_prologue_reference(dy, x)):
+            assert out.shape == want.shape
+            assert np.all(np.abs(out - want) <= 1e-5 * max(1, shape[3]) ** 0.5 * (1 + np.abs(want))), shape

@@ -1,6 +1,7 @@
 """Ops defined only in the tests, to show that schedules and emitters know patterns, not ops."""
 from __future__ import annotations
 
+import numpy as np
 from tvm import te
 
 
@@ -116,3 +117,32 @@ def channel_pass_reference(dy, x) -> list:
     count = max(dy.shape[0] * dy.shape[2], 1)
     s1, s2 = dy.sum(axis=(0, 2)), (dy * x).sum(axis=(0, 2))
     return [dy - x * (s2 / count)[None, :, None] - (s1 / count)[None, :, None], s1, s2]
+
+
+def group_pass_with_prologue():
+    """GroupNorm's shape behind an elementwise prologue (GroupNormSwish's): x, dy (N, G, D,
+    HW); p = dy * sigmoid(x) (the prologue, over the whole data); ds = sum_hw p*x, db =
+    sum_hw p per (n, g, d); c[n, g] = sum_d ds / (D*HW); y = p - x*c[n, g]; s[g, d] = sum_n db.
+    float32. Returns the PrimFunc (inputs dy, x; outputs y, s)."""
+    n, g, d, hw = (te.var(v, "int64") for v in ("n", "g", "d", "hw"))
+    dy = te.placeholder((n, g, d, hw), "float32", name="dy")
+    x = te.placeholder((n, g, d, hw), "float32", name="x")
+    p = te.compute((n, g, d, hw), lambda a, b, c, i: dy[a, b, c, i] * te.sigmoid(x[a, b, c, i]), name="pro_p")
+    k = te.reduce_axis((0, hw), name="k")
+    ds = te.compute((n, g, d), lambda a, b, c: te.sum(p[a, b, c, k] * x[a, b, c, k], axis=k), name="pro_ds")
+    k2 = te.reduce_axis((0, hw), name="k2")
+    db = te.compute((n, g, d), lambda a, b, c: te.sum(p[a, b, c, k2], axis=k2), name="pro_db")
+    e = te.reduce_axis((0, d), name="e")
+    total = te.compute((n, g), lambda a, b: te.sum(ds[a, b, e], axis=e), name="pro_total")
+    cg = te.compute((n, g), lambda a, b: total[a, b] / (d * hw).astype("float32"), name="pro_c")
+    y = te.compute((n, g, d, hw), lambda a, b, c, i: p[a, b, c, i] - x[a, b, c, i] * cg[a, b], name="pro_y")
+    j = te.reduce_axis((0, n), name="j")
+    s = te.compute((g, d), lambda b, c: te.sum(db[j, b, c], axis=j), name="pro_s")
+    return te.create_prim_func([dy, x, y, s]).with_attr("global_symbol", "test_group_prologue")
+
+
+def group_pass_with_prologue_reference(dy, x) -> list:
+    dy, x = dy.astype("float64"), x.astype("float64")
+    p = dy / (1 + np.exp(-x))
+    c = (p * x).sum(axis=(2, 3)) / max(x.shape[2] * x.shape[3], 1)
+    return [p - x * c[:, :, None, None], p.sum(axis=(0, 3))]

@@ -90,7 +90,11 @@ def _final_fn(k: GroupKernel, atomic: bool) -> list[str]:
         acc = f"acc_{name}_t_"
         rows, row = (("1", f"({index} * t_.G + g)") if atomic else
                      ("(t_.mode == MODE_EMPTY ? 0 : t_.N)", f"({index} * t_.tasks + r * t_.G + g)"))
-        out += [f"        Duplicate({acc}, 0.0f, t_.D);",
+        # The previous group's copy-out (MTE3) still reads the accumulator the Duplicate (V)
+        # overwrites: a core with more than one group, and no partial rows in between (N
+        # of 0, an empty HxW) to put a barrier there, raced (the emulation's WAR check).
+        out += ["        PipeBarrier<PIPE_ALL>();",
+                f"        Duplicate({acc}, 0.0f, t_.D);",
                 f"        for (int64_t r = 0; r < {rows}; ++r) {{",
                 "            PipeBarrier<PIPE_ALL>();",
                 f"            DataCopyPad({part}, g_ws_[{row} * t_.ws_pitch], DataCopyExtParams(1, t_.D * 4, 0, 0, 0), "

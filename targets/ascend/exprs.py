@@ -153,8 +153,22 @@ def _binary(op: str, node, ctx: Context) -> Value:
     return Value("tile", dst, temp=True)
 
 
+def _sigmoid(a: Value, node, ctx: Context) -> Value:
+    """1 / (1 + exp(-a)): AscendC's vector unit has no sigmoid instruction; four passes."""
+    if a.kind in ("scalar", "row"):
+        return Value(a.kind, f"(1.0f / (1.0f + expf(-({a.text}))))")
+    if a.kind == "col":
+        raise EmitError(f"sigmoid of a column vector: {node}")
+    dst = a.text if a.temp else ctx.take(node)
+    ctx.lines.extend([f"Muls({dst}, {a.text}, -1.0f, n * P);", f"Exp({dst}, {dst}, n * P);",
+                      f"Adds({dst}, {dst}, 1.0f, n * P);", f"Reciprocal({dst}, {dst}, n * P);"])
+    return Value("tile", dst, temp=True)
+
+
 def _call(node, ctx: Context) -> Value:
     name = node.op.name
+    if name == "tirx.sigmoid" and len(node.args) == 1:
+        return _sigmoid(emit_expr(node.args[0], ctx), node, ctx)
     if name not in VECTOR_UNARY or len(node.args) != 1:
         raise EmitError(f"no AscendC pattern for call {name}")
     a = emit_expr(node.args[0], ctx)
