@@ -124,9 +124,19 @@ def test_translator_expands_a_reduction_into_symbols():
     assert sympy.expand(got - (s("a", (1, 0)) * s("b", (0,)) + s("a", (1, 1)) * s("b", (1,))) / 2) == 0
 
 
+def test_math_intrinsics_translate_exactly():
+    """exp, sigmoid, rsqrt and sqrt have an exact sympy meaning (the new ops' forwards)."""
+    n = te.var("n", "int64")
+    x = te.placeholder((n,), "float32", name="x")
+    out = te.compute((n,), lambda i: te.sigmoid(x[i]) + te.exp(x[i]) * te.rsqrt(x[i]) - tirx.sqrt(x[i]), name="o")
+    got = derive.Translator({"n": 2}).element(out, (1,))
+    v = derive.make_symbol("x", (1,))
+    assert sympy.simplify(got - (1 / (1 + sympy.exp(-v)) + sympy.exp(v) / sympy.sqrt(v) - sympy.sqrt(v))) == 0
+
+
 @pytest.mark.parametrize("body", [
     lambda x, k: te.max(x[k], axis=k),                    # a reducer that is not a sum
-    lambda x, k: tirx.sqrt(x[0]),                         # an intrinsic call
+    lambda x, k: tirx.tanh(x[0]),                         # an intrinsic without an exact translation
     lambda x, k: te.sum(tirx.Max(x[k], tirx.const(0.0, "float32")), axis=k),  # Max node
 ])
 def test_translator_refuses_what_it_does_not_know(body):

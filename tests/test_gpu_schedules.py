@@ -64,7 +64,7 @@ def test_partial_sums_are_workspace_parameters_sized_by_the_knob():
 
 
 def test_gpu_rules_declare_and_check_their_knobs():
-    row_rule, group_rule, _fallback = schedules.rules_of(CUDA)
+    row_rule, group_rule = schedules.rules_of(CUDA)[:2]
     assert schedules.default_knobs(row_rule, CUDA) == {"threads": 256, "partials": 512, "rows_per_block": 0,
                                                        "column_threads": 256}
     assert "unused" in schedules.check_knobs(row_rule, {"rows_per_block": 4, "partials": 16}, CUDA)
