@@ -254,9 +254,11 @@ class ChannelPass(PatternRule):
 class Fallback(ScheduleRule):
     """Any function the patterns above do not match (dlight's Fallback, for the CPU): every
     loop nest runs as the TE wrote it, in program order, its outermost spatial loop on the
-    thread pool. Correct for any op (each nest finishes before the next starts, and a
-    spatial loop's iterations write disjoint elements), not fast: a stage's output goes
-    through memory to the next one. Knob: ``parallel``."""
+    thread pool, each sum zeroed before its reduction loops (a sum over an empty axis is
+    still written: with the init inside, it never ran). Correct for any op (each nest
+    finishes before the next starts, and a spatial loop's iterations write disjoint
+    elements), not fast: a stage's output goes through memory to the next one. Knob:
+    ``parallel``."""
 
     def knobs(self, target) -> tuple:
         return (PARALLEL,)
@@ -269,11 +271,17 @@ class Fallback(ScheduleRule):
 
     def apply(self, func, target, knobs):
         sch = s_tir.Schedule(func)
-        for rv in sch.get_child_blocks(sch.get_sblock("root")):
+        nests = sch.get_child_blocks(sch.get_sblock("root"))
+        for rv in nests:
             loops, block = sch.get_loops(rv), sch.get(rv)
             spatial_first = block.iter_vars and block.iter_vars[0].iter_type == 0
             if loops and spatial_first and knobs.get("parallel", True):
                 sch.parallel(loops[0])
+        for rv in nests:   # zero each sum before its reduction loops: they may run 0 times
+            loops, block = sch.get_loops(rv), sch.get(rv)
+            spatial = sum(1 for iv in block.iter_vars if iv.iter_type == 0)
+            if block.init is not None and spatial < len(loops):
+                sch.decompose_reduction(rv, loops[spatial])
         return sch
 
 

@@ -37,10 +37,21 @@ def column_center():
     return te.create_prim_func([x, y]).with_attr("global_symbol", "toy_column_center")
 
 
+def column_sum():
+    """s[c] = sum_r x[r, c]: a reduction alone, over an axis that may be empty."""
+    rows, cols = te.var("rows", "int64"), te.var("cols", "int64")
+    x = te.placeholder((rows, cols), "float32", name="x")
+    r = te.reduce_axis((0, rows), name="r")
+    s = te.compute((cols,), lambda c: te.sum(x[r, c], axis=r), name="toy_colsum_only")
+    return te.create_prim_func([x, s]).with_attr("global_symbol", "toy_column_sum")
+
+
 def _expected(name: str, x: np.ndarray) -> np.ndarray:
     x64 = x.astype(np.float64)
     if name == "toy_scale_shift":
         return 2 * x64 + 1
+    if name == "toy_column_sum":
+        return x64.sum(axis=0)
     if name == "toy_column_center":
         return x64 - x64.mean(axis=0, keepdims=True) if x64.shape[0] else x64
     e = np.exp(x64 - x64.max(axis=1, keepdims=True))
@@ -49,6 +60,7 @@ def _expected(name: str, x: np.ndarray) -> np.ndarray:
 
 CASES = {"toy_scale_shift": (scale_shift, [(1,), (7,), (941,), (0,)], "float32"),
          "toy_column_center": (column_center, [(1, 1), (7, 33), (33, 7), (0, 5)], "float32"),
+         "toy_column_sum": (column_sum, [(1, 1), (7, 33), (0, 5)], "float32"),
          "test_row_softmax": (row_softmax, [(1, 1), (7, 33), (3, 941)], "float16")}
 
 
@@ -66,7 +78,8 @@ def _run(module, symbol, params, x: np.ndarray, dtype: str, dev) -> np.ndarray:
     for extent, value in zip(params[0].shape, x.shape):
         if isinstance(extent, tvm.tirx.Var):
             sizes[extent.name] = value
-    out = np.full(x.shape, np.nan, dtype)
+    out_shape = [int(sizes[e.name]) if isinstance(e, tvm.tirx.Var) else int(e) for e in params[1].shape]
+    out = np.full(out_shape, np.nan, dtype)
     args = [tvm.runtime.tensor(x, dev), tvm.runtime.tensor(out, dev)]
     for buf in params[2:]:
         shape = [sizes[e.name] if isinstance(e, tvm.tirx.Var) else int(e) for e in buf.shape]
