@@ -118,6 +118,7 @@ class Block:
     reads: frozenset               # names of buffers read
     writes: frozenset              # names of buffers written
     writes_output: bool            # writes a function parameter (not a scratch buffer)
+    order: int = 0                 # position in program order among the root's blocks
 
 
 def blocks(sch: s_tir.Schedule) -> list[Block]:
@@ -125,7 +126,7 @@ def blocks(sch: s_tir.Schedule) -> list[Block]:
     root = sch.get_sblock("root")
     scratch = {buf.name for buf in sch.get(root).alloc_buffers}
     result = []
-    for rv in sch.get_child_blocks(root):
+    for order, rv in enumerate(sch.get_child_blocks(root)):
         blk = sch.get(rv)
         kinds = "".join("R" if iv.iter_type == 2 else "S" for iv in blk.iter_vars)
         writes = frozenset(r.source.name for r in blk.writes)
@@ -136,6 +137,7 @@ def blocks(sch: s_tir.Schedule) -> list[Block]:
             reads=frozenset(r.source.name for r in blk.reads),
             writes=writes,
             writes_output=bool(writes - scratch),
+            order=order,
         ))
     return result
 

@@ -242,7 +242,8 @@ class GpuGroupedRowPass(PatternRule):
 
 @dataclass(frozen=True)
 class GpuChannelPass(PatternRule):
-    """Knobs: ``threads``. Kernel 1: a block per channel reduces the channel's N*HW
+    """Knobs: ``threads``. (The per-channel statistics the sums read are inlined: see
+    patterns.inline_statistics.) Kernel 1: a block per channel reduces the channel's N*HW
     elements across its threads, one cross-thread reduction per sum (each the last block
     under its own thread loop, as TVM needs). Kernel 2: a block per channel computes the
     channel's scalars (each thread its own copy, from the sums kernel 1 wrote: the kernel
@@ -261,6 +262,7 @@ class GpuChannelPass(PatternRule):
     def schedule(self, sch, matched, target, knobs):
         outs, sums, stages = matched
         threads = int(knobs["threads"])
+        stages = patterns.inline_statistics(sch, stages, sums)
         sum_rvs = [sch.get_sblock(b.name) for b in sums]
         channel = _merge_nests(sch, sum_rvs, 1)[0]
         sch.bind(channel, "blockIdx.x")

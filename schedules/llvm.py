@@ -223,9 +223,10 @@ class GroupedRowPass(PatternRule):
 @dataclass(frozen=True)
 class ChannelPass(PatternRule):
     """Knobs: ``parallel``, ``stream_stores``. One parallel pass over the channels: each
-    channel's sums over N and HW share one loop nest (one read of its data), then its
-    scalars, then its elementwise outputs (a second read, from cache when a channel's
-    N*HW elements fit). Each sum runs in a fixed order: the bits do not depend on threads."""
+    channel's sums over N and HW in one loop nest (one read of its data; the statistics
+    they read inlined, see patterns.inline_statistics), its scalars, then its elementwise
+    outputs (a second read, from cache when a channel's N*HW elements fit). Each sum runs
+    in a fixed order: the bits do not depend on threads."""
 
     def knobs(self, target) -> tuple:
         return (PARALLEL, STREAM_STORES)
@@ -238,9 +239,10 @@ class ChannelPass(PatternRule):
 
     def schedule(self, sch, matched, target, knobs):
         outs, sums, stages = matched
+        after = patterns.inline_statistics(sch, stages, sums)
         sum_rvs = [sch.get_sblock(b.name) for b in sums]
         channel = _merge_nests(sch, sum_rvs, 3)[0]
-        for info in stages + outs:
+        for info in after + outs:
             sch.reverse_compute_at(sch.get_sblock(info.name), channel)
         _parallel(sch, channel, knobs)
         for out in outs:

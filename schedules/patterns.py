@@ -52,7 +52,8 @@ def channel_pass(infos: list[Block]):
 
     ``outs``: the elementwise outputs over (N, C, HW) (kinds SSS); ``channel_sums``: blocks
     over C reducing N and HW (kinds SRR, extents (C, N, HW)), outputs or scratch;
-    ``channel_stages``: per-channel scalars (kind S over C).
+    ``channel_stages``: per-channel scalars (kind S over C), in program order: those before
+    the first sum are what the sums read (the statistics), the others read the sums.
     """
     outs = outputs(infos, "SSS")
     if not outs:
@@ -65,6 +66,26 @@ def channel_pass(infos: list[Block]):
     if not sums or len(outs) + len(sums) + len(stages) != len(infos):
         return None
     return outs, sums, stages
+
+
+def split_stages(stages: list[Block], sums: list[Block]) -> tuple[list, list]:
+    """(stages before the first sum in program order: what the sums read; the others)."""
+    first = min(sums, key=lambda b: b.order).order
+    return [b for b in stages if b.order < first], [b for b in stages if b.order > first]
+
+
+def inline_statistics(sch, stages: list[Block], sums: list[Block]) -> list[Block]:
+    """Inline the per-channel stages the sums read (BatchNorm's mean and invstd, chosen by
+    the mode) into their readers; returns the other stages.
+
+    They feed both the sums and the elementwise outputs, and TVM moves a producer under a
+    loop only once all its consumers are there, a consumer only once all its producers are:
+    neither can go first. Inlined, they are per-channel expressions that do not change in
+    a channel's inner loops, which the compiler hoists out of them."""
+    before, after = split_stages(stages, sums)
+    for info in reversed(before):
+        sch.compute_inline(sch.get_sblock(info.name))
+    return after
 
 
 def grouped_pass(infos: list[Block]):

@@ -74,8 +74,9 @@ def test_per_channel_sums_run_correctly(target_name, rng):
     built = build_toy(channel_pass(), target)
     for shape in ((1, 1, 1), (2, 3, 7), (3, 5, 941), (1, 2, 12290), (4, 33, 49), (0, 3, 5), (2, 0, 4), (2, 3, 0)):
         dy, x = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
-        got = run_toy(target, built, [dy, x], ["float32"] * 3)
-        for out, want in zip(got, channel_pass_reference(dy, x)):
+        shift = rng.standard_normal(shape[1]).astype(np.float32)
+        got = run_toy(target, built, [dy, x, shift], ["float32"] * 3)
+        for out, want in zip(got, channel_pass_reference(dy, x, shift)):
             assert out.shape == want.shape
             scale = max(1, shape[0] * shape[2]) ** 0.5
             assert np.all(np.abs(out - want) <= 1e-5 * scale * (1 + np.abs(want))), shape

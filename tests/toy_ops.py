@@ -93,30 +93,34 @@ def run_toy(target, built, inputs: list, output_dtypes: list):
 
 
 def channel_pass():
-    """BatchNorm's shape: per-channel sums over N and the spatial axis of x (N, C, HW),
-    per-channel scalars, an elementwise output over (N, C, HW) and the sums as outputs:
-    s1[c] = sum dy; s2[c] = sum dy*x; k[c] = s2[c] / (N*HW); y = dy - x*k[c] - s1[c]/(N*HW).
-    float32 throughout. Returns the PrimFunc (inputs dy, x; outputs y, s1, s2)."""
+    """BatchNorm's shape: a per-channel stage the sums read (the statistics), per-channel
+    sums over N and the spatial axis of x (N, C, HW), per-channel scalars, an elementwise
+    output over (N, C, HW) and the sums as outputs: sh[c] = 2*shift[c]; s1[c] = sum dy;
+    s2[c] = sum dy*(x - sh[c]); k[c] = s2[c] / (N*HW); y = dy - (x - sh[c])*k[c] - s1[c]/(N*HW).
+    float32 throughout. Returns the PrimFunc (inputs dy, x, shift; outputs y, s1, s2)."""
     n, c, hw = (te.var(v, "int64") for v in ("n", "c", "hw"))
     dy = te.placeholder((n, c, hw), "float32", name="dy")
     x = te.placeholder((n, c, hw), "float32", name="x")
+    shift = te.placeholder((c,), "float32", name="shift")
+    sh = te.compute((c,), lambda ch: shift[ch] * 2.0, name="chan_sh")
     bn, bhw = te.reduce_axis((0, n), name="bn"), te.reduce_axis((0, hw), name="bhw")
     s1 = te.compute((c,), lambda ch: te.sum(dy[bn, ch, bhw], axis=[bn, bhw]), name="chan_s1")
     bn2, bhw2 = te.reduce_axis((0, n), name="bn2"), te.reduce_axis((0, hw), name="bhw2")
-    s2 = te.compute((c,), lambda ch: te.sum(dy[bn2, ch, bhw2] * x[bn2, ch, bhw2], axis=[bn2, bhw2]),
+    s2 = te.compute((c,), lambda ch: te.sum(dy[bn2, ch, bhw2] * (x[bn2, ch, bhw2] - sh[ch]), axis=[bn2, bhw2]),
                     name="chan_s2")
     count = (n * hw).astype("float32")
     k = te.compute((c,), lambda ch: s2[ch] / count, name="chan_k")
     m = te.compute((c,), lambda ch: s1[ch] / count, name="chan_m")
-    y = te.compute((n, c, hw), lambda i, ch, j: dy[i, ch, j] - x[i, ch, j] * k[ch] - m[ch], name="chan_y")
-    return te.create_prim_func([dy, x, y, s1, s2]).with_attr("global_symbol", "test_channel_pass")
+    y = te.compute((n, c, hw), lambda i, ch, j: dy[i, ch, j] - (x[i, ch, j] - sh[ch]) * k[ch] - m[ch],
+                   name="chan_y")
+    return te.create_prim_func([dy, x, shift, y, s1, s2]).with_attr("global_symbol", "test_channel_pass")
 
 
-def channel_pass_reference(dy, x) -> list:
-    dy, x = dy.astype("float64"), x.astype("float64")
+def channel_pass_reference(dy, x, shift) -> list:
+    dy, x, sh = dy.astype("float64"), x.astype("float64"), 2 * shift.astype("float64")[None, :, None]
     count = max(dy.shape[0] * dy.shape[2], 1)
-    s1, s2 = dy.sum(axis=(0, 2)), (dy * x).sum(axis=(0, 2))
-    return [dy - x * (s2 / count)[None, :, None] - (s1 / count)[None, :, None], s1, s2]
+    s1, s2 = dy.sum(axis=(0, 2)), (dy * (x - sh)).sum(axis=(0, 2))
+    return [dy - (x - sh) * (s2 / count)[None, :, None] - (s1 / count)[None, :, None], s1, s2]
 
 
 def group_pass_with_prologue():
