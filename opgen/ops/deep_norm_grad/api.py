@@ -256,6 +256,13 @@ def _rules_shapes() -> tuple:
     )
 
 
+def _kernel_alpha(call) -> float:
+    """The kernel's alpha: the double rounded to float32 as CANN's Float attribute (def l.78), an
+    out-of-range value becoming inf as a C cast does (quietly: it is a valid call)."""
+    with np.errstate(over="ignore"):
+        return float(np.float32(call["alpha"]))
+
+
 def _like(tensors: dict, name: str, dtype=None):
     """(shape, dtype) of an output allocated like input ``name`` (None without it: 161001 follows)."""
     t = tensors[name]
@@ -287,7 +294,7 @@ API = ApiSpec(
     problem=lambda call: Problem(tuple(call["dy"].shape), call["gamma"].ndim, call["alpha"]),
     kernel_shapes=kernel_shapes,
     description="Backward of DeepNorm: dx, dgx, dbeta and dgamma from dy, x, gx, gamma, mean, rstd and alpha.",
-    attribute_inputs={"alpha": lambda call: call["alpha"]},
+    attribute_inputs={"alpha": _kernel_alpha},
     pythonic=Pythonic(allocate={
         "dxOut": lambda t, attrs: _like(t, "dy"),
         "dgxOut": lambda t, attrs: _like(t, "dy"),

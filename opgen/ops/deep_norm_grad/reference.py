@@ -15,8 +15,10 @@ def _f64(a) -> np.ndarray:
 
 
 def kernel_alpha(alpha) -> float:
-    """alpha as CANN's kernel uses it: the double attribute rounded to float32 (def l.78)."""
-    return float(np.float32(alpha))
+    """alpha as CANN's kernel uses it: the double attribute rounded to float32 (def l.78; beyond
+    float32's range, inf)."""
+    with np.errstate(over="ignore"):
+        return float(np.float32(alpha))
 
 
 def deep_norm(x, gx, gamma, beta, alpha: float, eps: float = 1e-6):
@@ -43,17 +45,17 @@ def deep_norm_grad(dy, x, gx, gamma, mean, rstd, alpha: float):
     n = x.ndim - gamma.ndim
     rows = int(np.prod(x.shape[:n], dtype=np.int64))
     cols = int(np.prod(x.shape[n:], dtype=np.int64))
-    dy2, h = dy.reshape(rows, cols), (alpha * x + gx).reshape(rows, cols)
-    g = gamma.reshape(cols)
-    mu, rs = _f64(mean).reshape(rows, 1), _f64(rstd).reshape(rows, 1)
-    h_hat = (h - mu) * rs
-    gdy = dy2 * g
-    with np.errstate(invalid="ignore", divide="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):     # inf and nan inputs propagate, quietly
+        dy2, h = dy.reshape(rows, cols), (alpha * x + gx).reshape(rows, cols)
+        g = gamma.reshape(cols)
+        mu, rs = _f64(mean).reshape(rows, 1), _f64(rstd).reshape(rows, 1)
+        h_hat = (h - mu) * rs
+        gdy = dy2 * g
         m1 = gdy.mean(axis=1, keepdims=True) if cols else np.zeros((rows, 1))
         m2 = (gdy * h_hat).mean(axis=1, keepdims=True) if cols else np.zeros((rows, 1))
-    dh = rs * (gdy - m1 - h_hat * m2)
-    dbeta = dy2.sum(axis=0)
-    dgamma = (dy2 * h_hat).sum(axis=0)
+        dh = rs * (gdy - m1 - h_hat * m2)
+        dbeta = dy2.sum(axis=0)
+        dgamma = (dy2 * h_hat).sum(axis=0)
     return (alpha * dh).reshape(x.shape), dh.reshape(x.shape), dbeta.reshape(gamma.shape), dgamma.reshape(gamma.shape)
 
 
