@@ -45,7 +45,7 @@ from opgen import baselines as B
 from opgen.ops import all_ops, get_op
 from opgen.peers import import_torch
 
-TAGS = ("f32-f32", "bf16-bf16")       # bf16 data; statistics (and RmsNorm's dgamma) stay f32
+DATA_DTYPES = ("f32", "bf16")    # the data dtypes benchmarked: each op's combo with that data dtype
 FIXED_CONTENDERS = ("after-torch", "stream")   # --skip names besides the ops' peers
 TRIAD_FLOATS = 16 << 20                                               # 64 MiB per array
 POLICIES = {"passive": "PASSIVE", "default": None}
@@ -85,12 +85,27 @@ def cases(quick: bool, ops=None, tags=None, shapes=None, tiny: bool = True) -> l
         plan = [(op, op.cases.quick) for op in chosen if op.cases.quick]
     else:
         plan = [(op, s) for op in chosen for s in op.cases.bench]
-    tag_list = tags or (TAGS[:1] if quick else TAGS)
-    has = lambda op, tag: tag in {c.tag for c in op.combos}  # noqa: E731
-    result = [Case(op.name, tag, s) for op, s in plan for tag in tag_list if has(op, tag)]
+    data = DATA_DTYPES[:1] if quick else DATA_DTYPES
+    tags_of = lambda op: [t for t in (tags or benchmarked_tags(op, data)) if t in {c.tag for c in op.combos}]  # noqa: E731
+    result = [Case(op.name, tag, s) for op, s in plan for tag in tags_of(op)]
     if tiny:
-        result += [Case(op.name, TAGS[0], op.cases.tiny, True) for op in chosen if op.cases.tiny and has(op, TAGS[0])]
+        result += [Case(op.name, tag, op.cases.tiny, True) for op in chosen if op.cases.tiny
+                   for tag in benchmarked_tags(op, DATA_DTYPES[:1])]
     return result
+
+
+def benchmarked_tags(op, data_dtypes) -> list[str]:
+    """For each data dtype (the first key tensor's, e.g. ``bf16``), the op's combo that
+    benchmarks it: the uniform one (``bf16-bf16``) when the op has it, else the first
+    documented (``bf16-f32``: statistics kept in float32). Each op's own combos decide, so
+    no tag list names what one op happens to call its combos."""
+    tags = [c.tag for c in op.combos]
+    chosen = []
+    for data in data_dtypes:
+        fits = [t for t in tags if t.split("-")[0] == data]
+        fits.sort(key=lambda t: len(set(t.split("-"))) != 1)      # stable: uniform first
+        chosen += fits[:1]
+    return chosen
 
 
 def measure(contenders: dict, repeats: int, flush=None) -> dict:

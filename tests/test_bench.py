@@ -1,4 +1,4 @@
-"""opgen bench: the case list of issue 10, the row arithmetic, the OMP_WAIT_POLICY rerun, and
+"""opgen bench: the case list (every op's own shapes), the row arithmetic, the OMP_WAIT_POLICY rerun, and
 one real ``--quick`` run through the CLI writing JSON and a PNG (checked as a file)."""
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 
 import opgen
 from opgen import bench
+from opgen.ops import all_ops
 from opgen.cli import main as cli_main
 
 
@@ -19,18 +20,25 @@ def _args(argv):
     return parser.parse_args(argv)
 
 
-def test_full_case_list_is_issue_10s():
+def test_the_case_list_is_every_ops_own_benchmark_shapes_in_f32_and_bf16_data():
     full = bench.cases(quick=False)
     large = [c for c in full if not c.tiny]
-    assert {(c.op, c.shape) for c in large} == (
-        {("rms_norm_grad", s) for s in ("4096x4096", "8192x5120", "16384x1024", "2048x8192")}
-        | {("group_norm_backward", s) for s in ("2,320,64x64,32", "2,640,32x32,32", "2,1280,16x16,32",
-                                                 "8,256,56x56,32", "16,64,112x112,32")})
-    assert len(large) == 18 and {c.tag for c in large} == {"f32-f32", "bf16-bf16"}
-    tiny = {(c.op, c.shape) for c in full if c.tiny}
-    assert tiny == {("group_norm_backward", "1,32,2x2,8"), ("rms_norm_grad", "4x64")}
+    want = {(op.name, s, t) for op in all_ops() for s in op.cases.bench for t in bench.benchmarked_tags(op, ("f32", "bf16"))}
+    assert {(c.op, c.shape, c.tag) for c in large} == want and len(large) == len(want)
+    assert {("rms_norm_grad", s) for s in ("4096x4096", "8192x5120", "16384x1024", "2048x8192")} <= {
+        (c.op, c.shape) for c in large}                         # issue 10's shapes stay
+    assert {(c.op, c.shape) for c in full if c.tiny} == {(op.name, op.cases.tiny) for op in all_ops() if op.cases.tiny}
     quick = bench.cases(quick=True, tiny=False)
-    assert sorted(c.op for c in quick) == ["group_norm_backward", "rms_norm_grad"]
+    assert sorted(c.op for c in quick) == sorted(op.name for op in all_ops() if op.cases.quick)
+    assert all(c.tag.startswith("f32") for c in quick)
+
+
+def test_benchmarked_tags_prefer_the_uniform_combo_and_fall_back_to_the_documented_one():
+    from types import SimpleNamespace as NS
+    op = NS(combos=[NS(tag=t) for t in ("f16-f32", "bf16-f32", "bf16-bf16", "f32-f32")])
+    assert bench.benchmarked_tags(op, ("f32", "bf16")) == ["f32-f32", "bf16-bf16"]
+    op = NS(combos=[NS(tag=t) for t in ("f32-f32", "f16-f32", "bf16-f32")])        # DeepNormGrad's
+    assert bench.benchmarked_tags(op, ("f32", "bf16", "f16")) == ["f32-f32", "bf16-f32", "f16-f32"]
 
 
 def test_records_arithmetic():
@@ -121,6 +129,8 @@ def test_a_failing_case_is_reported_and_the_rest_still_run(monkeypatch):
             raise RuntimeError("kernel failed")
         return {"opgen-numpy": lambda: None}, 1000
     monkeypatch.setattr(bench, "contenders", fake)
-    rows, failures = bench.run(bench.cases(quick=True, tiny=False), repeats=1, progress=False)
-    assert {r.op for r in rows} == {"rms_norm_grad"} and {r.contender for r in rows} == {"opgen-numpy", "triad"}
+    case_list = bench.cases(quick=True, tiny=False)
+    rows, failures = bench.run(case_list, repeats=1, progress=False)
+    assert {r.op for r in rows} == {c.op for c in case_list} - {"group_norm_backward"}
+    assert {r.contender for r in rows} == {"opgen-numpy", "triad"}
     assert failures == ["group_norm_backward f32-f32 2,640,32x32,32: RuntimeError: kernel failed"]

@@ -185,10 +185,6 @@ def test_kernel_empty_tensors(tag, problem, rng):
     assert all(v.size == 0 for v in outputs.values())
 
 
-@pytest.mark.xfail(strict=True, reason="the llvm fallback schedule (schedules/llvm.py Fallback) keeps each "
-                   "reduction's init inside its loop, so a column sum over 0 rows is never written; the API "
-                   "refuses rows = 0 with D > 0 (561002, D4), so no call reaches it. Passes once the row pattern "
-                   "(or a decomposed init in the fallback) schedules this op")
 @pytest.mark.parametrize("tag,problem", _cases(NO_ROWS))
 def test_kernel_no_rows_writes_zero_column_sums(tag, problem, rng):
     """No rows: dbeta and dgamma are zeros (outputs start as nan, so unwritten ones fail)."""
