@@ -35,6 +35,8 @@ uncached, and gets the same status and message it always did.
 """
 from __future__ import annotations
 
+import struct
+
 import ml_dtypes
 import numpy as np
 import tvm_ffi
@@ -258,8 +260,12 @@ def kind_of(obj):
 
 def value_key(value):
     """An attribute's or mask's key: its type next to its value, so that True and 1 (or
-    [True] and [1]) never share a plan: they are equal in Python but not equally valid."""
+    [True] and [1]) never share a plan: they are equal in Python but not equally valid.
+    A float is keyed by its bits: -0.0 and 0.0 are equal but fill different values, and
+    nan, unequal to itself, would miss the cache on every call."""
     kind = type(value)
+    if isinstance(value, float):
+        return kind, struct.pack("<d", value)
     if kind is list or kind is tuple:
         return kind, tuple(value), tuple(map(type, value))
     if kind is acl.aclBoolArray or kind is acl.aclIntArray:

@@ -8,7 +8,8 @@ reads or writes it:
              the kernel cannot read in place (strided, overlapping, not element-aligned;
              inputs copied in, outputs copied back), the fill of a null optional input
              (GroupNorm's gamma) or of a kernel input an attribute gives (ApiSpec.
-             attribute_inputs: DeepNorm's alpha), scratch for an output the mask turned off (computed,
+             attribute_inputs: DeepNorm's alpha) — for a host TVM-FFI kernel a small fill
+             is instead a tensor the plan owns, made once —, scratch for an output the mask turned off (computed,
              never written to the caller), or the kernel's own scratch: the partial sums
              its passes hand to each other. Scratch of a host kernel that fits in
              ARENA_BYTES sits in opgen's per-thread arena instead (see _Arena), so tiny
@@ -73,10 +74,17 @@ class Placement:
     fill: float = 0.0
     reshape: bool = False        # DIRECT: the caller's view differs from the kernel's (shape or dtype)
     in_arena: bool = False       # SCRATCH: in this thread's arena (offset from its aligned start)
+    constant: bool = False       # FILL: a host tensor the plan owns, made once (see _Planner.put)
 
     @property
     def is_slot(self) -> bool:
-        return self.kind in SLOT_KINDS
+        return self.kind in SLOT_KINDS and not self.constant
+
+    @functools.cached_property
+    def constant_tensor(self):
+        """The filled tensor of a constant FILL: made on first use, then shared by every call
+        of the plan on every thread (kernels never write their inputs)."""
+        return tvm_ffi.from_dlpack(np.full(self.shape, self.fill, numpy_dtype(self.dtype)))
 
     @functools.cached_property
     def tvm_shape(self):
@@ -123,7 +131,8 @@ class Plan:
     def binds_directly(self) -> bool:
         """Whether a run only hands memory to the kernel (no staging, no fill, no workspace):
         then a generated binder (opgen.launch) builds the kernel's arguments."""
-        return self.converts_arrays and all(p.kind in (DIRECT, EMPTY) or p.in_arena for p in self.placements)
+        return self.converts_arrays and all(p.kind in (DIRECT, EMPTY) or p.in_arena or p.constant
+                                            for p in self.placements)
 
     @property
     def slots(self) -> tuple:
@@ -144,6 +153,12 @@ class _Planner:
             self.placed[kernel] = Placement(kernel, kind, shape, dtype, param, index, reshape=reshape)
             return
         nbytes = _bytes(shape, dtype)
+        if kind == FILL and self.arena_used is not None and nbytes <= ARENA_BYTES:
+            # a host TVM-FFI kernel reads a fill (a null optional input's constant, an
+            # attribute's value) from a tensor the plan owns: the value is part of the plan's
+            # key, so the call needs no workspace for it and keeps the binder's fast path
+            self.placed[kernel] = Placement(kernel, kind, shape, dtype, param, index, fill=fill, constant=True)
+            return
         if kind == SCRATCH and self.arena_used is not None and self.arena_used + _align(nbytes) <= ARENA_BYTES:
             self.placed[kernel] = Placement(kernel, kind, shape, dtype, param, index, self.arena_used, nbytes,
                                             fill, in_arena=True)
@@ -357,6 +372,9 @@ class Executor:
             if place.in_arena:
                 kernel_args.append(_ARENA.tensor(place))
                 continue
+            if place.constant:
+                kernel_args.append(place.constant_tensor)
+                continue
             tensor = memory.tensor(place)
             if kind == STAGE_IN:
                 memory.stage_in(place, self.host(place), tensor)
@@ -414,6 +432,8 @@ def _recipes(plan: Plan, kinds: tuple) -> list:
                 recipes.append((launch.OBJECT, place.index, kind.for_kernel, place))
         elif place.kind == EMPTY:
             recipes.append((launch.CONSTANT, tvm.runtime.empty(place.shape, place.dtype, plan.device)))
+        elif place.constant:
+            recipes.append((launch.CONSTANT, place.constant_tensor))
         else:
             recipes.append((launch.CONSTANT, _ARENA.tensor(place)))
     return recipes

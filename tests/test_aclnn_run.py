@@ -70,6 +70,29 @@ def test_gn_gamma_absent(rng):
     assert_matches(GN, combo, problem, arrays, args)
 
 
+def test_a_fill_is_a_constant_of_the_plan_so_the_call_needs_no_workspace(rng):
+    """A null gamma on the host: the plan owns its filled tensor, so the call binds directly
+    (opgen.launch's binder), asks for no workspace, and stays correct call after call."""
+    problem, combo = GNProblem(2, 6, 5, 2), GN.combo("f32-f32")
+    for _ in range(2):      # the second call reuses the plan and its constant
+        args, arrays = base_args(GN, problem, combo, rng)
+        args["gamma"] = None
+        status, size, executor = phase_one(GN, args)
+        assert status == 0 and size == 0 and executor.plan.binds_directly
+        fills = [p for p in executor.plan.placements if p.kind == "fill"]
+        assert [(p.kernel, p.constant) for p in fills] == [("gamma", True)] and executor.plan.used_bytes == 0
+        assert aclnn.aclnnGroupNormBackward(None, 0, executor, None) == 0, acl.aclGetRecentErrMsg()
+        arrays["gamma"] = np.ones(6, np.float32)
+        assert_matches(GN, combo, problem, arrays, args)
+
+
+def test_float_attributes_key_plans_by_their_bits():
+    """-0.0 and 0.0 are equal but fill different bits; nan must find its own plan again."""
+    from opgen.binding import value_key
+    assert value_key(0.0) != value_key(-0.0) and value_key(1.5) == value_key(1.5)
+    assert value_key(float("nan")) == value_key(float("nan")) and value_key(1) != value_key(1.0)
+
+
 @pytest.mark.parametrize("problem", [GNProblem(2, 6, 1, 3), GNProblem(2, 6, 4, 6), GNProblem(1, 5, 3, 5)], ids=str)
 def test_gn_hxw_1_and_group_c(problem, rng):
     _run_and_check(GN, problem, "f32-f32", rng)
