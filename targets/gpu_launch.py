@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import tvm
 from tvm import tirx
 
@@ -53,10 +54,39 @@ class _Names:
         return f"v{len(self.vars) - 1}"
 
 
+def _float32(value: float) -> float:
+    """``value`` rounded to float32, as the host code TVM would run computes it."""
+    with np.errstate(over="ignore"):
+        return float(np.float32(value))
+
+
+_NAMESPACE = {"min": min, "max": max, "f32": _float32}
+
+
+def _is_float(expr) -> bool:
+    return tvm.DataType(expr.ty.dtype).type_code in (tvm.DataTypeCode.FLOAT, tvm.DataTypeCode.BFLOAT)
+
+
+def _float_result(expr, code: str) -> str:
+    """A float32 expression's Python code, rounded after each operation (binary64 then
+    binary32 rounding of +, -, *, / of float32 operands is float32 arithmetic, exactly)."""
+    return f"f32({code})" if str(expr.ty.dtype) == "float32" else code
+
+
 def python_expr(expr, names: _Names) -> str:
-    """Python source computing an integer PrimExpr from the named variables."""
+    """Python source computing a PrimExpr of the launch (an integer size, or a float scalar
+    argument the host hoisted out of a kernel, e.g. ``1.0 / cols``) from the named variables."""
     if isinstance(expr, (tirx.IntImm, int)):
         return str(int(expr))
+    if isinstance(expr, tirx.FloatImm):
+        return _float_result(expr, repr(float(expr.value)))
+    if isinstance(expr, tirx.Cast) and _is_float(expr):
+        return _float_result(expr, f"float({python_expr(expr.value, names)})")
+    if isinstance(expr, tirx.Cast) and _is_float(expr.value):
+        return f"int({python_expr(expr.value, names)})"            # C's conversion truncates
+    if isinstance(expr, (tirx.Div, tirx.Add, tirx.Sub, tirx.Mul)) and _is_float(expr):
+        op = {tirx.Div: "/", tirx.Add: "+", tirx.Sub: "-", tirx.Mul: "*"}[type(expr)]
+        return _float_result(expr, f"({python_expr(expr.a, names)} {op} {python_expr(expr.b, names)})")
     if isinstance(expr, tirx.Var):
         name = names.name(expr)
         if name is None:
@@ -98,12 +128,14 @@ class LaunchPlan:
         """Values of every name the launches use, given each parameter's shape."""
         env = {name: int(shapes[index][axis]) for name, index, axis in self.shape_vars}
         for name, code in self.binds:
-            env[name] = eval(code, {"min": min, "max": max}, {"e": env})  # noqa: S307 (our own generated code)
+            env[name] = eval(code, _NAMESPACE, {"e": env})  # noqa: S307 (our own generated code)
         return env
 
     @staticmethod
-    def evaluate(code: str, env: dict) -> int:
-        return int(eval(code, {"min": min, "max": max}, {"e": env}))  # noqa: S307
+    def evaluate(code: str, env: dict):
+        """An int (a size, an index) or a float (a hoisted float scalar argument)."""
+        value = eval(code, _NAMESPACE, {"e": env})  # noqa: S307
+        return value if isinstance(value, float) else int(value)
 
 
 def _statements(stmt) -> list:
@@ -175,9 +207,6 @@ def launch_plan(split_mod, symbol: str) -> LaunchPlan:
     for buf in host.params:
         # Buffers that declare an element offset (any-alignment parameters): the module
         # hands each kernel a buffer starting at the tensor's first element, so it is 0.
-        if isinstance(buf.elem_offset, tirx.Var) and names.name(buf.elem_offset) is None:
-            binds.append((names.add(buf.elem_offset), "0"))
-    for buf in host.params:   # buffers are handed over from their first element: offset 0
         if isinstance(buf.elem_offset, tirx.Var) and names.name(buf.elem_offset) is None:
             binds.append((names.add(buf.elem_offset), "0"))
     for stmt in _statements(host.body):

@@ -197,3 +197,19 @@ def test_launch_expressions_compile_to_python():
     env = plan.environment([(3, 1000)])
     assert plan.evaluate(code, env) == 4 * 3
     assert plan.evaluate(code, plan.environment([(0, 0)])) == 0
+
+
+def test_a_float_scalar_the_host_hoisted_is_computed_in_float32():
+    """``1.0 / cols`` hoisted out of a kernel (TVM's host code passes it as an argument):
+    float32 arithmetic, as TVM's own host code would do it, and truncation back to int."""
+    rows, cols = tvm.tirx.Var("rows", "int64"), tvm.tirx.Var("cols", "int64")
+    names = _Names()
+    plan = LaunchPlan((), ((names.add(rows), 0, 0), (names.add(cols), 0, 1)), ())
+    inverse = tvm.tirx.Div(tvm.tirx.const(1.0, "float32"), cols.astype("float32"))
+    env = plan.environment([(3, 7)])
+    value = plan.evaluate(python_expr(inverse, names), env)
+    assert isinstance(value, float) and value == float(np.float32(1) / np.float32(7)) and value != 1 / 7
+    third = tvm.tirx.Mul(inverse, tvm.tirx.const(3.0, "float32")).astype("int32")
+    assert plan.evaluate(python_expr(third, names), env) == 0
+    wide = tvm.tirx.Div(tvm.tirx.const(1.0, "float64"), cols.astype("float64"))
+    assert plan.evaluate(python_expr(wide, names), env) == 1 / 7
