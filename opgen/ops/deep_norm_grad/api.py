@@ -1,7 +1,7 @@
 """aclnnDeepNormGrad: the aclnn face: parameters in the document's order, rules with their status
 codes and example violations, how a call maps onto the kernel.
 
-Sources (docs/specs/aclnnDeepNormGrad.md, the digest; docs/validation/aclnnDeepNormGrad.md, the
+Sources (docs/specs/aclnnDeepNormGrad.md, the digest; docs/validation-vs-cann.md "aclnnDeepNormGrad", the
 decisions): "doc" is hicann/ops-nn norm/deep_norm_grad/docs/aclnnDeepNormGrad.md, "t22" and
 "t35" its arch22 (Atlas A2/A3/inference) and arch35 (Ascend 950) tilings, "def" the op
 definition, at ops-nn e5c3fa9327ea. The aclnn layer is generated from the def, so nulls are
