@@ -16,7 +16,8 @@ import opgen
 from opgen import acl, aclnn, derive, kernels
 from opgen.apispec import Call
 from opgen.ops import get_op
-from opgen.ops.batch_norm_backward import Problem
+from opgen.dtypes import numpy_dtype
+from opgen.ops.batch_norm_backward import Problem, kernel_shapes
 from opgen.ops.batch_norm_backward import reference as ref
 from opgen.ops.batch_norm_backward.api import tagged
 from opgen.targets import get_target
@@ -135,11 +136,18 @@ EMPTY = [pytest.param((0, 4, 5), marks=FALLBACK_INIT, id="N0"), pytest.param((2,
 @pytest.mark.parametrize("shape", EMPTY)
 @pytest.mark.parametrize("combo", [BN.combo(t) for t in UNIFORM], ids=lambda c: c.tag)
 def test_kernel_empty_tensors(combo, shape, rng):
-    """The kernel over no elements per channel: dweight and dbias must be zeros (outputs
-    start as nan: an unwritten one fails)."""
+    """The kernel over no elements per channel: dweight and dbias must be zeros. Outputs and the
+    kernel's scratch (its partial sums) start as nan, so nothing unwritten can pass by luck."""
     problem = Problem(shape)
-    comparisons, outputs = run_and_compare(kernels.get_kernel(BN, combo, "llvm"), problem, rng)
-    _assert_all_pass(comparisons, f"{combo.tag} {shape}")
+    kernel = kernels.get_kernel(BN, combo, "llvm")
+    arrays = BN.random_inputs(problem, combo, rng)
+    reference = BN.reference(problem, arrays)
+    outputs = {n: np.full(reference[n].shape, np.nan, numpy_dtype(combo[n])) for n in BN.outputs}
+    args = BN.kernel_args(problem, {**arrays, **outputs})
+    scratch = kernel.scratch_shapes(kernel_shapes(problem))
+    args.update({b.name: np.full(scratch[b.name], np.nan, b.dtype) for b in kernel.scratch})
+    kernel(args)
+    _assert_all_pass(compare_outputs(BN, combo, outputs, reference), f"{combo.tag} {shape}")
     for name in ("dweight", "dbias"):
         np.testing.assert_array_equal(outputs[name].astype(np.float32), np.zeros(problem.C, np.float32))
 
@@ -235,7 +243,9 @@ def _every_product_combo():
 
 @pytest.mark.parametrize("prod,tag,training", list(_every_product_combo()))
 def test_aclnn_every_combo_of_every_product(prod, tag, training, rng):
-    _run(Problem((2, 3, 4, 5), training, 1e-3), tag, rng, prod=prod)
+    """32768 elements: the size from which the CPU schedules run parallel, so these calls reuse
+    the kernels test_kernel_matches_reference built (smaller ones get a serial build each)."""
+    _run(Problem((4, 8, 32, 32), training, 1e-3), tag, rng, prod=prod)
 
 
 @pytest.mark.parametrize("shape", [(5, 3), (2, 3, 4), (2, 3, 2, 2), (2, 3, 1, 2, 2), (2, 3, 1, 1, 2, 2), (1, 3, 2, 1, 1, 2, 2),
@@ -646,6 +656,17 @@ def test_pythonic_function(rng):
                                    EPS)
     _assert_all_pass(compare_outputs(BN, BN.combo("f16-f32"), {"dx": dx, "dweight": dweight, "dbias": dbias},
                                      dict(zip(BN.outputs, want))), "pythonic")
+    bf16 = {k: v.astype(BF16) for k, v in a.items()}
+    _, dweight, dbias = opgen.batch_norm_backward(bf16["dy"], bf16["x"], bf16["weight"], save_mean=bf16["save_mean"],
+                                                  save_invstd=bf16["save_invstd"])
+    assert dweight.dtype == dbias.dtype == np.float32            # float32 unless asked otherwise
+    _, dweight, _ = opgen.batch_norm_backward(bf16["dy"], bf16["x"], bf16["weight"], save_mean=bf16["save_mean"],
+                                              save_invstd=bf16["save_invstd"], grad_weight=np.zeros(3, BF16),
+                                              grad_bias=np.zeros(3, BF16))
+    assert dweight.dtype == BF16
+    with pytest.raises(opgen.AclnnError) as info:          # B13: gradWeight and gradBias alike
+        opgen.batch_norm_backward(bf16["dy"], bf16["x"], bf16["weight"], grad_weight=np.zeros(3, BF16))
+    assert info.value.status == 161002 and "gradBias has dtype float32" in info.value.message
     gi, gw, gb = opgen.batch_norm_backward(a["dy"], a["x"], None, a["running_mean"], a["running_var"], training=False,
                                            eps=1e-3, output_mask=(False, True, False))
     assert gi is None and gb is None and gw.dtype == np.float32

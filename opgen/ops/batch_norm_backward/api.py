@@ -229,13 +229,15 @@ def _problem(call) -> Problem:
 
 
 def _per_channel_output(tensors: dict, attrs: dict):
-    """gradWeight/gradBias: (C,) of input's channel axis, in weight's dtype (float32 without weight)."""
-    x, weight = tensors["input"], tensors["weight"]
+    """gradWeight/gradBias: (C,) of input's channel axis, in float32: every row of every product
+    allows it (doc l.287: float32 or weight's dtype), the kernel sums in float32, and so it is
+    the most accurate answer (as RmsNormGrad's dgamma). Pass grad_weight/grad_bias for another."""
+    x = tensors["input"]
     if x is None:
         return None
     last = getattr(x, "format", "ND") in C.CHANNEL_LAST and x.ndim in (4, 5)
     c = x.shape[-1] if last else (x.shape[1] if x.ndim >= 2 else 0)
-    return (c,), (weight.dtype if weight is not None else "float32")
+    return (c,), "float32"
 
 
 _DT = "FLOAT32, FLOAT16, BFLOAT16"
@@ -261,8 +263,8 @@ API = ApiSpec(
               "(null: 161001)."),
         Param("gradInput", OUTPUT, "The gradient of input: gradOut's shape, dtype and format; may be null when "
               "outputMask[0] is false.", "dx", _DT, "2-8", mask_bit=0),
-        Param("gradWeight", OUTPUT, "The gradient of weight: (C,), weight's dtype or float32; may be null when "
-              "outputMask[1] is false.", "dweight", _DT, "1", mask_bit=1),
+        Param("gradWeight", OUTPUT, "The gradient of weight: (C,), weight's dtype or float32 (the Pythonic "
+              "function's default); may be null when outputMask[1] is false.", "dweight", _DT, "1", mask_bit=1),
         Param("gradBias", OUTPUT, "The gradient of the bias: (C,), gradWeight's dtype; may be null when "
               "outputMask[2] is false.", "dbias", _DT, "1", mask_bit=2),
     ),
