@@ -43,7 +43,7 @@ from opgen import acl, launch
 from opgen.apispec import ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_RUNTIME_ERROR, ArgError
 from opgen.dtypes import numpy_dtype
 from opgen.binding import NotReadable
-from opgen.memory import ALIGNMENT, is_host, tensor_view
+from opgen.memory import ALIGNMENT, host_tensor, is_host, tensor_view
 from opgen.tensorarg import describe
 
 DIRECT, EMPTY, STAGE_IN, STAGE_OUT, FILL, SCRATCH = "direct", "empty", "in", "out", "fill", "scratch"
@@ -84,7 +84,7 @@ class Placement:
     def constant_tensor(self):
         """The filled tensor of a constant FILL: made on first use, then shared by every call
         of the plan on every thread (kernels never write their inputs)."""
-        return tvm_ffi.from_dlpack(np.full(self.shape, self.fill, numpy_dtype(self.dtype)))
+        return host_tensor(np.full(self.shape, self.fill, numpy_dtype(self.dtype)))
 
     @functools.cached_property
     def tvm_shape(self):

@@ -1,12 +1,14 @@
 """Running the generated aclnn functions: results, layouts, edge cases, executors, threads."""
 from __future__ import annotations
 
+import gc
 import threading
 
 import numpy as np
 import pytest
 
 from opgen import acl, aclnn
+from opgen.dtypes import numpy_dtype
 from opgen.ops import get_op
 from opgen.ops.group_norm_backward import Problem as GNProblem
 from opgen.ops.rms_norm_grad import Problem as RMSProblem
@@ -70,11 +72,13 @@ def test_gn_gamma_absent(rng):
     assert_matches(GN, combo, problem, arrays, args)
 
 
-def test_a_fill_is_a_constant_of_the_plan_so_the_call_needs_no_workspace(rng):
+@pytest.mark.parametrize("tag", ["f32-f32", "bf16-bf16"])
+def test_a_fill_is_a_constant_of_the_plan_so_the_call_needs_no_workspace(tag, rng):
     """A null gamma on the host: the plan owns its filled tensor, so the call binds directly
-    (opgen.launch's binder), asks for no workspace, and stays correct call after call."""
-    problem, combo = GNProblem(2, 6, 5, 2), GN.combo("f32-f32")
-    for _ in range(2):      # the second call reuses the plan and its constant
+    (opgen.launch's binder), asks for no workspace, and stays correct call after call
+    (bfloat16 too, which numpy cannot hand over by DLPack)."""
+    problem, combo = GNProblem(2, 6, 5, 2), GN.combo(tag)
+    for _ in range(3):      # later calls reuse the plan and its constant
         args, arrays = base_args(GN, problem, combo, rng)
         args["gamma"] = None
         status, size, executor = phase_one(GN, args)
@@ -82,8 +86,9 @@ def test_a_fill_is_a_constant_of_the_plan_so_the_call_needs_no_workspace(rng):
         fills = [p for p in executor.plan.placements if p.kind == "fill"]
         assert [(p.kernel, p.constant) for p in fills] == [("gamma", True)] and executor.plan.used_bytes == 0
         assert aclnn.aclnnGroupNormBackward(None, 0, executor, None) == 0, acl.aclGetRecentErrMsg()
-        arrays["gamma"] = np.ones(6, np.float32)
+        arrays["gamma"] = np.ones(6, numpy_dtype(combo["gamma"]))
         assert_matches(GN, combo, problem, arrays, args)
+        gc.collect()         # the constant outlives any temporary of the first call
 
 
 def test_float_attributes_key_plans_by_their_bits():
