@@ -245,10 +245,14 @@ class GpuChannelPass(PatternRule):
     """Knobs: ``threads``. (The per-channel statistics the sums read are inlined: see
     patterns.inline_statistics.) Kernel 1: a block per channel reduces the channel's N*HW
     elements across its threads, one cross-thread reduction per sum (each the last block
-    under its own thread loop, as TVM needs). Kernel 2: a block per channel computes the
-    channel's scalars (each thread its own copy, from the sums kernel 1 wrote: the kernel
-    boundary is the barrier a sum written by thread 0 needs) and its elementwise outputs,
-    threads striding the fused (N, HW) elements."""
+    under its own thread loop, as TVM needs). Kernel 2: a thread per channel computes the
+    per-channel stages that read the sums, into global memory (the kernel boundary is the
+    barrier a sum written by thread 0 needs). Kernel 3: a block per channel writes its
+    elementwise outputs, threads striding the fused (N, HW) elements.
+
+    Why the stages get their own kernel: some are outputs (BatchNorm's dweight, dbias),
+    which must be written by one thread, not by every thread of kernel 3's block (a race,
+    even with equal values); the outputs kernel reads C values of them, from the cache."""
 
     def knobs(self, target) -> tuple:
         return (THREADS,)
@@ -262,12 +266,20 @@ class GpuChannelPass(PatternRule):
     def schedule(self, sch, matched, target, knobs):
         outs, sums, stages = matched
         threads = int(knobs["threads"])
-        stages = patterns.inline_statistics(sch, stages, sums)
+        after, input_outputs = patterns.inline_statistics(sch, stages, sums)
+        stages = sorted(after + input_outputs, key=lambda b: b.order)
         sum_rvs = [sch.get_sblock(b.name) for b in sums]
         channel = _merge_nests(sch, sum_rvs, 1)[0]
         sch.bind(channel, "blockIdx.x")
         for rv in sum_rvs:
             bind_threads(sch, sch.fuse(*sch.get_loops(rv)[1:]), threads)
+        if stages:
+            stage_rvs = [sch.get_sblock(b.name) for b in stages]
+            bind_blocks_and_threads(sch, _merge_nests(sch, stage_rvs, 1)[0], threads)
+            read_by_outputs = set().union(*(b.reads for b in outs))
+            for info, rv in zip(stages, stage_rvs):   # read only by stages: the thread's registers
+                if not info.writes_output and not info.writes & read_by_outputs:
+                    sch.set_scope(rv, 0, "local")
         main = sch.get_sblock(outs[0].name)
         batch, chan, inner = sch.get_loops(main)
         sch.reorder(chan, batch)
@@ -278,10 +290,6 @@ class GpuChannelPass(PatternRule):
             sch.merge(sch.get_loops(main)[0], sch.get_loops(other)[0])
             sch.merge(sch.get_loops(main)[1], sch.get_loops(other)[1])
             sch.merge(sch.get_loops(main)[2], sch.get_loops(other)[2])
-        for info in reversed(stages):
-            sch.compute_at(sch.get_sblock(info.name), sch.get_loops(main)[0])
-        for info in stages:
-            sch.set_scope(sch.get_sblock(info.name), 0, "local")
         loops = sch.get_loops(main)
         sch.bind(loops[0], "blockIdx.x")
         bind_threads(sch, sch.fuse(*loops[1:]), threads)

@@ -52,8 +52,8 @@ def channel_pass(infos: list[Block]):
 
     ``outs``: the elementwise outputs over (N, C, HW) (kinds SSS); ``channel_sums``: blocks
     over C reducing N and HW (kinds SRR, extents (C, N, HW)), outputs or scratch;
-    ``channel_stages``: per-channel scalars (kind S over C), in program order: those before
-    the first sum are what the sums read (the statistics), the others read the sums.
+    ``channel_stages``: per-channel scalars (kind S over C), in program order: those the
+    sums read (the statistics, see split_stages) and those that read the sums.
     """
     outs = outputs(infos, "SSS")
     if not outs:
@@ -65,27 +65,55 @@ def channel_pass(infos: list[Block]):
     stages = [b for b in infos if b.kinds == "S" and same_extent(b.extents[0], c)]
     if not sums or len(outs) + len(sums) + len(stages) != len(infos):
         return None
+    statistics, _ = split_stages(stages, sums)
+    sum_buffers = set().union(*(b.writes for b in sums))
+    if any(b.reads & sum_buffers or b.writes_output for b in statistics):
+        return None        # a stage both before and after the sums: not one pass
     return outs, sums, stages
 
 
 def split_stages(stages: list[Block], sums: list[Block]) -> tuple[list, list]:
-    """(stages before the first sum in program order: what the sums read; the others)."""
-    first = min(sums, key=lambda b: b.order).order
-    return [b for b in stages if b.order < first], [b for b in stages if b.order > first]
+    """(the stages the sums read, directly or through other stages: the statistics; the
+    others), each in program order. By data flow, not program order: TE may place a
+    statistic after a sum it feeds (BatchNorm's mean after the sum of dy)."""
+    writer = {name: b for b in stages for name in b.writes}
+    needed, frontier = set(), set().union(*(b.reads for b in sums))
+    while frontier:
+        stage = writer.get(frontier.pop())
+        if stage is not None and stage.name not in needed:
+            needed.add(stage.name)
+            frontier |= stage.reads
+    return [b for b in stages if b.name in needed], [b for b in stages if b.name not in needed]
 
 
-def inline_statistics(sch, stages: list[Block], sums: list[Block]) -> list[Block]:
-    """Inline the per-channel stages the sums read (BatchNorm's mean and invstd, chosen by
-    the mode) into their readers; returns the other stages.
+def reads_sums(stages: list[Block], sums: list[Block]) -> set:
+    """Names of the stages that read a sum, directly or through other stages."""
+    produced, dependent = set().union(*(b.writes for b in sums)), set()
+    for b in sorted(stages, key=lambda b: b.order):      # program order: producers first
+        if b.reads & produced:
+            dependent.add(b.name)
+            produced |= b.writes
+    return dependent
 
-    They feed both the sums and the elementwise outputs, and TVM moves a producer under a
-    loop only once all its consumers are there, a consumer only once all its producers are:
-    neither can go first. Inlined, they are per-channel expressions that do not change in
-    a channel's inner loops, which the compiler hoists out of them."""
-    before, after = split_stages(stages, sums)
-    for info in reversed(before):
+
+def inline_statistics(sch, stages: list[Block], sums: list[Block]) -> tuple[list, list]:
+    """Inline the per-channel stages that read no sum (BatchNorm's mean and invstd, chosen
+    by the mode, and scale = weight * invstd) into their readers; returns (the stages that
+    read the sums, the stages that read none but are outputs, which cannot be inlined).
+
+    The statistics feed both the sums and the elementwise outputs, and TVM moves a
+    producer under a loop only once all its consumers are there, a consumer only once all
+    its producers are: neither can go first. A stage that reads no sum has no producer
+    under the channel loop either, so reverse_compute_at would compute all C channels in
+    every iteration (measured: TVM 0.27 gave it the full range, and dx with it). Inlined,
+    they are per-channel expressions that do not change in a channel's inner loops, which
+    the compiler hoists out of them."""
+    dependent = reads_sums(stages, sums)
+    inlined = [b for b in stages if b.name not in dependent and not b.writes_output]
+    for info in reversed(inlined):
         sch.compute_inline(sch.get_sblock(info.name))
-    return after
+    return ([b for b in stages if b.name in dependent],
+            [b for b in stages if b.name not in dependent and b.writes_output])
 
 
 def grouped_pass(infos: list[Block]):

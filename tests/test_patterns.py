@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 
 from opgen import schedules
+from opgen.schedules import patterns
 from opgen.targets import get_target
 
-from toy_ops import (build_toy, channel_pass, channel_pass_reference, group_pass_with_prologue,
+from toy_ops import (build_toy, channel_pass, channel_pass_reference, channel_pass_with_output_stages,
+                     channel_pass_with_output_stages_reference, group_pass_with_prologue,
                      group_pass_with_prologue_reference, run_toy, two_output_row_pass,
                      two_output_row_pass_reference)
 
@@ -87,6 +89,47 @@ def test_per_channel_sums_compile_with_nvcc():
     if not cuda.can_build():
         pytest.skip(f"cuda cannot build here: {cuda.missing()}")
     module, _, _ = build_toy(channel_pass(), cuda)
+    reports = cuda.compile_check(module)
+    assert all(r.ok for r in reports), [r.error for r in reports]
+
+
+def test_statistics_are_found_by_data_flow_not_program_order():
+    """The toy's statistic sits after a sum in program order, as BatchNorm's TE puts it; a
+    stage of inputs alone follows the sums; the per-channel outputs are stages of the sums."""
+    infos = schedules.blocks(schedules.pattern_schedule(channel_pass_with_output_stages()))
+    order = [b.name for b in infos]
+    assert order.index("cho_s1") < order.index("cho_sh") < order.index("cho_s2")
+    outs, sums, stages = patterns.channel_pass(infos)
+    statistics, after = patterns.split_stages(stages, sums)
+    assert [b.name for b in statistics] == ["cho_sh"]
+    assert patterns.reads_sums(stages, sums) == {"cho_m", "cho_g", "cho_b"}
+
+
+@pytest.mark.parametrize("target_name", ["llvm", "opencl"])
+def test_per_channel_output_stages_run_correctly(target_name, rng):
+    """Every channel's stages once (a stage of inputs alone under the channel loop had TVM
+    compute all C channels in every iteration, dx with them: wrong under threads), and
+    per-channel outputs written by one thread each on GPUs."""
+    target = get_target(target_name)
+    if not target.can_run():
+        pytest.skip(f"{target_name} cannot run here: {target.missing()}")
+    assert type(schedules.match(channel_pass_with_output_stages(), target)).__name__ == CHANNEL_RULES[target_name]
+    built = build_toy(channel_pass_with_output_stages(), target)
+    for shape in ((1, 1, 1), (7, 33, 1), (2, 3, 7), (3, 5, 941), (4, 33, 49), (0, 3, 5), (2, 0, 4), (2, 3, 0)):
+        dy, x = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
+        shift = rng.standard_normal(shape[1]).astype(np.float32)
+        got = run_toy(target, built, [dy, x, shift], ["float32"] * 3)
+        for out, want in zip(got, channel_pass_with_output_stages_reference(dy, x, shift)):
+            assert out.shape == want.shape
+            scale = max(1, shape[0] * shape[2]) ** 0.5
+            assert np.all(np.abs(out - want) <= 1e-5 * scale * (1 + np.abs(want))), shape
+
+
+def test_per_channel_output_stages_compile_with_nvcc():
+    cuda = get_target("cuda")
+    if not cuda.can_build():
+        pytest.skip(f"cuda cannot build here: {cuda.missing()}")
+    module, _, _ = build_toy(channel_pass_with_output_stages(), cuda)
     reports = cuda.compile_check(module)
     assert all(r.ok for r in reports), [r.error for r in reports]
 

@@ -150,3 +150,39 @@ def group_pass_with_prologue_reference(dy, x) -> list:
     p = dy / (1 + np.exp(-x))
     c = (p * x).sum(axis=(2, 3)) / max(x.shape[2] * x.shape[3], 1)
     return [p - x * c[:, :, None, None], p.sum(axis=(0, 3))]
+
+
+def channel_pass_with_output_stages():
+    """BatchNorm's shape as its TE orders it: the statistic the sums read (sh) placed after
+    the first sum in program order, a stage of inputs alone read after the sums (inv),
+    and per-channel outputs that are stages of the sums (g = s2 * inv, b = s1), not the sums
+    themselves: sh[c] = 2*shift[c]; inv[c] = 1/(1 + shift[c]^2); s1 = sum dy;
+    s2 = sum dy*(x - sh); y = (dy - s1/(N*HW) - (x - sh)*s2/(N*HW)) * inv; g = s2*inv; b = s1.
+    Returns the PrimFunc (inputs dy, x, shift; outputs y, g, b)."""
+    n, c, hw = (te.var(v, "int64") for v in ("n", "c", "hw"))
+    dy = te.placeholder((n, c, hw), "float32", name="dy")
+    x = te.placeholder((n, c, hw), "float32", name="x")
+    shift = te.placeholder((c,), "float32", name="shift")
+    bn, bhw = te.reduce_axis((0, n), name="bn"), te.reduce_axis((0, hw), name="bhw")
+    s1 = te.compute((c,), lambda ch: te.sum(dy[bn, ch, bhw], axis=[bn, bhw]), name="cho_s1")
+    count = (n * hw).astype("float32")
+    m = te.compute((c,), lambda ch: s1[ch] / count, name="cho_m")
+    sh = te.compute((c,), lambda ch: shift[ch] * 2.0, name="cho_sh")
+    bn2, bhw2 = te.reduce_axis((0, n), name="bn2"), te.reduce_axis((0, hw), name="bhw2")
+    s2 = te.compute((c,), lambda ch: te.sum(dy[bn2, ch, bhw2] * (x[bn2, ch, bhw2] - sh[ch]), axis=[bn2, bhw2]),
+                    name="cho_s2")
+    inv = te.compute((c,), lambda ch: 1.0 / (1.0 + shift[ch] * shift[ch]), name="cho_inv")
+    y = te.compute((n, c, hw), lambda i, ch, j: (dy[i, ch, j] - m[ch] - (x[i, ch, j] - sh[ch]) * s2[ch] / count)
+                   * inv[ch], name="cho_y")
+    g = te.compute((c,), lambda ch: s2[ch] * inv[ch], name="cho_g")
+    b = te.compute((c,), lambda ch: s1[ch], name="cho_b")
+    return te.create_prim_func([dy, x, shift, y, g, b]).with_attr("global_symbol", "test_channel_output_stages")
+
+
+def channel_pass_with_output_stages_reference(dy, x, shift) -> list:
+    dy, x, shift = dy.astype("float64"), x.astype("float64"), shift.astype("float64")
+    sh, inv = 2 * shift[None, :, None], 1 / (1 + shift * shift)
+    count = max(dy.shape[0] * dy.shape[2], 1)
+    s1, s2 = dy.sum(axis=(0, 2)), (dy * (x - sh)).sum(axis=(0, 2))
+    y = (dy - (s1 / count)[None, :, None] - (x - sh) * (s2 / count)[None, :, None]) * inv[None, :, None]
+    return [y, s2 * inv, s1]
