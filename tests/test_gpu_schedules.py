@@ -20,6 +20,7 @@ from tvm import te
 from tvm.sym.analyzer import Analyzer
 
 from opgen import kernels, schedules
+from opgen.schedules import patterns
 from opgen.ops import all_ops, get_op
 from opgen.ops.rms_norm_grad import Problem as RMSProblem
 from opgen.targets import get_target
@@ -38,20 +39,43 @@ needs_opencl = pytest.mark.skipif(not OPENCL.can_run(), reason=f"opencl cannot r
 
 # ---- structure ----------------------------------------------------------------------------
 
+# What each pattern rule builds: its kernels (the row pass: one, then a final kernel per column
+# sum), and whether the scalars it keeps per row/group live in registers ("local");
+# BatchNorm-like stages go through global memory (see GpuChannelPass).
+PATTERN_KERNELS = {"GpuRowPass": (lambda infos: 1 + len(patterns.row_pass(infos)[1]), True),
+                   "GpuGroupedRowPass": (lambda infos: 3, True),
+                   "GpuChannelPass": (lambda infos: 3, False)}
+
+
 @pytest.mark.parametrize("op,combo", KERNELS, ids=IDS)
 def test_gpu_schedule_structure(op, combo):
+    """Every kernel of every op through the cuda target's own path: threads bound within the
+    limit; a pattern rule's kernels reduce through shared memory, without atomics, in the
+    number of kernels the rule builds; the fallback binds every nest to blocks and threads."""
+    rule = type(kernels.matching_rule(op, combo, CUDA)).__name__
     mod, symbol = kernels.scheduled_module(op, combo, CUDA)
     tir = mod.script()
     assert 'thread="blockIdx.x"' in tir and 'thread="threadIdx.x"' in tir
     extents = [int(e) for e in re.findall(r'T\.thread_binding\(T\.int64\((\d+)\), thread="threadIdx\.x"\)', tir)]
     assert extents and max(extents) <= 1024
-    assert 'scope="local"' in tir, "per-row / per-group scalars must be per-thread"
+    if rule == "GpuFallback":
+        return
+    kernel_count, local = PATTERN_KERNELS[rule]
+    expected = kernel_count(schedules.blocks(schedules.pattern_schedule(kernels.prim_func(op, combo))))
+    assert not local or 'scope="local"' in tir, "per-row / per-group scalars must be per-thread"
     with tvm.transform.PassContext(config={"tirx.disable_storage_rewrite": True}):
         source = tvm.compile(mod, target=CUDA.tvm_target()).mod.imports[0].inspect_source()
     assert "__shared__" in source, "the cross-thread reductions go through shared memory"
     assert "atomic" not in source.lower() and "atomic" not in tir.lower(), "no atomics on the deterministic path"
-    expected = 2 if op.name == "rms_norm_grad" else 3     # row pass + final sum; sums, group pass, columns
     assert len(set(re.findall(r'__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(', source))) == expected
+
+
+def test_every_registered_op_has_a_pattern_rule_on_gpus_for_its_first_combo():
+    """The fallback is a safety net, not where an op lands: each op's main combo matches a
+    pattern (half-weight LayerNorm combos may still take the fallback)."""
+    for op in all_ops():
+        rule = type(kernels.matching_rule(op, op.combos[0], CUDA)).__name__
+        assert rule in PATTERN_KERNELS, (op.name, rule)
 
 
 def test_partial_sums_are_workspace_parameters_sized_by_the_knob():

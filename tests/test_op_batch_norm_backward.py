@@ -125,12 +125,7 @@ def test_kernel_long_reductions(tag, problem, rng):
     _assert_all_pass(comparisons, f"{tag} {problem}")
 
 
-FALLBACK_INIT = pytest.mark.xfail(strict=True, reason=(
-    "the generic Fallback rules run a reduction's init inside its loops (no decompose_reduction), so a "
-    "per-channel sum over zero elements is never initialised; the aclnn API never hands the kernel such a "
-    "problem (an empty call runs it over no channels, B5). Strict: passes once a schedule pattern takes the op"))
-EMPTY = [pytest.param((0, 4, 5), marks=FALLBACK_INIT, id="N0"), pytest.param((2, 4, 0), marks=FALLBACK_INIT, id="HW0"),
-         pytest.param((3, 0, 5), id="C0")]
+EMPTY = [pytest.param((0, 4, 5), id="N0"), pytest.param((2, 4, 0), id="HW0"), pytest.param((3, 0, 5), id="C0")]
 
 
 @pytest.mark.parametrize("shape", EMPTY)
