@@ -52,8 +52,10 @@ def channel_pass(infos: list[Block]):
 
     ``outs``: the elementwise outputs over (N, C, HW) (kinds SSS); ``channel_sums``: blocks
     over C reducing N and HW (kinds SRR, extents (C, N, HW)), outputs or scratch;
-    ``channel_stages``: per-channel scalars (kind S over C), in program order: those before
-    the first sum are what the sums read (the statistics), the others read the sums.
+    ``channel_stages``: per-channel scalars (kind S over C), in program order: those that read
+    no sum (the statistics, see ``split_stages``), which the sums may read, and the others,
+    which read the sums. None when a sum reads a stage that reads a sum (it needs another
+    pass over the data first) or when a statistic is an output (the rules inline them).
     """
     outs = outputs(infos, "SSS")
     if not outs:
@@ -65,18 +67,41 @@ def channel_pass(infos: list[Block]):
     stages = [b for b in infos if b.kinds == "S" and same_extent(b.extents[0], c)]
     if not sums or len(outs) + len(sums) + len(stages) != len(infos):
         return None
+    statistics, _ = split_stages(stages, sums)
+    sum_names = {n for b in sums for n in b.writes}
+    later = {n for b in stages if b not in statistics for n in b.writes}
+    if any(b.reads & (sum_names | later) for b in sums) or any(b.writes_output for b in statistics):
+        return None
     return outs, sums, stages
 
 
 def split_stages(stages: list[Block], sums: list[Block]) -> tuple[list, list]:
-    """(stages before the first sum in program order: what the sums read; the others)."""
-    first = min(sums, key=lambda b: b.order).order
-    return [b for b in stages if b.order < first], [b for b in stages if b.order > first]
+    """(the stages that read no sum, directly or through other stages: the statistics, which
+    the sums may read; the others), each in program order.
+
+    By dependency, not by program order: TE orders blocks by a walk from the outputs, which
+    can put a statistic after a sum (BatchNormBackward's mean comes after sum_dy, before its
+    reader sum_dy_xmu; its invstd and weight * invstd after both sums). Taken for later
+    stages, they were computed after the sums that read them, and a later stage that reads
+    no sum is not tied to its channel (the CPU rule computed it for every channel in every
+    channel's iteration)."""
+    tainted = {n for b in sums for n in b.writes}
+    after: set = set()
+    changed = True
+    while changed:
+        changed = False
+        for b in stages:
+            if b.name not in after and b.reads & tainted:
+                after.add(b.name)
+                tainted |= b.writes
+                changed = True
+    return [b for b in stages if b.name not in after], [b for b in stages if b.name in after]
 
 
 def inline_statistics(sch, stages: list[Block], sums: list[Block]) -> list[Block]:
-    """Inline the per-channel stages the sums read (BatchNorm's mean and invstd, chosen by
-    the mode) into their readers; returns the other stages.
+    """Inline the per-channel stages that read no sum (the statistics: BatchNorm's mean and
+    invstd, chosen by the mode, and weight * invstd) into their readers; returns the other
+    stages.
 
     They feed both the sums and the elementwise outputs, and TVM moves a producer under a
     loop only once all its consumers are there, a consumer only once all its producers are:

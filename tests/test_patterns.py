@@ -4,7 +4,9 @@ real op that needs a pattern lands with its package alone.
 * A row pass with two elementwise outputs and two column sums (DeepNorm's shape) is
   matched by the row rule of every target (not the fallback) and is correct everywhere.
 * Per-channel sums over N and HW with per-channel scalars (BatchNorm's shape): the channel
-  rules of the CPU and GPU targets (the AscendC emitter has no printer for it yet).
+  rules of the CPU and GPU targets (the AscendC emitter has no printer for it yet); the
+  statistics are told by what they read, not by where TE put them (BatchNormBackward's
+  order), and a sum that needs another sum first is no channel pattern.
 * The group pattern behind an elementwise prologue (GroupNormSwish's shape: a sigmoid
   over the whole data): the prologue is inlined and the group rules take the rest.
 """
@@ -13,11 +15,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from opgen import schedules
+from opgen import schedules, verify
+from opgen.schedules import patterns
 from opgen.targets import get_target
 
-from toy_ops import (build_toy, channel_pass, channel_pass_reference, group_pass_with_prologue,
-                     group_pass_with_prologue_reference, run_toy, two_output_row_pass,
+from toy_ops import (build_toy, channel_pass, channel_pass_blended, channel_pass_blended_reference,
+                     channel_pass_reference, channel_two_sums_in_sequence, channel_two_sums_in_sequence_reference,
+                     group_pass_with_prologue, group_pass_with_prologue_reference, run_toy, two_output_row_pass,
                      two_output_row_pass_reference)
 
 ROW_RULES = {"llvm": "RowPassWithColumnSums", "cuda": "GpuRowPass", "opencl": "GpuRowPass", "ascend-emu": "RowTiles"}
@@ -89,6 +93,77 @@ def test_per_channel_sums_compile_with_nvcc():
     module, _, _ = build_toy(channel_pass(), cuda)
     reports = cuda.compile_check(module)
     assert all(r.ok for r in reports), [r.error for r in reports]
+
+
+# ---- BatchNorm's own order: statistics after a sum, a mode flag and eps as data -------------
+
+def test_statistics_are_told_by_what_they_read_not_by_program_order():
+    infos = schedules.blocks(schedules.pattern_schedule(channel_pass_blended()))
+    order = {b.name: b.order for b in infos}
+    # TE walks from dx: the first sum comes before the statistics (BatchNormBackward's order too).
+    assert order["bl_s_dy"] < order["bl_mean"] < order["bl_s_xmu"] and order["bl_s_dy"] < order["bl_inv"]
+    outs, sums, stages = patterns.channel_pass(infos)
+    statistics, later = patterns.split_stages(stages, sums)
+    assert [b.name for b in statistics] == ["bl_mean", "bl_inv"]
+    assert [b.name for b in later] == ["bl_mdy", "bl_proj", "bl_dw", "bl_db"]
+
+
+def blended_inputs(rng, shape, dtype, training: bool) -> list:
+    dy, x = (rng.standard_normal(shape).astype(dtype) for _ in range(2))
+    w = rng.uniform(0.5, 1.5, shape[1]).astype(dtype)
+    m = rng.standard_normal(shape[1]).astype(dtype)
+    v = rng.uniform(0.5, 2.0, shape[1]).astype(dtype)
+    return [dy, x, w, m, v, np.full(1, 1e-5, np.float32), np.full(1, float(training), np.float32)]
+
+
+def check_blended(target, built, rng, shape, dtype, training: bool) -> float:
+    """Run the blended toy; the worst ratio to opgen.verify's tolerance (<= 1 passes)."""
+    inputs = blended_inputs(rng, shape, dtype, training)
+    got = run_toy(target, built, inputs, [dtype] * 3)
+    wants = channel_pass_blended_reference(*inputs)
+    compute = "bfloat16" if dtype is not np.float16 and dtype is not np.float32 else np.dtype(dtype).name
+    worst = 0.0
+    for name, out, want in zip(("dx", "dw", "db"), got, wants):
+        result = verify.compare(name, out, want, compute, compute)
+        assert result.passed, (shape, training, result)
+        worst = max(worst, result.ratio)
+    return worst
+
+
+GPU_OUTPUT_STAGES = pytest.mark.xfail(
+    strict=True, reason="GpuChannelPass compute_at's every stage after the sums under the elementwise "
+    "loop, and TVM refuses to move an output block (bl_dw, bl_db: BatchNormBackward's dweight, dbias)")
+
+
+@pytest.mark.parametrize("target_name", ["llvm", pytest.param("opencl", marks=GPU_OUTPUT_STAGES)])
+def test_statistics_after_a_sum_run_correctly(target_name, rng):
+    target = get_target(target_name)
+    if not target.can_run():
+        pytest.skip(f"{target_name} cannot run here: {target.missing()}")
+    for dtype in (np.float32, np.float16):
+        built = build_toy(channel_pass_blended(np.dtype(dtype).name), target)
+        for shape in ((1, 1, 1), (2, 3, 7), (3, 5, 941), (0, 3, 5), (2, 0, 4), (2, 3, 0)):
+            for training in (True, False):
+                check_blended(target, built, rng, shape, dtype, training)
+
+
+@pytest.mark.parametrize("target_name", ["llvm", "opencl", "ascend-emu"])
+def test_a_sum_of_values_that_need_another_sum_is_not_the_channel_pattern(target_name, rng):
+    """seq_s2 reads seq_mu, which reads seq_s1: two passes over the data before the output,
+    which no channel rule schedules; the CPU and GPU fallbacks run it (correctly, on llvm)."""
+    func = channel_two_sums_in_sequence()
+    assert patterns.channel_pass(schedules.blocks(schedules.pattern_schedule(func))) is None
+    target = get_target(target_name)
+    if target_name == "ascend-emu":
+        with pytest.raises(NotImplementedError, match="no Ascend pattern"):
+            schedules.match(func, target).apply(func, target, {})
+        return
+    assert "Fallback" in type(schedules.match(func, target)).__name__
+    if target_name == "llvm":
+        built = build_toy(func, target)
+        x = rng.standard_normal((3, 4, 33)).astype(np.float32)
+        (got,), (want,) = run_toy(target, built, [x], ["float32"]), channel_two_sums_in_sequence_reference(x)
+        assert np.allclose(got, want, rtol=1e-4, atol=1e-3)
 
 
 # ---- the group pattern behind an elementwise prologue (GroupNormSwish's shape) -------------

@@ -150,3 +150,73 @@ def group_pass_with_prologue_reference(dy, x) -> list:
     p = dy / (1 + np.exp(-x))
     c = (p * x).sum(axis=(2, 3)) / max(x.shape[2] * x.shape[3], 1)
     return [p - x * c[:, :, None, None], p.sum(axis=(0, 3))]
+
+
+def channel_pass_blended(dtype: str = "float32"):
+    """BatchNorm's shape as its backward writes it: a mode flag ``t`` and ``eps`` as (1,)
+    float32 data, per-channel inputs w, m, v and data dy, x in ``dtype``; statistics blended
+    by the mode (mean = t*m + (1-t)*m/2, inv = rsqrt(v + eps)), two scratch sums (s_dy = sum
+    dy, s_xmu = sum (x - mean)*dy), stages after them (mdy = t*s_dy/M, proj =
+    t*s_xmu*inv*inv/M), dx = (dy - mdy - (x - mean)*proj)*w*inv and the per-channel outputs
+    dw = s_xmu*inv, db = s_dy, each rounded to ``dtype`` once. TE orders the blocks by a walk
+    from dx: s_dy comes first, the statistics after it. Returns the PrimFunc (inputs dy, x,
+    w, m, v, eps, t; outputs dx, dw, db)."""
+    n, c, hw = (te.var(v, "int64") for v in ("n", "c", "hw"))
+    dy = te.placeholder((n, c, hw), dtype, name="dy")
+    x = te.placeholder((n, c, hw), dtype, name="x")
+    w, m, v = (te.placeholder((c,), dtype, name=name) for name in ("w", "m", "v"))
+    eps = te.placeholder((1,), "float32", name="eps")
+    flag = te.placeholder((1,), "float32", name="t")
+    f32 = lambda e: e.astype("float32")  # noqa: E731
+    t = flag[0]
+    mean = te.compute((c,), lambda ch: t * f32(m[ch]) + (1.0 - t) * f32(m[ch]) * 0.5, name="bl_mean")
+    inv = te.compute((c,), lambda ch: te.rsqrt(f32(v[ch]) + eps[0]), name="bl_inv")
+    bn, bh = te.reduce_axis((0, n), name="bn"), te.reduce_axis((0, hw), name="bh")
+    s_dy = te.compute((c,), lambda ch: te.sum(f32(dy[bn, ch, bh]), axis=[bn, bh]), name="bl_s_dy")
+    bn2, bh2 = te.reduce_axis((0, n), name="bn2"), te.reduce_axis((0, hw), name="bh2")
+    s_xmu = te.compute((c,), lambda ch: te.sum((f32(x[bn2, ch, bh2]) - mean[ch]) * f32(dy[bn2, ch, bh2]),
+                                               axis=[bn2, bh2]), name="bl_s_xmu")
+    inv_m = 1.0 / (n * hw).astype("float32")
+    mdy = te.compute((c,), lambda ch: t * s_dy[ch] * inv_m, name="bl_mdy")
+    proj = te.compute((c,), lambda ch: t * s_xmu[ch] * inv[ch] * inv[ch] * inv_m, name="bl_proj")
+    dx = te.compute((n, c, hw), lambda a, ch, i: ((f32(dy[a, ch, i]) - mdy[ch] - (f32(x[a, ch, i]) - mean[ch])
+                                                   * proj[ch]) * f32(w[ch]) * inv[ch]).astype(dtype), name="bl_dx")
+    dw = te.compute((c,), lambda ch: (s_xmu[ch] * inv[ch]).astype(dtype), name="bl_dw")
+    db = te.compute((c,), lambda ch: s_dy[ch].astype(dtype), name="bl_db")
+    return te.create_prim_func([dy, x, w, m, v, eps, flag, dx, dw, db]).with_attr(
+        "global_symbol", f"test_channel_blended_{dtype}")
+
+
+def channel_pass_blended_reference(dy, x, w, m, v, eps, t) -> list:
+    dy, x = dy.astype("float64"), x.astype("float64")
+    w, m, v = (a.astype("float64")[None, :, None] for a in (w, m, v))
+    eps, t = float(eps[0]), float(t[0])
+    count = dy.shape[0] * dy.shape[2]
+    mean = t * m + (1 - t) * m * 0.5
+    inv = 1 / np.sqrt(v + np.float32(eps))
+    s_dy, s_xmu = dy.sum(axis=(0, 2), keepdims=True), ((x - mean) * dy).sum(axis=(0, 2), keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        dx = (dy - t * s_dy / count - (x - mean) * t * s_xmu * inv * inv / count) * w * inv
+    return [dx, (s_xmu * inv).reshape(-1), s_dy.reshape(-1)]
+
+
+def channel_two_sums_in_sequence():
+    """A sum over values that need another sum first (a centred second moment): s1 = sum x,
+    mu = s1 / M, s2 = sum (x - mu)^2, y = (x - mu) * s2. One pass over the data cannot give
+    s2, so no channel rule matches it. Returns the PrimFunc (input x; output y)."""
+    n, c, hw = (te.var(v, "int64") for v in ("n", "c", "hw"))
+    x = te.placeholder((n, c, hw), "float32", name="x")
+    bn, bh = te.reduce_axis((0, n), name="bn"), te.reduce_axis((0, hw), name="bh")
+    s1 = te.compute((c,), lambda ch: te.sum(x[bn, ch, bh], axis=[bn, bh]), name="seq_s1")
+    mu = te.compute((c,), lambda ch: s1[ch] / (n * hw).astype("float32"), name="seq_mu")
+    bn2, bh2 = te.reduce_axis((0, n), name="bn2"), te.reduce_axis((0, hw), name="bh2")
+    s2 = te.compute((c,), lambda ch: te.sum((x[bn2, ch, bh2] - mu[ch]) * (x[bn2, ch, bh2] - mu[ch]),
+                                            axis=[bn2, bh2]), name="seq_s2")
+    y = te.compute((n, c, hw), lambda a, ch, i: (x[a, ch, i] - mu[ch]) * s2[ch], name="seq_y")
+    return te.create_prim_func([x, y]).with_attr("global_symbol", "test_channel_two_sums")
+
+
+def channel_two_sums_in_sequence_reference(x) -> list:
+    x = x.astype("float64")
+    centred = x - x.mean(axis=(0, 2), keepdims=True)
+    return [centred * (centred * centred).sum(axis=(0, 2), keepdims=True)]
