@@ -4,9 +4,10 @@ real op that needs a pattern lands with its package alone.
 * A row pass with two elementwise outputs and two column sums (DeepNorm's shape) is
   matched by the row rule of every target (not the fallback) and is correct everywhere.
 * Per-channel sums over N and HW with per-channel scalars (BatchNorm's shape): the channel
-  rules of the CPU and GPU targets (the AscendC emitter has no printer for it yet); the
-  statistics are told by what they read, not by where TE put them (BatchNormBackward's
-  order), and a sum that needs another sum first is no channel pattern.
+  rule of every target (ascend-emu: ChannelTiles, tested in depth in
+  tests/test_ascend_channels.py); the statistics are told by what they read, not by where
+  TE put them (BatchNormBackward's order), and a sum that needs another sum first is no
+  channel pattern.
 * The group pattern behind an elementwise prologue (GroupNormSwish's shape: a sigmoid
   over the whole data): the prologue is inlined and the group rules take the rest.
 """
@@ -15,12 +16,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from opgen import schedules, verify
+from opgen import schedules
 from opgen.schedules import patterns
 from opgen.targets import get_target
 
-from toy_ops import (build_toy, channel_pass, channel_pass_blended, channel_pass_blended_reference,
-                     channel_pass_reference, channel_two_sums_in_sequence, channel_two_sums_in_sequence_reference,
+from toy_ops import (build_toy, channel_pass, channel_pass_blended, channel_pass_reference,
+                     channel_two_sums_in_sequence, channel_two_sums_in_sequence_reference, check_blended,
                      group_pass_with_prologue, group_pass_with_prologue_reference, run_toy, two_output_row_pass,
                      two_output_row_pass_reference)
 
@@ -61,7 +62,8 @@ def test_two_elementwise_outputs_compile_with_nvcc():
 
 # ---- per-channel sums over N and HW (BatchNorm's shape) ------------------------------------
 
-CHANNEL_RULES = {"llvm": "ChannelPass", "cuda": "GpuChannelPass", "opencl": "GpuChannelPass"}
+CHANNEL_RULES = {"llvm": "ChannelPass", "cuda": "GpuChannelPass", "opencl": "GpuChannelPass",
+                 "ascend-emu": "ChannelTiles"}
 
 
 @pytest.mark.parametrize("target_name", sorted(CHANNEL_RULES))
@@ -70,11 +72,13 @@ def test_per_channel_sums_are_the_channel_pattern(target_name):
     assert type(schedules.match(channel_pass(), target)).__name__ == CHANNEL_RULES[target_name]
 
 
-@pytest.mark.parametrize("target_name", ["llvm", "opencl"])
+@pytest.mark.parametrize("target_name", ["llvm", "opencl", "ascend-emu"])
 def test_per_channel_sums_run_correctly(target_name, rng):
     target = get_target(target_name)
     if not target.can_run():
         pytest.skip(f"{target_name} cannot run here: {target.missing()}")
+    if target_name == "ascend-emu":
+        target = target.for_product("AtlasA2")
     built = build_toy(channel_pass(), target)
     for shape in ((1, 1, 1), (2, 3, 7), (3, 5, 941), (1, 2, 12290), (4, 33, 49), (0, 3, 5), (2, 0, 4), (2, 3, 0)):
         dy, x = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
@@ -102,32 +106,10 @@ def test_statistics_are_told_by_what_they_read_not_by_program_order():
     order = {b.name: b.order for b in infos}
     # TE walks from dx: the first sum comes before the statistics (BatchNormBackward's order too).
     assert order["bl_s_dy"] < order["bl_mean"] < order["bl_s_xmu"] and order["bl_s_dy"] < order["bl_inv"]
-    outs, sums, stages = patterns.channel_pass(infos)
+    _, sums, stages = patterns.channel_pass(infos)
     statistics, later = patterns.split_stages(stages, sums)
     assert [b.name for b in statistics] == ["bl_mean", "bl_inv"]
     assert [b.name for b in later] == ["bl_mdy", "bl_proj", "bl_dw", "bl_db"]
-
-
-def blended_inputs(rng, shape, dtype, training: bool) -> list:
-    dy, x = (rng.standard_normal(shape).astype(dtype) for _ in range(2))
-    w = rng.uniform(0.5, 1.5, shape[1]).astype(dtype)
-    m = rng.standard_normal(shape[1]).astype(dtype)
-    v = rng.uniform(0.5, 2.0, shape[1]).astype(dtype)
-    return [dy, x, w, m, v, np.full(1, 1e-5, np.float32), np.full(1, float(training), np.float32)]
-
-
-def check_blended(target, built, rng, shape, dtype, training: bool) -> float:
-    """Run the blended toy; the worst ratio to opgen.verify's tolerance (<= 1 passes)."""
-    inputs = blended_inputs(rng, shape, dtype, training)
-    got = run_toy(target, built, inputs, [dtype] * 3)
-    wants = channel_pass_blended_reference(*inputs)
-    compute = "bfloat16" if dtype is not np.float16 and dtype is not np.float32 else np.dtype(dtype).name
-    worst = 0.0
-    for name, out, want in zip(("dx", "dw", "db"), got, wants):
-        result = verify.compare(name, out, want, compute, compute)
-        assert result.passed, (shape, training, result)
-        worst = max(worst, result.ratio)
-    return worst
 
 
 GPU_OUTPUT_STAGES = pytest.mark.xfail(
@@ -135,11 +117,13 @@ GPU_OUTPUT_STAGES = pytest.mark.xfail(
     "loop, and TVM refuses to move an output block (bl_dw, bl_db: BatchNormBackward's dweight, dbias)")
 
 
-@pytest.mark.parametrize("target_name", ["llvm", pytest.param("opencl", marks=GPU_OUTPUT_STAGES)])
+@pytest.mark.parametrize("target_name", ["llvm", pytest.param("opencl", marks=GPU_OUTPUT_STAGES), "ascend-emu"])
 def test_statistics_after_a_sum_run_correctly(target_name, rng):
     target = get_target(target_name)
     if not target.can_run():
         pytest.skip(f"{target_name} cannot run here: {target.missing()}")
+    if target_name == "ascend-emu":
+        target = target.for_product("AtlasA2")
     for dtype in (np.float32, np.float16):
         built = build_toy(channel_pass_blended(np.dtype(dtype).name), target)
         for shape in ((1, 1, 1), (2, 3, 7), (3, 5, 941), (0, 3, 5), (2, 0, 4), (2, 3, 0)):
@@ -155,7 +139,7 @@ def test_a_sum_of_values_that_need_another_sum_is_not_the_channel_pattern(target
     assert patterns.channel_pass(schedules.blocks(schedules.pattern_schedule(func))) is None
     target = get_target(target_name)
     if target_name == "ascend-emu":
-        with pytest.raises(NotImplementedError, match="no Ascend pattern"):
+        with pytest.raises(NotImplementedError, match="no Ascend pattern .*test_channel_two_sums"):
             schedules.match(func, target).apply(func, target, {})
         return
     assert "Fallback" in type(schedules.match(func, target)).__name__

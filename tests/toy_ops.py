@@ -48,16 +48,16 @@ def two_output_row_pass_reference(dy, x, g) -> list:
     return [y1, 2 * y1 + x, (dy * x).sum(axis=0), dy.sum(axis=0)]
 
 
-def build_toy(func, target):
+def build_toy(func, target, knobs: dict | None = None):
     """(module, symbol, parameter buffers) of a toy PrimFunc, through opgen's kernel path
-    (one schedule by the target's matching rule, shared buffers hoisted, element alignment
-    declared, the target's own build)."""
+    (one schedule by the target's matching rule at ``knobs``, shared buffers hoisted,
+    element alignment declared, the target's own build)."""
     import tvm
 
     from opgen import kernels, schedules
 
     symbol = func.attrs["global_symbol"]
-    sch = schedules.schedule(func, target)
+    sch = schedules.schedule(func, target, knobs)
     lowered = kernels.declare_element_alignment(kernels.hoist_pass_buffers(sch))
     return target.build(tvm.IRModule({symbol: lowered})), symbol, lowered.params
 
@@ -153,14 +153,20 @@ def group_pass_with_prologue_reference(dy, x) -> list:
 
 
 def channel_pass_blended(dtype: str = "float32"):
+    """The PrimFunc of ``channel_pass_blended_tensors``."""
+    return te.create_prim_func(channel_pass_blended_tensors(dtype)).with_attr(
+        "global_symbol", f"test_channel_blended_{dtype}")
+
+
+def channel_pass_blended_tensors(dtype: str = "float32") -> list:
     """BatchNorm's shape as its backward writes it: a mode flag ``t`` and ``eps`` as (1,)
     float32 data, per-channel inputs w, m, v and data dy, x in ``dtype``; statistics blended
     by the mode (mean = t*m + (1-t)*m/2, inv = rsqrt(v + eps)), two scratch sums (s_dy = sum
     dy, s_xmu = sum (x - mean)*dy), stages after them (mdy = t*s_dy/M, proj =
     t*s_xmu*inv*inv/M), dx = (dy - mdy - (x - mean)*proj)*w*inv and the per-channel outputs
     dw = s_xmu*inv, db = s_dy, each rounded to ``dtype`` once. TE orders the blocks by a walk
-    from dx: s_dy comes first, the statistics after it. Returns the PrimFunc (inputs dy, x,
-    w, m, v, eps, t; outputs dx, dw, db)."""
+    from dx: s_dy comes first, the statistics after it. Returns the TE tensors (inputs dy,
+    x, w, m, v, eps, t; outputs dx, dw, db), like an op's ``compute``."""
     n, c, hw = (te.var(v, "int64") for v in ("n", "c", "hw"))
     dy = te.placeholder((n, c, hw), dtype, name="dy")
     x = te.placeholder((n, c, hw), dtype, name="x")
@@ -183,8 +189,7 @@ def channel_pass_blended(dtype: str = "float32"):
                                                    * proj[ch]) * f32(w[ch]) * inv[ch]).astype(dtype), name="bl_dx")
     dw = te.compute((c,), lambda ch: (s_xmu[ch] * inv[ch]).astype(dtype), name="bl_dw")
     db = te.compute((c,), lambda ch: s_dy[ch].astype(dtype), name="bl_db")
-    return te.create_prim_func([dy, x, w, m, v, eps, flag, dx, dw, db]).with_attr(
-        "global_symbol", f"test_channel_blended_{dtype}")
+    return [dy, x, w, m, v, eps, flag, dx, dw, db]
 
 
 def channel_pass_blended_reference(dy, x, w, m, v, eps, t) -> list:
@@ -220,3 +225,29 @@ def channel_two_sums_in_sequence_reference(x) -> list:
     x = x.astype("float64")
     centred = x - x.mean(axis=(0, 2), keepdims=True)
     return [centred * (centred * centred).sum(axis=(0, 2), keepdims=True)]
+
+
+def blended_inputs(rng, shape, dtype, training: bool) -> list:
+    """Inputs of ``channel_pass_blended``: data and per-channel values in ``dtype``, eps and
+    the mode flag (1.0 training, 0.0 eval) as float32 (1,) arrays."""
+    dy, x = (rng.standard_normal(shape).astype(dtype) for _ in range(2))
+    w = rng.uniform(0.5, 1.5, shape[1]).astype(dtype)
+    m = rng.standard_normal(shape[1]).astype(dtype)
+    v = rng.uniform(0.5, 2.0, shape[1]).astype(dtype)
+    return [dy, x, w, m, v, np.full(1, 1e-5, np.float32), np.full(1, float(training), np.float32)]
+
+
+def check_blended(target, built, rng, shape, dtype, training: bool) -> float:
+    """Run a built ``channel_pass_blended`` on random inputs and compare every output with
+    the float64 reference through opgen.verify (asserting); returns the worst ratio."""
+    from opgen import verify
+
+    inputs = blended_inputs(rng, shape, dtype, training)
+    name = np.dtype(dtype).name
+    got = run_toy(target, built, inputs, [name] * 3)
+    worst = 0.0
+    for out_name, out, want in zip(("dx", "dw", "db"), got, channel_pass_blended_reference(*inputs)):
+        result = verify.compare(out_name, out, want, name, name)
+        assert result.passed, (shape, training, result)
+        worst = max(worst, result.ratio)
+    return worst
