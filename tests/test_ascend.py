@@ -230,7 +230,7 @@ def test_cann_formulas_by_hand():
 
 
 def test_opgen_tiling_report_lists_every_case_with_matching_modes():
-    lines = tiling_report.report_lines("AtlasA2")
+    lines = [line for line in tiling_report.report_lines("AtlasA2") if line[2] is not None]   # with a CANN formula
     assert len(lines) == 7
     for label, mine, cann in lines:
         assert cann.mode.split()[0] == mine.mode, label

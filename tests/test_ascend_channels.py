@@ -309,3 +309,74 @@ def test_the_points_check_knobs_admits_fit_the_ub():
         t = rule.tiling(func, A2, point, list(shapes.values()))
         assert t.ub_bytes(A2.hardware.block_bytes) <= A2.hardware.usable_ub_bytes, point
 
+
+# ---- the cost model and opgen tiling --------------------------------------------------------
+
+def test_the_cost_model_charges_a_second_read_and_single_buffering():
+    model = A2.cost_model()
+    shape = (8, 64, 256)
+    whole, rows = plan(A2, shape), plan(A2, shape, rows_per_pass=4)
+    assert (whole.mode, rows.mode) == ("channel", "rows") and rows.gm_bytes > whole.gm_bytes
+    assert rows.fields["passes"] == 2 * 2 * whole.fields["passes"]        # 2 passes of 4 rows, read twice
+    assert model.time(whole, A2.hardware, {"buffer_num": 2}) < model.time(rows, A2.hardware, {"buffer_num": 2})
+    big = plan(A2, (32, 64, 56 * 56))                                     # two reads: hw-chunk or rows
+    assert model.time(big, A2.hardware, {"buffer_num": 2}) < model.time(big, A2.hardware, {"buffer_num": 1})
+    t = model.time(big, A2.hardware, {"buffer_num": 2})
+    assert big.gm_bytes / t < 1.6e12                                       # never faster than the assumed HBM
+    assert model.time(plan(A2, (4, 0, 9)), A2.hardware, {}) == pytest.approx(5e-6)   # no launch
+
+
+class _ToyProblem:
+    """What BatchNormBackward's Problem offers the report: parse(spelling) -> sizes."""
+
+    def __init__(self, n=1, c=1, hw_elems=1):
+        self.sizes = (n, c, hw_elems)
+
+    @classmethod
+    def parse(cls, text: str):
+        dims = [int(d) for d in text.split("x")]
+        return cls(dims[0], dims[1], int(np.prod(dims[2:])))
+
+
+def _toy_channel_op():
+    """An op-shaped stand-in for BatchNormBackward, from the blended toy (not registered)."""
+    from types import SimpleNamespace
+
+    from toy_ops import channel_pass_blended_tensors
+
+    def kernel_shapes(problem):
+        n, c, hw_elems = problem.sizes
+        big = (n, c, hw_elems)
+        return {"dy": big, "x": big, "w": (c,), "m": (c,), "v": (c,), "eps": (1,), "t": (1,)}
+
+    return SimpleNamespace(name="batch_norm_backward", inputs=("dy", "x", "w", "m", "v", "eps", "t"),
+                           compute=channel_pass_blended_tensors,
+                           combo=lambda tag: {"f32": "float32", "f16": "float16"}[tag.split("-")[0]],
+                           problems=(_ToyProblem(),), api=SimpleNamespace(kernel_shapes=kernel_shapes))
+
+
+def test_opgen_tiling_shows_the_channel_pattern_once_its_op_is_registered(monkeypatch, capsys):
+    from opgen import cli
+    from opgen.targets.ascend import tiling_report
+
+    plain = tiling_report.report_lines("AtlasA2")
+    assert not any(label.startswith("BatchNormGrad") for label, _, _ in plain)   # not registered here
+    fake = _toy_channel_op()
+    real_get, real_all = tiling_report.get_op, tiling_report.all_ops
+    monkeypatch.setattr(tiling_report, "all_ops", lambda: [*real_all(), fake])
+    monkeypatch.setattr(tiling_report, "get_op", lambda name: fake if name == fake.name else real_get(name))
+    lines = tiling_report.report_lines("AtlasA2")
+    channel = [(label, mine, cann) for label, mine, cann in lines if label.startswith("BatchNormGrad")]
+    assert [label for label, _, _ in channel] == ["BatchNormGrad 32x64x56x56 f32", "BatchNormGrad 256x2048x7x7 f16",
+                                                  "BatchNormGrad 2x33x941 f32"]
+    assert all(cann is None for _, _, cann in channel)
+    (_, resnet, _), (_, deep, _), (_, ragged, _) = channel
+    # 64 channels on 48 cores: 2 per core; one f32 batch row of 3136 per pass (two do not fit).
+    assert (resnet.mode, resnet.cores, resnet.per_core, resnet.per_pass) == ("rows", 32, 2, "1 x 3136")
+    assert (resnet.sums, resnet.workspace) == ("none", 0) and resnet.ub_bytes <= A2.hardware.usable_ub_bytes
+    assert (deep.mode, deep.cores, deep.per_core, deep.per_pass) == ("rows", 48, 43, "108 x 49")
+    assert (ragged.mode, ragged.cores, ragged.per_core, ragged.per_pass) == ("channel", 33, 1, "2 x 941")
+    assert cli.main(["tiling", "--product", "AtlasA2"]) == 0
+    out = capsys.readouterr().out
+    assert "BatchNormGrad 256x2048x7x7 f16" in out and tiling_report.NO_CANN_LINE in out
+    assert out.count("CANN ") == len(lines) - len(channel)      # a CANN row for every transcribed case only

@@ -5,9 +5,11 @@ on the product's hardware description) and one from CANN's formulas, transcribed
 ops-nn's norm/rms_norm_grad/op_host/rms_norm_grad_tiling.cpp (LargeNSmallD, LargeNLargeD,
 CalcSmallDBufferSize) and norm/group_norm_grad/op_host/group_norm_grad_tiling.cpp
 (PlanStepCoreUsage, CalStage1TilingInfo, CalStage2TilingInfo): their Atlas A2/A3 paths.
+BatchNormGrad (the channel pattern) has opgen's rows only, once that op is registered:
+CANN's A2/A3 tiling for it lives in TBE kernels outside ops-nn.
 
-Columns: mode; cores used; rows (tasks) per core; rows x columns (channels x HxW
-elements) per UB pass; UB bytes; GM bytes moved; column sums; GM workspace bytes.
+Columns: mode; cores used; rows (tasks, channels) per core; rows x columns (channels x HxW
+elements, batch rows x HxW elements) per UB pass; UB bytes; GM bytes moved; column sums; GM workspace bytes.
 CANN's UB bytes are what its formulas budget (its kernels' exact allocations are not in
 the tiling code); CANN's GM bytes apply opgen's traffic model to CANN's tiling (same
 counting: every tile read once per pass over it, broadcast inputs once per core or per
@@ -26,7 +28,7 @@ from tvm import te
 
 from opgen import schedules
 from opgen.products import PRODUCTS
-from opgen.ops import get_op
+from opgen.ops import all_ops, get_op
 from opgen.schedules.ascend_tiling import CopyAlignmentError, UbBudgetError, ceil_div
 from opgen.targets.ascend import TARGET
 from opgen.targets.ascend.hardware import DESCRIPTIONS
@@ -50,6 +52,14 @@ class Line:
 
 RMS_CASES = (((16, 16), "f16-f16"), ((16, 12288), "f16-f16"), ((130, 16), "bf16-bf16"), ((16, 12290), "bf16-bf16"))
 GN_CASES = (((12, 64, 128 * 128, 32), "f32-f32"), ((1, 2130, 1664, 71), "f32-f32"), ((32, 64, 1, 64), "f32-f32"))
+# BatchNormGrad (the channel pattern), shown when the op is registered: ResNet-50 layers and a
+# ragged one, in its problem spelling. No CANN formula beside them: on Atlas A2/A3 the
+# op_api runs TBE kernels (BNTrainingUpdateGrad / BNTrainingReduceGrad / BNInferGrad) whose
+# tiling is not in ops-nn (docs/specs/aclnnBatchNormBackward.md); the Ascend 950's AscendC
+# tiling (batch_norm_grad_v3) is not transcribed here.
+BN_OP = "batch_norm_backward"
+BN_CASES = (("32x64x56x56", "f32-f32"), ("256x2048x7x7", "f16-f16"), ("2x33x941", "f32-f32"))
+NO_CANN_LINE = "(CANN: TBE kernels on A2/A3, their tiling is not public; nothing to set beside)"
 CANN_UB = 196608           # the UB size of ops-nn's tiling tests (Atlas A2)
 
 
@@ -59,7 +69,11 @@ def _itemsize(tag: str) -> int:
 
 def opgen_line(op_name: str, combo: str, shapes: list, target, knobs: dict | None = None) -> Line:
     op = get_op(op_name)
-    func = te.create_prim_func(op.compute(op.combo(combo)))
+    return opgen_line_of(te.create_prim_func(op.compute(op.combo(combo))), shapes, target, knobs)
+
+
+def opgen_line_of(func, shapes: list, target, knobs: dict | None = None) -> Line:
+    """opgen's line for a PrimFunc and its tensor ``shapes`` in parameter order."""
     rule = schedules.match(func, target)
     try:
         t = rule.tiling(func, target, schedules.full_point(rule, target, knobs), shapes)
@@ -125,8 +139,9 @@ def cann_group_norm_grad(n: int, c: int, hxw: int, g: int, item: int, cores: int
                 "deterministic" if deterministic else "atomic", workspace)
 
 
-def report_lines(product: str, cores: int | None = None) -> list[tuple[str, Line, Line]]:
-    """(case label, opgen's line, CANN's line) for every tiling-test shape."""
+def report_lines(product: str, cores: int | None = None) -> list[tuple[str, Line, Line | None]]:
+    """(case label, opgen's line, CANN's line or None where no formula is public) for every
+    tiling-test shape, and BatchNormGrad's cases when that op is registered."""
     target = TARGET.for_product(product)
     if cores is not None:
         target = replace(target, hardware=target.hardware.with_cores(cores))
@@ -140,6 +155,12 @@ def report_lines(product: str, cores: int | None = None) -> list[tuple[str, Line
         label = f"GroupNormGrad N={n} C={c} HxW={hxw} G={g} {combo.split('-')[0]}"
         mine = opgen_line("group_norm_backward", combo, [(n, g, c // g, hxw)], target)
         result.append((label, mine, cann_group_norm_grad(n, c, hxw, g, _itemsize(combo), n_cores)))
+    if BN_OP in {op.name for op in all_ops()}:
+        op = get_op(BN_OP)
+        for text, combo in BN_CASES:
+            shapes = op.api.kernel_shapes(type(op.problems[0]).parse(text))
+            mine = opgen_line(BN_OP, combo, [shapes[name] for name in op.inputs], target)
+            result.append((f"BatchNormGrad {text} {combo.split('-')[0]}", mine, None))
     return result
 
 
@@ -157,6 +178,9 @@ def render(product: str, cores: int | None = None) -> str:
     for label, *lines in report_lines(product, cores):
         out += [label, head]
         for ln in lines:
+            if ln is None:
+                out.append(f"{'':6} {NO_CANN_LINE}")
+                continue
             out.append(f"{ln.source:<6} {ln.mode:<14} {ln.cores:>5} {ln.per_core:>8} {ln.per_pass:>13} "
                        f"{_fmt(ln.ub_bytes):>9} {_fmt(ln.gm_bytes):>13} {ln.sums:<13} {_fmt(ln.workspace):>9}")
         out.append("")
