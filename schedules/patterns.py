@@ -1,6 +1,9 @@
 """The stage patterns every target's rules match: what an op's stages look like, not how
-they run. One place, so the CPU, GPU and Ascend rules agree on what "RmsNorm-like" and
-"GroupNorm-like" mean, and an op written in these shapes is scheduled everywhere.
+they run. One place, so the CPU, GPU and Ascend rules agree on what "RmsNorm-like",
+"GroupNorm-like" and "BatchNorm-like" mean, and an op written in these shapes is scheduled
+everywhere (rules per pattern: row_pass -> RowPassWithColumnSums, GpuRowPass, RowTiles;
+channel_pass -> ChannelPass, GpuChannelPass, ChannelTiles; grouped_pass -> GroupedRowPass,
+GpuGroupedRowPass, GroupTiles).
 
 * ``row_pass``: one or more elementwise outputs over the same (rows, cols), per-row
   reductions/scalars over the same rows, and zero or more column sums over all rows of a
