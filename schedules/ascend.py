@@ -11,8 +11,8 @@ Three pattern rules (never op names; the same patterns as the CPU and GPU rules)
   The (n, g) tasks are split over the cores; each task streams its group, a few channels,
   one channel or HxW chunks of one channel.
 * ``ChannelTiles``: per-channel sums of (N, C, HW) tensors over N and HW, per-channel
-  scalars before (the statistics the sums read) and after them, elementwise outputs over
-  (N, C, HW) and per-channel outputs (BatchNorm-like). The channels are split over the
+  scalars that read no sum (the statistics, which the sums may read) and scalars that read
+  the sums, elementwise outputs over (N, C, HW) and per-channel outputs (BatchNorm-like). The channels are split over the
   cores; per channel a first pass streams its N x HxW elements (several batch rows, or HxW
   chunks of one, per UB pass) for the sums, the scalars run in registers, and a second
   pass streams the data again for the outputs (one pass when the whole channel fits).
