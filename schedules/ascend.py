@@ -1,6 +1,6 @@
 """Ascend schedules: the structure of a vector-core kernel, matched by stage pattern.
 
-Two rules (never op names; the same patterns as the CPU rules):
+Three pattern rules (never op names; the same patterns as the CPU and GPU rules) and a refusal:
 
 * ``RowTiles``: an elementwise output over (rows, cols) fed by per-row stages (row
   reductions, per-row scalars) and maybe column sums over the rows (RmsNorm-like; a row
@@ -10,15 +10,23 @@ Two rules (never op names; the same patterns as the CPU rules):
   scalars, an elementwise output, and column sums over the first axis (GroupNorm-like).
   The (n, g) tasks are split over the cores; each task streams its group, a few channels,
   one channel or HxW chunks of one channel.
+* ``ChannelTiles``: per-channel sums of (N, C, HW) tensors over N and HW, per-channel
+  scalars that read no sum (the statistics, which the sums may read) and scalars that read
+  the sums, elementwise outputs over (N, C, HW) and per-channel outputs (BatchNorm-like). The channels are split over the
+  cores; per channel a first pass streams its N x HxW elements (several batch rows, or HxW
+  chunks of one, per UB pass) for the sums, the scalars run in registers, and a second
+  pass streams the data again for the outputs (one pass when the whole channel fits).
+* ``Unsupported``: anything else, refused by name (NOT EMITTED).
 
 How the work is split between the schedule and the host tiling (CANN's split): kernels are
 shape-generic, so every tiling *number* (rows per core, rows or columns per UB pass, the
 mode) is a runtime value that the emitted host tiling function computes from the shape and
 the hardware description, exactly as ops-nn's *_tiling.cpp do; schedules/ascend_tiling.py
 is that arithmetic in Python (the same formulas, used by `opgen tiling` and tests). The
-schedule decides the *structure*: which stages run per row (per task), which tensors
-stream through UB queues, how column sums cross cores (atomic or deterministic), and the
-knobs; it records them as block and root annotations ("ascend.*") that the emitter reads.
+schedule decides the *structure*: which stages run per row (per task, per channel), which
+tensors stream through UB queues, how column sums cross cores (atomic or deterministic),
+and the knobs; it records them as block and root annotations ("ascend.*") that the emitter
+reads.
 Why annotations and not loop splits: s_tir splits only by constants or sampled random
 variables; a split by a runtime tiling value is refused (measured, TVM 0.27:
 "Cannot find corresponding ExprRV: block_factor" for a PrimFunc parameter as well as for
@@ -34,8 +42,9 @@ from tvm.sym.analyzer import Analyzer
 
 from opgen.schedules import (Block, Knob, PatternRule, ScheduleRule, blocks, pattern_schedule, patterns,
                              same_extent)
-from opgen.schedules.ascend_tiling import (CopyAlignmentError, GroupOperands, RowOperands, Tiling,  # noqa: F401
-                                           UbBudgetError, plan_groups, plan_rows)
+from opgen.schedules.ascend_tiling import (ChannelOperands, CopyAlignmentError,  # noqa: F401
+                                           GroupOperands, RowOperands, Tiling, UbBudgetError, plan_channels,
+                                           plan_groups, plan_rows)
 
 BUFFER_NUM = Knob("buffer_num", (2, 1), 2,
                   "buffers per TQue: 2 overlaps the next tile's copy-in with this tile's compute "
@@ -50,6 +59,12 @@ COLS_PER_PASS = Knob("cols_per_pass", (0, 1024, 2048, 4096, 8192), 0,
                      "whole number of repeats that fits (split-D); a value below cols forces split-D")
 CHANNELS_PER_PASS = Knob("channels_per_pass", (0, 1, 2, 4, 8, 16, 32), 0,
                          "channels of a group per UB pass; 0: the whole group if it fits, else as many as fit")
+BATCH_ROWS_PER_PASS = Knob("rows_per_pass", (0, 1, 2, 4, 8, 16, 32, 64, 128, 256), 0,
+                           "batch rows of a channel (HxW elements each) per UB pass; 0: as many as fit, the "
+                           "whole channel when it fits (then its data is read once, not twice)")
+HW_PER_PASS = Knob("hw_per_pass", (0, 256, 1024, 2048, 4096, 8192), 0,
+                   "HxW elements per UB pass; 0: whole batch rows when one fits, else the largest whole number "
+                   "of repeats that fits (hw-chunk); a value below HxW forces hw-chunk")
 
 
 def _annotate(sch, roles: dict, pattern: str, knobs: dict) -> s_tir.Schedule:
@@ -243,6 +258,82 @@ class GroupTiles(PatternRule):
 
 
 @dataclass(frozen=True)
+class ChannelTiles(PatternRule):
+    """Knobs: rows_per_pass, hw_per_pass, buffer_num (see the Knob docs). The channels are
+    split over the cores; a channel belongs to one core, so its sums need no cross-core step
+    (no workspace, no atomics, the same bits every run)."""
+
+    def knobs(self, target) -> tuple:
+        return (BATCH_ROWS_PER_PASS, HW_PER_PASS, BUFFER_NUM)
+
+    def check_knobs(self, knobs: dict, target, shapes=None, func=None) -> str | None:
+        """Refuse contradictory points and, for a known problem, points that tile exactly
+        like another one and points whose tiling does not fit the hardware."""
+        rows, chunk = knobs.get("rows_per_pass", 0), knobs.get("hw_per_pass", 0)
+        if rows and chunk:
+            return "rows_per_pass applies to whole batch rows and hw_per_pass forces hw-chunk: set one of them"
+        tile = next((s for s in (shapes or {}).values() if len(s) == 3), None)
+        if tile is None:
+            return None
+        n, _, hw_elems = tile
+        if chunk >= hw_elems > 0:
+            return f"hw_per_pass={chunk} >= HxW={hw_elems}: the same tiling as hw_per_pass=0"
+        if rows and n and rows // 2 >= n:
+            return f"rows_per_pass={rows}: a channel has only {n} batch rows (a smaller value tiles the same)"
+        return tiling_refusal(self, func, target, knobs, shapes)
+
+    def match(self, infos: list[Block]):
+        return patterns.channel_pass(infos)
+
+    def operands(self, func) -> ChannelOperands:
+        sch = pattern_schedule(func)
+        infos = blocks(sch)
+        roles = _roles(sch)
+        if roles:   # scheduled (and maybe hoisted): the recorded roles, as in RowTiles.operands
+            by_role = lambda role: [b for b in infos if roles[b.name] == role]  # noqa: E731
+            out = by_role("tile")[0]
+            sums, statistics, later = by_role("channel_sum"), by_role("statistic"), by_role("channel_stage")
+            outputs = {n for rv in sch.get_child_blocks(sch.get_sblock("root")) if "ascend.output" in
+                       sch.get(rv).annotations for n in (r.source.name for r in sch.get(rv).writes)}
+        else:
+            outs, sums, stages = self.match(infos)
+            statistics, later = patterns.split_stages(stages, sums)
+            out = outs[0]
+            outputs = {n for b in infos if b.writes_output for n in b.writes}
+        c = out.extents[1]
+        params, written = _param_roles(func, infos)
+        pick = lambda pred: tuple((nm, t) for nm, (t, s) in params.items() if pred(nm, s))  # noqa: E731
+        buffer = lambda b: next(iter(b.writes))  # noqa: E731
+        return ChannelOperands(
+            tiles_in=pick(lambda nm, s: nm not in written and _shape_is(s, out.extents)),
+            tiles_out=pick(lambda nm, s: nm in written and _shape_is(s, out.extents)),
+            chans_in=pick(lambda nm, s: nm not in written and _shape_is(s, (c,))),
+            scalars_in=pick(lambda nm, s: nm not in written and _shape_is(s, (1,))),
+            chan_outs=pick(lambda nm, s: nm in outputs and _shape_is(s, (c,))),
+            sums=tuple(buffer(b) for b in sums),
+            statistics=tuple(buffer(b) for b in statistics),
+            chan_stages=tuple(buffer(b) for b in later))
+
+    def schedule(self, sch, matched, target, knobs):
+        outs, sums, stages = matched
+        statistics, later = patterns.split_stages(stages, sums)
+        roles = {b.name: "statistic" for b in statistics}
+        roles.update({b.name: "channel_sum" for b in sums})
+        roles.update({b.name: "channel_stage" for b in later})
+        roles.update({b.name: "tile" for b in outs})
+        for info in sums + later:    # the per-channel outputs: hoisting makes scratch look alike
+            if info.writes_output:
+                sch.annotate(sch.get_sblock(info.name), "ascend.output", 1)
+        return _annotate(sch, roles, "channels", knobs)
+
+    def tiling(self, func, target, knobs: dict, shapes) -> Tiling:
+        out = self.match(blocks(pattern_schedule(func)))[0][0]
+        sizes = bind_sizes(func, shapes)
+        n, c, hw_elems = (_value(e, sizes) for e in out.extents)
+        return plan_channels(target.hardware, self.operands(func), n, c, hw_elems, knobs)
+
+
+@dataclass(frozen=True)
 class Unsupported(ScheduleRule):
     """Any function the patterns above do not match: the AscendC emitter prints code for
     patterns only (it has no scalar fallback worth running on a vector core), so this says
@@ -255,8 +346,9 @@ class Unsupported(ScheduleRule):
     def apply(self, func, target, knobs):
         symbol = func.attrs["global_symbol"] if func.attrs and "global_symbol" in func.attrs else "this function"
         names = [b.name for b in blocks(s_tir.Schedule(func))]
-        raise NotImplementedError(f"ascend-emu: no Ascend pattern (rows, groups) matches {symbol} (stages {names})")
+        raise NotImplementedError(f"ascend-emu: no Ascend pattern (rows, groups, channels) matches {symbol} "
+                                  f"(stages {names})")
 
 
-RULES = [RowTiles(), GroupTiles(), Unsupported()]
+RULES = [RowTiles(), GroupTiles(), ChannelTiles(), Unsupported()]
 

@@ -266,8 +266,7 @@ class GpuChannelPass(PatternRule):
     def schedule(self, sch, matched, target, knobs):
         outs, sums, stages = matched
         threads = int(knobs["threads"])
-        after, input_outputs = patterns.inline_statistics(sch, stages, sums)
-        stages = sorted(after + input_outputs, key=lambda b: b.order)
+        stages = patterns.inline_statistics(sch, stages, sums)
         sum_rvs = [sch.get_sblock(b.name) for b in sums]
         channel = _merge_nests(sch, sum_rvs, 1)[0]
         sch.bind(channel, "blockIdx.x")

@@ -239,7 +239,7 @@ class ChannelPass(PatternRule):
 
     def schedule(self, sch, matched, target, knobs):
         outs, sums, stages = matched
-        after, _ = patterns.inline_statistics(sch, stages, sums)   # outputs of inputs alone: own nests
+        after = patterns.inline_statistics(sch, stages, sums)
         sum_rvs = [sch.get_sblock(b.name) for b in sums]
         channel = _merge_nests(sch, sum_rvs, 3)[0]
         for info in after + outs:

@@ -1,6 +1,9 @@
 """The stage patterns every target's rules match: what an op's stages look like, not how
-they run. One place, so the CPU, GPU and Ascend rules agree on what "RmsNorm-like" and
-"GroupNorm-like" mean, and an op written in these shapes is scheduled everywhere.
+they run. One place, so the CPU, GPU and Ascend rules agree on what "RmsNorm-like",
+"GroupNorm-like" and "BatchNorm-like" mean, and an op written in these shapes is scheduled
+everywhere (rules per pattern: row_pass -> RowPassWithColumnSums, GpuRowPass, RowTiles;
+channel_pass -> ChannelPass, GpuChannelPass, ChannelTiles; grouped_pass -> GroupedRowPass,
+GpuGroupedRowPass, GroupTiles).
 
 * ``row_pass``: one or more elementwise outputs over the same (rows, cols), per-row
   reductions/scalars over the same rows, and zero or more column sums over all rows of a
@@ -52,8 +55,10 @@ def channel_pass(infos: list[Block]):
 
     ``outs``: the elementwise outputs over (N, C, HW) (kinds SSS); ``channel_sums``: blocks
     over C reducing N and HW (kinds SRR, extents (C, N, HW)), outputs or scratch;
-    ``channel_stages``: per-channel scalars (kind S over C), in program order: those the
-    sums read (the statistics, see split_stages) and those that read the sums.
+    ``channel_stages``: per-channel scalars (kind S over C), in program order: those that read
+    no sum (the statistics, see ``split_stages``), which the sums may read, and the others,
+    which read the sums. None when a sum reads a stage that reads a sum (it needs another
+    pass over the data first) or when a statistic is an output (the rules inline them).
     """
     outs = outputs(infos, "SSS")
     if not outs:
@@ -66,54 +71,49 @@ def channel_pass(infos: list[Block]):
     if not sums or len(outs) + len(sums) + len(stages) != len(infos):
         return None
     statistics, _ = split_stages(stages, sums)
-    sum_buffers = set().union(*(b.writes for b in sums))
-    if any(b.reads & sum_buffers or b.writes_output for b in statistics):
-        return None        # a stage both before and after the sums: not one pass
+    sum_names = {n for b in sums for n in b.writes}
+    later = {n for b in stages if b not in statistics for n in b.writes}
+    if any(b.reads & (sum_names | later) for b in sums) or any(b.writes_output for b in statistics):
+        return None
     return outs, sums, stages
 
 
 def split_stages(stages: list[Block], sums: list[Block]) -> tuple[list, list]:
-    """(the stages the sums read, directly or through other stages: the statistics; the
-    others), each in program order. By data flow, not program order: TE may place a
-    statistic after a sum it feeds (BatchNorm's mean after the sum of dy)."""
-    writer = {name: b for b in stages for name in b.writes}
-    needed, frontier = set(), set().union(*(b.reads for b in sums))
-    while frontier:
-        stage = writer.get(frontier.pop())
-        if stage is not None and stage.name not in needed:
-            needed.add(stage.name)
-            frontier |= stage.reads
-    return [b for b in stages if b.name in needed], [b for b in stages if b.name not in needed]
+    """(the stages that read no sum, directly or through other stages: the statistics, which
+    the sums may read; the others), each in program order.
+
+    By dependency, not by program order: TE orders blocks by a walk from the outputs, which
+    can put a statistic after a sum (BatchNormBackward's mean comes after sum_dy, before its
+    reader sum_dy_xmu; its invstd and weight * invstd after both sums). Taken for later
+    stages, they were computed after the sums that read them, and a later stage that reads
+    no sum is not tied to its channel (the CPU rule computed it for every channel in every
+    channel's iteration)."""
+    tainted = {n for b in sums for n in b.writes}
+    after: set = set()
+    changed = True
+    while changed:
+        changed = False
+        for b in stages:
+            if b.name not in after and b.reads & tainted:
+                after.add(b.name)
+                tainted |= b.writes
+                changed = True
+    return [b for b in stages if b.name not in after], [b for b in stages if b.name in after]
 
 
-def reads_sums(stages: list[Block], sums: list[Block]) -> set:
-    """Names of the stages that read a sum, directly or through other stages."""
-    produced, dependent = set().union(*(b.writes for b in sums)), set()
-    for b in sorted(stages, key=lambda b: b.order):      # program order: producers first
-        if b.reads & produced:
-            dependent.add(b.name)
-            produced |= b.writes
-    return dependent
+def inline_statistics(sch, stages: list[Block], sums: list[Block]) -> list[Block]:
+    """Inline the per-channel stages that read no sum (the statistics: BatchNorm's mean and
+    invstd, chosen by the mode, and weight * invstd) into their readers; returns the other
+    stages.
 
-
-def inline_statistics(sch, stages: list[Block], sums: list[Block]) -> tuple[list, list]:
-    """Inline the per-channel stages that read no sum (BatchNorm's mean and invstd, chosen
-    by the mode, and scale = weight * invstd) into their readers; returns (the stages that
-    read the sums, the stages that read none but are outputs, which cannot be inlined).
-
-    The statistics feed both the sums and the elementwise outputs, and TVM moves a
-    producer under a loop only once all its consumers are there, a consumer only once all
-    its producers are: neither can go first. A stage that reads no sum has no producer
-    under the channel loop either, so reverse_compute_at would compute all C channels in
-    every iteration (measured: TVM 0.27 gave it the full range, and dx with it). Inlined,
-    they are per-channel expressions that do not change in a channel's inner loops, which
-    the compiler hoists out of them."""
-    dependent = reads_sums(stages, sums)
-    inlined = [b for b in stages if b.name not in dependent and not b.writes_output]
-    for info in reversed(inlined):
+    They feed both the sums and the elementwise outputs, and TVM moves a producer under a
+    loop only once all its consumers are there, a consumer only once all its producers are:
+    neither can go first. Inlined, they are per-channel expressions that do not change in
+    a channel's inner loops, which the compiler hoists out of them."""
+    before, after = split_stages(stages, sums)
+    for info in reversed(before):
         sch.compute_inline(sch.get_sblock(info.name))
-    return ([b for b in stages if b.name in dependent],
-            [b for b in stages if b.name not in dependent and b.writes_output])
+    return after
 
 
 def grouped_pass(infos: list[Block]):

@@ -217,24 +217,42 @@ def test_every_tiling_fits_every_product():
 # ---- opgen tiling ----------------------------------------------------------------------
 
 def test_cann_formulas_by_hand():
+    from opgen.ops.group_norm_backward.cann_tiling import group_norm_grad
+    from opgen.ops.rms_norm_grad.cann_tiling import rms_norm_grad
+
     # (12, 64, 16384, 32) f32: reserve 1024 + 8*4*3 = 1120; a channel needs 16384*4*3 > UB -> mode 3.
-    assert tiling_report.cann_group_norm_grad(12, 64, 16384, 32, 4, 48).mode == "hw-chunk (3)"
+    assert group_norm_grad(12, 64, 16384, 32, 4, 48)["mode"] == "hw-chunk (3)"
     # (1, 2130, 1664, 71): reserve 1024 + 32*12 = 1408; (196608-1408) // (1664*12) = 9 channels -> mode 2.
-    line = tiling_report.cann_group_norm_grad(1, 2130, 1664, 71, 4, 48)
-    assert (line.mode, line.per_pass, line.cores, line.per_core) == ("channels (2)", "9 x 1664", 36, 2)
-    assert tiling_report.cann_group_norm_grad(32, 64, 1, 64, 4, 48).sums == "deterministic"    # N > 2
-    line = tiling_report.cann_rms_norm_grad(16, 12290, 2, 48)
-    assert (line.mode, line.per_pass, line.cores) == ("split-D", "1 x 4096", 16)
-    line = tiling_report.cann_rms_norm_grad(130, 16, 2, 48)     # ubFactor = (195584-160)//652 = 299
-    assert (line.mode, line.per_pass, line.per_core) == ("small-D", "3 x 16", 3)
+    line = group_norm_grad(1, 2130, 1664, 71, 4, 48)
+    assert (line["mode"], line["per_pass"], line["cores"], line["per_core"]) == ("channels (2)", "9 x 1664", 36, 2)
+    assert group_norm_grad(32, 64, 1, 64, 4, 48)["sums"] == "deterministic"    # N > 2
+    line = rms_norm_grad(16, 12290, 2, 48)
+    assert (line["mode"], line["per_pass"], line["cores"]) == ("split-D", "1 x 4096", 16)
+    line = rms_norm_grad(130, 16, 2, 48)     # ubFactor = (195584-160)//652 = 299
+    assert (line["mode"], line["per_pass"], line["per_core"]) == ("small-D", "3 x 16", 3)
 
 
 def test_opgen_tiling_report_lists_every_case_with_matching_modes():
-    lines = tiling_report.report_lines("AtlasA2")
-    assert len(lines) == 7
-    for label, mine, cann in lines:
-        assert cann.mode.split()[0] == mine.mode, label
-        assert (mine.cores, mine.per_core) == (cann.cores, cann.per_core), label
+    cases = [c for c in tiling_report.report_lines("AtlasA2") if c.cann is not None]   # with a CANN formula
+    assert len(cases) == 7
+    for case in cases:
+        assert case.cann.mode.split()[0] == case.opgen.mode, case.label
+        assert (case.opgen.cores, case.opgen.per_core) == (case.cann.cores, case.cann.per_core), case.label
+
+
+def test_the_report_covers_every_registered_op_without_naming_one():
+    """Each op shows up, with its package's CANN cases or its benchmark shapes; the module
+    itself names no op."""
+    from opgen.ops import all_ops
+
+    labels = [c.label for c in tiling_report.report_lines("AtlasA2")]
+    for op in all_ops():
+        formulas = tiling_report.cann_formulas(op)
+        label = getattr(formulas, "LABEL", op.aclnn_name.removeprefix("aclnn"))
+        expected = len(formulas.CASES) if formulas else len(op.cases.bench)
+        assert sum(lbl.startswith(label + " ") for lbl in labels) == expected, op.name
+    source = open(tiling_report.__file__).read()
+    assert not any(op.name in source or op.aclnn_name in source for op in all_ops())
 
 
 def test_opgen_tiling_command(capsys):
@@ -243,7 +261,7 @@ def test_opgen_tiling_command(capsys):
     assert cli.main(["tiling", "--product", "AtlasA2", "--cores", "40"]) == 0
     out = capsys.readouterr().out
     assert "40 vector cores" in out and out.count("CANN ") == 7 and out.count("opgen ") >= 7
-    assert "RmsNormGrad (16,12290) bf16" in out and "GroupNormGrad N=1 C=2130 HxW=1664 G=71" in out
+    assert "RmsNormGrad x[16, 12290] gamma_ndim=1 bf16" in out and "GroupNormGrad N=1 C=2130 HxW=1664 G=71" in out
 
 
 def test_tiling_report_main_without_the_cli(capsys):

@@ -48,16 +48,16 @@ def two_output_row_pass_reference(dy, x, g) -> list:
     return [y1, 2 * y1 + x, (dy * x).sum(axis=0), dy.sum(axis=0)]
 
 
-def build_toy(func, target):
+def build_toy(func, target, knobs: dict | None = None):
     """(module, symbol, parameter buffers) of a toy PrimFunc, through opgen's kernel path
-    (one schedule by the target's matching rule, shared buffers hoisted, element alignment
-    declared, the target's own build)."""
+    (one schedule by the target's matching rule at ``knobs``, shared buffers hoisted,
+    element alignment declared, the target's own build)."""
     import tvm
 
     from opgen import kernels, schedules
 
     symbol = func.attrs["global_symbol"]
-    sch = schedules.schedule(func, target)
+    sch = schedules.schedule(func, target, knobs)
     lowered = kernels.declare_element_alignment(kernels.hoist_pass_buffers(sch))
     return target.build(tvm.IRModule({symbol: lowered})), symbol, lowered.params
 
@@ -152,37 +152,102 @@ def group_pass_with_prologue_reference(dy, x) -> list:
     return [p - x * c[:, :, None, None], p.sum(axis=(0, 3))]
 
 
-def channel_pass_with_output_stages():
-    """BatchNorm's shape as its TE orders it: the statistic the sums read (sh) placed after
-    the first sum in program order, a stage of inputs alone read after the sums (inv),
-    and per-channel outputs that are stages of the sums (g = s2 * inv, b = s1), not the sums
-    themselves: sh[c] = 2*shift[c]; inv[c] = 1/(1 + shift[c]^2); s1 = sum dy;
-    s2 = sum dy*(x - sh); y = (dy - s1/(N*HW) - (x - sh)*s2/(N*HW)) * inv; g = s2*inv; b = s1.
-    Returns the PrimFunc (inputs dy, x, shift; outputs y, g, b)."""
+def channel_pass_blended(dtype: str = "float32"):
+    """The PrimFunc of ``channel_pass_blended_tensors``."""
+    return te.create_prim_func(channel_pass_blended_tensors(dtype)).with_attr(
+        "global_symbol", f"test_channel_blended_{dtype}")
+
+
+def channel_pass_blended_tensors(dtype: str = "float32") -> list:
+    """BatchNorm's shape as its backward writes it: a mode flag ``t`` and ``eps`` as (1,)
+    float32 data, per-channel inputs w, m, v and data dy, x in ``dtype``; statistics blended
+    by the mode (mean = t*m + (1-t)*m/2, inv = rsqrt(v + eps)), two scratch sums (s_dy = sum
+    dy, s_xmu = sum (x - mean)*dy), stages after them (mdy = t*s_dy/M, proj =
+    t*s_xmu*inv*inv/M), dx = (dy - mdy - (x - mean)*proj)*w*inv and the per-channel outputs
+    dw = s_xmu*inv, db = s_dy, each rounded to ``dtype`` once. TE orders the blocks by a walk
+    from dx: s_dy comes first, the statistics after it. Returns the TE tensors (inputs dy,
+    x, w, m, v, eps, t; outputs dx, dw, db), like an op's ``compute``."""
     n, c, hw = (te.var(v, "int64") for v in ("n", "c", "hw"))
-    dy = te.placeholder((n, c, hw), "float32", name="dy")
+    dy = te.placeholder((n, c, hw), dtype, name="dy")
+    x = te.placeholder((n, c, hw), dtype, name="x")
+    w, m, v = (te.placeholder((c,), dtype, name=name) for name in ("w", "m", "v"))
+    eps = te.placeholder((1,), "float32", name="eps")
+    flag = te.placeholder((1,), "float32", name="t")
+    f32 = lambda e: e.astype("float32")  # noqa: E731
+    t = flag[0]
+    mean = te.compute((c,), lambda ch: t * f32(m[ch]) + (1.0 - t) * f32(m[ch]) * 0.5, name="bl_mean")
+    inv = te.compute((c,), lambda ch: te.rsqrt(f32(v[ch]) + eps[0]), name="bl_inv")
+    bn, bh = te.reduce_axis((0, n), name="bn"), te.reduce_axis((0, hw), name="bh")
+    s_dy = te.compute((c,), lambda ch: te.sum(f32(dy[bn, ch, bh]), axis=[bn, bh]), name="bl_s_dy")
+    bn2, bh2 = te.reduce_axis((0, n), name="bn2"), te.reduce_axis((0, hw), name="bh2")
+    s_xmu = te.compute((c,), lambda ch: te.sum((f32(x[bn2, ch, bh2]) - mean[ch]) * f32(dy[bn2, ch, bh2]),
+                                               axis=[bn2, bh2]), name="bl_s_xmu")
+    inv_m = 1.0 / (n * hw).astype("float32")
+    mdy = te.compute((c,), lambda ch: t * s_dy[ch] * inv_m, name="bl_mdy")
+    proj = te.compute((c,), lambda ch: t * s_xmu[ch] * inv[ch] * inv[ch] * inv_m, name="bl_proj")
+    dx = te.compute((n, c, hw), lambda a, ch, i: ((f32(dy[a, ch, i]) - mdy[ch] - (f32(x[a, ch, i]) - mean[ch])
+                                                   * proj[ch]) * f32(w[ch]) * inv[ch]).astype(dtype), name="bl_dx")
+    dw = te.compute((c,), lambda ch: (s_xmu[ch] * inv[ch]).astype(dtype), name="bl_dw")
+    db = te.compute((c,), lambda ch: s_dy[ch].astype(dtype), name="bl_db")
+    return [dy, x, w, m, v, eps, flag, dx, dw, db]
+
+
+def channel_pass_blended_reference(dy, x, w, m, v, eps, t) -> list:
+    dy, x = dy.astype("float64"), x.astype("float64")
+    w, m, v = (a.astype("float64")[None, :, None] for a in (w, m, v))
+    eps, t = float(eps[0]), float(t[0])
+    count = dy.shape[0] * dy.shape[2]
+    mean = t * m + (1 - t) * m * 0.5
+    inv = 1 / np.sqrt(v + np.float32(eps))
+    s_dy, s_xmu = dy.sum(axis=(0, 2), keepdims=True), ((x - mean) * dy).sum(axis=(0, 2), keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        dx = (dy - t * s_dy / count - (x - mean) * t * s_xmu * inv * inv / count) * w * inv
+    return [dx, (s_xmu * inv).reshape(-1), s_dy.reshape(-1)]
+
+
+def channel_two_sums_in_sequence():
+    """A sum over values that need another sum first (a centred second moment): s1 = sum x,
+    mu = s1 / M, s2 = sum (x - mu)^2, y = (x - mu) * s2. One pass over the data cannot give
+    s2, so no channel rule matches it. Returns the PrimFunc (input x; output y)."""
+    n, c, hw = (te.var(v, "int64") for v in ("n", "c", "hw"))
     x = te.placeholder((n, c, hw), "float32", name="x")
-    shift = te.placeholder((c,), "float32", name="shift")
-    bn, bhw = te.reduce_axis((0, n), name="bn"), te.reduce_axis((0, hw), name="bhw")
-    s1 = te.compute((c,), lambda ch: te.sum(dy[bn, ch, bhw], axis=[bn, bhw]), name="cho_s1")
-    count = (n * hw).astype("float32")
-    m = te.compute((c,), lambda ch: s1[ch] / count, name="cho_m")
-    sh = te.compute((c,), lambda ch: shift[ch] * 2.0, name="cho_sh")
-    bn2, bhw2 = te.reduce_axis((0, n), name="bn2"), te.reduce_axis((0, hw), name="bhw2")
-    s2 = te.compute((c,), lambda ch: te.sum(dy[bn2, ch, bhw2] * (x[bn2, ch, bhw2] - sh[ch]), axis=[bn2, bhw2]),
-                    name="cho_s2")
-    inv = te.compute((c,), lambda ch: 1.0 / (1.0 + shift[ch] * shift[ch]), name="cho_inv")
-    y = te.compute((n, c, hw), lambda i, ch, j: (dy[i, ch, j] - m[ch] - (x[i, ch, j] - sh[ch]) * s2[ch] / count)
-                   * inv[ch], name="cho_y")
-    g = te.compute((c,), lambda ch: s2[ch] * inv[ch], name="cho_g")
-    b = te.compute((c,), lambda ch: s1[ch], name="cho_b")
-    return te.create_prim_func([dy, x, shift, y, g, b]).with_attr("global_symbol", "test_channel_output_stages")
+    bn, bh = te.reduce_axis((0, n), name="bn"), te.reduce_axis((0, hw), name="bh")
+    s1 = te.compute((c,), lambda ch: te.sum(x[bn, ch, bh], axis=[bn, bh]), name="seq_s1")
+    mu = te.compute((c,), lambda ch: s1[ch] / (n * hw).astype("float32"), name="seq_mu")
+    bn2, bh2 = te.reduce_axis((0, n), name="bn2"), te.reduce_axis((0, hw), name="bh2")
+    s2 = te.compute((c,), lambda ch: te.sum((x[bn2, ch, bh2] - mu[ch]) * (x[bn2, ch, bh2] - mu[ch]),
+                                            axis=[bn2, bh2]), name="seq_s2")
+    y = te.compute((n, c, hw), lambda a, ch, i: (x[a, ch, i] - mu[ch]) * s2[ch], name="seq_y")
+    return te.create_prim_func([x, y]).with_attr("global_symbol", "test_channel_two_sums")
 
 
-def channel_pass_with_output_stages_reference(dy, x, shift) -> list:
-    dy, x, shift = dy.astype("float64"), x.astype("float64"), shift.astype("float64")
-    sh, inv = 2 * shift[None, :, None], 1 / (1 + shift * shift)
-    count = max(dy.shape[0] * dy.shape[2], 1)
-    s1, s2 = dy.sum(axis=(0, 2)), (dy * (x - sh)).sum(axis=(0, 2))
-    y = (dy - (s1 / count)[None, :, None] - (x - sh) * (s2 / count)[None, :, None]) * inv[None, :, None]
-    return [y, s2 * inv, s1]
+def channel_two_sums_in_sequence_reference(x) -> list:
+    x = x.astype("float64")
+    centred = x - x.mean(axis=(0, 2), keepdims=True)
+    return [centred * (centred * centred).sum(axis=(0, 2), keepdims=True)]
+
+
+def blended_inputs(rng, shape, dtype, training: bool) -> list:
+    """Inputs of ``channel_pass_blended``: data and per-channel values in ``dtype``, eps and
+    the mode flag (1.0 training, 0.0 eval) as float32 (1,) arrays."""
+    dy, x = (rng.standard_normal(shape).astype(dtype) for _ in range(2))
+    w = rng.uniform(0.5, 1.5, shape[1]).astype(dtype)
+    m = rng.standard_normal(shape[1]).astype(dtype)
+    v = rng.uniform(0.5, 2.0, shape[1]).astype(dtype)
+    return [dy, x, w, m, v, np.full(1, 1e-5, np.float32), np.full(1, float(training), np.float32)]
+
+
+def check_blended(target, built, rng, shape, dtype, training: bool) -> float:
+    """Run a built ``channel_pass_blended`` on random inputs and compare every output with
+    the float64 reference through opgen.verify (asserting); returns the worst ratio."""
+    from opgen import verify
+
+    inputs = blended_inputs(rng, shape, dtype, training)
+    name = np.dtype(dtype).name
+    got = run_toy(target, built, inputs, [name] * 3)
+    worst = 0.0
+    for out_name, out, want in zip(("dx", "dw", "db"), got, channel_pass_blended_reference(*inputs)):
+        result = verify.compare(out_name, out, want, name, name)
+        assert result.passed, (shape, training, result)
+        worst = max(worst, result.ratio)
+    return worst

@@ -10,9 +10,10 @@ the emitted code under the CPU emulation of the AscendC API (targets/ascend/emu/
 ``build`` prints the CANN custom-op project (targets/ascend/build.py), compiles kernel +
 host tiling + emulation with g++ and returns a module whose ``[symbol]`` runs the kernel on
 emulated cores. It needs g++ and the emulation header (targets/ascend/emu/); without them
-the target neither builds nor runs. Both schedule patterns (rows, groups) have printers; a
-pattern without one raises NotImplementedError naming it: ``opgen generate`` reports such a
-row as NOT EMITTED instead of failing it. On products without DataCopyPad (Atlas training,
+the target neither builds nor runs. The three schedule patterns (rows, groups, channels)
+have printers; a function no pattern matches, or a pattern without a printer, raises
+NotImplementedError naming it: ``opgen generate`` reports such a row as NOT EMITTED
+instead of failing it. On products without DataCopyPad (Atlas training,
 Atlas inference) the copies are whole-block DataCopy and the host tiling refuses shapes
 whose rows are not whole 32-byte blocks.
 """

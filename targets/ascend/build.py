@@ -1,6 +1,7 @@
 """Build and run emitted AscendC under the CPU emulation: g++ -> shared library -> ctypes.
 
-``project(func, symbol, hw)`` prints the CANN custom-op layout (op_kernel/, op_host/);
+``project(func, symbol, hw)`` prints the CANN custom-op layout (op_kernel/, op_host/) with
+the printer of the pattern the schedule recorded (rows, groups, channels);
 ``compile_project`` builds kernel + host tiling + the emulation header into one shared
 library (cached by a hash of the sources and flags under opgen's cache directory, since g++
 on the emulation header takes seconds); ``EmuModule`` is what the target's ``build``
@@ -22,6 +23,9 @@ import numpy as np
 
 from opgen import diskcache
 from opgen.targets.spec import Scratch
+from opgen.targets.ascend.emit_channels import read_channel_kernel
+from opgen.targets.ascend.emit_channels_flow import (channel_kernel_source, channel_tiling_header,
+                                                     channel_tiling_source)
 from opgen.targets.ascend.emit_flow import kernel_source
 from opgen.targets.ascend.emit_groups import read_group_kernel
 from opgen.targets.ascend.emit_groups_flow import group_kernel_source, group_tiling_header, group_tiling_source
@@ -76,6 +80,10 @@ def project(func, symbol: str, hw) -> tuple[object, dict]:
         k = read_group_kernel(func, symbol, knobs)
         k.pad = hw.data_copy_pad
         kernel, header, tiling = group_kernel_source(k, hw), group_tiling_header(k), group_tiling_source(k, hw)
+    elif pattern == "channels":
+        k = read_channel_kernel(func, symbol, knobs)
+        k.pad = hw.data_copy_pad
+        kernel, header, tiling = channel_kernel_source(k, hw), channel_tiling_header(k), channel_tiling_source(k, hw)
     elif pattern == "rows":
         k = read_row_kernel(func, symbol)
         k.pad = hw.data_copy_pad
@@ -169,7 +177,7 @@ class EmuKernel:
         self.tiling_fn.restype = ctypes.c_int
 
     def tiling(self, *sizes: int):
-        """The host tiling function's result for ``sizes`` (rows, cols / N, G, D, HW)."""
+        """The host tiling function's result for ``sizes`` (rows, cols / N, G, D, HW / N, C, HW)."""
         t = self.struct()
         args = [ctypes.c_int64(int(v)) for v in (*sizes, self.hw.vector_cores, self.hw.usable_ub_bytes)]
         status = self.tiling_fn(*args, ctypes.byref(t))

@@ -9,7 +9,11 @@ schedule computes: cores, rows per core, UB pass sizes, buffers, GM bytes, cross
             times VECTOR_OPS per element) / clock
     overlap = max(t_gm, t_vec) with double buffering (buffer_num 2), their sum without
     t_sums = deterministic: SyncAll + the final pass over the partial-sum workspace;
-             atomic: serialised atomic adds of each core's column partials.
+             atomic: serialised atomic adds of each core's column partials;
+             none for the channel pattern (a channel's sums stay on its core).
+    passes = UB passes of the busiest core; the channel pattern counts them per channel:
+             one read of its data when it fits (mode channel), else two (sums, outputs),
+             which its GM bytes count too.
 
 Bandwidth and clock are not in the hardware descriptions; the figures below are assumed
 (public ballpark numbers per SoC) and say so in the label. Rankings, not absolute times,
@@ -49,8 +53,10 @@ class AscendAnalytic:
                            [shapes[n] for n in op.inputs])
 
     def estimate(self, op, combo, target, problem, knobs: dict) -> float:
-        hw = target.hardware
-        t = self.tiling(op, combo, target, problem, knobs)
+        return self.time(self.tiling(op, combo, target, problem, knobs), target.hardware, knobs)
+
+    def time(self, t, hw, knobs: dict) -> float:
+        """Seconds for one call of a kernel tiled as ``t`` (a Tiling of any Ascend rule)."""
         if not t.block_dim:
             return LAUNCH_S
         hbm, per_core, clock = ASSUMED.get(hw.soc, ASSUMED["Ascend910B"])
@@ -60,8 +66,11 @@ class AscendAnalytic:
         t_gm = gm_core / min(hbm / t.block_dim, per_core)
         elements = gm_core / 4
         t_vec = math.ceil(elements / hw.elements_per_repeat(4)) * VECTOR_OPS / clock
-        passes = math.ceil(t.block_factor / max(1, t.ub_rows)) * max(1, math.ceil(t.fields.get("cols", t.ub_cols)
-                                                                                   / max(1, t.ub_cols)))
+        if "passes" in t.fields:       # the channel pattern: per channel, one or two reads of its passes
+            passes = t.fields["passes"]
+        else:
+            passes = math.ceil(t.block_factor / max(1, t.ub_rows)) * max(1, math.ceil(t.fields.get("cols", t.ub_cols)
+                                                                                       / max(1, t.ub_cols)))
         body = max(t_gm, t_vec) if knobs.get("buffer_num", 2) == 2 else t_gm + t_vec
         if t.sums == "deterministic":
             sums = SYNC_ALL_S + t.workspace_bytes / hbm

@@ -17,9 +17,10 @@ pattern:
   sums:     deterministic (per-core partials in the workspace, SyncAll, a fixed-order sum
             split over the cores by columns) or atomic (core 0 zeroes, SyncAll, SetAtomicAdd).
 
-Expressions are translated by targets/ascend/exprs.py; the group pattern has its own
-printer (targets/ascend/emit_groups.py); any other pattern raises EmitError: the emitter
-refuses what it cannot print instead of guessing.
+Expressions are translated by targets/ascend/exprs.py; the group and channel patterns have
+their own printers (targets/ascend/emit_groups.py, targets/ascend/emit_channels.py); any
+other pattern raises EmitError: the emitter refuses what it cannot print instead of
+guessing.
 """
 from __future__ import annotations
 

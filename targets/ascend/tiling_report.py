@@ -1,38 +1,43 @@
 """``opgen tiling``: opgen's Ascend tiling next to CANN's hand-written formulas.
 
-For the shapes of ops-nn's tiling tests, one row from opgen's schedule (schedules/ascend.py
-on the product's hardware description) and one from CANN's formulas, transcribed from
-ops-nn's norm/rms_norm_grad/op_host/rms_norm_grad_tiling.cpp (LargeNSmallD, LargeNLargeD,
-CalcSmallDBufferSize) and norm/group_norm_grad/op_host/group_norm_grad_tiling.cpp
-(PlanStepCoreUsage, CalStage1TilingInfo, CalStage2TilingInfo): their Atlas A2/A3 paths.
+For every registered op, one row from opgen's schedule (schedules/ascend.py on the
+product's hardware description) per case, and one from CANN's formulas where the op's
+package transcribes them: an op package may hold ``cann_tiling.py`` with ``LABEL``,
+``CASES`` (problem spellings and dtype tags: ops-nn's tiling-test shapes) and ``plan(problem,
+itemsize, cores)``, the fields of CANN's line (or a ``NOTE`` saying why there is none). An op
+without one shows opgen's rows for its benchmark shapes. No op is named here.
 
-Columns: mode; cores used; rows (tasks) per core; rows x columns (channels x HxW
-elements) per UB pass; UB bytes; GM bytes moved; column sums; GM workspace bytes.
-CANN's UB bytes are what its formulas budget (its kernels' exact allocations are not in
-the tiling code); CANN's GM bytes apply opgen's traffic model to CANN's tiling (same
-counting: every tile read once per pass over it, broadcast inputs once per core or per
-row, column-sum partials written and read back), so the two columns compare plans, not
-measurements. Op names are fine here: this module compares against per-op CANN code.
+Columns: mode; cores used; rows (tasks, channels) per core; rows x columns (channels x HxW
+elements, batch rows x HxW elements) per UB pass; UB bytes; GM bytes moved; column sums; GM
+workspace bytes. CANN's UB bytes are what its formulas budget (its kernels' exact
+allocations are not in the tiling code); CANN's GM bytes apply opgen's traffic model to
+CANN's tiling (same counting: every tile read once per pass over it, broadcast inputs once
+per core or per row, column-sum partials written and read back), so the two columns compare
+plans, not measurements.
 
 The Ascend target declares this module among its ``tools``: ``opgen`` adds the command
 ``COMMAND`` with ``add_arguments`` and ``main`` (opgen.cli).
 """
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import sys
 from dataclasses import dataclass, replace
 
 from tvm import te
 
 from opgen import schedules
+from opgen.ops import all_ops
 from opgen.products import PRODUCTS
-from opgen.ops import get_op
-from opgen.schedules.ascend_tiling import CopyAlignmentError, UbBudgetError, ceil_div
+from opgen.schedules.ascend_tiling import CopyAlignmentError, UbBudgetError
 from opgen.targets.ascend import TARGET
 from opgen.targets.ascend.hardware import DESCRIPTIONS
 
 COMMAND = "tiling"
 HELP = "opgen's Ascend tiling next to CANN's formulas, on ops-nn's test shapes"
+CANN_UB = 196608           # the UB size of ops-nn's tiling tests (Atlas A2)
+NO_FORMULA = "CANN: no formula transcribed (an op package's cann_tiling.py holds one)"
 
 
 @dataclass(frozen=True)
@@ -48,19 +53,36 @@ class Line:
     workspace: int | None
 
 
-RMS_CASES = (((16, 16), "f16-f16"), ((16, 12288), "f16-f16"), ((130, 16), "bf16-bf16"), ((16, 12290), "bf16-bf16"))
-GN_CASES = (((12, 64, 128 * 128, 32), "f32-f32"), ((1, 2130, 1664, 71), "f32-f32"), ((32, 64, 1, 64), "f32-f32"))
-CANN_UB = 196608           # the UB size of ops-nn's tiling tests (Atlas A2)
+@dataclass(frozen=True)
+class Case:
+    label: str
+    opgen: Line
+    cann: Line | None
+    note: str = ""         # why there is no CANN line
 
 
 def _itemsize(tag: str) -> int:
     return 4 if tag.startswith("f32") else 2
 
 
-def opgen_line(op_name: str, combo: str, shapes: list, target, knobs: dict | None = None) -> Line:
-    op = get_op(op_name)
-    func = te.create_prim_func(op.compute(op.combo(combo)))
+def cann_formulas(op):
+    """The op package's cann_tiling module, or None."""
+    name = f"{op.package}.cann_tiling" if op.package else None
+    return importlib.import_module(name) if name and importlib.util.find_spec(name) else None
+
+
+def opgen_line(op, tag: str, problem, target, knobs: dict | None = None) -> Line:
+    """opgen's line for ``op`` on ``problem``: its kernel's tensors in parameter order."""
+    func = te.create_prim_func(op.compute(op.combo(tag)))
+    shapes = op.api.kernel_shapes(problem)
+    return opgen_line_of(func, [shapes[name] for name in op.inputs], target, knobs)
+
+
+def opgen_line_of(func, shapes: list, target, knobs: dict | None = None) -> Line:
+    """opgen's line for a PrimFunc and its tensor ``shapes`` in parameter order."""
     rule = schedules.match(func, target)
+    if not hasattr(rule, "tiling"):                      # no Ascend pattern: nothing emitted
+        return Line("opgen", "NOT EMITTED", 0, 0, "-", None, None, "-", None)
     try:
         t = rule.tiling(func, target, schedules.full_point(rule, target, knobs), shapes)
     except (UbBudgetError, CopyAlignmentError) as err:     # the product cannot run this shape
@@ -69,78 +91,34 @@ def opgen_line(op_name: str, combo: str, shapes: list, target, knobs: dict | Non
                 t.ub_bytes(target.hardware.block_bytes), t.gm_bytes, t.sums, t.workspace_bytes)
 
 
-def cann_rms_norm_grad(rows: int, cols: int, item: int, cores: int) -> Line:
-    """rms_norm_grad_tiling.cpp, Tiling4RmsNormGrad (non-regbase path), atomic dgamma
-    (fixed_output = GetDeterministic(), 0 by default)."""
-    align = 8 if item == 4 else 16
-    col_align = ceil_div(cols, align) * align
-    block_factor = ceil_div(rows, cores)
-    block_dim = ceil_div(rows, block_factor)
-    if cols <= 6080:
-        buffer_size, mode, ub_bytes = 6080, "split-N", None
-        if col_align <= 640:
-            ub_rows = (195584 - col_align * 10) // (col_align * 24 + 268)
-            buffer_size, mode = ub_rows * col_align, "small-D"
-            ub_bytes = min(ub_rows, block_factor) * (col_align * 24 + 268) + col_align * 10
-        ub_rows, ub_cols, reread = min(buffer_size // col_align, block_factor), cols, 1
-    else:
-        mode, ub_rows, ub_cols, reread, ub_bytes = "split-D", 1, 4096, 2, None
-    gm = reread * 2 * rows * cols * item + rows * cols * item + rows * 4
-    gm += (block_dim if mode != "split-D" else reread * rows) * cols * item + block_dim * cols * 4
-    return Line("CANN", mode, block_dim, block_factor, f"{ub_rows} x {ub_cols}", ub_bytes, gm, "atomic",
-                8 * block_dim * 4)
+def _first_f32(op) -> str:
+    return next((c.tag for c in op.combos if c.tag.startswith("f32")), op.combos[0].tag)
 
 
-def cann_group_norm_grad(n: int, c: int, hxw: int, g: int, item: int, cores: int, ub: int = CANN_UB) -> Line:
-    """group_norm_grad_tiling.cpp, GroupNormGradTiling::Init (non-regbase path)."""
-    dtype_bytes = 4 if item == 4 else item + 4          # fp16/bf16 budget their fp32 copies
-    epb = 32 // (4 if item == 4 else item)
-    rnd = lambda a, b: ceil_div(a, b) * b                # noqa: E731  (CANN's Ceil)
-    cpg, nxg = c // g, n * g
-    reserve = 1024 + rnd(cpg, epb) * dtype_bytes * 3
-    per_core = ceil_div(nxg, cores)
-    used = ceil_div(nxg, per_core)
-    extra = 0 if (hxw % 8 == 0 or cpg == 1) else 2 * rnd(hxw, epb) * 4
-    cap_g = max(ub - reserve - extra, 0) // (rnd(cpg * hxw, epb) * dtype_bytes * 3)
-    cap_c = (ub - reserve) // (rnd(hxw, epb) * dtype_bytes * 3)
-    unit = rnd(hxw, epb) * dtype_bytes * 3
-    if hxw == 1:
-        mode, chans, elems, ub_bytes = "hw1 (5)", cpg, 1, reserve + rnd(cpg, epb) * dtype_bytes * 3
-    elif cap_g > 0:
-        mode, chans, elems, ub_bytes = "group (0)", cpg, hxw, reserve + extra + rnd(cpg * hxw, epb) * dtype_bytes * 3
-    elif cap_c == 1:
-        mode, chans, elems, ub_bytes = "channel (1)", 1, hxw, reserve + unit
-    elif cap_c > 1:
-        mode, chans, elems, ub_bytes = "channels (2)", cap_c, hxw, reserve + cap_c * unit
-    else:
-        cap_e = (ub - reserve) // (dtype_bytes * 3) // (epb * 8) * (epb * 8)
-        mode, chans, elems, ub_bytes = "hw-chunk (3)", 1, cap_e, reserve + cap_e * dtype_bytes * 3
-    deterministic = n > 2
-    workspace = 2 * ceil_div(n, 2) * c * 4 if deterministic else 0
-    reread = 1 if mode.startswith(("group", "hw1")) else 2
-    elems_total = n * c * hxw
-    gm = reread * 2 * elems_total * item + elems_total * item + 2 * nxg * item + nxg * cpg * item
-    gm += 2 * nxg * cpg * 4 + (2 * workspace if deterministic else 0) + 2 * c * item
-    return Line("CANN", mode, used, per_core, f"{chans} x {elems}", ub_bytes, gm,
-                "deterministic" if deterministic else "atomic", workspace)
+def op_cases(op, target) -> list[Case]:
+    """The report's cases of one op: its package's CANN cases and formula, else its
+    benchmark shapes with opgen's line alone."""
+    formulas = cann_formulas(op)
+    label = getattr(formulas, "LABEL", op.aclnn_name.removeprefix("aclnn"))
+    cases = getattr(formulas, "CASES", [(shape, _first_f32(op)) for shape in op.cases.bench])
+    plan = getattr(formulas, "plan", None)
+    note = getattr(formulas, "NOTE", NO_FORMULA)
+    result = []
+    for spelling, tag in cases:
+        problem = op.parse_problem(spelling)
+        mine = opgen_line(op, tag, problem, target)
+        cann = plan(problem, _itemsize(tag), target.hardware.vector_cores) if plan else None
+        result.append(Case(f"{label} {problem} {tag.split('-')[0]}", mine,
+                           Line("CANN", **cann) if cann else None, "" if cann else note))
+    return result
 
 
-def report_lines(product: str, cores: int | None = None) -> list[tuple[str, Line, Line]]:
-    """(case label, opgen's line, CANN's line) for every tiling-test shape."""
+def report_lines(product: str, cores: int | None = None) -> list[Case]:
+    """Every registered op's cases on ``product`` (with ``cores`` vector cores if given)."""
     target = TARGET.for_product(product)
     if cores is not None:
         target = replace(target, hardware=target.hardware.with_cores(cores))
-    n_cores = target.hardware.vector_cores
-    result = []
-    for (rows, cols), combo in RMS_CASES:
-        label = f"RmsNormGrad ({rows},{cols}) {combo.split('-')[0]}"
-        mine = opgen_line("rms_norm_grad", combo, [(rows, cols)], target)
-        result.append((label, mine, cann_rms_norm_grad(rows, cols, _itemsize(combo), n_cores)))
-    for (n, c, hxw, g), combo in GN_CASES:
-        label = f"GroupNormGrad N={n} C={c} HxW={hxw} G={g} {combo.split('-')[0]}"
-        mine = opgen_line("group_norm_backward", combo, [(n, g, c // g, hxw)], target)
-        result.append((label, mine, cann_group_norm_grad(n, c, hxw, g, _itemsize(combo), n_cores)))
-    return result
+    return [case for op in all_ops() for case in op_cases(op, target)]
 
 
 def _fmt(value) -> str:
@@ -154,9 +132,12 @@ def render(product: str, cores: int | None = None) -> str:
             f"{'GM bytes':>13} {'sums':<13} {'workspace':>9}")
     out = [f"opgen tiling on {hw.summary()}",
            f"CANN's formulas with {hw.vector_cores} cores and {CANN_UB} B UB (its tiling tests' platform)", ""]
-    for label, *lines in report_lines(product, cores):
-        out += [label, head]
-        for ln in lines:
+    for case in report_lines(product, cores):
+        out += [case.label, head]
+        for ln in (case.opgen, case.cann):
+            if ln is None:
+                out.append(f"{'':6} ({case.note})")
+                continue
             out.append(f"{ln.source:<6} {ln.mode:<14} {ln.cores:>5} {ln.per_core:>8} {ln.per_pass:>13} "
                        f"{_fmt(ln.ub_bytes):>9} {_fmt(ln.gm_bytes):>13} {ln.sums:<13} {_fmt(ln.workspace):>9}")
         out.append("")

@@ -1,0 +1,224 @@
+"""Scheduled TIR of the channel pattern -> an AscendC kernel (BatchNorm-like ops).
+
+The channel pattern (schedules/ascend.py, ChannelTiles): tensors (N, C, HW), per-channel
+(C,) inputs and outputs, (1,) inputs read once per call; the channels are split over the
+cores. Per channel the kernel sees its N x HxW elements as N batch rows of HxW contiguous
+elements, C x HW apart in GM: a pass is a (batch rows x pitch) tile, so one strided copy
+moves several rows and the row machinery of the other patterns applies with rows = batch
+rows of one channel:
+  * ``statistic`` blocks (per-channel stages that read no sum) -> scalar code in registers
+    (``s_<buffer>``), before the channel's first pass;
+  * ``channel_sum`` blocks (sums over N and HW) -> the vector calls of their body over the
+    tile, then row sums (WholeReduceSum / ReduceSum per batch row) into a float32 register;
+  * ``channel_stage`` blocks (per-channel stages that read the sums) -> scalar code;
+  * ``tile`` blocks -> vector calls over the tile, per-channel values as scalars, Cast with
+    CAST_RINT to the output's dtype, a strided copy out;
+  * per-channel outputs (a sum, or a stage after the sums, written to a (C,) parameter) ->
+    staged in a float32 UB vector per chunk of channels, rounded and copied out per chunk.
+Modes (runtime, from the host tiling): channel (the whole channel in one pass: one read),
+rows / hw-chunk (a sums pass over the channel, then an outputs pass), empty (N or HxW is 0:
+no pass, the per-channel outputs are still written).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import s_tir
+
+from opgen.schedules.ascend import ChannelTiles
+from opgen.schedules.ascend_tiling import TEMP_TILES
+from opgen.targets.ascend.emitter import CPP_TYPE, as_float32, camel, copy_in, recorded_stages
+from opgen.targets.ascend.exprs import Context, EmitError, Value, emit_expr, reduction_body, row_sums, stored_value
+
+CHANNEL_FIELDS = ("N", "C", "HW", "tasks", "block_dim", "block_factor", "ub_rows", "ub_cols", "pitch", "mode",
+                  "ub_chans", "work")
+CHANNEL_MODES = {"channel": 0, "rows": 1, "hw-chunk": 2, "empty": 3}
+
+
+@dataclass
+class ChannelKernel:
+    symbol: str
+    ops: object                # ChannelOperands
+    stages: list               # (name, role, SBlock) in program order
+    args: list                 # (name, dtype, role) kernel GM arguments in parameter order
+    sizes: dict                # size variable name -> C++
+    knobs: dict
+    param_names: tuple
+    pad: bool = True           # the product has DataCopyPad (else per-call values are GM reads)
+    fields = CHANNEL_FIELDS
+    pattern = "channels"
+
+    @property
+    def struct(self) -> str:
+        return f"{camel(self.symbol)}TilingData"
+
+    def size_args(self, by_name: dict) -> tuple:
+        tile = next(n for n, _, role in self.args if role == "tile")
+        return tuple(int(v) for v in by_name[tile].shape)          # N, C, HW
+
+    def workspace_floats(self, t) -> int:
+        return 0               # a channel belongs to one core: nothing crosses cores
+
+
+def read_channel_kernel(func, symbol: str, knobs: dict) -> ChannelKernel:
+    """The channel pattern's pieces from the scheduled function (EmitError for a parameter
+    the pattern has no UB home for, e.g. an (N,) input)."""
+    sch = s_tir.Schedule(func)
+    stages = recorded_stages(sch)
+    ops = ChannelTiles().operands(func)
+    tile = next(b for _, r, b in stages if r == "tile")
+    sizes = {str(iv.dom.extent): f"t_.{f}" for iv, f in zip(tile.iter_vars, ("N", "C", "HW"))}
+    role = {n: "tile" for n, _ in ops.tiles_in + ops.tiles_out}
+    role.update({n: "chan" for n, _ in ops.chans_in + ops.chan_outs})
+    role.update({n: "scalar" for n, _ in ops.scalars_in})
+    written = {r.source.name for _, _, b in stages for r in b.writes}
+    homeless = [f"{b.name}{tuple(b.shape)}" for b in func.params if b.name not in role and b.name not in written]
+    if homeless:
+        raise EmitError(f"{symbol}: no UB home for the channel pattern's input(s) {', '.join(homeless)}")
+    args = [(b.name, str(b.dtype), role[b.name]) for b in func.params if b.name in role]
+    if [n for n, _, _ in args] != [b.name for b in func.params[:len(args)]]:
+        raise EmitError(f"{symbol}: the kernel's tensors are not its leading parameters")
+    return ChannelKernel(symbol, ops, stages, args, sizes, knobs, tuple(b.name for b in func.params))
+
+
+def _names(blk) -> list[str]:
+    return [str(iv.var) for iv in blk.iter_vars]
+
+
+def _context(k: ChannelKernel, axes: dict) -> Context:
+    """Homes of every load of a block; ``axes`` maps n/c/h to its iterator names (a
+    per-channel stage has only c). Every per-channel and per-call value is a register."""
+    a = axes
+    loads = {}
+    if "n" in a:
+        for name, _ in k.ops.tiles_in:
+            loads[(name, (a["n"], a["c"], a["h"]))] = Value("tile", f"v_{name}_")
+    for name, _ in k.ops.chans_in:
+        loads[(name, (a["c"],))] = Value("scalar", f"s_{name}")
+    for name, _ in k.ops.scalars_in:
+        loads[(name, ("0",))] = Value("scalar", f"s_{name}")
+    for name in k.ops.statistics + k.ops.sums + k.ops.chan_stages:
+        loads[(name, (a["c"],))] = Value("scalar", f"s_{name}")
+    return Context(row_var=None, col_var=None, tiles={}, rows={}, cols={}, sizes=k.sizes,
+                   temps=[f"tmp{i}_t_" for i in range(TEMP_TILES)], loads=loads)
+
+
+def _scalar_stage(k: ChannelKernel, name: str, blk) -> str:
+    """``s_<buffer> = <value>;`` of a per-channel stage (its float32 value: an output stage
+    is rounded to the output's dtype only when it is stored)."""
+    (c_,) = _names(blk)
+    ctx = _context(k, {"c": c_})
+    expr, _ = stored_value(blk.body)
+    value = emit_expr(expr, ctx)
+    if value.kind != "scalar" or ctx.lines:
+        raise EmitError(f"{name}: a per-channel stage must be scalar code")
+    return f"s_{blk.body.buffer.name} = {value.text};"
+
+
+def _sum_fn(k: ChannelKernel, name: str, blk) -> list[str]:
+    """Sum_<buffer>(n, len): this pass's contribution to a channel sum (float32 register)."""
+    c_, n_, h_ = _names(blk)
+    ctx = _context(k, {"n": n_, "c": c_, "h": h_})
+    value = emit_expr(reduction_body(blk.body), ctx)
+    if value.kind != "tile":
+        raise EmitError(f"{name}: a channel sum of a non-tile value")
+    acc = f"s_{blk.body.buffer.name}"
+    return ([f"__aicore__ inline void Sum_{blk.body.buffer.name}(int32_t n, int32_t len) {{",
+             "    const int32_t P = t_.pitch;"]
+            + [f"    {line}" for line in ctx.lines + row_sums(value.text, lambda i, v: f"{acc} += {v};")] + ["}"])
+
+
+def _copy(n: str, length: str, itemsize: str, to_ub: bool) -> str:
+    """Copy parameters of ``n`` batch rows of one channel: ``length`` elements each, C x HW
+    apart in GM (a gap of 0 for one row: the stride field is not read, and a large gap
+    might not fit it), ``P`` apart in UB (gaps in 32-byte blocks)."""
+    ub_gap = f"(P * {itemsize} - AlignUp({length} * {itemsize})) / 32"
+    gm_gap = f"({n} > 1 ? (t_.C * t_.HW - {length}) * {itemsize} : 0)"
+    src, dst = (gm_gap, ub_gap) if to_ub else (ub_gap, gm_gap)
+    return f"DataCopyExtParams({n}, {length} * {itemsize}, {src}, {dst}, 0)"
+
+
+GM_AT = "(b0 * t_.C + ch) * t_.HW + h0"
+
+
+def tile_fns(k: ChannelKernel) -> list[str]:
+    """LoadTiles / FreeTiles / Outputs: one pass over batch rows [b0, b0 + n) and HxW
+    elements [h0, h0 + len) of channel ``ch``."""
+    out = ["__aicore__ inline void LoadTiles(int64_t ch, int64_t b0, int32_t n, int64_t h0, int32_t len) {",
+           "    const int32_t P = t_.pitch;"]
+    for name, d in k.ops.tiles_in:
+        out += copy_in(name, d, GM_AT, _copy("n", "len", f"sizeof({CPP_TYPE[d]})", True))
+        out.append(as_float32(f"v_{name}_", name, d, "n * P"))
+    out += ["}", "__aicore__ inline void FreeTiles() {"]
+    out += [f"    in_{name}_.FreeTensor(q_{name}_);" for name, _ in k.ops.tiles_in]
+    out += ["}", "__aicore__ inline void Outputs(int64_t ch, int64_t b0, int32_t n, int64_t h0, int32_t len) {",
+            "    const int32_t P = t_.pitch;"]
+    for name, role, blk in k.stages:
+        if role != "tile":
+            continue
+        n_, c_, h_ = _names(blk)
+        ctx = _context(k, {"n": n_, "c": c_, "h": h_})
+        expr, dtype = stored_value(blk.body)
+        value = emit_expr(expr, ctx)
+        if value.kind != "tile":
+            raise EmitError(f"{name}: an elementwise output of the channel pattern that is not a tile")
+        target, ty = blk.body.buffer.name, CPP_TYPE[dtype]
+        out += [f"    {line}" for line in ctx.lines]
+        out += [f"    {{ LocalTensor<{ty}> o = out_{target}_.AllocTensor<{ty}>();",
+                f"      DataCopy(o, {value.text}, n * P);" if dtype == "float32" else
+                f"      Cast(o, {value.text}, RoundMode::CAST_RINT, n * P);",
+                f"      out_{target}_.EnQue(o); o = out_{target}_.DeQue<{ty}>();",
+                f"      DataCopyPad(g_{target}_[{GM_AT}], o, {_copy('n', 'len', f'sizeof({ty})', False)});",
+                f"      out_{target}_.FreeTensor(o); }}"]
+    out.append("}")
+    return out
+
+
+def chan_fns(k: ChannelKernel) -> list[str]:
+    """LoadScalars (once per core), LoadChans / StoreChans / FreeChans (per chunk of ``nc``
+    channels from ``c0``), BeginChannel / EndChannel (per channel ``i`` of the chunk), and
+    Statistics / Stages (the per-channel scalar code before and after the sums)."""
+    out = ["__aicore__ inline void LoadScalars() {"]
+    for name, d in k.ops.scalars_in:
+        ty = CPP_TYPE[d]
+        if not k.pad:
+            out.append(f"    s_{name} = static_cast<float>(g_{name}_.GetValue(0));")
+            continue
+        out += [f"    {{ LocalTensor<{ty}> a = in_{name}_.AllocTensor<{ty}>();",
+                f"      DataCopyPad(a, g_{name}_[0], DataCopyExtParams(1, sizeof({ty}), 0, 0, 0), "
+                f"DataCopyPadExtParams<{ty}>(false, 0, 0, 0));",
+                f"      in_{name}_.EnQue(a); a = in_{name}_.DeQue<{ty}>();",
+                f"      s_{name} = static_cast<float>(a.GetValue(0));", f"      in_{name}_.FreeTensor(a); }}"]
+    out += ["}", "__aicore__ inline void LoadChans(int64_t c0, int32_t nc) {"]
+    for name, d in k.ops.chans_in:
+        out += copy_in(name, d, "c0", f"DataCopyExtParams(1, nc * sizeof({CPP_TYPE[d]}), 0, 0, 0)")
+        out.append(as_float32(f"cf_{name}_", name, d, "nc"))
+    out += ["    PipeBarrier<PIPE_ALL>();", "    (void)c0; (void)nc;", "}", "__aicore__ inline void FreeChans() {"]
+    out += [f"    in_{name}_.FreeTensor(q_{name}_);" for name, _ in k.ops.chans_in]
+    out += ["}", "__aicore__ inline void StoreChans(int64_t c0, int32_t nc) {",
+            "    PipeBarrier<PIPE_ALL>();    // the channels' SetValue (S) before the copy-out or Cast",
+            "    (void)c0; (void)nc;"]
+    for name, d in k.ops.chan_outs:
+        ty, one = CPP_TYPE[d], f"DataCopyExtParams(1, nc * sizeof({CPP_TYPE[d]}), 0, 0, 0)"
+        if d == "float32":
+            out.append(f"    DataCopyPad(g_{name}_[c0], co_{name}_t_, {one});")
+            continue
+        out += [f"    {{ LocalTensor<{ty}> o = out_{name}_.AllocTensor<{ty}>();",
+                f"      Cast(o, co_{name}_t_, RoundMode::CAST_RINT, nc);",
+                f"      out_{name}_.EnQue(o); o = out_{name}_.DeQue<{ty}>();",
+                f"      DataCopyPad(g_{name}_[c0], o, {one});", f"      out_{name}_.FreeTensor(o); }}"]
+    # The copy-out (MTE3) reads the staging vectors the next chunk's SetValue (S) overwrites.
+    out += ["    PipeBarrier<PIPE_ALL>();", "}", "__aicore__ inline void BeginChannel(int32_t i) {", "    (void)i;"]
+    out += [f"    s_{name} = cf_{name}_.GetValue(i);" for name, _ in k.ops.chans_in]
+    out += [f"    s_{name} = 0.0f;" for name in k.ops.sums]
+    out += ["}", "__aicore__ inline void EndChannel(int32_t i) {", "    (void)i;"]
+    out += [f"    co_{name}_t_.SetValue(i, s_{name});" for name, _ in k.ops.chan_outs]
+    out += ["}", "__aicore__ inline void Statistics() {"]
+    out += [f"    {_scalar_stage(k, name, blk)}" for name, role, blk in k.stages if role == "statistic"]
+    out += ["}", "__aicore__ inline void Stages() {"]
+    out += [f"    {_scalar_stage(k, name, blk)}" for name, role, blk in k.stages if role == "channel_stage"]
+    out.append("}")
+    for name, role, blk in k.stages:
+        if role == "channel_sum":
+            out += _sum_fn(k, name, blk)
+    return out
