@@ -255,7 +255,8 @@ def bench_case(torch, setup: Setup, timer, case: Case, peak: float, budget: Budg
     peers = peers_for(op, setup.device, skip)
     labels = ["opgen kernel", "opgen aclnn"] + [p.name for p in peers]
     if budget.left() < CASE_NEEDS:
-        print(f"{case.op} {case.tag} {case.shape}  ({planned_bytes(op, case.tag, problem) / 1e6:.1f} MB minimal)")
+        print(f"{case.op} {case.tag} {case.shape}  ({planned_bytes(op, case.tag, problem) / 1e6:.1f} MB minimal "
+              f"traffic)")
         for label in labels:
             print(row(label, None, 0, peak, note="SKIPPED: time budget spent"))
         return True
@@ -324,13 +325,16 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peak", type=float, default=4.8e12, help="HBM bytes/s (default 4.8e12: H200)")
     parser.add_argument("--budget", type=float, default=300.0, help="seconds for the whole table")
-    parser.add_argument("--dry-run", action="store_true", help="print the plan and arithmetic; no GPU or torch needed")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the plan and arithmetic; no GPU or torch needed")
     parser.add_argument("--smoke", metavar="TARGET", help="run the same code on the CPU (torch CPU tensors) with this "
                         "opgen target (llvm, opencl) on each op's tiny and compare shapes: checks it without a GPU")
-    parser.add_argument("--op", action="append", choices=[op.name for op in all_ops()], help="only this op (repeatable)")
+    parser.add_argument("--op", action="append", choices=[op.name for op in all_ops()],
+                        help="only this op (repeatable)")
     parser.add_argument("--shape", action="append", metavar="OP=SHAPE",
                         help="OP=SHAPE in the op's Problem spelling, instead of its own shapes (repeatable)")
-    parser.add_argument("--skip", action="append", default=[], choices=sorted({p.name for op in all_ops() for p in op.peers}),
+    parser.add_argument("--skip", action="append", default=[],
+                        choices=sorted({p.name for op in all_ops() for p in op.peers}),
                         help="leave out a peer (repeatable)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
@@ -361,7 +365,8 @@ def main(argv=None) -> int:
             if case.op != last_op:
                 last_op = case.op
                 op = get_op(case.op)
-                print(f"== {op.name} ({op.aclnn_name}); peers on {setup.device}: {describe_peers(op, setup, args.skip)}")
+                peers = describe_peers(op, setup, args.skip)
+                print(f"== {op.name} ({op.aclnn_name}); peers on {setup.device}: {peers}")
             try:
                 if not bench_case(torch, setup, timer, case, args.peak, budget, rng, args.skip):
                     failures.append(f"{case.op} {case.tag} {case.shape}: opgen kernel MISMATCH")
