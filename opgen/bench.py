@@ -201,7 +201,7 @@ def contenders(case: Case, rng, skip=()) -> tuple[dict, int]:
         return runs, nbytes
     torch_outputs = B.output_buffers(case.op, case.tag, problem, "torch")
     runs["opgen-torch"] = B.aclnn_call(case.op, problem, {**tensors, **torch_outputs})
-    peers = [peer for peer in op.peers if peer.bench and peer.name not in skip]
+    peers = [peer for peer in op.peers if peer.bench and "cpu" in peer.devices and peer.name not in skip]
     for peer in peers:   # its own copies: no contender reads inputs another one just warmed
         runs[peer.name] = peer.make(problem, {k: B.to_torch(v) for k, v in inputs.items()})
     if not case.tiny and "stream" not in skip:

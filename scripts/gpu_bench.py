@@ -1,185 +1,109 @@
 """GPU benchmark for a machine with an NVIDIA GPU (scripts/gpu_check.sh runs it).
 
-opgen's cuda kernels next to torch eager, torch.compile and Liger-Kernel's RMSNorm (when
-it imports), same process, same tensors, medians of CUDA-event timings. Printed per row:
-milliseconds, GB/s of the ideal traffic (read dy and x, write dx, once each) and its
-percentage of the HBM peak (4.8 TB/s, an H200; ``--peak`` for another GPU). Two opgen
-numbers: ``opgen kernel`` (the compiled kernel on device tensors, what a framework would
-launch) and ``opgen aclnn`` (the whole two-phase aclnn call on torch CUDA tensors).
+Every registered op with benchmark shapes (``OpSpec.cases.bench``), in its f32 and bf16
+data combos (opgen.bench.benchmarked_tags), on each shape: opgen's cuda kernel next to the
+op's own peers (``OpSpec.peers`` with ``bench`` and ``"cuda"`` in ``devices``: torch eager,
+torch.compile, ATen's kernels, Liger-Kernel's RMSNorm ...), same process, same inputs (the
+op's ``random_inputs``, each contender with its own device copies), medians of CUDA-event
+timings. Two opgen numbers: ``opgen kernel`` (the compiled kernel on device tensors viewed
+in its kernel shapes, what a framework would launch) and ``opgen aclnn`` (the whole
+two-phase aclnn call on torch CUDA tensors, what users call).
 
-Written without a GPU (none was lent to the session that wrote it): ``--dry-run`` checks
-the plan and the arithmetic on the CPU; every baseline that fails is reported and skipped.
+Printed per row: milliseconds, GB/s of the minimal traffic (every input read once, every
+output written once: the arrays' bytes, as ``opgen bench`` counts them), its percentage of
+the HBM peak (4.8 TB/s, an H200; ``--peak`` for another GPU) and the contender's time over
+opgen's kernel (> 1: opgen faster). opgen's kernel output is checked against the op's
+float64 reference with opgen.verify's tolerance table (``ok`` / ``MISMATCH``).
+
+Nothing here names an op: a new op package with benchmark cases is picked up as it is.
 A time budget (``--budget`` seconds) skips what would not fit, so a short GPU loan ends
-with a table instead of a timeout.
+with a table instead of a timeout; a contender that fails to import or compile is reported
+as unavailable and the rest goes on. Without a GPU: ``--dry-run`` prints the plan and the
+byte arithmetic (no torch needed), ``--smoke llvm`` runs this same code on the CPU with
+torch CPU tensors and an opgen CPU target on each op's tiny and compare shapes.
+
+Exit status: 0, or 1 when a kernel output mismatched or a case failed, 2 without a GPU.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
+import sys
 import time
+from dataclasses import dataclass
+
+DATA_DTYPES = ("f32", "bf16")   # each op's combos with these data dtypes (opgen.bench.benchmarked_tags)
+NEEDS = 5.0                     # seconds a contender needs left in the budget to be timed
+COMPILED_NEEDS = 60.0           # a compiled peer ((before, run): torch.compile) warms up for long
+CASE_NEEDS = 10.0               # a case: its inputs, the float64 reference, the rows
 
 
-RMS_SHAPES = [(4096, 4096), (8192, 5120), (16384, 1024), (2048, 8192), (32768, 8192)]
-RMS_TAGS = ("bf16-bf16", "f32-f32")
-# opgen's CPU benchmark shapes (opgen.bench.GN_SHAPES) plus the issue's (32, 1280, 32x32, 32).
-GN_SHAPES = [(2, 320, 64 * 64, 32), (2, 640, 32 * 32, 32), (2, 1280, 16 * 16, 32), (8, 256, 56 * 56, 32),
-             (16, 64, 112 * 112, 32), (32, 1280, 32 * 32, 32)]
-GN_TAGS = ("bf16-bf16", "f32-f32")
-ITEMSIZE = {"bf16-bf16": 2, "f32-f32": 4}
-# --smoke runs the same code on the CPU (torch CPU tensors, the llvm target, tiny shapes) to
-# check the glue without a GPU; a GPU run uses "cuda" for both.
-SETUP = {"device": "cuda", "target": "cuda"}
+@dataclass(frozen=True)
+class Setup:
+    """Where a run happens: torch's device for the tensors, opgen's target for its kernels."""
+
+    device: str = "cuda"
+    target: str = "cuda"
 
 
-def ideal_bytes(op: str, shape, tag: str) -> int:
-    """dy and x read once, dx written once (the per-row/per-channel vectors are noise)."""
-    elements = shape[0] * shape[1] if op == "rms_norm_grad" else shape[0] * shape[1] * shape[2]
-    return 3 * elements * ITEMSIZE[tag]
+@dataclass(frozen=True)
+class Case:
+    op: str
+    tag: str
+    shape: str
 
 
-def row(label: str, seconds: float | None, nbytes: int, peak: float, note: str = "") -> str:
-    if seconds is None:
-        return f"  {label:<16} {'-':>9} {'-':>9} {'-':>7}  {note}"
-    gbs = nbytes / seconds / 1e9
-    return f"  {label:<16} {seconds * 1e3:9.3f} {gbs:9.1f} {100 * gbs * 1e9 / peak:6.1f}%  {note}"
+# ---- the plan -------------------------------------------------------------------------------
 
+def plan(ops=None, shapes: dict | None = None, smoke: bool = False) -> list[Case]:
+    """Per op (registered, with benchmark cases or a --shape), per data dtype, per shape: the
+    op's benchmark shapes, or its tiny and compare shapes for a smoke run, or the --shape ones."""
+    from opgen.bench import benchmarked_tags
+    from opgen.ops import all_ops
 
-def cuda_time(torch, fn, min_seconds: float = 0.3, max_reps: int = 200) -> float:
-    """Median seconds of ``fn`` over CUDA events, after a warm-up call."""
-    fn()
-    if SETUP["device"] != "cuda":
-        return cpu_time(fn)
-    torch.cuda.synchronize()
-    times, start_all = [], time.perf_counter()
-    while len(times) < max_reps and (len(times) < 5 or time.perf_counter() - start_all < min_seconds):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-    return statistics.median(times)
-
-
-def cpu_time(fn, reps: int = 5) -> float:
-    times = []
-    for _ in range(reps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
-
-
-# ---- inputs and baselines ---------------------------------------------------------------
-
-def torch_dtype(torch, tag: str):
-    return torch.bfloat16 if tag.startswith("bf16") else torch.float32
-
-
-def rms_inputs(torch, shape, tag):
-    rows, cols = shape
-    dt = torch_dtype(torch, tag)
-    g = torch.Generator(device=SETUP["device"]).manual_seed(0)
-    x = torch.randn(rows, cols, device=SETUP["device"], generator=g).to(dt)
-    dy = torch.randn(rows, cols, device=SETUP["device"], generator=g).to(dt)
-    gamma = (torch.rand(cols, device=SETUP["device"], generator=g) + 0.5).to(dt)
-    rstd = torch.rsqrt(x.float().pow(2).mean(1) + 1e-6)
-    return {"dy": dy, "x": x, "rstd": rstd, "gamma": gamma}
-
-
-def rms_eager(dy, x, rstd, gamma):
-    """The backward in torch ops, float32 math (what opgen computes)."""
-    dyg = dy.float() * gamma.float()
-    xf, r = x.float(), rstd[:, None]
-    dot = (dyg * xf).sum(1, keepdim=True)
-    dx = (r * dyg - xf * dot * r * r * r / x.shape[1]).to(dy.dtype)
-    return dx, (dy.float() * xf * r).sum(0)
-
-
-def liger_rms_backward(torch, t):
-    """Liger-Kernel's RMSNorm backward through autograd (its forward saved the state)."""
-    from liger_kernel.transformers.rms_norm import LigerRMSNorm
-
-    norm = LigerRMSNorm(t["x"].shape[1]).to(device=SETUP["device"], dtype=t["x"].dtype)
-    x = t["x"].detach().clone().requires_grad_(True)
-    y = norm(x)
-    return lambda: torch.autograd.grad(y, (x, norm.weight), t["dy"], retain_graph=True)
-
-
-def gn_inputs(torch, shape, tag):
-    n, c, hw, g_ = shape
-    dt = torch_dtype(torch, tag)
-    gen = torch.Generator(device=SETUP["device"]).manual_seed(0)
-    x = (torch.randn(n, c, hw, device=SETUP["device"], generator=gen) * 2 + 0.5).to(dt)
-    dy = torch.randn(n, c, hw, device=SETUP["device"], generator=gen).to(dt)
-    gamma = (torch.rand(c, device=SETUP["device"], generator=gen) + 0.5).to(dt)
-    xg = x.float().view(n, g_, -1)
-    mean, rstd = xg.mean(2), torch.rsqrt(xg.var(2, unbiased=False) + 1e-5)
-    return {"dy": dy, "x": x, "mean": mean.to(dt), "rstd": rstd.to(dt), "gamma": gamma}
-
-
-def gn_native(torch, shape, t):
-    n, c, hw, g_ = shape
-    return lambda: torch.ops.aten.native_group_norm_backward(t["dy"], t["x"], t["mean"], t["rstd"], t["gamma"],
-                                                              n, c, hw, g_, [True, True, True])
-
-
-# ---- opgen ------------------------------------------------------------------------------
-
-def opgen_kernel_call(torch, op_name, tag, kernel_views: dict):
-    """The compiled cuda kernel on device tensors (DLPack views of torch tensors)."""
-    import tvm
-
-    from opgen import kernels
-
-    kernel = kernels.get_kernel(op_name, tag, SETUP["target"])
-    shapes = {k: tuple(v.shape) for k, v in kernel_views.items()}
-    scratch = {b.name: torch.empty(s, dtype=torch.float32, device=SETUP["device"])
-               for b, s in zip(kernel.scratch, kernel.scratch_shapes(shapes).values())}
-    tensors = {**kernel_views, **scratch}
-    args = [tvm.runtime.from_dlpack(tensors[name]) for name in kernel.tensor_names]
-    fn = kernel.module[kernel.symbol]
-    return lambda: fn(*args)
-
-
-def rms_kernel_views(torch, t, tag):
-    out = {"dx": torch.empty_like(t["x"]), "dgamma": torch.empty(t["x"].shape[1], device=SETUP["device"])}
-    return {**t, **out}
-
-
-def gn_kernel_views(torch, shape, t):
-    n, c, hw, g_ = shape
-    big, stat, chan = (n, g_, c // g_, hw), (n, g_), (g_, c // g_)
-    views = {"dy": t["dy"].view(big), "x": t["x"].view(big), "mean": t["mean"].view(stat),
-             "rstd": t["rstd"].view(stat), "gamma": t["gamma"].view(chan)}
-    views.update(dx=torch.empty_like(views["x"]), dgamma=torch.empty(chan, dtype=t["gamma"].dtype, device=SETUP["device"]),
-                 dbeta=torch.empty(chan, dtype=t["gamma"].dtype, device=SETUP["device"]))
-    return views
-
-
-def opgen_aclnn_call(op_name, shape, t, outs):
-    """The whole two-phase aclnn call on torch CUDA tensors (what users call)."""
-    from opgen import acl, aclnn, config
-
-    config.set_target(SETUP["target"])
-
-    def call():
-        if op_name == "rms_norm_grad":
-            status, size, ex = aclnn.aclnnRmsNormGradGetWorkspaceSize(t["dy"], t["x"], t["rstd"], t["gamma"],
-                                                                      outs["dx"], outs["dgamma"])
+    shapes = shapes or {}
+    chosen = [op for op in all_ops() if (op.cases.bench or op.name in shapes) and (not ops or op.name in ops)]
+    result = []
+    for op in chosen:
+        if shapes:
+            texts = shapes.get(op.name, ())
+        elif smoke:
+            texts = tuple(dict.fromkeys(t for t in (op.cases.tiny, *op.cases.compare) if t))
         else:
-            n, c, hw, g_ = shape
-            status, size, ex = aclnn.aclnnGroupNormBackwardGetWorkspaceSize(
-                t["dy"], t["x"], t["mean"], t["rstd"], t["gamma"], n, c, hw, g_, [True, True, True],
-                outs["dx"], outs["dgamma"], outs["dbeta"])
-        assert status == 0, acl.aclGetRecentErrMsg()
-        workspace = acl.aclrtMalloc(size, 0)[1] if size else None
-        run = aclnn.aclnnRmsNormGrad if op_name == "rms_norm_grad" else aclnn.aclnnGroupNormBackward
-        assert run(workspace, size, ex, None) == 0, acl.aclGetRecentErrMsg()
-    return call
+            texts = op.cases.bench
+        result += [Case(op.name, tag, text) for tag in benchmarked_tags(op, DATA_DTYPES) for text in texts]
+    return result
 
 
-# ---- the table ----------------------------------------------------------------------------
+def peers_for(op, device: str, skip=()) -> list:
+    """The op's peers that are benchmark contenders on ``device`` (Peer.bench, Peer.devices)."""
+    return [p for p in op.peers if p.bench and device in p.devices and p.name not in skip]
+
+
+def array_bytes(arrays: dict) -> int:
+    """Minimal traffic: every input read once, every output written once."""
+    return sum(a.nbytes for a in arrays.values())
+
+
+def planned_bytes(op, tag: str, problem) -> int:
+    """The same count from the shapes alone, no arrays made (the dry run): each tensor's
+    kernel shape (the elements of the user's) times its dtype's size. An op without an
+    aclnn face (no kernel_shapes) makes its arrays."""
+    import numpy as np
+
+    from opgen import baselines as B
+    from opgen.dtypes import numpy_dtype
+
+    combo = op.combo(tag)
+    if op.api is None:
+        inputs = B.random_inputs(op.name, tag, problem, np.random.default_rng(0))
+        return array_bytes({**inputs, **B.output_buffers(op.name, tag, problem)})
+    shapes = op.api.kernel_shapes(problem)
+    return sum(math.prod(shapes[name]) * numpy_dtype(combo[name]).itemsize for name in op.inputs + op.outputs)
+
+
+# ---- timing ---------------------------------------------------------------------------------
 
 class Budget:
     def __init__(self, seconds: float):
@@ -189,117 +113,271 @@ class Budget:
         return self.deadline - time.perf_counter()
 
 
-def measure(torch, label, make, nbytes, peak, budget: Budget, needs: float = 5.0) -> float | None:
-    """Print one contender's row; None (with the reason) when it fails or time is short."""
-    if budget.left() < needs:
-        print(row(label, None, nbytes, peak, "SKIPPED: time budget spent"))
+def steps(contender):
+    """(before, run) of a contender: a plain closure, or a compiled peer's pair (only ``run``
+    is timed; ``before`` runs the fresh forward its backward needs)."""
+    return contender if isinstance(contender, tuple) else (None, contender)
+
+
+def cuda_time(torch, contender, min_seconds: float = 0.3, max_reps: int = 200) -> float:
+    """Median seconds of ``run`` over CUDA events, after a warm-up call."""
+    before, run = steps(contender)
+    for _ in range(2):          # warm-up: compilation, autotuning, allocator
+        if before:
+            before()
+        run()
+    torch.cuda.synchronize()
+    times, start_all = [], time.perf_counter()
+    while len(times) < max_reps and (len(times) < 5 or time.perf_counter() - start_all < min_seconds):
+        if before:
+            before()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        run()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    return statistics.median(times)
+
+
+def cpu_time(torch, contender, reps: int = 5) -> float:
+    """The smoke run's timer: median wall seconds after a warm-up call."""
+    before, run = steps(contender)
+    if before:
+        before()
+    run()
+    times = []
+    for _ in range(reps):
+        if before:
+            before()
+        start = time.perf_counter()
+        run()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+# ---- opgen's contenders -----------------------------------------------------------------------
+
+def kernel_call(torch, setup: Setup, op, tag: str, problem, inputs: dict):
+    """The compiled kernel on device tensors viewed in the op's kernel shapes (op.kernel_args
+    of the numpy arrays gives them), scratch buffers on the device. Returns (run, outputs
+    by kernel name, as the kernel writes them)."""
+    import numpy as np
+    import tvm
+
+    from opgen import baselines as B
+    from opgen import kernels
+
+    kernel = kernels.get_kernel(op, tag, setup.target)
+    viewed = op.kernel_args(problem, {**inputs, **B.output_buffers(op.name, tag, problem)})
+    tensors = {name: B.to_torch(a, setup.device) for name, a in inputs.items()}
+    tensors.update(B.output_buffers(op.name, tag, problem, "torch", setup.device))
+    views = {name: t.view(tuple(viewed[name].shape)) for name, t in tensors.items() if name in viewed}
+    # kernel_args may add a tensor made from the problem (an attribute the kernel reads as data)
+    views.update({name: B.to_torch(np.asarray(a), setup.device) for name, a in viewed.items() if name not in views})
+    shapes = {name: tuple(views[name].shape) for name in op.inputs + op.outputs}
+    sizes = kernel.scratch_shapes(shapes)
+    views.update({b.name: torch.empty(sizes[b.name], dtype=getattr(torch, b.dtype), device=setup.device)
+                  for b in kernel.scratch})
+    args = [tvm.runtime.from_dlpack(views[name]) for name in kernel.tensor_names]
+    function = kernel.function
+    return (lambda: function(*args)), {name: views[name] for name in op.outputs}
+
+
+def aclnn_call(torch, setup: Setup, op, tag: str, problem, inputs: dict):
+    """The whole two-phase aclnn call (opgen.baselines.aclnn_call) on device tensors; opgen's
+    target is the run's (main holds opgen.config.using_target around the table)."""
+    from opgen import baselines as B
+
+    tensors = {name: B.to_torch(a, setup.device) for name, a in inputs.items()}
+    outputs = B.output_buffers(op.name, tag, problem, "torch", setup.device)
+    return B.aclnn_call(op.name, problem, {**tensors, **outputs})
+
+
+def check(op, tag: str, problem, inputs: dict, outputs: dict) -> tuple[bool, str]:
+    """opgen's kernel outputs against the op's float64 reference, opgen.verify's tolerances."""
+    import numpy as np
+
+    from opgen import baselines as B
+    from opgen.verify import compare_outputs
+
+    reference = op.reference(problem, inputs)
+    got = {name: B.to_float64(t).reshape(np.shape(reference[name])) for name, t in outputs.items()
+           if name in reference}
+    results = compare_outputs(op, op.combo(tag), got, reference)
+    passed = all(c.passed for c in results)
+    detail = ", ".join(f"{c.name} {c.ratio:.2g}" + ("" if c.passed else f" at {tuple(map(int, c.worst_index))}")
+                       for c in results)
+    return passed, (f"  opgen kernel vs float64 reference: {'ok' if passed else 'MISMATCH'} "
+                    f"(error / tolerance, worst per output: {detail})")
+
+
+# ---- the table ---------------------------------------------------------------------------------
+
+def row(label: str, seconds: float | None, nbytes: int, peak: float, base: float | None = None,
+        note: str = "") -> str:
+    if seconds is None:
+        return f"  {label:<16} {'-':>9} {'-':>9} {'-':>7} {'-':>8}  {note}"
+    gbs = nbytes / seconds / 1e9
+    ratio = f"{seconds / base:7.2f}x" if base else f"{'-':>8}"
+    return f"  {label:<16} {seconds * 1e3:9.3f} {gbs:9.1f} {100 * gbs * 1e9 / peak:6.1f}% {ratio}  {note}".rstrip()
+
+
+def measure(torch, timer, label: str, make, nbytes: int, peak: float, budget: Budget,
+            base: float | None = None) -> float | None:
+    """Print one contender's row; None (with the reason) when it fails or time is short.
+    ``make`` builds the contender inside the guard: a peer that does not import or compile
+    here is reported, never fatal."""
+    if budget.left() < NEEDS:
+        print(row(label, None, nbytes, peak, note="SKIPPED: time budget spent"))
         return None
     try:
-        seconds = cuda_time(torch, make())
+        contender = make()
+        if isinstance(contender, tuple) and budget.left() < COMPILED_NEEDS:
+            print(row(label, None, nbytes, peak, note=f"SKIPPED: a compiled peer needs {COMPILED_NEEDS:.0f} s "
+                      f"to warm up, {max(budget.left(), 0):.0f} s left"))
+            return None
+        seconds = timer(torch, contender)
     except Exception as err:  # a baseline that does not install/compile here: say so, go on
-        print(row(label, None, nbytes, peak, f"unavailable: {type(err).__name__}: {str(err)[:90]}"))
+        print(row(label, None, nbytes, peak, note=f"unavailable: {type(err).__name__}: {str(err)[:90]}"))
         return None
-    print(row(label, seconds, nbytes, peak))
+    print(row(label, seconds, nbytes, peak, base))
     return seconds
 
 
-def check_against_eager(torch, got, want, tag) -> str:
-    tol = 2e-2 if tag.startswith("bf16") else 1e-4
-    err = ((got.float() - want.float()).abs() / (want.float().abs() + 1)).max().item()
-    return f"max rel err vs eager {err:.2e} ({'ok' if err <= tol else 'MISMATCH'})"
+def bench_case(torch, setup: Setup, timer, case: Case, peak: float, budget: Budget, rng, skip=()) -> bool:
+    """Every contender of one case; False when opgen's kernel output mismatched."""
+    from opgen import baselines as B
+    from opgen.ops import get_op
+
+    op = get_op(case.op)
+    problem = B.parse_problem(case.op, case.shape)
+    peers = peers_for(op, setup.device, skip)
+    labels = ["opgen kernel", "opgen aclnn"] + [p.name for p in peers]
+    if budget.left() < CASE_NEEDS:
+        print(f"{case.op} {case.tag} {case.shape}  ({planned_bytes(op, case.tag, problem) / 1e6:.1f} MB minimal "
+              f"traffic)")
+        for label in labels:
+            print(row(label, None, 0, peak, note="SKIPPED: time budget spent"))
+        return True
+    inputs = B.random_inputs(case.op, case.tag, problem, rng)
+    nbytes = array_bytes({**inputs, **B.output_buffers(case.op, case.tag, problem)})
+    print(f"{case.op} {case.tag} {case.shape}  ({nbytes / 1e6:.1f} MB minimal traffic)")
+    kernel = {}
+
+    def make_kernel():
+        run, kernel["outputs"] = kernel_call(torch, setup, op, case.tag, problem, inputs)
+        return run
+    base = measure(torch, timer, "opgen kernel", make_kernel, nbytes, peak, budget)
+    passed = True
+    if base is not None:
+        passed, text = check(op, case.tag, problem, inputs, kernel["outputs"])
+        print(text)
+    kernel.clear()
+    measure(torch, timer, "opgen aclnn", lambda: aclnn_call(torch, setup, op, case.tag, problem, inputs), nbytes,
+            peak, budget, base)
+    for peer in peers:   # its own copies: no contender reads inputs another one just warmed
+        measure(torch, timer, peer.name,
+                lambda p=peer: p.make(problem, {k: B.to_torch(v, setup.device) for k, v in inputs.items()}),
+                nbytes, peak, budget, base)
+    return passed
 
 
-def bench_rms(torch, shape, tag, peak, budget, compiled):
-    nbytes = ideal_bytes("rms_norm_grad", shape, tag)
-    print(f"rms_norm_grad {tag} {shape[0]}x{shape[1]}  ({nbytes / 1e6:.0f} MB ideal traffic)")
-    t = rms_inputs(torch, shape, tag)
-    views = rms_kernel_views(torch, t, tag)
-    results = {"opgen kernel": measure(torch, "opgen kernel", lambda: opgen_kernel_call(
-        torch, "rms_norm_grad", tag, views), nbytes, peak, budget)}
-    if results["opgen kernel"] is not None:
-        print("  " + check_against_eager(torch, views["dx"], rms_eager(**t)[0], tag))
-    outs = {"dx": torch.empty_like(t["x"]), "dgamma": torch.empty(shape[1], device=SETUP["device"])}
-    results["opgen aclnn"] = measure(torch, "opgen aclnn", lambda: opgen_aclnn_call("rms_norm_grad", shape, t, outs),
-                                     nbytes, peak, budget)
-    results["torch eager"] = measure(torch, "torch eager", lambda: (lambda: rms_eager(**t)), nbytes, peak, budget)
-    results["torch.compile"] = measure(torch, "torch.compile", lambda: (lambda f=compiled: f(**t)), nbytes, peak,
-                                       budget, needs=60.0)
-    results["liger"] = measure(torch, "Liger-Kernel", lambda: liger_rms_backward(torch, t), nbytes, peak, budget)
-    return results
+def dry_run(cases: list[Case], setup: Setup, peak: float) -> None:
+    """The plan and the byte arithmetic, without a GPU or torch."""
+    from opgen import baselines as B
+    from opgen.ops import get_op
+
+    for case in cases:
+        op = get_op(case.op)
+        nbytes = planned_bytes(op, case.tag, B.parse_problem(case.op, case.shape))
+        names = ", ".join(["opgen kernel", "opgen aclnn"] + [p.name for p in peers_for(op, setup.device)])
+        print(f"{case.op} {case.tag} {case.shape}: {nbytes / 1e6:.1f} MB minimal traffic, "
+              f"{nbytes / peak * 1e6:.1f} us at the peak; {names}")
+    print(f"{len(cases)} cases")
 
 
-def bench_gn(torch, shape, tag, peak, budget):
-    nbytes = ideal_bytes("group_norm_backward", shape, tag)
-    n, c, hw, g_ = shape
-    print(f"group_norm_backward {tag} N={n} C={c} HxW={hw} G={g_}  ({nbytes / 1e6:.0f} MB ideal traffic)")
-    t = gn_inputs(torch, shape, tag)
-    views = gn_kernel_views(torch, shape, t)
-    results = {"opgen kernel": measure(torch, "opgen kernel", lambda: opgen_kernel_call(
-        torch, "group_norm_backward", tag, views), nbytes, peak, budget)}
-    if results["opgen kernel"] is not None:
-        want = gn_native(torch, shape, t)()[0]
-        print("  " + check_against_eager(torch, views["dx"].reshape(want.shape), want, tag))
-    outs = {"dx": torch.empty_like(t["x"]), "dgamma": torch.empty_like(t["gamma"]),
-            "dbeta": torch.empty_like(t["gamma"])}
-    results["opgen aclnn"] = measure(torch, "opgen aclnn", lambda: opgen_aclnn_call(
-        "group_norm_backward", shape, t, outs), nbytes, peak, budget)
-    results["torch native"] = measure(torch, "torch native", lambda: gn_native(torch, shape, t), nbytes, peak, budget)
-    return results
+def describe_peers(op, setup: Setup, skip=()) -> str:
+    return "; ".join(f"{p.name}: {p.doc}" for p in peers_for(op, setup.device, skip)) or "none"
 
 
-def ratios(label: str, results: dict, baseline: str) -> None:
-    ours, theirs = results.get("opgen kernel"), results.get(baseline)
-    if ours and theirs:
-        print(f"  opgen kernel vs {baseline}: {theirs / ours:.2f}x")
+def parse_shapes(parser, items) -> dict:
+    from opgen import baselines as B
+    from opgen.ops import all_ops
 
-
-def dry_run(peak: float) -> None:
-    """The plan and the arithmetic, without a GPU."""
-    for shape in RMS_SHAPES:
-        for tag in RMS_TAGS:
-            nbytes = ideal_bytes("rms_norm_grad", shape, tag)
-            print(f"rms_norm_grad {tag} {shape}: {nbytes / 1e6:.0f} MB;",
-                  row("at 1 ms", 1e-3, nbytes, peak).strip())
-    for shape in GN_SHAPES:
-        for tag in GN_TAGS:
-            print(f"group_norm_backward {tag} {shape}: {ideal_bytes('group_norm_backward', shape, tag) / 1e6:.0f} MB")
+    names = {op.name for op in all_ops()}
+    shapes: dict = {}
+    for item in items or ():
+        name, _, text = item.partition("=")
+        if name not in names or not text:
+            parser.error(f"--shape {item!r}: expected OP=SHAPE with OP one of {sorted(names)}")
+        try:
+            B.parse_problem(name, text)
+        except ValueError as err:
+            parser.error(f"--shape {item!r}: {err}")
+        shapes.setdefault(name, []).append(text)
+    return shapes
 
 
 def main(argv=None) -> int:
+    from opgen.ops import all_ops
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--peak", type=float, default=4.8e12, help="HBM bytes/s (default 4.8e12: H200)")
     parser.add_argument("--budget", type=float, default=300.0, help="seconds for the whole table")
-    parser.add_argument("--dry-run", action="store_true", help="print the plan and arithmetic; no GPU needed")
-    parser.add_argument("--smoke", metavar="TARGET", help="run the glue on the CPU with this opgen target "
-                        "(llvm, opencl) on tiny shapes: checks the script without a GPU")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="print the plan and arithmetic; no GPU or torch needed")
+    parser.add_argument("--smoke", metavar="TARGET", help="run the same code on the CPU (torch CPU tensors) with this "
+                        "opgen target (llvm, opencl) on each op's tiny and compare shapes: checks it without a GPU")
+    parser.add_argument("--op", action="append", choices=[op.name for op in all_ops()],
+                        help="only this op (repeatable)")
+    parser.add_argument("--shape", action="append", metavar="OP=SHAPE",
+                        help="OP=SHAPE in the op's Problem spelling, instead of its own shapes (repeatable)")
+    parser.add_argument("--skip", action="append", default=[],
+                        choices=sorted({p.name for op in all_ops() for p in op.peers}),
+                        help="leave out a peer (repeatable)")
+    parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    setup = Setup("cpu", args.smoke) if args.smoke else Setup()
+    cases = plan(args.op, parse_shapes(parser, args.shape), smoke=bool(args.smoke))
     if args.dry_run:
-        dry_run(args.peak)
+        dry_run(cases, setup, args.peak)
         return 0
+    import numpy as np
     import torch
 
-    rms_shapes, gn_shapes = RMS_SHAPES, GN_SHAPES
+    from opgen import config
+    from opgen.ops import get_op
+
     if args.smoke:
-        SETUP.update(device="cpu", target=args.smoke)
-        rms_shapes, gn_shapes = [(64, 96), (7, 33)], [(2, 64, 7 * 7, 8), (1, 32, 33, 4)]
+        name, timer = f"smoke run on the CPU (opgen target {args.smoke})", cpu_time
     elif not torch.cuda.is_available():
         print("torch sees no CUDA GPU: nothing to benchmark (torch", torch.__version__, ")")
         return 2
-    name = torch.cuda.get_device_name(0) if not args.smoke else f"smoke run on the CPU ({args.smoke})"
-    print(f"GPU: {name}; peak {args.peak / 1e12:.2f} TB/s; torch {torch.__version__}")
-    print(f"  {'contender':<16} {'ms':>9} {'GB/s':>9} {'%peak':>7}")
-    budget = Budget(args.budget)
-    compiled = torch.compile(rms_eager)
-    for tag in RMS_TAGS:
-        for shape in rms_shapes:
-            results = bench_rms(torch, shape, tag, args.peak, budget, compiled)
-            ratios("rms", results, "torch.compile")
-            ratios("rms", results, "liger")
-    for tag in GN_TAGS:
-        for shape in gn_shapes:
-            ratios("gn", bench_gn(torch, shape, tag, args.peak, budget), "torch native")
-    return 0
+    else:
+        name, timer = torch.cuda.get_device_name(0), cuda_time
+    print(f"GPU: {name}; peak {args.peak / 1e12:.2f} TB/s; torch {torch.__version__}; {len(cases)} cases")
+    print(f"  {'contender':<16} {'ms':>9} {'GB/s':>9} {'%peak':>7} {'x kernel':>8}")
+    budget, rng = Budget(args.budget), np.random.default_rng(args.seed)
+    failures, last_op = [], None
+    with config.using_target(setup.target):
+        for case in cases:
+            if case.op != last_op:
+                last_op = case.op
+                op = get_op(case.op)
+                peers = describe_peers(op, setup, args.skip)
+                print(f"== {op.name} ({op.aclnn_name}); peers on {setup.device}: {peers}")
+            try:
+                if not bench_case(torch, setup, timer, case, args.peak, budget, rng, args.skip):
+                    failures.append(f"{case.op} {case.tag} {case.shape}: opgen kernel MISMATCH")
+            except Exception as err:  # the case's inputs or reference: report it, go on with the others
+                failures.append(f"{case.op} {case.tag} {case.shape}: {type(err).__name__}: {str(err)[:200]}")
+                print(f"  FAILED: {failures[-1]}")
+    print("x kernel: the contender's time over opgen kernel's (> 1: opgen faster); GB/s of the minimal traffic")
+    for failure in failures:
+        print(f"FAILED {failure}")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    sys.exit(main())

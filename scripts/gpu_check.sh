@@ -5,10 +5,12 @@
 #      Liger-Kernel (optional; --no-deps so it cannot replace torch). Each install has a
 #      time limit; on a machine without network the script goes on with what it has;
 #   3. the CUDA tests (pytest -m gpu, plus the nvcc compile checks);
-#   4. the benchmark (scripts/gpu_bench.py): opgen vs torch eager, torch.compile, Liger,
-#      GB/s and % of the 4.8 TB/s H200 peak, within the time left.
+#   4. the benchmark (scripts/gpu_bench.py): every registered op's benchmark shapes, opgen's
+#      kernel and aclnn call vs the CUDA peers each op declares (torch eager, torch.compile,
+#      ATen, Liger-Kernel), GB/s and % of the 4.8 TB/s H200 peak, the kernel's output checked
+#      against the float64 reference, within the time left (exit 1: a MISMATCH or a failed case).
 # Written in a session without a GPU: bash -n and the benchmark's --smoke/--dry-run modes
-# were run on the CPU; the GPU path itself has not run yet.
+# were run on the CPU (tests/test_gpu_bench.py); the GPU path itself has not run yet.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 START=$(date +%s)
@@ -48,7 +50,8 @@ timeout $(( $(left) > 200 ? 180 : $(left) / 2 )) "$PY" -m pytest -q -p no:cachep
 
 say "benchmark"
 if [ "$(left)" -gt 40 ]; then
-    timeout $(( $(left) - 10 )) "$PY" scripts/gpu_bench.py --budget $(( $(left) - 30 )) || echo "benchmark: stopped"
+    timeout $(( $(left) - 10 )) "$PY" scripts/gpu_bench.py --budget $(( $(left) - 30 )) \
+        || echo "benchmark: exit $? (1: a kernel MISMATCH or a failed case, see its FAILED lines; 2: torch sees no GPU; 124: out of time)"
 else
     echo "no time left for the benchmark"
 fi

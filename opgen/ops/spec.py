@@ -91,13 +91,16 @@ class Peer:
     running only the backward and returning its outputs by kernel name (a compiled peer
     returns ``(before, run)``: ``before`` runs the forward a compiled backward needs fresh).
     ``compare``: the hand-written library ``opgen compare --against aten`` judges opgen by;
-    ``bench``: a contender in ``opgen bench``."""
+    ``bench``: a contender in ``opgen bench`` (the CPU) and ``scripts/gpu_bench.py`` (CUDA);
+    ``devices``: the torch device types it runs on; a tool on another device leaves it out
+    (a Triton kernel such as Liger-Kernel's: ``("cuda",)``, so ``opgen bench`` skips it)."""
 
     name: str
     doc: str
     make: Callable
     compare: bool = False
     bench: bool = True
+    devices: tuple = ("cpu", "cuda")
 
 
 @dataclass(frozen=True)
