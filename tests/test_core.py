@@ -39,7 +39,8 @@ LLVM = get_target("llvm")
 
 # String literals equal to a target's name that are not about targets: torch's device
 # names (torch.device("cuda")), which opgen.torch and the baselines must spell.
-TORCH_DEVICE_NAMES = {("opgen/torch.py", "cuda"), ("opgen/baselines.py", "cuda")}
+TORCH_DEVICE_NAMES = {("opgen/torch.py", "cuda"), ("opgen/baselines.py", "cuda"), ("opgen/ops/spec.py", "cuda"),
+                      ("opgen/ops/rms_norm_grad/peers.py", "cuda")}     # Peer.devices
 
 
 def _core_files():
