@@ -1,7 +1,7 @@
 """aclnnBatchNormBackward: the aclnn face: parameters in the document's order, rules with their status
 codes and example violations, how a call maps onto the kernel.
 
-Interpretations (docs/validation/aclnnBatchNormBackward.md lists each with its source and
+Interpretations (docs/validation-vs-cann.md "aclnnBatchNormBackward" lists each with its source and
 decision; the digest is docs/specs/aclnnBatchNormBackward.md):
 * The rules follow the op_api's CheckParams order (ops-nn aclnn_batch_norm_backward.cpp
   l.361-392): nulls and the mask (161001), dtypes, formats, shapes (161002), then what the

@@ -1,7 +1,7 @@
 """aclnnGroupNormSwishGrad: the aclnn face: parameters in the document's order, rules with their
 status codes and example violations, how a call maps onto the kernel.
 
-Sources (docs/validation/aclnnGroupNormSwishGrad.md lists each decision, S1-S19): the CANN
+Sources (docs/validation-vs-cann.md "aclnnGroupNormSwishGrad" lists each decision, S1-S19): the CANN
 document norm/group_norm_swish_grad/docs/aclnnGroupNormSwishGrad.md ("doc"), and, since its
 aclnn layer is generated from the op definition (no op_api), the definition
 (group_norm_swish_grad_def.cpp, "def") and the tiling (group_norm_swish_grad_tiling.cpp,
