@@ -178,6 +178,7 @@ class RowTiles(PatternRule):
             tiles_out=pick(lambda n, s: n in written and _shape_is(s, (rows, cols))),
             rows_in=pick(lambda n, s: n not in written and _shape_is(s, (rows,))),
             cols_in=pick(lambda n, s: n not in written and _shape_is(s, (cols,))),
+            scalars_in=pick(lambda n, s: n not in written and _shape_is(s, (1,))),
             col_sums=pick(lambda n, s: any(n in b.writes for b in column_sums)),
             row_stages=tuple(b.name for b in row_stages),
             row_reductions=tuple(b.name for b in row_stages if "R" in b.kinds))

@@ -164,6 +164,7 @@ class RowOperands:
     tiles_out: tuple = ()      # (rows, cols) outputs
     rows_in: tuple = ()        # (rows,) inputs
     cols_in: tuple = ()        # (cols,) inputs
+    scalars_in: tuple = ()     # (1,) inputs: one value per call (an attribute passed as data)
     col_sums: tuple = ()       # (cols,) outputs summed over the rows
     row_stages: tuple = ()     # names of per-row intermediate values (float32)
     row_reductions: tuple = () # the row stages that reduce over the columns
@@ -190,6 +191,8 @@ def row_buffers(hw, ops: RowOperands, ub_rows: int, pitch: int, nbuf: int) -> li
     if hw.data_copy_pad:   # else per-row values are scalar GM reads (a ragged copy needs the pad)
         bufs += [UbBuffer(f"in_{n}", "VECIN", nbuf, ub_rows, d, "ub_rows") for n, d in ops.rows_in]
     bufs += [UbBuffer(f"in_{n}", "VECIN", 1, pitch, d, "pitch") for n, d in ops.cols_in]
+    if hw.data_copy_pad:   # else per-call values are scalar GM reads
+        bufs += [UbBuffer(f"in_{n}", "VECIN", 1, 1, d, "1") for n, d in ops.scalars_in]
     bufs += [UbBuffer(f"out_{n}", "VECOUT", nbuf, tile, d, t_expr) for n, d in ops.tiles_out]
     bufs += [UbBuffer(f"acc_{n}", "VECCALC", 1, pitch, FLOAT32, "pitch") for n, _ in ops.col_sums]
     bufs += [UbBuffer(f"out_{n}", "VECOUT", 1, pitch, d, "pitch") for n, d in ops.col_sums if d != FLOAT32]
@@ -288,8 +291,10 @@ def plan_rows(hw, ops: RowOperands, rows: int, cols: int, knobs: dict) -> Tiling
         loops, reread = ceil_div(cols, ub_cols), 1 + max(1, len(ops.row_reductions))
     buffers = tuple(row_buffers(hw, ops, ub_rows, pitch, knobs["buffer_num"]))
     check_budget(hw, buffers, f"{mode} at {rows} x {cols}")
-    size = {n: itemsize(d) for n, d in ops.tiles_in + ops.tiles_out + ops.rows_in + ops.cols_in + ops.col_sums}
+    size = {n: itemsize(d) for n, d in ops.tiles_in + ops.tiles_out + ops.rows_in + ops.cols_in + ops.col_sums
+            + ops.scalars_in}
     gm = sum(reread * rows * cols * size[n] for n, _ in ops.tiles_in)
+    gm += sum(block_dim * size[n] for n, _ in ops.scalars_in)      # read once per core
     gm += sum(rows * cols * size[n] for n, _ in ops.tiles_out) + sum(rows * size[n] for n, _ in ops.rows_in)
     gm += sum((block_dim if split_n else reread * rows) * cols * size[n] for n, _ in ops.cols_in)
     gm += _column_sum_traffic(ops, rows, cols, block_dim, sums, bool(split_n), size)

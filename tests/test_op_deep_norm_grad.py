@@ -2,7 +2,8 @@
 
 * the float64 reference against central finite differences of the float64 forward, and
   against ATen's native_layer_norm_backward;
-* the kernel (llvm; opencl where it runs; cuda compiled by nvcc) against the reference over
+* the kernel (llvm; opencl where it runs; ascend-emu with and without DataCopyPad; cuda compiled
+  by nvcc) against the reference over
   shapes x every dtype combo: sizes 1, 7, 33, 941, 12290 rows and columns, ranks 2-8, empty
   tensors, inf/nan, several alphas;
 * the aclnn API: the document's C example, strided views, every product and combo, every
@@ -261,6 +262,38 @@ def test_cuda_kernel_compiles_with_nvcc_without_spills(tag):
     for report in reports:
         assert report.ok, f"{report.arch}: {report.error}"
         assert report.kernels and report.spill_bytes == 0, report.kernels
+
+
+# ---------------------------------------------------------------------------- ascend-emu
+
+EMU = get_target("ascend-emu")
+# A product with DataCopyPad (alpha through a one-element queue) and one without (a scalar
+# GM read); split-N and split-D (12290 columns), ragged, rank 3, empty rows; several alphas.
+EMU_JOBS = [("AtlasA2", "bf16-f32"), ("AtlasA2", "f32-f32"), ("AtlasInference", "f16-f32")]
+EMU_PROBLEMS = [Problem((1, 1)), Problem((7, 33), 1, 0.87), Problem((3, 941), 1, -1.5), Problem((2, 12290), 1, 2.0),
+                Problem((33, 2, 7), 2), Problem((0, 16))]
+# Without DataCopyPad a copied row must be whole 32-byte blocks (the build refuses others).
+EMU_ALIGNED_PROBLEMS = [Problem((1, 16)), Problem((7, 32), 1, 0.87), Problem((3, 944), 1, -1.5),
+                        Problem((2, 12288), 1, 2.0), Problem((33, 2, 16), 2), Problem((0, 16))]
+
+
+@pytest.fixture(scope="module")
+def emu_kernels():
+    """The ascend-emu kernels of EMU_JOBS through the target's own build (g++ on the emulation)."""
+    if not EMU.can_build():
+        pytest.skip(f"ascend-emu cannot build here: {EMU.missing()}")
+    return {(prod, tag): kernels.get_kernel(OP, tag, EMU.for_product(prod)) for prod, tag in EMU_JOBS}
+
+
+@pytest.mark.parametrize("prod,tag", EMU_JOBS)
+def test_ascend_emu_kernel_matches_reference(emu_kernels, prod, tag, rng):
+    """The emitted AscendC reads alpha, a (1,) input, into a register once per core."""
+    kernel = emu_kernels[prod, tag]
+    source = next(text for name, text in kernel.module.files.items() if name.startswith("op_kernel/"))
+    assert "s_alpha = static_cast<float>(" in source and "LoadScalars();" in source
+    for problem in EMU_PROBLEMS if EMU.for_product(prod).hardware.data_copy_pad else EMU_ALIGNED_PROBLEMS:
+        comparisons, _ = run_and_compare(kernel, problem, rng)
+        assert_all_pass(comparisons, f"ascend-emu {prod} {tag} {problem}")
 
 
 # ------------------------------------------------------------------------ the aclnn API

@@ -27,7 +27,7 @@ from tvm import s_tir
 
 from opgen.schedules.ascend import ChannelTiles
 from opgen.schedules.ascend_tiling import TEMP_TILES
-from opgen.targets.ascend.emitter import CPP_TYPE, as_float32, camel, copy_in, recorded_stages
+from opgen.targets.ascend.emitter import CPP_TYPE, as_float32, camel, copy_in, load_scalars, recorded_stages
 from opgen.targets.ascend.exprs import Context, EmitError, Value, emit_expr, reduction_body, row_sums, stored_value
 
 CHANNEL_FIELDS = ("N", "C", "HW", "tasks", "block_dim", "block_factor", "ub_rows", "ub_cols", "pitch", "mode",
@@ -178,18 +178,8 @@ def chan_fns(k: ChannelKernel) -> list[str]:
     """LoadScalars (once per core), LoadChans / StoreChans / FreeChans (per chunk of ``nc``
     channels from ``c0``), BeginChannel / EndChannel (per channel ``i`` of the chunk), and
     Statistics / Stages (the per-channel scalar code before and after the sums)."""
-    out = ["__aicore__ inline void LoadScalars() {"]
-    for name, d in k.ops.scalars_in:
-        ty = CPP_TYPE[d]
-        if not k.pad:
-            out.append(f"    s_{name} = static_cast<float>(g_{name}_.GetValue(0));")
-            continue
-        out += [f"    {{ LocalTensor<{ty}> a = in_{name}_.AllocTensor<{ty}>();",
-                f"      DataCopyPad(a, g_{name}_[0], DataCopyExtParams(1, sizeof({ty}), 0, 0, 0), "
-                f"DataCopyPadExtParams<{ty}>(false, 0, 0, 0));",
-                f"      in_{name}_.EnQue(a); a = in_{name}_.DeQue<{ty}>();",
-                f"      s_{name} = static_cast<float>(a.GetValue(0));", f"      in_{name}_.FreeTensor(a); }}"]
-    out += ["}", "__aicore__ inline void LoadChans(int64_t c0, int32_t nc) {"]
+    out = load_scalars(k.ops.scalars_in, k.pad)
+    out += ["__aicore__ inline void LoadChans(int64_t c0, int32_t nc) {"]
     for name, d in k.ops.chans_in:
         out += copy_in(name, d, "c0", f"DataCopyExtParams(1, nc * sizeof({CPP_TYPE[d]}), 0, 0, 0)")
         out.append(as_float32(f"cf_{name}_", name, d, "nc"))

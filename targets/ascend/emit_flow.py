@@ -134,7 +134,7 @@ def _process(k: RowKernel) -> list[str]:
     split_d += [f"            {c}" for c in _tail_calls(k, "true")]
     split_d += ["            FreeTiles(); FreeCols();", "        }", "        FreeRows();", "    }",
                 "    EndSums(true);", "}"]
-    main = ["__aicore__ inline void Process() {",
+    main = ["__aicore__ inline void Process() {", "    LoadScalars();",
             f"    if (t_.mode == {MODES['split-D']} || t_.mode == {MODES['empty']}) SplitD(); else SplitN();", "}"]
     return main + split_n + split_d
 

@@ -30,7 +30,7 @@ from tvm import s_tir
 
 from opgen.schedules.ascend import RowTiles
 from opgen.schedules.ascend_tiling import TEMP_TILES
-from opgen.targets.ascend.exprs import (Context, EmitError, emit_expr, reduction_body, reduction_of, row_extremes,
+from opgen.targets.ascend.exprs import (Context, EmitError, Value, emit_expr, reduction_body, reduction_of, row_extremes,
                                         row_sums, stored_value)
 
 CPP_TYPE = {"float32": "float", "float16": "half", "bfloat16": "bfloat16_t"}
@@ -43,6 +43,23 @@ def copy_in(name: str, dtype: str, gm_index: str, params: str) -> list[str]:
     return [f"    {{ LocalTensor<{ty}> a = in_{name}_.AllocTensor<{ty}>();",
             f"      DataCopyPad(a, g_{name}_[{gm_index}], {params}, DataCopyPadExtParams<{ty}>(false, 0, 0, 0));",
             f"      in_{name}_.EnQue(a); q_{name}_ = in_{name}_.DeQue<{ty}>(); }}"]
+
+
+def load_scalars(scalars, pad: bool) -> list[str]:
+    """LoadScalars(): each (1,) input into its float32 register ``s_<name>``, once per core
+    (with DataCopyPad through its one-element queue; without it, a scalar GM read)."""
+    out = ["__aicore__ inline void LoadScalars() {"]
+    for name, d in scalars:
+        ty = CPP_TYPE[d]
+        if not pad:
+            out.append(f"    s_{name} = static_cast<float>(g_{name}_.GetValue(0));")
+            continue
+        out += [f"    {{ LocalTensor<{ty}> a = in_{name}_.AllocTensor<{ty}>();",
+                f"      DataCopyPad(a, g_{name}_[0], DataCopyExtParams(1, sizeof({ty}), 0, 0, 0), "
+                f"DataCopyPadExtParams<{ty}>(false, 0, 0, 0));",
+                f"      in_{name}_.EnQue(a); a = in_{name}_.DeQue<{ty}>();",
+                f"      s_{name} = static_cast<float>(a.GetValue(0));", f"      in_{name}_.FreeTensor(a); }}"]
+    return out + ["}"]
 
 
 def as_float32(view: str, name: str, dtype: str, count: str) -> str:
@@ -61,7 +78,7 @@ class RowKernel:
     symbol: str
     ops: object                # RowOperands
     stages: list               # (name, role, SBlock) in program order
-    args: list                 # (buffer name, dtype, "tile"|"row"|"col") kernel GM arguments
+    args: list                 # (buffer name, dtype, "tile"|"row"|"col"|"scalar") kernel GM arguments
     sizes: dict                # size variable name -> C++ field
     knobs: dict
     param_names: tuple = ()    # every parameter of the TIR function, in order
@@ -116,6 +133,10 @@ def read_row_kernel(func, symbol: str) -> RowKernel:
     role = {n: "tile" for n, _ in ops.tiles_in + ops.tiles_out}
     role.update({n: "row" for n, _ in ops.rows_in})
     role.update({n: "col" for n, _ in ops.cols_in + ops.col_sums})
+    role.update({n: "scalar" for n, _ in ops.scalars_in})
+    homeless = [f"{b.name}{tuple(b.shape)}" for b in func.params if b.name not in role and b.name not in scratch]
+    if homeless:
+        raise EmitError(f"{symbol}: no UB home for the row pattern's parameter(s) {', '.join(homeless)}")
     args = [(b.name, str(b.dtype), role[b.name]) for b in func.params if b.name not in scratch]
     return RowKernel(symbol, ops, stages, args, sizes, knobs, tuple(b.name for b in func.params))
 
@@ -123,7 +144,7 @@ def read_row_kernel(func, symbol: str) -> RowKernel:
 # ---- pieces of the class -------------------------------------------------------------
 
 def _gm_size(role: str) -> str:
-    return {"tile": "t_.rows * t_.cols", "row": "t_.rows", "col": "t_.cols"}[role]
+    return {"tile": "t_.rows * t_.cols", "row": "t_.rows", "col": "t_.cols", "scalar": "1"}[role]
 
 
 def _members(k: RowKernel, buffers) -> list[str]:
@@ -139,6 +160,7 @@ def _members(k: RowKernel, buffers) -> list[str]:
     lines += [f"LocalTensor<{CPP_TYPE[d]}> q_{n}_;" for n, d in k.ops.tiles_in + k.ops.rows_in + k.ops.cols_in]
     lines += [f"LocalTensor<float> v_{n}_;" for n, _ in k.ops.tiles_in + k.ops.cols_in]
     lines += [f"LocalTensor<float> r_{s}_;" for s in k.ops.row_stages]
+    lines += [f"float s_{n} = 0.0f;" for n, _ in k.ops.scalars_in]
     lines += [f"LocalTensor<float> {b.name}_t_;" for b in buffers if b.position == "VECCALC"]
     return lines
 
@@ -199,7 +221,7 @@ def _load_fns(k: RowKernel) -> list[str]:
     out += ["}", "__aicore__ inline void FreeCols() {"]
     out += [f"    in_{n}_.FreeTensor(q_{n}_);" for n, _ in k.ops.cols_in]
     out.append("}")
-    return out
+    return out + load_scalars(k.ops.scalars_in, k.pad)
 
 
 def _context(k: RowKernel, blk, row_iter: int, col_iter: int | None) -> Context:
@@ -211,7 +233,8 @@ def _context(k: RowKernel, blk, row_iter: int, col_iter: int | None) -> Context:
     return Context(row_var=ivs[row_iter], col_var=ivs[col_iter] if col_iter is not None else None,
                    tiles={n: f"v_{n}_" for n, _ in k.ops.tiles_in},
                    rows=rows, cols={n: f"v_{n}_" for n, _ in k.ops.cols_in}, sizes=k.sizes,
-                   temps=[f"tmp{i}_t_" for i in range(TEMP_TILES)])
+                   temps=[f"tmp{i}_t_" for i in range(TEMP_TILES)],
+                   loads={(n, ("0",)): Value("scalar", f"s_{n}") for n, _ in k.ops.scalars_in})
 
 
 def _row_stage_fn(k: RowKernel, name: str, blk) -> list[str]:
