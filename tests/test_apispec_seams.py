@@ -176,3 +176,19 @@ def test_unread_may_name_only_an_input_with_a_fill_value(rng):
     status, size, executor = phase_one(**_args(rng))
     assert status == aclnn.ACLNN_ERR_RUNTIME_ERROR and executor is None
     assert "only an input with a fill value can go unread" in acl.aclGetRecentErrMsg()
+
+
+def test_other_readers_of_the_param_table_pass_a_validated_only_input_over(rng):
+    """Golden dumps skip it (the kernel never reads it), baselines and the tests' base calls
+    take it by its aclnn name (None when absent: a null optional input)."""
+    from opgen import baselines, dumps
+
+    from aclnn_helpers import base_args
+
+    bias = TOY.api.param("biasOptional")
+    assert dumps._kernel_name(TOY, "biasOptional") is None and dumps._kernel_name(TOY, "gamma") == "gamma"
+    assert baselines._value(TOY, bias, None, {"gamma": 1}) is None
+    assert baselines._value(TOY, bias, None, {"biasOptional": 2}) == 2
+    problem = RMS.problems[0]
+    args, _ = base_args(TOY, problem, RMS.combo("f32-f32"), rng)
+    assert args["biasOptional"] is None and _run(args)[0] == 0
