@@ -160,7 +160,8 @@ def _doc(op) -> str:
     outputs = ", ".join(python_name(p) for p in op.api.tensors(OUTPUT))
     lines = [f"{op.api.description}", "", f"Returns ({outputs}); outputs not given are allocated (numpy, or torch "
              f"when the first input is a torch tensor), given ones are written in place; an output not "
-             f"asked for (its mask bit or flag false) is None. Raises opgen.AclnnError with {op.aclnn_name}'s status on bad input.", ""]
+             f"asked for (its mask bit or flag false) is None. Raises opgen.AclnnError with "
+             f"{op.aclnn_name}'s status on bad input.", ""]
     lines += [f"{python_name(p)}: {p.doc}" for p in positional(op) + list(op.api.tensors(OUTPUT))]
     return "\n".join(lines)
 

@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 
 from opgen import acl, aclnn
-from opgen.apispec import (ACLNN_ERR_PARAM_INVALID, ATTR, INPUT, MASK, OUTPUT, ApiSpec, Call, Param, Rule, dtype_message,
-                           shape_str)
+from opgen.apispec import (ACLNN_ERR_PARAM_INVALID, ATTR, INPUT, MASK, OUTPUT, ApiSpec, Call, Param, Rule,
+                           dtype_message, shape_str)
 from opgen.ops import get_op
 
 from opgen.tensorarg import describe
@@ -47,8 +47,9 @@ def _toy(**api_changes):
     params = RMS.api.params[:4] + (Param("biasOptional", INPUT, "A per-column bias the math never reads; gamma's "
                                          "shape, gamma's dtype or float16; may be null.", dtypes="FLOAT32, FLOAT16",
                                          ranks="1-8", optional=True, validated_only=True),) + RMS.api.params[4:]
-    rules = RMS.api.rules + (Rule(ACLNN_ERR_PARAM_INVALID, "toy: biasOptional's dtype is gamma's or float16", _bias_dtype),
-                             Rule(ACLNN_ERR_PARAM_INVALID, "toy: biasOptional has gamma's shape", _bias_shape))
+    rules = RMS.api.rules + (
+        Rule(ACLNN_ERR_PARAM_INVALID, "toy: biasOptional's dtype is gamma's or float16", _bias_dtype),
+        Rule(ACLNN_ERR_PARAM_INVALID, "toy: biasOptional has gamma's shape", _bias_shape))
     api = dataclasses.replace(RMS.api, params=params, rules=rules, **api_changes)
     return dataclasses.replace(RMS, api=api)
 
