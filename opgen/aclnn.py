@@ -114,7 +114,8 @@ def _check_call(call: Call):
 
 
 def _check_generic(call: Call):
-    """Constraints every op's Parameters table states alike: format ND, writable outputs."""
+    """Constraints every op's Parameters table states alike: format ND, writable outputs
+    (validated_only and unread inputs too; an output not asked for is never touched)."""
     for p in call.api.tensors():
         arg = call[p.name]
         if arg is None or (p.role == OUTPUT and not call.wanted(p)):
@@ -127,9 +128,11 @@ def _check_generic(call: Call):
 
 
 def _combo(call: Call):
-    """The product's dtype combo that the present tensors' dtypes select."""
+    """The product's dtype combo that the dtypes of the tensors the kernel uses select: the
+    inputs it reads (not null, not validated_only, not ApiSpec.unread) and the outputs asked
+    for. The others' dtypes are the rules' business; the plan gives them the combo's."""
     given = {p.kernel: call[p.name].dtype for p in call.api.tensors()
-             if call[p.name] is not None and (p.role == INPUT or call.wanted(p))}
+             if (call.reads(p) if p.role == INPUT else call[p.name] is not None and call.wanted(p))}
     for combo in call.combos():
         if all(combo[k] == v for k, v in given.items()):
             return combo

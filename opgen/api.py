@@ -6,8 +6,9 @@ gamma)``, ``opgen.group_norm_backward(grad_out, input, mean, rstd, gamma, group)
 on the aclnn layer (same validation, same kernels): it derives what the aclnn signature
 wants from the tensors (GroupNorm's N, C, HxW), allocates the outputs that are not given
 (numpy arrays, or torch tensors when the data input is one) and runs both phases with a
-workspace from aclrtMalloc. Outputs that are given are written in place; a masked-off
-output is None.
+workspace from aclrtMalloc. Outputs that are given are written in place; an output not
+asked for (its outputMask bit or its flag attribute false, Param.mask_bit / Param.flag) is
+None and nothing is allocated for it.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import keyword
 import numpy as np
 
 from opgen import acl, aclnn
-from opgen.apispec import INPUT, MASK, OUTPUT, STATUS_NAMES, ArgError, python_name
+from opgen.apispec import INPUT, OUTPUT, STATUS_NAMES, ArgError, python_name
 from opgen.dtypes import numpy_dtype
 from opgen.ops import all_ops
 from opgen.tensorarg import describe
@@ -69,15 +70,19 @@ def run_aclnn(aclnn_name: str, **args) -> None:
         raise AclnnError(status, acl.aclGetRecentErrMsg())
 
 
-def _mask_bits(value) -> tuple | None:
+def _placeholder(template, shape, dtype: str):
+    """A stand-in for an output not asked for that the op still requires as a tensor
+    (Param.required_when_off): one zero broadcast to ``shape`` (no allocation of its size).
+    The aclnn layer never writes an output not asked for, so a read-only view serves."""
+    if type(template).__module__.startswith("torch"):
+        import torch
+
+        return torch.zeros((), dtype=getattr(torch, dtype)).expand(tuple(shape))
     try:
-        return tuple(bool(v) for v in value)
-    except TypeError:
-        return None
-
-
-def _wanted(param, mask) -> bool:
-    return param.mask_bit is None or mask is None or (param.mask_bit < len(mask) and mask[param.mask_bit])
+        dt = numpy_dtype(dtype)
+    except KeyError:
+        dt = np.dtype(dtype)
+    return np.broadcast_to(np.zeros((), dt), tuple(shape))
 
 
 def _derive(pythonic, infos: dict, args: dict) -> None:
@@ -90,15 +95,16 @@ def _derive(pythonic, infos: dict, args: dict) -> None:
 
 
 def _outputs(op, infos: dict, args: dict, given: tuple, template) -> tuple:
-    """Each output: the caller's, else one allocated like the op says; None when masked off."""
-    api, mask_params = op.api, [p for p in op.api.params if p.role == MASK]
-    mask = _mask_bits(args[mask_params[0].name]) if mask_params else None
+    """Each output: the caller's, else one allocated like the op says; one not asked for
+    is not allocated (None, or a placeholder where the op requires a tensor there)."""
+    api = op.api
     wanted = []
     for param, out in zip(api.tensors(OUTPUT), given):
-        want = _wanted(param, mask)
-        if out is None and want:
+        want = api.wanted(param, args)
+        if out is None and (want or param.required_when_off):
             shape_dtype = op.api.pythonic.allocate[param.name](infos, args)
-            out = None if shape_dtype is None else _alloc(template, *shape_dtype)
+            make = _alloc if want else _placeholder
+            out = None if shape_dtype is None else make(template, *shape_dtype)
         args[param.name] = out
         wanted.append(want)
     return tuple(wanted)
@@ -106,7 +112,7 @@ def _outputs(op, infos: dict, args: dict, given: tuple, template) -> tuple:
 
 def call_op(op, values: tuple, outputs: tuple) -> tuple:
     """Run ``op`` on the Python function's positional ``values`` (in signature order) and
-    its output arguments; returns the outputs (None where masked off)."""
+    its output arguments; returns the outputs (None where not asked for)."""
     names = positional(op)
     args = {p.name: v for p, v in zip(names, values)}
     infos = {p.name: _info(p.name, args.get(p.name)) for p in op.api.tensors(INPUT)}
@@ -153,8 +159,9 @@ def _source(op) -> str:
 def _doc(op) -> str:
     outputs = ", ".join(python_name(p) for p in op.api.tensors(OUTPUT))
     lines = [f"{op.api.description}", "", f"Returns ({outputs}); outputs not given are allocated (numpy, or torch "
-             f"when the first input is a torch tensor), given ones are written in place; a masked-off output "
-             f"is None. Raises opgen.AclnnError with {op.aclnn_name}'s status on bad input.", ""]
+             f"when the first input is a torch tensor), given ones are written in place; an output not "
+             f"asked for (its mask bit or flag false) is None. Raises opgen.AclnnError with "
+             f"{op.aclnn_name}'s status on bad input.", ""]
     lines += [f"{python_name(p)}: {p.doc}" for p in positional(op) + list(op.api.tensors(OUTPUT))]
     return "\n".join(lines)
 

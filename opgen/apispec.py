@@ -46,8 +46,23 @@ class Param:
     """One parameter of GetWorkspaceSize, in the seed's order.
 
     ``kernel`` names the kernel tensor it feeds (tensors only); ``optional`` inputs may be
-    null (the spec's ``fill`` says what the kernel gets instead); ``mask_bit`` is the index
-    of the outputMask element that asks for this output.
+    null (the spec's ``fill`` says what the kernel gets instead).
+
+    What asks for an output: ``mask_bit``, the index of the outputMask element (GroupNorm's
+    gradGammaOut), or ``flag``, the name of a bool attribute (aclnnGroupNormSwishGrad's
+    dgammaIsRequire: CANN's generated ops say it with attributes, not an outputMask). The
+    generic layers read both alike (ApiSpec.wanted): an output not asked for is computed
+    into scratch, never into the caller's memory, which is neither read nor written, and
+    the generic format and writability checks pass it over. Whether it may then be null is
+    the op's rules' decision; ``required_when_off`` says that it may not (CANN's generated
+    ops keep such an output REQUIRED whatever the flag), so the Pythonic layer passes a
+    placeholder for it instead of None.
+
+    ``validated_only``: an input the op's math never reads (LayerNormBackward's
+    biasOptional): it has no kernel tensor (``kernel`` None, said explicitly so that a
+    forgotten kernel name still fails here), the op's rules and the generic checks see it
+    like any tensor, and the plan never stages, fills or hands it to the kernel. It takes
+    no part in choosing the dtype combo, so its dtype relation to the others is a Rule.
     """
 
     name: str
@@ -60,14 +75,28 @@ class Param:
     mask_bit: int | None = None
     value_type: str = "int"     # an attribute's C type: int (int64_t), float (double), bool, ints
                                 # (aclIntArray: a list/tuple of ints), str (char*: a str or None)
+    flag: str | None = None     # an output: the bool attribute asking for it (instead of a mask bit)
+    required_when_off: bool = False   # an output: still a tensor (not null) when not asked for
+    validated_only: bool = False      # an input: checked, never read by the kernel (no kernel tensor)
 
     def __post_init__(self):
         if self.role not in (INPUT, OUTPUT, ATTR, MASK):
             raise ValueError(f"{self.name}: unknown role {self.role!r}")
         if self.value_type not in VALUE_TYPES:
             raise ValueError(f"{self.name}: unknown value type {self.value_type!r}; known: {VALUE_TYPES}")
-        if self.role in (INPUT, OUTPUT) and not self.kernel:
-            raise ValueError(f"{self.name}: a tensor parameter needs its kernel tensor name")
+        if self.validated_only:
+            if self.role != INPUT or self.kernel is not None:
+                raise ValueError(f"{self.name}: only an input without a kernel tensor is validated_only")
+        elif self.role in (INPUT, OUTPUT) and not self.kernel:
+            raise ValueError(f"{self.name}: a tensor parameter needs its kernel tensor name (or, for an input "
+                             f"the kernel never reads, validated_only=True)")
+        asked = (self.mask_bit is not None) + (self.flag is not None)
+        if asked and self.role != OUTPUT:
+            raise ValueError(f"{self.name}: only an output has a mask bit or a flag")
+        if asked > 1:
+            raise ValueError(f"{self.name}: an output is asked for by a mask bit or by a flag, not both")
+        if self.required_when_off and not asked:
+            raise ValueError(f"{self.name}: required_when_off needs a mask bit or a flag that can turn it off")
 
 
 @dataclass(frozen=True)
@@ -105,7 +134,9 @@ class Pythonic:
         tensors (aclnn name -> TensorArg or None); such attributes leave the signature
         (GroupNorm's N, C and HxW come from input's shape). f may raise ArgError;
       * ``allocate``: aclnn output -> f(inputs, attrs) giving (shape, dtype) of the output
-        made when the caller passes none (a masked-off one is neither made nor returned);
+        made when the caller passes none (one not asked for, by its mask bit or flag, is
+        neither made nor returned: None, or a one-element placeholder broadcast to that
+        shape where the op requires a tensor, Param.required_when_off);
       * ``defaults``: Python name -> default value (outputMask: all True). Output
         arguments are keyword-only and default to None (allocated).
     """
@@ -132,7 +163,7 @@ class ApiSpec:
     ``kernel_shapes(problem)`` the kernel's canonical shape of each tensor, ``fill`` the
     constant a null optional input stands for (GroupNorm's gamma: ones), ``pythonic`` how
     the op reads as a Python function (None: no Pythonic function), ``attribute_inputs``
-    the kernel inputs an attribute fills."""
+    the kernel inputs an attribute fills, ``unread`` the inputs a valid call does not read."""
 
     params: tuple[Param, ...]
     rules: tuple[Rule, ...]
@@ -146,16 +177,32 @@ class ApiSpec:
     # holds. The kernel is built per dtype combo over symbolic sizes, so a per-call number
     # reaches it as data; the plan (cached per attribute value) fills a workspace slot.
     attribute_inputs: Mapping[str, Callable[["Call"], float]] = field(default_factory=dict)
+    # Inputs a valid call does not read: f(call) -> names of input parameters with a fill
+    # value (BatchNorm's saved statistics in eval, its running ones in training). The plan fills
+    # them like null inputs (``fill``), so the caller's memory there (nan, a zero-length
+    # saveMean) never reaches the kernel, and they take no part in choosing the dtype
+    # combo; the rules, which run first, see the caller's tensors as given, and
+    # ``call.values`` is never changed. Like ``problem`` it may read only what the plan
+    # cache keys on: the call's metadata and attributes, never tensor data.
+    unread: Callable[["Call"], Any] | None = None
 
     def __post_init__(self):
         names = [p.name for p in self.params]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate parameter names {names}")
+        masks = [p.name for p in self.params if p.role == MASK]
+        if len(masks) > 1:
+            raise ValueError(f"more than one outputMask parameter: {masks}")
         for p in self.params:
             if not p.name.isidentifier():
                 raise ValueError(f"parameter {p.name!r} is not an identifier")
-            if p.optional and p.role == INPUT and p.kernel not in self.fill:
+            if p.optional and p.role == INPUT and not p.validated_only and p.kernel not in self.fill:
                 raise ValueError(f"optional input {p.name} needs a fill value")
+            if p.mask_bit is not None and not masks:
+                raise ValueError(f"{p.name} has a mask bit but the op has no outputMask parameter")
+            if p.flag is not None and not any(q.name == p.flag and q.role == ATTR and q.value_type == "bool"
+                                              for q in self.params):
+                raise ValueError(f"{p.name}'s flag {p.flag!r} is not a bool attribute of the op")
 
     def param(self, name: str) -> Param:
         return next(p for p in self.params if p.name == name)
@@ -176,6 +223,30 @@ class ApiSpec:
         """Parameter names of one role, in order (computed once: it is on every call's path)."""
         return self._names_by_role[role]
 
+    @functools.cached_property
+    def mask_name(self) -> str | None:
+        """The outputMask parameter's name (None: the op has none)."""
+        return next((p.name for p in self.params if p.role == MASK), None)
+
+    def wanted(self, param: Param, values: Mapping) -> bool:
+        """Whether output ``param`` is asked for by ``values`` (aclnn name -> argument, as
+        read into a Call or as a caller passes it): its flag or its mask bit is true, or
+        it has neither. One reading for validation, the plan, the Pythonic layer and
+        opgen.torch's fake outputs. An argument of the wrong kind (a null mask, a flag that
+        is no bool) counts as asking: the op's rules report it, and no output is skipped
+        on the strength of a bad argument."""
+        if param.flag is not None:
+            value = values.get(param.flag)
+            return not isinstance(value, (bool, np.bool_)) or bool(value)
+        if param.mask_bit is None or self.mask_name is None:
+            return True
+        mask = values.get(self.mask_name)
+        try:
+            bits = tuple(bool(v) for v in mask)
+        except TypeError:
+            return True
+        return param.mask_bit < len(bits) and bits[param.mask_bit]
+
 
 @dataclass
 class Call:
@@ -194,15 +265,29 @@ class Call:
 
     @property
     def mask(self) -> tuple | None:
-        masks = [p.name for p in self.api.params if p.role == MASK]
-        return self.values[masks[0]] if masks else None
+        name = self.api.mask_name
+        return self.values[name] if name else None
 
     def wanted(self, param: Param) -> bool:
-        """Whether an output is asked for (no mask, or its mask bit is true)."""
-        mask = self.mask
-        if param.mask_bit is None or mask is None:
-            return True
-        return param.mask_bit < len(mask) and bool(mask[param.mask_bit])
+        """Whether an output is asked for (no mask bit or flag, or a true one)."""
+        return self.api.wanted(param, self.values)
+
+    @functools.cached_property
+    def unread(self) -> frozenset:
+        """The input parameters this call does not read (ApiSpec.unread), checked once."""
+        if self.api.unread is None:
+            return frozenset()
+        names = frozenset(self.api.unread(self))
+        for name in names:
+            p = next((q for q in self.api.params if q.name == name), None)
+            if p is None or p.role != INPUT or p.kernel not in self.api.fill:
+                raise ValueError(f"ApiSpec.unread named {name}: only an input with a fill value can go unread")
+        return names
+
+    def reads(self, param: Param) -> bool:
+        """Whether the kernel reads this input parameter's tensor in this call: it is given,
+        it feeds a kernel tensor (not validated_only) and the call does not leave it unread."""
+        return self.values[param.name] is not None and param.kernel is not None and param.name not in self.unread
 
     def combos(self):
         return self.op.products.get(self.product, ())

@@ -62,10 +62,12 @@ def _mask_length(op) -> int:
 
 
 def _value(op, param, problem, args: dict):
-    """The argument of one aclnn parameter: a tensor by kernel name, an attribute read from
-    the problem (its fields carry the aclnn attribute names), every output asked for."""
+    """The argument of one aclnn parameter: a tensor by kernel name (one the kernel never
+    reads, Param.validated_only, by its aclnn name: None unless ``args`` has it), an
+    attribute read from the problem (its fields carry the aclnn attribute names), every
+    output asked for."""
     if param.role in (INPUT, OUTPUT):
-        return args.get(param.kernel)
+        return args.get(param.kernel or param.name)
     if param.role == ATTR:
         return getattr(problem, param.name)
     return [True] * _mask_length(op)

@@ -62,7 +62,9 @@ def _op_of(name: str):
     raise DumpError(f"unknown op {name!r}; known: {', '.join(o.name for o in all_ops())}")
 
 
-def _kernel_name(op, role: str) -> str:
+def _kernel_name(op, role: str) -> str | None:
+    """The kernel tensor of a manifest role (an aclnn or kernel name); None for an input
+    the kernel never reads (Param.validated_only), which a dump may hold and opgen skips."""
     names = {p.name: p.kernel for p in op.api.tensors()} if op.api is not None else {}
     if role in names:
         return names[role]
@@ -134,8 +136,10 @@ def read_case(directory: Path, case: dict) -> GoldenCase:
     inputs, outputs = {}, {}
     for entry in case.get("tensors", []):
         name = _kernel_name(op, entry.get("role", ""))
+        if name is None:
+            continue
         (inputs if name in op.inputs else outputs)[name] = read_tensor(directory, entry)
-    required = [p.kernel for p in op.api.tensors(INPUT) if not p.optional]
+    required = [p.kernel for p in op.api.tensors(INPUT) if not p.optional and p.kernel]
     missing = [n for n in required if n not in inputs] or ([] if outputs else ["any output"])
     if missing:
         raise DumpError(f"{directory}: {op.name} case lacks {missing}")

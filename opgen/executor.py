@@ -7,15 +7,18 @@ reads or writes it:
   * a slot:  a 64-byte aligned slice of the caller's workspace: a staged copy of a tensor
              the kernel cannot read in place (strided, overlapping, not element-aligned;
              inputs copied in, outputs copied back), the fill of a null optional input
-             (GroupNorm's gamma) or of a kernel input an attribute gives (ApiSpec.
-             attribute_inputs: DeepNorm's alpha) — for a host TVM-FFI kernel a small fill
-             is instead a tensor the plan owns, made once —, scratch for an output the mask turned off (computed,
-             never written to the caller), or the kernel's own scratch: the partial sums
+             (GroupNorm's gamma), of an input the call leaves unread (ApiSpec.unread:
+             BatchNorm's unused statistics) or of a kernel input an attribute gives
+             (ApiSpec.attribute_inputs: DeepNorm's alpha) — for a host TVM-FFI kernel a
+             small fill is instead a tensor the plan owns, made once —, scratch for an
+             output not asked for (its mask bit or flag false: computed, never written to
+             the caller), or the kernel's own scratch: the partial sums
              its passes hand to each other. Scratch of a host kernel that fits in
              ARENA_BYTES sits in opgen's per-thread arena instead (see _Arena), so tiny
              calls need no workspace;
   * empty:   a zero-element tensor (nothing to stage; the kernel still runs so that the
              other outputs get the math's zeros).
+An input parameter without a kernel tensor (Param.validated_only) gets no placement.
 On a target whose device is not the host, every tensor goes through a slot: the workspace
 is device memory there (aclrtMalloc on that device) and slots are TVM views of it.
 
@@ -188,11 +191,13 @@ def make_plan(call, kernel, problem, combo, device, aliased) -> Plan:
     planner = _Planner(arena=host and converts_arrays(kernel))
     position = {p.name: i for i, p in enumerate(api.params)}
     for p in api.tensors():
+        if p.kernel is None:             # validated_only: checked, never the kernel's
+            continue
         shape, dtype, arg = shapes[p.kernel], combo[p.kernel], call[p.name]
         output = p.role == "output"
         if int(np.prod(shape, dtype=np.int64)) == 0:
             planner.put(p.kernel, EMPTY, shape, dtype)
-        elif arg is None and not output:
+        elif not output and not call.reads(p):   # null, or left unread by this call (ApiSpec.unread)
             planner.put(p.kernel, FILL, shape, dtype, fill=api.fill[p.kernel])
         elif output and not call.wanted(p):
             planner.put(p.kernel, SCRATCH, shape, dtype)

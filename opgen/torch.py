@@ -11,8 +11,8 @@
   ``torch.ops.opgen.group_norm_backward(grad_out, input, mean, rstd, gamma, group,
   output_mask) -> (dx, dgamma, dbeta)``. Each is a ``torch.library`` custom op with a fake
   (meta) implementation from the op's allocation rules, so torch.compile traces through it
-  without a graph break; a masked-off output is an empty tensor (a custom op returns
-  tensors, never None).
+  without a graph break; an output not asked for (its mask bit or flag attribute false)
+  is an empty tensor (a custom op returns tensors, never None).
 * Modules: an op package may hold ``torch_module.py`` (torch.nn modules whose backward
   calls its custom op; ``MODULES`` names them); they are exported here: ``RMSNorm``,
   ``GroupNorm``.
@@ -108,11 +108,10 @@ def _fake(op, values: tuple) -> tuple:
     pythonic = op.api.pythonic
     for name, derive in pythonic.derived.items():
         args[name] = derive(infos)
-    mask = next((list(args[p.name]) for p in params if p.role == MASK), None)
     first = next(v for v in values if isinstance(v, Tensor))
     outs = []
     for param in op.api.tensors(OUTPUT):
-        wanted = param.mask_bit is None or mask is None or (param.mask_bit < len(mask) and mask[param.mask_bit])
+        wanted = op.api.wanted(param, args)   # as the real op: mask bit or flag
         shape_dtype = pythonic.allocate[param.name](infos, args) if wanted else None
         outs.append(first.new_empty((0,)) if shape_dtype is None else
                     first.new_empty(tuple(shape_dtype[0]), dtype=getattr(torch, shape_dtype[1])))

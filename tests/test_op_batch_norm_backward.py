@@ -329,6 +329,43 @@ def test_statistics_the_mode_does_not_read_cannot_reach_the_result(training, rng
     _run(Problem((2, 3, 6), training), "f32-f32", rng, edit)
 
 
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
+@pytest.mark.parametrize("training", [True, False], ids=["training", "eval"])
+def test_unread_statistics_are_plan_fills_and_the_call_keeps_them(training, rng, monkeypatch):
+    """ApiSpec.unread (api._unread): the pair the mode does not read is filled by the plan like
+    a null pair (plan-owned constants for the host kernel: no workspace, the binder's fast
+    path), so nan there leaves every output bit for bit as with that pair null; the rules
+    saw the caller's tensors (a float64 unused statistic is still 161002) and ``call.values``
+    still holds them; their dtypes choose no kernel (float16 data with a float32 unused pair
+    runs the all-float16 kernel)."""
+    unused = ("runningMean", "runningVar") if training else ("saveMean", "saveInvstd")
+    calls = []
+    real = aclnn.make_plan
+    monkeypatch.setattr(aclnn, "make_plan", lambda call, *a: calls.append(call) or real(call, *a))
+    results = []
+    for value in (None, np.nan):
+        args = bn((2, 3, 5), io=np.float16, stat=np.float16, training=training)
+        args["gradOut"] = rng.standard_normal((2, 3, 5)).astype(np.float16) if not results else results[0][1]
+        for name in unused:
+            args[name] = None if value is None else np.full(3, value, np.float32)
+        with product("Ascend950"):
+            status, size, executor = aclnn.aclnnBatchNormBackwardGetWorkspaceSize(**args)
+            assert status == 0 and size == 0, acl.aclGetRecentErrMsg()
+            assert aclnn.aclnnBatchNormBackward(None, 0, executor, None) == 0
+        plan = executor.plan
+        fills = {p.kernel: p.fill for p in plan.placements if p.kind == "fill"}
+        want = {"running_mean": 0.0, "running_var": 1.0} if training else {"save_mean": 0.0, "save_invstd": 1.0}
+        assert {k: fills[k] for k in want} == want and all(p.constant for p in plan.placements if p.kind == "fill")
+        assert plan.binds_directly and plan.kernel.combo.tag == "f16-f16"
+        results.append((b"".join(args[n].tobytes() for n in ("gradInput", "gradWeight", "gradBias")), args["gradOut"]))
+    assert results[0][0] == results[1][0] and np.isfinite(args["gradInput"]).all()
+    call = calls[-1]
+    assert all(call.values[n] is not None and call.values[n].dtype == "float32" for n in unused)
+    assert call.unread == frozenset(unused)
+    status, message = bn_status(**{unused[0]: np.zeros(3, np.float64), "training": training})
+    assert status == 161002 and f"{unused[0]} has dtype float64" in message
+
+
 @pytest.mark.parametrize("fmt,shape", [("NHWC", (2, 3, 4, 5)), ("NDHWC", (2, 2, 3, 2, 4))])
 def test_channel_last_on_the_950(fmt, shape, rng):
     """NHWC/NDHWC aclTensors: the channel is the last axis (GetDimC); the kernel reads them

@@ -406,18 +406,52 @@ def test_aclnn_dx_may_overwrite_dy(rng):
     assert verify.compare("dx", args["dy"], want["dx"], "float32", "float32").passed
 
 
+FLAGGED = (("dgammaIsRequire", "dgammaOut", "dgamma"), ("dbetaIsRequire", "dbetaOut", "dbeta"))
+
+
 @pytest.mark.parametrize("dgamma,dbeta", [(True, True), (True, False), (False, True), (False, False)])
 def test_aclnn_every_require_combination(dgamma, dbeta, rng):
-    """The IsRequire flags are read and checked as bools; dgammaOut and dbetaOut stay
-    required and are written with their gradient whatever the flags (S13)."""
+    """S13: an IsRequire flag asks for its output. True: the gradient is written; false: the
+    output (still required) is left bit for bit as the caller passed it, in every dtype
+    (the kernel's result goes to scratch); dxOut is written either way."""
     problem = Problem((2, 6, 5), 2, 0.5, dgamma, dbeta)
     for combo in OP.combos:
         args, arrays = base_args(OP, problem, combo, rng)
         assert (args["dgammaIsRequire"], args["dbetaIsRequire"]) == (dgamma, dbeta)
         for name in ("dxOut", "dgammaOut", "dbetaOut"):
-            args[name][...] = np.nan
+            args[name][...] = rng.standard_normal(args[name].shape)
+            args[name].flat[0] = np.nan
+        before = {name: args[name].tobytes() for name in ("dgammaOut", "dbetaOut")}
         assert run_both(OP, args) == (0, "")
-        assert_matches(OP, combo, problem, arrays, args)
+        off = [(name, kernel) for flag, name, kernel in FLAGGED if not args[flag]]
+        assert_matches(OP, combo, problem, arrays, args, skip=[kernel for _, kernel in off])
+        for name, _ in off:
+            assert args[name].tobytes() == before[name], f"{combo.tag}: {name} was written with its flag false"
+
+
+def test_aclnn_an_output_not_asked_for_is_planned_as_scratch_and_never_touched(rng):
+    """A false flag makes its output the kernel's scratch (in the host arena: no workspace),
+    so the caller's tensor is neither read nor written: a read-only or strided dbetaOut is
+    accepted (the format, dtype and C-elements rules still apply). The flag is part of the
+    plan's key: the same arrays with the flag true get their gradient."""
+    problem, combo = Problem((2, 6, 5), 3, 0.5, True, False), OP.combo("f32-f32")
+    args, arrays = base_args(OP, problem, combo, rng)
+    status, size, executor = GNS(**args)
+    assert status == 0 and size == 0
+    kinds = {p.kernel: p.kind for p in executor.plan.placements}
+    assert kinds["dbeta"] == "scratch" and kinds["dgamma"] == "direct"
+    for dbeta in (np.broadcast_to(np.float32(7.0), (6,)), _strided(np.full(6, 7.0, np.float32))):
+        assert run_both(OP, {**args, "dbetaOut": dbeta}) == (0, "")
+        assert (dbeta == 7.0).all()
+    args["dbetaOut"][...] = 7.0
+    assert run_both(OP, args) == (0, "") and (args["dbetaOut"] == 7.0).all()
+    args["dbetaIsRequire"] = True
+    assert run_both(OP, args) == (0, "")
+    assert_matches(OP, combo, Problem((2, 6, 5), 3, 0.5), arrays, args)
+    status, _ = gns_status(dbetaIsRequire=False, dbetaOut=np.zeros(6, np.float16))
+    assert status == 161002
+    status, _ = gns_status(dgammaIsRequire=False, dgammaOut=np.zeros(7, np.float32))
+    assert status == 561002
 
 
 def test_aclnn_swish_scale_per_call(rng):
@@ -517,7 +551,8 @@ TENSORS = ("dy", "mean", "rstd", "x", "gamma", "beta", "dxOut", "dgammaOut", "db
 
 @pytest.mark.parametrize("name", TENSORS)
 def test_error_null_tensor_is_161001(name):
-    """doc l.297: any of the nine tensors null, the outputs whatever their IsRequire flag."""
+    """doc l.297: any of the nine tensors null, the outputs whatever their IsRequire flag
+    (S13: a false flag leaves its output unwritten, but the def keeps it REQUIRED)."""
     status, msg = gns_status(**{name: None}, dgammaIsRequire=False, dbetaIsRequire=False)
     assert status == 161001 and f"{name} is a null pointer" in msg
 
@@ -743,6 +778,34 @@ def test_pythonic_function(rng):
     assert info.value.status == 161001 and "gamma" in info.value.message
 
 
+def test_pythonic_function_allocates_nothing_for_an_output_not_asked_for(rng, monkeypatch):
+    """As for GroupNorm's mask: a false IsRequire flag's output is None and nothing of its
+    size is allocated (the aclnn call, which keeps it required, gets a one-element
+    placeholder broadcast to its shape); a given one is left untouched; torch tensors alike."""
+    dy, mean, rstd, x, gamma, beta = _gns_inputs(rng)
+    want = ref.group_norm_swish_grad(dy, mean, rstd, x, gamma, beta, 3, 1.0)
+    made = []
+    real_alloc = opgen.api._alloc
+    monkeypatch.setattr(opgen.api, "_alloc", lambda t, shape, dtype: made.append(tuple(shape)) or real_alloc(
+        t, shape, dtype))
+    for flags, kept in (((False, True), (0, 2)), ((True, False), (0, 1)), ((False, False), (0,))):
+        made.clear()
+        outs = opgen.group_norm_swish_grad(dy, mean, rstd, x, gamma, beta, 3, dgamma_is_require=flags[0],
+                                           dbeta_is_require=flags[1])
+        assert [i for i, o in enumerate(outs) if o is not None] == list(kept)
+        assert made == [np.shape(want[i]) for i in kept]
+        for i in kept:
+            np.testing.assert_allclose(outs[i], want[i], rtol=1e-4, atol=1e-4)
+    given = np.full(6, 3.0, np.float32)
+    outs = opgen.group_norm_swish_grad(dy, mean, rstd, x, gamma, beta, 3, dgamma_is_require=False, dgamma=given)
+    assert outs[1] is None and (given == 3.0).all()
+    torch = pytest.importorskip("torch")
+    t = [torch.from_numpy(a) for a in (dy, mean, rstd, x, gamma, beta)]
+    made.clear()
+    outs = opgen.group_norm_swish_grad(*t, 3, dbeta_is_require=False)
+    assert outs[2] is None and isinstance(outs[1], torch.Tensor) and made == [dy.shape, (6,)]
+
+
 @pytest.fixture
 def opgen_calls(monkeypatch):
     """Counts the calls of this op reaching opgen's Pythonic layer (what the custom op calls)."""
@@ -762,9 +825,26 @@ def test_torch_custom_op_passes_opcheck():
     torch.manual_seed(0)
     x = torch.randn(2, 4, 3)
     mean, rstd = x.reshape(2, 2, -1).mean(-1), x.reshape(2, 2, -1).var(-1, unbiased=False).add(1e-5).rsqrt()
-    torch.library.opcheck(torch.ops.opgen.group_norm_swish_grad.default,
-                          (torch.randn(2, 4, 3), mean, rstd, x, torch.rand(4) + 0.5, torch.randn(4), 2, None, 0.5,
-                           True, False))
+    for flags in ((True, False), (False, True), (False, False)):
+        torch.library.opcheck(torch.ops.opgen.group_norm_swish_grad.default,
+                              (torch.randn(2, 4, 3), mean, rstd, x, torch.rand(4) + 0.5, torch.randn(4), 2, None, 0.5,
+                               *flags))
+
+
+def test_torch_custom_op_returns_an_empty_tensor_for_an_output_not_asked_for():
+    """As for GroupNorm's mask: the real op and its fake (from the same ApiSpec.wanted)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("opgen.torch")
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    x = torch.randn(2, 4, 3)
+    args = (torch.randn(2, 4, 3), torch.zeros(2, 2), torch.ones(2, 2), x, torch.ones(4), torch.zeros(4), 2, None, 1.0)
+    for flags in ((False, True), (True, False)):
+        real = torch.ops.opgen.group_norm_swish_grad(*args, *flags)
+        with FakeTensorMode(allow_non_fake_inputs=True):
+            fake = torch.ops.opgen.group_norm_swish_grad(*args, *flags)
+        assert [tuple(o.shape) for o in real] == [tuple(o.shape) for o in fake] == [
+            (2, 4, 3), (4,) if flags[0] else (0,), (4,) if flags[1] else (0,)]
 
 
 def _torch_pair(torch, groups, channels, affine, scale, dtype=None):

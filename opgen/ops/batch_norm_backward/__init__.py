@@ -24,8 +24,8 @@ sympy's derivative of the forward. Float32 throughout, each output rounded once 
 The document prints "saveVar + eps" for what is 1/saveInvstd^2 (model.py's seed checks).
 
 Null optional inputs are CANN's fills (weight 1, runningMean 0, runningVar 1, saveMean 0,
-saveInvstd 1); the statistics a mode does not read are filled the same way (api.py), so
-nothing unused reaches the arithmetic blend. One known difference from a Select: in eval a
+saveInvstd 1); the statistics a mode does not read are filled the same way (api.py's
+ApiSpec.unread), so nothing unused reaches the arithmetic blend. One known difference from a Select: in eval a
 non-finite x makes its channel's dx nan (0 * inf in the blended mean term), where CANN's
 eval gradInput never reads x.
 """

@@ -17,8 +17,10 @@ decision; the digest is docs/specs/aclnnBatchNormBackward.md):
 * An untagged tensor (numpy, torch, aclCreateTensor's ND) is read by rank (NC, NCL, NCHW,
   NCDHW, ND); the channel is the last axis only for NHWC/NDHWC tensors on the 950.
 * Statistics the mode does not read (runningMean/runningVar in training, saveMean/
-  saveInvstd in eval) are never handed to the kernel: ``_problem`` nulls them so the plan
-  fills their constants (a zero-length saveMean in eval, or a garbage one, cannot reach it).
+  saveInvstd in eval) are never handed to the kernel: ``_unread`` names them
+  (ApiSpec.unread), so the plan fills their constants as for null ones (a zero-length
+  saveMean in eval, or a garbage one, cannot reach it) while the rules still check them
+  as given.
 """
 from __future__ import annotations
 
@@ -216,16 +218,18 @@ def _rules_950_kernel() -> tuple:
 
 def _problem(call) -> Problem:
     """The kernel problem of a valid call. An empty call (B5) is a kernel over no elements:
-    nothing is read or written. The statistics the mode does not read are set to null here
-    so the plan fills their constants instead of handing the caller's memory to the kernel
-    (its arithmetic blend would turn a nan there into a nan result)."""
+    nothing is read or written."""
     if C.is_empty(call):
         return Problem((0, 0), call["training"], call["eps"])
-    unused = ("runningMean", "runningVar") if call["training"] else ("saveMean", "saveInvstd")
-    for name in unused:
-        call.values[name] = None
     x = call["input"]
     return Problem(tuple(x.shape), call["training"], call["eps"], C.channel_axis(call) != 1)
+
+
+def _unread(call) -> tuple:
+    """The statistics the mode does not read (ApiSpec.unread): the plan fills their constants
+    instead of handing the caller's memory to the kernel, whose arithmetic blend would turn a
+    nan there into a nan result (0 * nan)."""
+    return ("runningMean", "runningVar") if call["training"] else ("saveMean", "saveInvstd")
 
 
 def _per_channel_output(tensors: dict, attrs: dict):
@@ -270,6 +274,7 @@ API = ApiSpec(
     ),
     rules=_rules_nulls() + _rules_dtypes() + _rules_formats() + _rules_shapes() + _rules_950_kernel(),
     problem=_problem,
+    unread=_unread,
     kernel_shapes=kernel_shapes,
     description="Backward of BatchNorm: gradInput, gradWeight and gradBias, each behind outputMask.",
     fill={"weight": NULL_FILL["weight"], "running_mean": NULL_FILL["running_mean"],

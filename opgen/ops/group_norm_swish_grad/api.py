@@ -19,8 +19,13 @@ aclnn layer is generated from the op definition (no op_api), the definition
   N, C / numGroups and HxW not 0 (the document: empty tensors are not supported), C %
   numGroups == 0, C / numGroups <= 4000, dxOut like x, dgammaOut/dbetaOut C elements.
 * dataFormatOptional is any str or None, never read (S11); swishScale is rounded to
-  float32 (S12); the IsRequire flags are bools that do not change what is written (S13:
-  both outputs are always written with their gradient).
+  float32 (S12).
+* The IsRequire flags ask for dgammaOut and dbetaOut (Param.flag, read like a mask bit by
+  every generic layer; S13): a false flag leaves that output untouched, never computed into
+  it nor written (CANN zero-fills float32 and leaves float16/bfloat16 alone; opgen leaves
+  every dtype alone). The output stays required (null: 161001, def REQUIRED) and is still
+  checked (dtype, format, C elements); the Pythonic function returns None for it and
+  torch.ops.opgen an empty tensor.
 """
 from __future__ import annotations
 
@@ -276,20 +281,23 @@ API = ApiSpec(
         Param("dataFormatOptional", ATTR, "Data format (recommended NCHW); any str or None, not read: the layout "
               "is always (N, C, ...).", value_type="str"),
         Param("swishScale", ATTR, "The swish's scale s in y * sigmoid(s*y); rounded to float32.", value_type="float"),
-        Param("dgammaIsRequire", ATTR, "Whether dgamma is asked for; dgammaOut is required and written either way.",
-              value_type="bool"),
-        Param("dbetaIsRequire", ATTR, "Whether dbeta is asked for; dbetaOut is required and written either way.",
-              value_type="bool"),
+        Param("dgammaIsRequire", ATTR, "Whether dgamma is asked for; false: dgammaOut is still required but "
+              "left untouched.", value_type="bool"),
+        Param("dbetaIsRequire", ATTR, "Whether dbeta is asked for; false: dbetaOut is still required but left "
+              "untouched.", value_type="bool"),
         Param("dxOut", OUTPUT, "The gradient of x; x's shape, dy's dtype.", "dx", _DT, "2-8"),
-        Param("dgammaOut", OUTPUT, "The gradient of gamma; C elements (e.g. (C,) or (C, 1)), dy's dtype.", "dgamma",
-              _DT, "1-8"),
-        Param("dbetaOut", OUTPUT, "The gradient of beta; C elements (e.g. (C,) or (C, 1)), dy's dtype.", "dbeta",
-              _DT, "1-8"),
+        Param("dgammaOut", OUTPUT, "The gradient of gamma; C elements (e.g. (C,) or (C, 1)), dy's dtype; written "
+              "only when dgammaIsRequire is true, never null.", "dgamma", _DT, "1-8", flag="dgammaIsRequire",
+              required_when_off=True),
+        Param("dbetaOut", OUTPUT, "The gradient of beta; C elements (e.g. (C,) or (C, 1)), dy's dtype; written "
+              "only when dbetaIsRequire is true, never null.", "dbeta", _DT, "1-8", flag="dbetaIsRequire",
+              required_when_off=True),
     ),
     rules=_rules_nulls_dtypes() + _rules_shapes(),
     problem=_problem,
     kernel_shapes=kernel_shapes,
-    description="Backward of GroupNorm followed by Swish (y * sigmoid(swishScale * y)): dxOut, dgammaOut and dbetaOut.",
+    description="Backward of GroupNorm followed by Swish (y * sigmoid(swishScale * y)): dxOut, and dgammaOut and "
+                "dbetaOut each behind its IsRequire flag.",
     pythonic=Pythonic(
         allocate={"dxOut": _like("x"), "dgammaOut": _like("gamma"), "dbetaOut": _like("gamma")},
         defaults={"data_format": None, "swish_scale": 1.0, "dgamma_is_require": True, "dbeta_is_require": True}),
