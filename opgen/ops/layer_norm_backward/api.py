@@ -184,7 +184,8 @@ def _rules_dtypes() -> tuple:
         Rule(ACLNN_ERR_PARAM_INVALID, _doc("gradOut: the same data type as input.", "l.120; op_api l.86"),
              _check_grad_out_dtype, (Violation("input's dtype differs from gradOut's", other_float("input")),)),
         Rule(ACLNN_ERR_PARAM_INVALID, _doc("weightOptional: input's data type or FLOAT.", "l.170; op_api l.87-92"),
-             _check_weight_dtype, (Violation("float16 weightOptional with float32 input", other_float("weightOptional")),)),
+             _check_weight_dtype,
+             (Violation("float16 weightOptional with float32 input", other_float("weightOptional")),)),
         Rule(ACLNN_ERR_PARAM_INVALID, _doc(relations, "l.150-220; the op_api casts instead of checking these "
                                            "(digest L8): opgen has no casting executor"), _check_dtype_table, (
                  Violation("rstd's dtype differs from mean's", other_float("rstd")),
@@ -312,10 +313,12 @@ def _rules_shapes() -> tuple:
         Rule(ACLNN_ERR_PARAM_INVALID, _doc("weightOptional is not null and its shape differs from normalizedShape.",
                                            "l.306; op_api l.171-175"), _like_norm("weightOptional"), (
             Violation("weightOptional flattened", set_args(weightOptional=lambda a: a["weightOptional"].reshape(-1))),
-            Violation("weightOptional with a leading 1", set_args(weightOptional=lambda a: a["weightOptional"][None])))),
+            Violation("weightOptional with a leading 1",
+                      set_args(weightOptional=lambda a: a["weightOptional"][None])))),
         Rule(ACLNN_ERR_PARAM_INVALID, _doc("biasOptional is not null and its shape differs from normalizedShape.",
                                            "l.309; op_api l.178-184"), _like_norm("biasOptional"),
-             (Violation("biasOptional one element short", set_args(biasOptional=lambda a: a["biasOptional"][..., :-1])),)),
+             (Violation("biasOptional one element short",
+                        set_args(biasOptional=lambda a: a["biasOptional"][..., :-1])),)),
         Rule(ACLNN_ERR_PARAM_INVALID, _doc("The shape of gradOut differs from the shape of input.", "l.294; op_api "
                                            "l.187"), _same_shape("gradOut", "input"),
              (Violation("gradOut flattened", set_args(gradOut=lambda a: a["gradOut"].reshape(-1))),)),
