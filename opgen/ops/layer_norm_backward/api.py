@@ -6,7 +6,7 @@ hicann/ops-nn's op_api, "op_api" below: norm/layer_norm_grad_v3/op_host/op_api/
 aclnn_layer_norm_backward.cpp @ e5c3fa9). Rules run in the op_api's order (digest L14):
 161001 for required nulls, 161002 for outputMask's length, 161001 for a null output its
 mask asks for, then 161002 for dtypes and for shapes (CheckShape's order). Decisions on
-the digest's open points are in docs/validation/aclnnLayerNormBackward.md:
+the digest's open points are in docs/validation-vs-cann.md, section aclnnLayerNormBackward:
 * L4: input's trailing dims must equal normalizedShape in full (the document's l.315), on
   every product, in phase 1; the op_api's loop compares only some indices and leaves the
   rest to the kernel tiling (phase 2, 561103 on A2/A3/950).
