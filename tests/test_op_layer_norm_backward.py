@@ -13,7 +13,6 @@ turns into an xfail that names it (``_defect``), and any other failure still fai
 * ``schedules/``: RowPassWithColumnSums (llvm) and GpuRowPass (cuda, opencl) raise a
   ScheduleError at decompose_reduction for a second column sum (TVM 0.27), so the
   float32-weight combos do not build there (the half-weight ones go to the fallback);
-* ``targets/ascend``: the emitter gives no role to a parameter no stage reads (the bias);
 * ``schedules/llvm.py`` Fallback (the half-weight combos): a reduction's init stays inside
   its loop, so with no rows dgamma/dbeta are never written (``FALLBACK_INIT``).
 """
@@ -45,7 +44,6 @@ PRODUCTS = ("Ascend950", "AtlasA3", "AtlasA2", "AtlasInference", "AtlasTraining"
 DEFECTS = {
     "decompose-reduction": "schedules/: the row rules (RowPassWithColumnSums, GpuRowPass) raise at "
                            "decompose_reduction of a second column sum on TVM 0.27",
-    "KeyError: 'beta'": "targets/ascend/emitter.py: no role for a parameter no stage reads (the bias)",
 }
 FALLBACK_INIT = ("schedules/llvm.py Fallback keeps a reduction's init inside its loop: a column sum over no rows is "
                  "never written (dgamma/dbeta of M == 0 are left as they were, not zeros)")
@@ -234,8 +232,18 @@ def test_tags_and_products():
     for name in ("AtlasInference", "AtlasTraining"):
         assert [c.tag for c in OP.products[name]] == ["f32-f32", "f16-f16", "f16-f16-f32", "f16-f32", "f16-f32-f32"]
     combo = OP.combo("f16-bf16-f32")
-    assert (combo["dy"], combo["mean"], combo["gamma"], combo["beta"], combo["dx"], combo["dgamma"]) == (
-        "float16", "bfloat16", "float32", "float32", "float16", "float32")
+    assert (combo["dy"], combo["mean"], combo["gamma"], combo["dx"], combo["dgamma"], combo["dbeta"]) == (
+        "float16", "bfloat16", "float32", "float16", "float32", "float32")
+    assert all("beta" not in dict(c.dtypes) for c in OP.combos)     # the bias is no kernel tensor
+
+
+def test_the_bias_is_validated_only():
+    """biasOptional (Param.validated_only): no kernel tensor, no fill, no TE placeholder."""
+    bias = OP.api.param("biasOptional")
+    assert bias.validated_only and bias.kernel is None and bias.optional
+    assert OP.inputs == ("dy", "x", "mean", "rstd", "gamma") and "beta" not in OP.api.fill
+    names = [t.op.name for t in OP.compute(OP.combo("f32-f32"))]
+    assert names[:5] == list(OP.inputs) and "beta" not in names
 
 
 @pytest.mark.parametrize("text,shape,k", [("4096x4096", (4096, 4096), 1), ("2x3x8,2", (2, 3, 8), 2),
@@ -378,10 +386,12 @@ def _args(shape, k=1, tag="f32-f32", weight=True, bias=True, mask=(True, True, T
     """A complete call of ``tag``'s dtypes: realistic inputs, zeroed outputs (None where the
     mask bit is false and ``changes`` gives none)."""
     p, combo = Problem(tuple(shape), k), OP.combo(tag)
-    a = OP.random_inputs(p, combo, rng if rng is not None else np.random.default_rng(0))
+    rng = rng if rng is not None else np.random.default_rng(0)
+    a = OP.random_inputs(p, combo, rng)
     dt = {name: numpy_dtype(combo[name]) for name in OP.outputs}
+    beta = rng.uniform(-0.5, 0.5, p.normalizedShape).astype(dt["dgamma"])    # weight's dtype; no kernel tensor
     args = dict(gradOut=a["dy"], input=a["x"], normalizedShape=list(p.normalizedShape), mean=a["mean"],
-                rstd=a["rstd"], weightOptional=a["gamma"] if weight else None, biasOptional=a["beta"] if bias else None,
+                rstd=a["rstd"], weightOptional=a["gamma"] if weight else None, biasOptional=beta if bias else None,
                 outputMask=list(mask), gradInputOut=np.zeros(p.input_shape, dt["dx"]),
                 gradWeightOut=np.zeros(p.normalizedShape, dt["dgamma"]),
                 gradBiasOut=np.zeros(p.normalizedShape, dt["dbeta"]))
@@ -572,6 +582,29 @@ def test_bias_is_never_read_and_inputs_never_written():
     assert {n: args[n].tobytes() for n in inputs} == before
 
 
+@pytest.mark.parametrize("weight", [True, False], ids=["weight", "weight-None"])
+def test_the_bias_never_reaches_the_plan(weight):
+    """Param.validated_only: null, nan, strided or (without a weight) FLOAT32 under float16
+    data (doc l.180), the bias leaves the outputs bit for bit and the plan never names it."""
+    def run(args):
+        status, size, executor = aclnn.aclnnLayerNormBackwardGetWorkspaceSize(**args)
+        assert status == 0, acl.aclGetRecentErrMsg()
+        workspace = acl.aclrtMalloc(size)[1] if size else None
+        _ok(aclnn.aclnnLayerNormBackward(workspace, size, executor, None), acl.aclGetRecentErrMsg())
+        assert "biasOptional" not in {p.param for p in executor.plan.placements}
+        return [(p.kernel, p.kind) for p in executor.plan.placements], size
+
+    base = _args((6, 10), 1, "f16-f16", weight=weight, bias=False)
+    placements = run(base)
+    want = [base[n].tobytes() for n in ("gradInputOut", "gradWeightOut", "gradBiasOut")]
+    wide = np.full((10, 2), np.nan, np.float16)
+    biases = [np.full(10, np.nan, np.float16), wide[:, 1]] + ([] if weight else [np.ones(10, np.float32)])
+    for bias in biases:
+        args = _args((6, 10), 1, "f16-f16", weight=weight, biasOptional=bias)
+        assert run(args) == placements
+        assert [args[n].tobytes() for n in ("gradInputOut", "gradWeightOut", "gradBiasOut")] == want
+
+
 @pytest.mark.parametrize("prod", PRODUCTS)
 def test_offered_on_every_product(prod):
     """Doc l.5-24: all five opgen products; a float16 call runs on each."""
@@ -679,7 +712,14 @@ def test_dtype_relations():
     status, msg = _status(gradWeightOut=np.zeros((3, 8), np.float16))
     assert status == 161002 and "gradWeightOut has dtype float16" in msg and "do not cast" in msg
     status, msg = _status(biasOptional=np.zeros((3, 8), np.float16))
-    assert status == 161002 and "biasOptional has dtype float16" in msg
+    assert status == 161002 and "biasOptional has dtype float16; expected float32 (weightOptional's)" in msg
+    status, msg = _status(args=f16, biasOptional=np.zeros((3, 8), np.float32))
+    assert status == 161002 and "biasOptional has dtype float32; expected float16 (weightOptional's)" in msg
+    no_weight = _args((2, 3, 8), 2, "f16-f16", weight=False, bias=False)     # doc l.180: input's or FLOAT32
+    for dtype in (np.float16, np.float32):
+        _ok(*_status(args=no_weight, biasOptional=np.zeros((3, 8), dtype)))
+    status, msg = _status(args=no_weight, biasOptional=np.zeros((3, 8), BF16))
+    assert status == 161002 and "biasOptional has dtype bfloat16; expected float16 or float32" in msg
     mixed = _args((2, 3, 8), 2, "f16-f16", mask=(True, False, True), gradWeightOut=np.zeros((3, 8), np.float32))
     _ok(*_status(args=mixed))                  # a masked-off output takes no part in the relations
     for tag in TAGS:                         # the document's rows, cross-16-bit ones included
@@ -964,7 +1004,7 @@ def test_aten_peer_matches_the_reference(torch):
     got = peer.make(p, {k: to_torch(v) for k, v in arrays.items()})()
     ref = OP.reference(p, arrays)
     assert not _fails(compare_outputs(OP, combo, {k: v.numpy() for k, v in got.items()}, ref))
-    del arrays["gamma"], arrays["beta"]                        # ATen needs ones/zeros for null weight/bias
+    del arrays["gamma"]                                        # ATen needs ones for a null weight
     got = peer.make(p, {k: to_torch(v) for k, v in arrays.items()})()
     assert got["dgamma"].shape == (3, 40)
 

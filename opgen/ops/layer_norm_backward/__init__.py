@@ -26,7 +26,8 @@ x * c + d, which would cancel catastrophically for |mean| >> std. This is the ro
 with two column sums (schedules/patterns.py ``row_pass``).
 
 weightOptional may be null (ones, as CANN builds them); biasOptional is validated and never
-read: the kernel's ``beta`` parameter is empty (its extent is its own, 0 in every call).
+read: it is ``Param.validated_only`` (api.py), so the kernel has no tensor for it, no dtype
+combo names it, and the plan never stages, fills or passes it.
 """
 from __future__ import annotations
 

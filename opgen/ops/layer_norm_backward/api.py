@@ -14,6 +14,9 @@ the digest's open points are in docs/validation-vs-cann.md, section aclnnLayerNo
   N == 1); a same-count other shape passes CANN's phase 1 but is never written.
 * L8: the dtype relations the op_api does not check (it casts) are checked here: opgen's
   kernels take the document's table rows (kernel.py) and the executor does not cast.
+* L11: biasOptional is validated and never read (``Param.validated_only``): every rule on it
+  stays (dtype range, bias == weight's dtype, X or FLOAT32 without a weight, rank, shape), but
+  it has no kernel tensor and takes no part in choosing the dtype row.
 """
 from __future__ import annotations
 
@@ -123,8 +126,8 @@ def _check_weight_dtype(call) -> str | None:
 
 
 def _weight_dtype(call) -> str:
-    """The dtype gradWeightOut/gradBiasOut and the bias follow: weight's, else input's (the
-    ones CANN builds for a null weight are in input's dtype)."""
+    """The dtype gradWeightOut/gradBiasOut follow: weight's, else input's (the ones CANN
+    builds for a null weight are in input's dtype)."""
     weight = call["weightOptional"]
     return weight.dtype if weight is not None else call["input"].dtype
 
@@ -138,23 +141,59 @@ def _relation_broken(call) -> str | None:
         return f"mean has dtype {mean}; expected a bit width not lower than input's {x}"
     w = _weight_dtype(call)
     names = [("gradInputOut", x, "input's")] + [(n, w, "weightOptional's (input's when it is null)")
-                                                 for n in ("biasOptional", "gradWeightOut", "gradBiasOut")]
+                                                 for n in ("gradWeightOut", "gradBiasOut")]
     return first(dtype_message(n, call[n].dtype, (want,), f" ({whose})") for n, want, whose in names
                  if n in _present(call, (n,)))
 
 
-def _check_dtype_table(call) -> str | None:
-    """The present tensors' dtypes are a row of the product's table (what the kernels take)."""
-    given = {call.api.param(n).kernel: call[n].dtype for n in _present(call, _INPUTS + _OUTPUTS)}
-    if any(all(combo[k] == v for k, v in given.items()) for combo in call.combos()):
+def _check_bias_dtype(call) -> str | None:
+    """doc l.180 (digest 5a): biasOptional has weightOptional's dtype when there is a weight;
+    without one, input's or FLOAT32 (the "same as weight" clause applies only when the weight
+    exists). The kernel never reads the bias, so this relation is checked here, not by the
+    table of kernel rows."""
+    bias, weight = call["biasOptional"], call["weightOptional"]
+    if bias is None:
         return None
+    if weight is not None:
+        return dtype_message("biasOptional", bias.dtype, (weight.dtype,), " (weightOptional's)")
+    x = call["input"].dtype
+    return dtype_message("biasOptional", bias.dtype, tuple(dict.fromkeys((x, FLOAT32))),
+                         " (input's or FLOAT32 when weightOptional is null)")
+
+
+def _check_dtype_table(call) -> str | None:
+    """The present kernel tensors' dtypes are a row of the product's table (what the kernels
+    take), then the bias's relation (it is no kernel tensor: Param.validated_only)."""
+    present = [n for n in _present(call, _INPUTS + _OUTPUTS) if not call.api.param(n).validated_only]
+    given = {call.api.param(n).kernel: call[n].dtype for n in present}
+    if any(all(combo[k] == v for k, v in given.items()) for combo in call.combos()):
+        return _check_bias_dtype(call)
     reason = _relation_broken(call) or f"the dtypes {given} are not a row of the table"
     rows = ", ".join(c.tag for c in call.combos())
     return (f"{reason}; opgen's kernels take the document's rows on {call.product} (data-stats[-weight]: {rows}) "
             f"and do not cast as CANN's op_api does")
 
 
+def _bias(args) -> np.ndarray:
+    """The call's bias, or (a base call without one: no kernel tensor, so random_inputs makes
+    none) a valid one: zeros shaped like normalizedShape in weightOptional's dtype."""
+    if args["biasOptional"] is not None:
+        return np.asarray(args["biasOptional"])
+    weight = args["weightOptional"] if args["weightOptional"] is not None else args["input"]
+    return np.zeros(tuple(args["normalizedShape"]), np.asarray(weight).dtype)
+
+
+def _bias_as(dtype):
+    """A mutate function giving the call a bias of ``dtype`` (None: another float than the weight's)."""
+    def mutate(args) -> None:
+        bias = _bias(args)
+        want = dtype if dtype is not None else (np.float16 if bias.dtype != np.float16 else np.float32)
+        args["biasOptional"] = bias.astype(want)
+    return mutate
+
+
 def _bf16_everywhere(args) -> None:
+    args["biasOptional"] = _bias(args)
     for name in _INPUTS + _OUTPUTS:
         args[name] = args[name].astype(ml_dtypes.bfloat16)
 
@@ -168,8 +207,8 @@ def _rules_dtypes() -> tuple:
     range_line = ("The data type of gradOut, input, mean, rstd, weightOptional (when not null) or biasOptional "
                   "(when not null) is not within the supported range.")
     relations = ("The data types do not meet the constraints in Parameters: mean and rstd of one dtype at least as "
-                 "wide as input's, gradInputOut of input's, biasOptional/gradWeightOut/gradBiasOut of "
-                 "weightOptional's")
+                 "wide as input's, gradInputOut of input's, gradWeightOut/gradBiasOut of weightOptional's (input's "
+                 "without one), biasOptional of weightOptional's (input's or FLOAT32 without one)")
     return (
         Rule(ACLNN_ERR_PARAM_INVALID, _doc(range_line, "l.291, l.249-253 (no BFLOAT16 on Atlas inference/training); "
                                            "op_api CheckDtype l.78-106 adds every non-null output, whatever its mask"),
@@ -177,7 +216,7 @@ def _rules_dtypes() -> tuple:
                  Violation("float64 gradOut", cast_args(("gradOut",), np.float64)),
                  Violation("int32 mean", cast_args(("mean",), np.int32)),
                  Violation("float64 weightOptional", cast_args(("weightOptional",), np.float64)),
-                 Violation("float64 biasOptional", cast_args(("biasOptional",), np.float64)),
+                 Violation("float64 biasOptional", _bias_as(np.float64)),
                  Violation("float64 gradInputOut", cast_args(("gradInputOut",), np.float64)),
                  Violation("float64 gradBiasOut whose mask bit is false", _mask_off_bias_float64),
                  Violation("bfloat16 everywhere on Atlas inference/training", _bf16_everywhere, _NO_BF16))),
@@ -193,7 +232,7 @@ def _rules_dtypes() -> tuple:
                  Violation("gradInputOut's dtype differs from input's", other_float("gradInputOut")),
                  Violation("gradWeightOut's dtype differs from weightOptional's", other_float("gradWeightOut")),
                  Violation("gradBiasOut's dtype differs from weightOptional's", other_float("gradBiasOut")),
-                 Violation("biasOptional's dtype differs from weightOptional's", other_float("biasOptional")))),
+                 Violation("biasOptional's dtype differs from weightOptional's", _bias_as(None)))),
     )
 
 
@@ -317,8 +356,8 @@ def _rules_shapes() -> tuple:
                       set_args(weightOptional=lambda a: a["weightOptional"][None])))),
         Rule(ACLNN_ERR_PARAM_INVALID, _doc("biasOptional is not null and its shape differs from normalizedShape.",
                                            "l.309; op_api l.178-184"), _like_norm("biasOptional"),
-             (Violation("biasOptional one element short",
-                        set_args(biasOptional=lambda a: a["biasOptional"][..., :-1])),)),
+             (Violation("biasOptional one element short", set_args(biasOptional=lambda a: _bias(a)[..., :-1])),
+              Violation("biasOptional with a leading 1", set_args(biasOptional=lambda a: _bias(a)[None])))),
         Rule(ACLNN_ERR_PARAM_INVALID, _doc("The shape of gradOut differs from the shape of input.", "l.294; op_api "
                                            "l.187"), _same_shape("gradOut", "input"),
              (Violation("gradOut flattened", set_args(gradOut=lambda a: a["gradOut"].reshape(-1))),)),
@@ -386,8 +425,9 @@ API = ApiSpec(
         Param("rstd", INPUT, "The forward's 1/sqrt(var + eps); mean's shape and dtype.", "rstd", _DT, "0-8"),
         Param("weightOptional", INPUT, "The weight (gamma), shaped like normalizedShape, input's dtype or FLOAT32; "
               "null: ones.", "gamma", _DT, "1-8", optional=True),
-        Param("biasOptional", INPUT, "The bias (beta), shaped like normalizedShape, weight's dtype; validated, "
-              "never read (no output depends on it); may be null.", "beta", _DT, "1-8", optional=True),
+        Param("biasOptional", INPUT, "The bias (beta), shaped like normalizedShape, weight's dtype (input's or "
+              "FLOAT32 without a weight); validated, never read (no output depends on it, no kernel tensor); may be "
+              "null.", None, _DT, "1-8", optional=True, validated_only=True),
         Param("outputMask", MASK, "Three bools: whether to compute gradInputOut, gradWeightOut, gradBiasOut."),
         Param("gradInputOut", OUTPUT, "The gradient of input; input's shape and dtype; may be null when "
               "outputMask[0] is false.", "dx", _DT, "1-8", mask_bit=0),
@@ -400,7 +440,7 @@ API = ApiSpec(
     problem=lambda call: Problem(tuple(call["input"].shape), len(call["normalizedShape"])),
     kernel_shapes=kernel_shapes,
     description="Backward of LayerNorm: gradInputOut, gradWeightOut and gradBiasOut, each behind outputMask.",
-    fill={"gamma": 1.0, "beta": 0.0},
+    fill={"gamma": 1.0},
     pythonic=Pythonic(
         allocate={"gradInputOut": lambda t, attrs: None if t["input"] is None else (t["input"].shape, t["input"].dtype),
                   "gradWeightOut": _per_norm, "gradBiasOut": _per_norm},

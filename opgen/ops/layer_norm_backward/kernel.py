@@ -13,7 +13,7 @@ from tvm import te
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype
 from opgen.ops.spec import DtypeCombo, ProblemBase, as_float32
 
-INPUTS = ("dy", "x", "mean", "rstd", "gamma", "beta")
+INPUTS = ("dy", "x", "mean", "rstd", "gamma")       # biasOptional: validated only (api.py), no kernel tensor
 OUTPUTS = ("dx", "dgamma", "dbeta")
 STAGE = "layer_norm_backward"
 EPS = 1e-5      # the eps random_inputs computes rstd with (aclnnLayerNorm's and torch's default)
@@ -21,13 +21,14 @@ EPS = 1e-5      # the eps random_inputs computes rstd with (aclnnLayerNorm's and
 
 def _combo(io: str, stat: str, weight: str) -> DtypeCombo:
     """One row of the document's dtype table (digest 5a): gradOut = input = gradInputOut (io),
-    mean = rstd (stat), weight = bias = gradWeightOut = gradBiasOut (weight).
+    mean = rstd (stat), weight = gradWeightOut = gradBiasOut (weight). The bias is no kernel
+    tensor (it is validated only), so no combo names it; its dtype is a Rule of api.py.
 
     The tag names data-stats, plus the weight's dtype where it is not the data's (float32
     weight under half data): ``f16-f32`` is f16 data, f32 statistics, f16 weight;
     ``f16-f32-f32`` the same with a float32 weight.
     """
-    dtypes = {"dy": io, "x": io, "mean": stat, "rstd": stat, "gamma": weight, "beta": weight,
+    dtypes = {"dy": io, "x": io, "mean": stat, "rstd": stat, "gamma": weight,
               "dx": io, "dgamma": weight, "dbeta": weight}
     keys = ("dy", "mean") if weight == io else ("dy", "mean", "gamma")
     return DtypeCombo(tuple(dtypes.items()), key_tensors=keys)
@@ -75,10 +76,10 @@ def _column_sum(name: str, rows, cols, body, dtype: str) -> te.Tensor:
 
 
 def compute(combo: DtypeCombo) -> list[te.Tensor]:
-    """TE over symbolic (rows, cols); returns dy, x, mean, rstd, gamma, beta, dx, dgamma, dbeta.
+    """TE over symbolic (rows, cols); returns dy, x, mean, rstd, gamma, dx, dgamma, dbeta.
 
-    ``beta`` (the bias) takes part in no output: CANN only validates it. Its placeholder has
-    an extent of its own, which callers give as 0 (kernel_shapes), so no kernel ever reads it.
+    The bias takes part in no output (CANN only validates it), so it has no placeholder: its
+    aclnn parameter is ``Param.validated_only`` (api.py).
     """
     rows = te.var("rows", "int64")
     cols = te.var("cols", "int64")
@@ -88,7 +89,6 @@ def compute(combo: DtypeCombo) -> list[te.Tensor]:
     mean = te.placeholder((rows,), combo["mean"], name="mean")
     rstd = te.placeholder((rows,), combo["rstd"], name="rstd")
     gamma = te.placeholder((cols,), combo["gamma"], name="gamma")
-    beta = te.placeholder((te.var("bias_len", "int64"),), combo["beta"], name="beta")
 
     def g(r, c):            # gradOut * weight
         return f32(dy[r, c]) * f32(gamma[c])
@@ -112,7 +112,7 @@ def compute(combo: DtypeCombo) -> list[te.Tensor]:
     dgamma = _column_sum(f"{STAGE}_dgamma", rows, cols, lambda j, c: f32(dy[j, c]) * centred(j, c) * f32(rstd[j]),
                          combo["dgamma"])
     dbeta = _column_sum(f"{STAGE}_dbeta", rows, cols, lambda j, c: f32(dy[j, c]), combo["dbeta"])
-    return [dy, x, mean, rstd, gamma, beta, dx, dgamma, dbeta]
+    return [dy, x, mean, rstd, gamma, dx, dgamma, dbeta]
 
 
 @dataclass(frozen=True)
@@ -157,11 +157,10 @@ def stat_shape(problem: Problem) -> tuple[int, ...]:
 def random_inputs(problem: Problem, combo: DtypeCombo, rng: np.random.Generator) -> dict:
     """Inputs in the user's shapes; mean and rstd are the true statistics of x (eps 1e-5),
     rounded to their dtype, as the forward would save them. x is offset from 0 so that
-    x - mean matters; beta is a real bias (validated, never read)."""
+    x - mean matters. No bias: the kernel has no tensor for it (the aclnn tests pass one)."""
     x = (rng.standard_normal(problem.input_shape) * 2.0 + 0.5).astype(numpy_dtype(combo["x"]))
     dy = rng.standard_normal(problem.input_shape).astype(numpy_dtype(combo["dy"]))
     gamma = rng.uniform(0.5, 1.5, problem.normalizedShape).astype(numpy_dtype(combo["gamma"]))
-    beta = rng.uniform(-0.5, 0.5, problem.normalizedShape).astype(numpy_dtype(combo["beta"]))
     rows = x.astype(np.float64).reshape(problem.rows, problem.cols)
     if rows.size:
         mean, rstd = rows.mean(axis=1), 1.0 / np.sqrt(rows.var(axis=1) + EPS)
@@ -170,14 +169,13 @@ def random_inputs(problem: Problem, combo: DtypeCombo, rng: np.random.Generator)
     stat = numpy_dtype(combo["mean"])
     shape = stat_shape(problem)
     return {"dy": dy, "x": x, "mean": mean.reshape(shape).astype(stat), "rstd": rstd.reshape(shape).astype(stat),
-            "gamma": gamma, "beta": beta}
+            "gamma": gamma}
 
 
 def kernel_shapes(problem: Problem) -> dict:
-    """The kernel's (rows, cols) / (rows,) / (cols,) shape of each tensor; beta is (0,): the
-    kernel never reads the bias, so no call hands it over (or fills it)."""
+    """The kernel's (rows, cols) / (rows,) / (cols,) shape of each tensor."""
     rc, r, c = (problem.rows, problem.cols), (problem.rows,), (problem.cols,)
-    return {"dy": rc, "x": rc, "mean": r, "rstd": r, "gamma": c, "beta": (0,), "dx": rc, "dgamma": c, "dbeta": c}
+    return {"dy": rc, "x": rc, "mean": r, "rstd": r, "gamma": c, "dx": rc, "dgamma": c, "dbeta": c}
 
 
 def output_shapes(problem: Problem) -> dict:
@@ -186,7 +184,6 @@ def output_shapes(problem: Problem) -> dict:
 
 
 def kernel_args(problem: Problem, arrays: dict) -> dict:
-    """View user-shaped arrays in the kernel's shapes (beta: an empty array of its dtype)."""
+    """View user-shaped arrays in the kernel's shapes."""
     shapes = kernel_shapes(problem)
-    return {name: (np.empty((0,), np.asarray(a).dtype) if name == "beta" else np.reshape(a, shapes[name]))
-            for name, a in arrays.items()}
+    return {name: np.reshape(a, shapes[name]) for name, a in arrays.items()}

@@ -6,7 +6,8 @@ ATen takes the same mean and rstd (any shape of M values) and computes the same 
 even when they are not input's statistics. Two of its habits are met here: it raises
 "tensor does not have a device" for a null weight when grad_weight is asked for, or a null
 bias when grad_bias is (it allocates those outputs like them), so ones and zeros stand in,
-as CANN's op_api builds them.
+as CANN's op_api builds them. The op's kernel has no bias tensor (aclnn's biasOptional is
+validated only), so the peers always get zeros in the weight's dtype and shape.
 """
 from __future__ import annotations
 
@@ -22,8 +23,7 @@ def _native(problem, t: dict):
     x = t["x"]
     weight = t.get("gamma")
     weight = torch.ones(shape, dtype=x.dtype, device=x.device) if weight is None else weight
-    bias = t.get("beta")
-    bias = torch.zeros(shape, dtype=weight.dtype, device=x.device) if bias is None else bias
+    bias = torch.zeros(shape, dtype=weight.dtype, device=x.device)
     dy, mean, rstd = t["dy"], t["mean"], t["rstd"]
 
     def run():
@@ -40,7 +40,8 @@ def _autograd(problem, t: dict, compiled: bool):
 
     def forward(x, gamma, beta):
         return F.layer_norm(x, shape, gamma, beta, EPS)
-    return autograd_peer(forward, [t["x"], t["gamma"], t["beta"]], t["dy"], ("dx", "dgamma", "dbeta"), compiled)
+    beta = import_torch().zeros_like(t["gamma"])     # the leaf dbeta is taken against (no kernel tensor)
+    return autograd_peer(forward, [t["x"], t["gamma"], beta], t["dy"], ("dx", "dgamma", "dbeta"), compiled)
 
 
 PEERS = (

@@ -57,8 +57,8 @@ def layer_norm_backward(dy, x, normalized_shape, mean, rstd, weight=None):
 
 
 def of_problem(problem, arrays: dict) -> dict:
-    """The reference outputs of one problem, by kernel name, in the user's shapes (the bias,
-    ``beta``, takes no part)."""
+    """The reference outputs of one problem, by kernel name, in the user's shapes (the bias
+    takes no part: it is no kernel tensor)."""
     a = arrays
     dx, dgamma, dbeta = layer_norm_backward(a["dy"], a["x"], problem.normalizedShape, a["mean"], a["rstd"],
                                             a.get("gamma"))
