@@ -15,8 +15,8 @@ opgen.derive proves the stages below against sympy's derivative of the forward.
 Stages (float32 throughout, each output rounded once into its dtype):
     layer_norm_backward_sum_g[r]   = sum_c dy * gamma
     layer_norm_backward_sum_gxc[r] = sum_c dy * gamma * (x - mean)
-    layer_norm_backward_c1[r]      = rstd * sum_g / N                   (rstd * mean_N(g))
-    layer_norm_backward_c2[r]      = rstd^3 * sum_gxc / N               (rstd * mean_N(g * x_hat) * rstd)
+    layer_norm_backward_c1[r]      = rstd * sum_g * (1/N)               (rstd * mean_N(g))
+    layer_norm_backward_c2[r]      = rstd^3 * sum_gxc * (1/N)           (rstd * mean_N(g * x_hat) * rstd)
     layer_norm_backward_dx[r, c]   = rstd * dy * gamma - c1 - (x - mean) * c2
     layer_norm_backward_dgamma[c]  = sum_r dy * (x - mean) * rstd
     layer_norm_backward_dbeta[c]   = sum_r dy

@@ -100,9 +100,11 @@ def compute(combo: DtypeCombo) -> list[te.Tensor]:
     sum_g = te.compute((rows,), lambda r: te.sum(g(r, k), axis=k), name=f"{STAGE}_sum_g")
     k2 = te.reduce_axis((0, cols), name="k")
     sum_gxc = te.compute((rows,), lambda r: te.sum(g(r, k2) * centred(r, k2), axis=k2), name=f"{STAGE}_sum_gxc")
-    n = cols.astype("float32")
-    c1 = te.compute((rows,), lambda r: f32(rstd[r]) * sum_g[r] / n, name=f"{STAGE}_c1")
-    c2 = te.compute((rows,), lambda r: f32(rstd[r]) * f32(rstd[r]) * f32(rstd[r]) * sum_gxc[r] / n,
+    # 1/N once per kernel, as the other ops' inv_m: a per-row "/ N" is a vector division
+    # wherever a rule vectorizes the per-row stages over rows (the fallback does).
+    inv_n = 1.0 / cols.astype("float32")
+    c1 = te.compute((rows,), lambda r: f32(rstd[r]) * sum_g[r] * inv_n, name=f"{STAGE}_c1")
+    c2 = te.compute((rows,), lambda r: f32(rstd[r]) * f32(rstd[r]) * f32(rstd[r]) * sum_gxc[r] * inv_n,
                     name=f"{STAGE}_c2")
     dx = te.compute(
         (rows, cols),
