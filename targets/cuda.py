@@ -14,6 +14,10 @@ runtime module: kernels take ``tvm.cuda(0)`` tensors, which the aclnn layer prov
 (workspace slots on the device; torch CUDA tensors through DLPack).
 
 Built with StorageRewrite off, like OpenCL: see schedules/gpu.py for the race it caused.
+Every launch is guarded in the host code (``gpu_launch.guard_empty_launches``): TVM's CUDA
+runtime raises a 0 grid dimension to 1, and a kernel over N*C rows would then run row 0 of
+an empty tensor. ``CudaSource.plans`` are the host code's launches as opgen reads them
+(what a GPU's host code does, checked without one; tests/test_gpu_races.py).
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ from pathlib import Path
 
 import tvm
 
+from opgen.targets.gpu_launch import compile_capturing_split, guard_empty_launches, launch_plan
 from opgen.targets.spec import GpuTargetSpec
 
 BUILD_CONFIG = {"tirx.disable_storage_rewrite": True}
@@ -47,10 +52,12 @@ def nvcc() -> str | None:
 
 
 class CudaSource:
-    """A CUDA kernel that can only be read and compiled here: no GPU to run it on."""
+    """A CUDA kernel that can only be read and compiled here: no GPU to run it on.
+    ``plans``: symbol -> the host code's launches (gpu_launch.LaunchPlan)."""
 
-    def __init__(self, source: str):
+    def __init__(self, source: str, plans: dict | None = None):
         self.source = source
+        self.plans = plans or {}
 
     def __getitem__(self, symbol: str):
         def no_gpu(*_args):
@@ -158,9 +165,11 @@ class CudaTarget(GpuTargetSpec):
 
     def build(self, mod):
         target = self.tvm_target()
+        mod = guard_empty_launches(mod)
         if not gpu_present():
-            with tvm.transform.PassContext(config=BUILD_CONFIG):
-                return CudaSource(tvm.compile(mod, target=target).mod.imports[0].inspect_source())
+            executable, split = compile_capturing_split(mod, target, BUILD_CONFIG)
+            plans = {gv.name_hint: launch_plan(split, gv.name_hint) for gv in mod.functions}
+            return CudaSource(executable.mod.imports[0].inspect_source(), plans)
         os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")   # UNTESTED here (no GPU)
         with target, tvm.transform.PassContext(config=BUILD_CONFIG):
             return tvm.compile(mod, target=target).mod
