@@ -40,7 +40,6 @@ import tempfile
 import threading
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 import tvm
@@ -75,16 +74,15 @@ class SimulatorFindings(RuntimeError):
 
 @dataclass
 class Runtime:
-    """The chosen device with its context and queue; ``log``: Oclgrind's diagnostics file
-    (the simulator only), read after every call from ``read_from`` on."""
+    """The chosen device with its context and queue; ``log``: Oclgrind's diagnostics (the
+    simulator only), an open file read on from where the last call stopped."""
 
     cl: object
     ctx: object
     queue: object
     device: object
     label: str
-    log: Path | None = None
-    read_from: int = 0
+    log: object = None
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
     def findings(self) -> list[str]:
@@ -92,10 +90,8 @@ class Runtime:
         line, its details (kernel, entities, source line) are indented."""
         if self.log is None:
             return []
-        with self.lock, open(self.log, errors="replace") as stream:
-            stream.seek(self.read_from)
-            text = stream.read()
-            self.read_from = stream.tell()
+        with self.lock:
+            text = self.log.read()
         messages: list[list[str]] = []
         for line in text.splitlines():
             if line.strip() and not line[0].isspace():
@@ -105,9 +101,11 @@ class Runtime:
         return ["\n".join(m) for m in messages]
 
 
-def _simulator_context(cl, device) -> tuple[object, Path]:
-    """A context on the Oclgrind device with race detection on and its diagnostics going to
-    a file of their own (Oclgrind reads its settings when a context is created)."""
+def _simulator_context(cl, device) -> tuple[object, object]:
+    """A context on the Oclgrind device with race detection on, and its diagnostics file
+    open for reading. Oclgrind reads its settings and opens OCLGRIND_LOG when a context is
+    created; the name is removed right after (both ends stay open), so nothing is left in
+    the temporary folder when the process ends."""
     handle, log = tempfile.mkstemp(prefix="opgen-oclgrind-", suffix=".log")
     os.close(handle)
     settings = dict(SIMULATOR_ENV, OCLGRIND_LOG=log)
@@ -115,13 +113,15 @@ def _simulator_context(cl, device) -> tuple[object, Path]:
     try:
         os.environ.update(settings)
         ctx = cl.Context([device])
+        stream = open(log, errors="replace")   # noqa: SIM115 -- read for the context's lifetime
     finally:
         for name, value in saved.items():
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-    return ctx, Path(log)
+        os.unlink(log)
+    return ctx, stream
 
 
 @functools.lru_cache(maxsize=None)
