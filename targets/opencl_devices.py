@@ -240,10 +240,13 @@ def probe(device) -> str | None:
 
 
 def first_error_line(log: str) -> str:
-    """The line of a build log that says what failed (``error:``), else its first line."""
+    """The line of a build log that says what failed: in the device's own log (after
+    pyopencl's "Build on <device>:" line) the first line naming an error, else its first
+    line; without a device log, the first line."""
     lines = [line.strip() for line in log.splitlines() if line.strip()]
-    errors = [line for line in lines if "error" in line.lower()]
-    chosen = next((line for line in errors if "error:" in line), errors[0] if errors else (lines or [""])[0])
+    start = next((i + 1 for i, line in enumerate(lines) if line.startswith("Build on")), 0)
+    device_log = lines[start:] or lines
+    chosen = next((line for line in device_log if "error" in line.lower()), device_log[0] if device_log else "")
     return chosen[:200]
 
 

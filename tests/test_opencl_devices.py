@@ -69,6 +69,9 @@ def test_the_chosen_device_passes_the_probe_and_a_broken_kernel_fails_it(monkeyp
 def test_the_error_line_of_a_build_log_is_what_the_message_keeps():
     assert devices.first_error_line(ZEN5_LOG) == "error: unknown target CPU 'generic'"
     assert devices.first_error_line("just one line") == "just one line"
+    invalid = ("RuntimeError: clBuildProgram failed: INVALID_BUILD_OPTIONS\n\nBuild on <pyopencl.Device 'x'>:\n\n"
+               "Invalid build option: -target-cpu\n\n(options: -I /x)")
+    assert devices.first_error_line(invalid) == "Invalid build option: -target-cpu"
 
 
 def test_the_probe_kernel_needs_what_opgens_kernels_use():
@@ -161,6 +164,28 @@ def test_the_suite_skips_the_opencl_tests_when_no_device_builds(tmp_path):
     summary = out.strip().splitlines()[-1]
     assert "skipped" in summary and "failed" not in summary and "error" not in summary, summary
     assert "unknown target CPU 'generic'" in out and "passed" not in summary, summary
+
+
+def test_generate_when_pocl_really_cannot_build(tmp_path):
+    """No monkeypatch: PoCL refuses ``POCL_EXTRA_BUILD_FLAGS=-target-cpu`` as it refuses
+    every build on Zen 5, in a fresh process. With Intel's runtime installed (CI) the opencl
+    rows pass there; without it, the named target is refused in one line (exit 2)."""
+    env = {**os.environ, "POCL_EXTRA_BUILD_FLAGS": "-target-cpu generic", "OPGEN_CACHE_DIR": str(tmp_path)}
+    env.pop("PYOPENCL_CTX", None)
+    proc = subprocess.run([sys.executable, "-m", "opgen.cli", "generate", "--op", "rms_norm_grad", "--target",
+                           "opencl", "--out", str(tmp_path / "out")], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    if proc.returncode == 2 and "pyopencl is not installed" in proc.stderr:
+        pytest.skip(proc.stderr.strip())
+    if _intel_installed():
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        rows = [line for line in proc.stdout.splitlines() if line.startswith("rms_norm_grad")]
+        assert len(rows) == len(get_op("rms_norm_grad").combos), proc.stdout
+        assert all("PASS" in r and "run: Intel(R) OpenCL" in r for r in rows), proc.stdout
+    else:
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1, proc.stdout + proc.stderr
+        assert "Invalid build option: -target-cpu" in lines[0], lines[0]
 
 
 # ---- PYOPENCL_CTX -----------------------------------------------------------------------------
