@@ -193,8 +193,12 @@ def candidates() -> list[Candidate]:
     import pyopencl as cl
 
     prepare_loader()
+    try:
+        platforms = cl.get_platforms()
+    except Exception:   # the loader found no ICD at all (PLATFORM_NOT_FOUND_KHR): no candidate
+        return []
     found = []
-    for platform in cl.get_platforms():
+    for platform in platforms:
         try:
             devices = platform.get_devices()
         except Exception:    # a platform without devices answers with an error

@@ -121,6 +121,16 @@ def test_when_no_device_passes_the_target_says_why_with_each_devices_log(monkeyp
     assert OPENCL.simulated().missing() is not None
 
 
+def test_no_opencl_platform_at_all_is_a_reason_not_a_crash(monkeypatch, fresh_devices):
+    cl = pytest.importorskip("pyopencl")
+
+    def no_icd():
+        raise cl.LogicError("clGetPlatformIDs failed: PLATFORM_NOT_FOUND_KHR")
+    monkeypatch.setattr(cl, "get_platforms", no_icd)
+    assert devices.candidates() == []
+    assert OPENCL.missing().startswith("no OpenCL device found (pyopencl lists none)"), OPENCL.missing()
+
+
 def test_generate_marks_the_rows_not_run_and_exits_0_and_a_named_target_is_refused(monkeypatch, fresh_devices,
                                                                                   tmp_path, capsys):
     monkeypatch.setattr(devices, "probe", _failing_for(None))
