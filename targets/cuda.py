@@ -32,7 +32,7 @@ from pathlib import Path
 
 import tvm
 
-from opgen.targets.gpu_launch import compile_capturing_split, guard_empty_launches, launch_plan
+from opgen.targets.gpu_launch import UnsupportedHostCode, compile_capturing_split, guard_empty_launches, launch_plan
 from opgen.targets.spec import GpuTargetSpec
 
 BUILD_CONFIG = {"tirx.disable_storage_rewrite": True}
@@ -53,11 +53,14 @@ def nvcc() -> str | None:
 
 class CudaSource:
     """A CUDA kernel that can only be read and compiled here: no GPU to run it on.
-    ``plans``: symbol -> the host code's launches (gpu_launch.LaunchPlan)."""
+    ``plans``: symbol -> the host code's launches (gpu_launch.LaunchPlan); when opgen
+    cannot read the host code, none, and ``plan_error`` says why (the CUDA code itself is
+    unaffected: TVM's runtime runs the host code, not these plans)."""
 
-    def __init__(self, source: str, plans: dict | None = None):
+    def __init__(self, source: str, plans: dict | None = None, plan_error: str = ""):
         self.source = source
         self.plans = plans or {}
+        self.plan_error = plan_error
 
     def __getitem__(self, symbol: str):
         def no_gpu(*_args):
@@ -168,8 +171,12 @@ class CudaTarget(GpuTargetSpec):
         mod = guard_empty_launches(mod)
         if not gpu_present():
             executable, split = compile_capturing_split(mod, target, BUILD_CONFIG)
-            plans = {gv.name_hint: launch_plan(split, gv.name_hint) for gv in mod.functions}
-            return CudaSource(executable.mod.imports[0].inspect_source(), plans)
+            source = executable.mod.imports[0].inspect_source()
+            try:
+                plans = {gv.name_hint: launch_plan(split, gv.name_hint) for gv in mod.functions}
+            except UnsupportedHostCode as err:
+                return CudaSource(source, {}, str(err))
+            return CudaSource(source, plans)
         os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")   # UNTESTED here (no GPU)
         with target, tvm.transform.PassContext(config=BUILD_CONFIG):
             return tvm.compile(mod, target=target).mod

@@ -255,6 +255,7 @@ def test_cuda_host_code_never_launches_an_empty_grid():
         kernel = kernels.get_kernel(op, combo, CUDA)
         if not hasattr(kernel.module, "plans"):
             pytest.skip("a GPU is present: the cuda module is TVM's own (see tests/test_gpu_cuda.py)")
+        assert kernel.symbol in kernel.module.plans, kernel.module.plan_error
         plan = kernel.module.plans[kernel.symbol]
         arrays = op.random_inputs(problem, combo, np.random.default_rng(0))
         outputs = {name: np.zeros(shape, np.float32) for name, shape in _output_shapes(op, problem, arrays).items()}
@@ -284,6 +285,7 @@ def test_the_guard_is_in_the_host_code_of_every_gpu_kernel_that_needs_one():
         kernel = kernels.get_kernel(op, combo, CUDA)
         if not hasattr(kernel.module, "plans"):
             pytest.skip("a GPU is present: the cuda module is TVM's own")
+        assert kernel.symbol in kernel.module.plans, kernel.module.plan_error
         for launch in kernel.module.plans[kernel.symbol].launches:
             symbolic = [e for e in launch.grid + launch.block if not e.isdigit()]
             assert not symbolic or launch.condition != "1", (op.name, combo.tag, launch)

@@ -94,7 +94,11 @@ def _intel_installed() -> bool:
     return devices.intel_library().is_file()
 
 
-@pytest.mark.skipif(not _intel_installed(), reason='Intel\'s CPU runtime is not installed (pip install -e ".[opencl-intel]")')
+needs_intel = pytest.mark.skipif(not _intel_installed(),
+                                 reason='Intel\'s CPU runtime is not installed (pip install -e ".[opencl-intel]")')
+
+
+@needs_intel
 def test_when_pocl_fails_its_probe_intels_runtime_runs_the_kernels(monkeypatch, fresh_devices, rng):
     monkeypatch.setattr(devices, "probe", _failing_for({"Portable Computing Language"}))
     assert OPENCL.can_run(), OPENCL.missing()
@@ -249,7 +253,7 @@ def test_the_users_vendors_are_kept_and_written_one_file_each(tmp_path, monkeypa
     assert written[1].read_text() == "/venv/lib/libintelocl.so\n"
 
 
-@pytest.mark.skipif(not _intel_installed(), reason='Intel\'s CPU runtime is not installed (pip install -e ".[opencl-intel]")')
+@needs_intel
 def test_the_loader_lists_intels_runtime_and_the_variable_is_put_back():
     import pyopencl as cl
 
