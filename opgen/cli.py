@@ -12,7 +12,10 @@ For every registered op x dtype combo x target that can build here: build the ke
 verify it against the float64 reference on the op's sample problems (targets that can run
 here), write the artifacts under ``--out`` (<target>/<op>/<dtypes>/: the scheduled TIR,
 the compiled library, and a target's generated source where it has one), and print one
-summary row each. Exit status 1 when any row fails.
+summary row each. A target that cannot build here gets NOT RUN rows saying why (an
+optional target: no nvcc, no OpenCL device that builds opgen's probe kernel); one named
+with ``--target`` is refused instead (one line, exit status 2). Exit status 1 when any
+row fails.
 """
 from __future__ import annotations
 
@@ -155,24 +158,26 @@ def cmd_generate(args) -> int:
         return 2
     rng = np.random.default_rng(args.seed)
     out_root = Path(args.out)
-    rows = [generate_one(op, combo, target, out_root, rng)
+    rows = [generate_one(op, combo, target, out_root, rng) if target.can_build() else not_run(op, combo, target)
             for op in ops for combo in op.combos for target in targets]
     print_table(rows)
     print(f"artifacts: {out_root.resolve()}")
     return 0 if all(r.verdict != "FAIL" for r in rows) else 1
 
 
+def not_run(op, combo, target) -> Row:
+    """The row of a kernel an optional target cannot build here: not a failure, and why."""
+    return Row(op.name, combo.tag, target.name, 0.0, False, None, "NOT RUN", "",
+               f"cannot build here: {why_not_buildable(target)}")
+
+
 def requested_targets(names: list | None) -> list | None:
     """The targets to generate for; None (after one line on stderr) when a target named on
     the command line is unknown or cannot build here. Unnamed ones that cannot build are
-    skipped with a note."""
+    kept: their rows say NOT RUN and why."""
     registered = ", ".join(t.name for t in all_targets())
     if not names:
-        usable = [t for t in all_targets() if t.can_build()]
-        for t in all_targets():
-            if not t.can_build():
-                print(f"note: skipping target {t.name}: {why_not_buildable(t)}", file=sys.stderr)
-        return usable
+        return list(all_targets())
     chosen = []
     for name in names:
         try:
@@ -226,14 +231,24 @@ def cmd_explain(args) -> int:
     return 0
 
 
+def simulate_column(target) -> tuple[str, str]:
+    """("yes"/"no"/"-", note) for a target's checking simulator (``simulated()``)."""
+    simulator = target.simulated()
+    if simulator is None:
+        return "-", ""
+    why = simulator.missing()
+    return ("no", f"; simulate: {why}") if why else ("yes", f"; simulate on {simulator.run_place()}")
+
+
 def cmd_targets(args) -> int:
-    """One line per registered target: can it build and run here, and if not, why."""
-    print(f"{'target':<12} {'build':<6} {'run':<6} where / why not")
+    """One line per registered target: can it build, run and simulate here, and if not, why."""
+    print(f"{'target':<12} {'build':<6} {'run':<6} {'sim':<4} where / why not")
     for target in all_targets():
         builds, runs = target.can_build(), target.can_build() and target.can_run()
         why = target.run_place() if builds else target.missing()
-        print(f"{target.name:<12} {'yes' if builds else 'no':<6} {'yes' if runs else 'no':<6} {why}"
-              f"{'  (default)' if target.default else ''}")
+        simulates, sim_note = simulate_column(target)
+        print(f"{target.name:<12} {'yes' if builds else 'no':<6} {'yes' if runs else 'no':<6} {simulates:<4} "
+              f"{why}{sim_note}{'  (default)' if target.default else ''}")
     return 0
 
 

@@ -15,7 +15,8 @@ so core code calls it directly: no ``getattr``/``hasattr`` probe, and no target 
 core code (tinygrad's renderers and TVM dlight's rule namespaces are declared the same way).
 The protocol, by concern:
 
-* where it runs: ``missing``, ``can_build``, ``can_run``, ``run_place``;
+* where it runs: ``missing``, ``can_build``, ``can_run``, ``run_place``, ``simulated``
+  (the same kernels on a checking simulator, or None);
 * what it compiles for: ``tvm_target``, ``device``, ``dlpack_device_types``,
   ``hardware_key`` (what a tuning record must match), ``for_product``;
 * how it builds: ``schedule_rules``, ``build``, and the module interface ``source_of``,

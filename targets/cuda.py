@@ -14,6 +14,10 @@ runtime module: kernels take ``tvm.cuda(0)`` tensors, which the aclnn layer prov
 (workspace slots on the device; torch CUDA tensors through DLPack).
 
 Built with StorageRewrite off, like OpenCL: see schedules/gpu.py for the race it caused.
+Every launch is guarded in the host code (``gpu_launch.guard_empty_launches``): TVM's CUDA
+runtime raises a 0 grid dimension to 1, and a kernel over N*C rows would then run row 0 of
+an empty tensor. ``CudaSource.plans`` are the host code's launches as opgen reads them
+(what a GPU's host code does, checked without one; tests/test_gpu_races.py).
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ from pathlib import Path
 
 import tvm
 
+from opgen.targets.gpu_launch import UnsupportedHostCode, compile_capturing_split, guard_empty_launches, launch_plan
 from opgen.targets.spec import GpuTargetSpec
 
 BUILD_CONFIG = {"tirx.disable_storage_rewrite": True}
@@ -47,10 +52,15 @@ def nvcc() -> str | None:
 
 
 class CudaSource:
-    """A CUDA kernel that can only be read and compiled here: no GPU to run it on."""
+    """A CUDA kernel that can only be read and compiled here: no GPU to run it on.
+    ``plans``: symbol -> the host code's launches (gpu_launch.LaunchPlan); when opgen
+    cannot read the host code, none, and ``plan_error`` says why (the CUDA code itself is
+    unaffected: TVM's runtime runs the host code, not these plans)."""
 
-    def __init__(self, source: str):
+    def __init__(self, source: str, plans: dict | None = None, plan_error: str = ""):
         self.source = source
+        self.plans = plans or {}
+        self.plan_error = plan_error
 
     def __getitem__(self, symbol: str):
         def no_gpu(*_args):
@@ -158,9 +168,15 @@ class CudaTarget(GpuTargetSpec):
 
     def build(self, mod):
         target = self.tvm_target()
+        mod = guard_empty_launches(mod)
         if not gpu_present():
-            with tvm.transform.PassContext(config=BUILD_CONFIG):
-                return CudaSource(tvm.compile(mod, target=target).mod.imports[0].inspect_source())
+            executable, split = compile_capturing_split(mod, target, BUILD_CONFIG)
+            source = executable.mod.imports[0].inspect_source()
+            try:
+                plans = {gv.name_hint: launch_plan(split, gv.name_hint) for gv in mod.functions}
+            except UnsupportedHostCode as err:
+                return CudaSource(source, {}, str(err))
+            return CudaSource(source, plans)
         os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")   # UNTESTED here (no GPU)
         with target, tvm.transform.PassContext(config=BUILD_CONFIG):
             return tvm.compile(mod, target=target).mod

@@ -10,8 +10,20 @@ captures the module right after TVM's SplitHostDevice pass (during the ordinary
 shapes) and the grid/block extents. The expressions are compiled to Python once, at build
 time, so a call costs a few dict lookups, not TVM simplifier calls.
 
-Only straight-line host code is supported (what the GPU schedules produce); anything else
-(a host loop, a branch, a host allocation) is refused at build time with the reason.
+Only straight-line host code is supported (what the GPU schedules produce), plus the
+``if`` that ``guard_empty_launches`` puts around each launch; anything else (a host loop,
+another branch, a host allocation) is refused at build time with the reason.
+
+Empty launches. TVM's runtime raises a 0 grid or block dimension to 1 before it launches
+(``LaunchParamConfig::Extract``: "Dynamic shapes can result in 0 dim size"), and a kernel
+bound to ``blockIdx`` over a loop of N*C rows has no guard on ``blockIdx.x < N*C`` (TVM
+proves it away from the binding), so with N = 0 one block ran row 0 of an empty tensor:
+invalid reads and writes, seen under Oclgrind for GroupNorm's kernels 0 and 1. The TVM
+simplifier removes any guard written inside the kernel for the same reason, so
+``guard_empty_launches`` puts it on the host side instead: every GPU target wraps each
+kernel's loop nest in ``if <each symbolic thread extent> > 0`` before compiling, the
+condition lands in the host code around the launch, and an empty kernel is not launched at
+all, whichever runtime launches it (TVM's CUDA runtime, opgen's OpenCL launcher).
 """
 from __future__ import annotations
 
@@ -19,7 +31,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import tvm
-from tvm import tirx
+import tvm_ffi
+from tvm import s_tir, tirx
 
 _BINARY = {tirx.Add: "({} + {})", tirx.Sub: "({} - {})", tirx.Mul: "({} * {})",
            tirx.FloorDiv: "({} // {})", tirx.FloorMod: "({} % {})", tirx.Min: "min({}, {})",
@@ -108,12 +121,14 @@ def python_expr(expr, names: _Names) -> str:
 @dataclass(frozen=True)
 class Launch:
     """One device kernel launch. ``args``: ("tensor", parameter index) or ("scalar", dtype,
-    python expression); ``grid``/``block``: python expressions per axis (x, y, z)."""
+    python expression); ``grid``/``block``: python expressions per axis (x, y, z);
+    ``condition``: the host code's guard (a python expression), "1" when it has none."""
 
     kernel: str
     args: tuple
     grid: tuple
     block: tuple
+    condition: str = "1"
 
 
 @dataclass(frozen=True)
@@ -139,12 +154,23 @@ class LaunchPlan:
 
 
 def _statements(stmt) -> list:
-    """The host body flattened: SeqStmt and DeclBuffer are transparent; others refused."""
+    """The host body flattened: SeqStmt and DeclBuffer are transparent, an ``if`` without
+    ``else`` is kept whole (a guarded launch); others refused."""
     if isinstance(stmt, tirx.SeqStmt):
         return [s for child in stmt.seq for s in _statements(child)]
     if isinstance(stmt, (tirx.Bind, tirx.Evaluate, tirx.DeclBuffer)):
         return [stmt]
+    if isinstance(stmt, tirx.IfThenElse) and stmt.else_case is None:
+        return [stmt]
     raise UnsupportedHostCode(f"host code holds a {type(stmt).__name__}; opgen launches straight-line code only")
+
+
+def _guarded_calls(stmt) -> list:
+    """The kernel calls an ``if`` guards: nothing else may be inside."""
+    body = _statements(stmt.then_case)
+    if not all(isinstance(s, tirx.Evaluate) and _kernel_call(s) is not None for s in body):
+        raise UnsupportedHostCode(f"host code branches on {stmt.condition} around more than kernel launches")
+    return [_kernel_call(s) for s in body]
 
 
 def _buffer_var(expr):
@@ -167,7 +193,7 @@ def _kernel_call(stmt):
     return None
 
 
-def _launch(call, device_funcs: dict, names: _Names, tensors: list) -> Launch:
+def _launch(call, device_funcs: dict, names: _Names, tensors: list, condition: str = "1") -> Launch:
     name = call.args[0].value
     func = device_funcs[name]
     params = list(func.params)
@@ -188,7 +214,7 @@ def _launch(call, device_funcs: dict, names: _Names, tensors: list) -> Launch:
     extents = dict(zip(launch_params, values[len(params):]))
     axis = lambda kind: tuple(python_expr(extents[f"{kind}.{d}"], names) if f"{kind}.{d}" in extents else "1"  # noqa: E731
                               for d in "xyz")
-    return Launch(name, tuple(args), axis("blockIdx"), axis("threadIdx"))
+    return Launch(name, tuple(args), axis("blockIdx"), axis("threadIdx"), condition)
 
 
 def launch_plan(split_mod, symbol: str) -> LaunchPlan:
@@ -218,6 +244,9 @@ def launch_plan(split_mod, symbol: str) -> LaunchPlan:
         elif isinstance(stmt, tirx.Bind):
             code = python_expr(stmt.value, names)
             binds.append((names.add(stmt.var), code))
+        elif isinstance(stmt, tirx.IfThenElse):
+            condition = python_expr(stmt.condition, names)
+            launches += [_launch(call, device_funcs, names, tensors, condition) for call in _guarded_calls(stmt)]
         elif _kernel_call(stmt) is not None:
             launches.append(_launch(_kernel_call(stmt), device_funcs, names, tensors))
         else:
@@ -239,3 +268,54 @@ def compile_capturing_split(mod, target, config: dict):
     with tvm.transform.PassContext(config=config, instruments=[_Capture()]):
         executable = tvm.compile(mod, target=target)
     return executable, captured["mod"]
+
+
+# ---- empty launches ------------------------------------------------------------------------
+
+def _thread_loop(stmt) -> bool:
+    return isinstance(stmt, tirx.For) and stmt.kind == tirx.ForKind.THREAD_BINDING
+
+
+def _symbolic_thread_extents(nest) -> list:
+    """The extents of the thread-bound loops in ``nest`` that are not constants."""
+    found = []
+
+    def visit(node):
+        if _thread_loop(node) and not isinstance(node.extent, tirx.IntImm):
+            found.append(node.extent)
+        return node
+    tvm_ffi.structural_map(nest, [(tirx.For, visit)], order="post")
+    return found
+
+
+def _guard_nests(stmt):
+    """Each root-level loop nest bound to GPU threads, inside ``if`` every symbolic extent
+    of its bindings is positive (a SeqStmt is walked; anything else is left alone)."""
+    if isinstance(stmt, tirx.SeqStmt):
+        return tirx.SeqStmt([_guard_nests(child) for child in stmt.seq])
+    if not _thread_loop(stmt):
+        return stmt
+    extents = _symbolic_thread_extents(stmt)
+    if not extents:
+        return stmt
+    condition = extents[0] > 0
+    for extent in extents[1:]:
+        condition = tirx.And(condition, extent > 0)
+    return tirx.IfThenElse(condition, stmt, None)
+
+
+def guard_empty_launches(mod):
+    """``mod`` with every kernel launched only when none of its thread extents is 0 (see the
+    module docstring). Takes scheduled PrimFuncs (their root block holds one loop nest per
+    kernel); the condition ends up in the host code around the launch."""
+    funcs = {}
+    for gv, func in mod.functions.items():
+        realize = func.body
+        if not isinstance(realize, s_tir.stmt.SBlockRealize):
+            funcs[gv] = func
+            continue
+        root = realize.block
+        guarded = s_tir.stmt.SBlock(root.iter_vars, root.reads, root.writes, root.name_hint, _guard_nests(root.body),
+                                    root.init, root.alloc_buffers, root.match_buffers, root.annotations)
+        funcs[gv] = func.with_body(s_tir.stmt.SBlockRealize(realize.iter_values, realize.predicate, guarded))
+    return tvm.IRModule(funcs, attrs=mod.attrs)

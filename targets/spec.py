@@ -80,6 +80,12 @@ class TargetSpec:
         """Where kernels run, for tables ("PoCL (pthread-AMD EPYC)", "no GPU")."""
         return "here" if self.can_run() else "not here"
 
+    def simulated(self) -> "TargetSpec | None":
+        """This target's kernels on a simulator that checks them as they run (opencl:
+        Oclgrind, data races and invalid accesses raise), or None when it has none. Its
+        ``missing()`` says whether the simulator is here (``opgen targets``: simulate)."""
+        return None
+
     # ---- what it compiles for -----------------------------------------------------------
 
     def tvm_target(self):

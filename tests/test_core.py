@@ -98,6 +98,7 @@ def test_a_minimal_target_gets_every_default_and_runs_through_generate(tmp_path,
     assert MINIMAL.dlpack_device_types() == (1,) and MINIMAL.cost_model() is None
     assert MINIMAL.hardware_key() == {"tvm": str(LLVM.tvm_target())}
     assert MINIMAL.for_product("AtlasA2") is MINIMAL and MINIMAL.tools == () and not MINIMAL.default
+    assert MINIMAL.simulated() is None
     kernel = kernels.get_kernel(RMS, RMS.combo("f32-f32"), MINIMAL)
     assert MINIMAL.source_of(kernel.module) is None and MINIMAL.artifacts(kernel.module) == {}
     assert MINIMAL.scratch_of(kernel.module) is None and MINIMAL.compile_check(kernel.module) is None
@@ -114,6 +115,8 @@ def test_every_registered_target_answers_the_protocol():
         assert all(isinstance(t, int) for t in target.dlpack_device_types())
         json.dumps(target.hardware_key())
         assert target.schedule_module is None or isinstance(target.schedule_module, str)
+        simulated = target.simulated()
+        assert simulated is None or (isinstance(simulated, type(target)) and simulated.simulated() == simulated)
     assert [t.name for t in all_targets() if t.default] == ["llvm"]
     assert get_target("ascend-emu").cost_model() is not None and get_target("ascend-emu").tools
     assert get_target("cuda").dlpack_device_types() == (2,)

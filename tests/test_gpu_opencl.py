@@ -1,10 +1,12 @@
-"""The GPU schedules run for real on OpenCL (PoCL's CPU device here), through the aclnn API.
+"""The GPU schedules run for real on OpenCL (the device opgen's probe chose: PoCL's CPU device
+here), through the aclnn API.
 
 Every op x every dtype combo, on the issue's shapes: row lengths 1, 7, 33, 941 and 12290
 (every tail of the thread loop), more rows than the row pass has blocks, N*G smaller than
 the number of blocks, empty tensors, strided inputs and outputs. Results are judged by
 the one tolerance table (opgen.verify) against the float64 reference. Skipped, with the
-reason, where pyopencl or an OpenCL device is missing (pip install -e ".[opencl]").
+reason, where pyopencl or an OpenCL device that passes the probe is missing (pip install -e
+".[opencl]", or ".[opencl-intel]" where PoCL cannot build).
 """
 from __future__ import annotations
 

@@ -255,8 +255,8 @@ def test_opencl_records_name_the_platform_device_and_driver(monkeypatch):
     keys = []
     for device in (_FakeDevice("Portable Computing Language", "cpu-znver3", "3.0"),
                    _FakeDevice("Intel(R) OpenCL", "AMD EPYC", "2024.18.6")):
-        context = type("C", (), {"devices": [device]})()
-        monkeypatch.setattr(opencl, "_cl", lambda context=context: (None, context, None))
+        runtime = opencl.Runtime(None, None, None, device, device.name)
+        monkeypatch.setattr(opencl, "_runtime", lambda simulator=False, runtime=runtime: runtime)
         database.hardware_of.cache_clear()
         keys.append(database.hardware_of(target))
     database.hardware_of.cache_clear()
