@@ -163,8 +163,15 @@ def test_the_default_is_trial_0_and_confirmed_as_the_default_whatever_order_a_ru
         assert records[0]["knobs"] == space.default and records[0]["trial"] == 0, (seed, records[0]["knobs"])
         assert result.default is result.trials[0] and result.default.knobs == space.default
         confirmed = [r["knobs"] for r in records if r.get("confirm")]
-        if result.best.knobs != space.default:   # one round: the default, then the best
-            assert confirmed == [space.default, result.best.knobs], (seed, confirmed)
+        # The confirmation re-measures the search's best; after it, the best may be another
+        # point (ranked by the median of its records: on a loaded machine a confirmed time
+        # can lose to a trial measured once), so compare with the search's own best.
+        searched = [r for r in records if not r.get("confirm") and r["status"] == database.OK]
+        search_best = min(searched, key=lambda r: r["median_ms"])["knobs"]
+        if search_best != space.default:         # one round: the default, then the best
+            assert confirmed == [space.default, search_best], (seed, confirmed)
+        else:
+            assert confirmed == [], (seed, confirmed)
 
 
 # ---- strategies -------------------------------------------------------------------------
