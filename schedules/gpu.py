@@ -10,9 +10,10 @@ pass both build): only how the matched stages are laid onto blocks and threads d
   cross-thread reduction: warp shuffles on CUDA, a __local tree on OpenCL), computes the
   per-row scalars, then writes the elementwise output and adds the row into its own row
   of column partials, in one pass over the row (threads stride the columns, with a loop
-  when the row is longer than the block). A second kernel sums the ``partials`` rows of
-  each column in a fixed order. No atomics: the bits depend on the shape and the knobs,
-  never on timing.
+  when the row is longer than the block). A second kernel per column sum sums the
+  ``partials`` rows of each column in a fixed order (a thread per column, which also rounds
+  it when cast stages follow: the float32 sum then stays in its register). No atomics: the
+  bits depend on the shape and the knobs, never on timing.
 * ``GpuGroupedRowPass`` (GroupNorm-like: per-(outer..., inner) row sums, per-group
   scalars, an elementwise output, column sums over the first axis). Kernel 1: a block per
   row (knob ``block_per="row"``, the default: N*C blocks, so a group's work is spread over
@@ -120,11 +121,18 @@ def reduce_across_threads(sch, block_name: str, threads: int) -> None:
     bind_threads(sch, sch.get_loops(block)[-1], threads)
 
 
-def final_column_sum(sch, block, threads: int) -> None:
-    """A thread per column; each sums its partials serially, in a fixed order."""
+def final_column_sum(sch, block, threads: int, casts=(), scratch: bool = False) -> None:
+    """A thread per column; each sums its partials serially, in a fixed order, then runs
+    the ``casts`` (blocks) that round its sum. A ``scratch`` sum (no output of its own) is
+    then that thread's register, never stored."""
     loops = sch.get_loops(block)
     spatial = loops[:-1]
     bind_blocks_and_threads(sch, sch.fuse(*spatial) if len(spatial) > 1 else spatial[0], threads)
+    thread = sch.get_loops(block)[-2]
+    for cast in casts:
+        sch.reverse_compute_at(cast, thread)
+    if casts and scratch:
+        sch.set_scope(block, 0, "local")
     sch.decompose_reduction(block, sch.get_loops(block)[-1])
 
 
@@ -145,7 +153,7 @@ class GpuRowPass(PatternRule):
         return patterns.row_pass(infos)
 
     def schedule(self, sch, matched, target, knobs):
-        outs, column_sums, row_stages = matched
+        outs, column_sums, row_stages, casts = matched
         threads, per_block = int(knobs["threads"]), int(knobs["rows_per_block"])
         if len(column_sums) > 1 and not per_block:
             per_block = SEVERAL_SUMS_ROWS_PER_BLOCK
@@ -159,8 +167,9 @@ class GpuRowPass(PatternRule):
             if "R" in info.kinds:
                 reduce_across_threads(sch, info.name, threads)
             sch.set_scope(sch.get_sblock(info.name), 0, "local")
-        for block, _ in finals:
-            final_column_sum(sch, block, int(knobs["column_threads"]))
+        for info, (block, _) in zip(column_sums, finals):
+            rounding = [sch.get_sblock(c.name) for c in casts if c.reads & info.writes]
+            final_column_sum(sch, block, int(knobs["column_threads"]), rounding, not info.writes_output)
         return sch
 
 

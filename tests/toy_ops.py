@@ -48,6 +48,35 @@ def two_output_row_pass_reference(dy, x, g) -> list:
     return [y1, 2 * y1 + x, (dy * x).sum(axis=0), dy.sum(axis=0)]
 
 
+def row_pass_rounded_column_sums(dtype: str = "float32"):
+    """A row pass whose column sums are float32 accumulators rounded to half outputs in
+    stages of their own (LayerNormBackward's half-weight shape): dot[r] = sum_c dy*x;
+    y = dy - x*dot/cols; s16[c] = float16(sum_r dy*x); sbf[c] = bfloat16(sum_r dy), each
+    sum in float32 and rounded once. Data (dy, x, y) in ``dtype``. Returns the PrimFunc
+    (inputs dy, x; outputs y, s16, sbf)."""
+    rows, cols = te.var("rows", "int64"), te.var("cols", "int64")
+    dy = te.placeholder((rows, cols), dtype, name="dy")
+    x = te.placeholder((rows, cols), dtype, name="x")
+    f32 = lambda e: e.astype("float32")  # noqa: E731
+    k = te.reduce_axis((0, cols), name="k")
+    dot = te.compute((rows,), lambda r: te.sum(f32(dy[r, k]) * f32(x[r, k]), axis=k), name="rnd_dot")
+    y = te.compute((rows, cols), lambda r, c: (f32(dy[r, c]) - f32(x[r, c]) * dot[r] / cols.astype("float32"))
+                   .astype(dtype), name="rnd_y")
+    j = te.reduce_axis((0, rows), name="j")
+    acc16 = te.compute((cols,), lambda c: te.sum(f32(dy[j, c]) * f32(x[j, c]), axis=j), name="rnd_s16_acc")
+    s16 = te.compute((cols,), lambda c: acc16[c].astype("float16"), name="rnd_s16")
+    j2 = te.reduce_axis((0, rows), name="j2")
+    acc_bf = te.compute((cols,), lambda c: te.sum(f32(dy[j2, c]), axis=j2), name="rnd_sbf_acc")
+    sbf = te.compute((cols,), lambda c: acc_bf[c].astype("bfloat16"), name="rnd_sbf")
+    return te.create_prim_func([dy, x, y, s16, sbf]).with_attr("global_symbol", f"test_rounded_sums_{dtype}")
+
+
+def row_pass_rounded_column_sums_reference(dy, x) -> list:
+    dy, x = dy.astype("float64"), x.astype("float64")
+    dot = (dy * x).sum(axis=1, keepdims=True)
+    return [dy - x * dot / max(x.shape[1], 1), (dy * x).sum(axis=0), dy.sum(axis=0)]
+
+
 def build_toy(func, target, knobs: dict | None = None):
     """(module, symbol, parameter buffers) of a toy PrimFunc, through opgen's kernel path
     (one schedule by the target's matching rule at ``knobs``, shared buffers hoisted,
