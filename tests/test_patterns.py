@@ -7,6 +7,8 @@ real op that needs a pattern lands with its package alone.
   outputs in cast stages of their own (LayerNormBackward's half-weight shape): the row rule
   of every target, each sum rounded once after its fixed-order sum (ascend-emu: both
   products, deterministic and atomic sums, split-D).
+* The GPU row rule's defaults keep nvcc from spilling registers as accumulators (row sums,
+  column sums) add up (LayerNormBackward's float32 shape among them).
 * Per-channel sums over N and HW with per-channel scalars (BatchNorm's shape): the channel
   rule of every target (ascend-emu: ChannelTiles, tested in depth in
   tests/test_ascend_channels.py); the statistics are told by what they read, not by where
@@ -28,7 +30,8 @@ from opgen.targets import get_target
 from toy_ops import (build_toy, channel_pass, channel_pass_blended, channel_pass_reference,
                      channel_two_sums_in_sequence, channel_two_sums_in_sequence_reference, check_blended,
                      group_pass_with_prologue, group_pass_with_prologue_reference, row_pass_rounded_column_sums,
-                     row_pass_rounded_column_sums_reference, run_toy, two_output_row_pass, two_output_row_pass_reference)
+                     row_pass_rounded_column_sums_reference, row_pass_with_sums, run_toy, two_output_row_pass,
+                     two_output_row_pass_reference)
 
 ROW_RULES = {"llvm": "RowPassWithColumnSums", "cuda": "GpuRowPass", "opencl": "GpuRowPass", "ascend-emu": "RowTiles"}
 
@@ -159,6 +162,25 @@ def test_column_sums_rounded_by_casts_compile_with_nvcc():
     assert not {"rnd_s16_acc", "rnd_sbf_acc"} & {p.name for p in params}
     reports = cuda.compile_check(module)
     assert all(r.ok for r in reports), [r.error for r in reports]
+
+
+# ---- GpuRowPass register pressure: no spill at the default knobs ---------------------------
+
+@pytest.mark.parametrize("row_sums, column_sums", [
+    (1, 1), (2, 1), (4, 1), (2, 2), (4, 4),
+    pytest.param(3, 4, marks=pytest.mark.xfail(reason="20 B spill on sm_90 at 256 threads (CUDA 13.0): "
+                                                      "schedules/gpu.py PERSISTENT_ACCUMULATORS")),
+])
+def test_the_gpu_row_pass_spills_nothing_at_its_defaults(row_sums, column_sums):
+    """More than PERSISTENT_ACCUMULATORS accumulators take fixed rows per block instead of the
+    persistent grid, where 2 row sums + 1 column sum spilled 32 B and 4 + 1 16-32 B."""
+    cuda = get_target("cuda")
+    if not cuda.can_build():
+        pytest.skip(f"cuda cannot build here: {cuda.missing()}")
+    module, _, _ = build_toy(row_pass_with_sums(row_sums, column_sums), cuda)
+    reports = cuda.compile_check(module)
+    assert all(r.ok for r in reports), [r.error for r in reports]
+    assert {r.arch: r.spill_bytes for r in reports} == dict.fromkeys(cuda.archs, 0), [r.kernels for r in reports]
 
 # ---- per-channel sums over N and HW (BatchNorm's shape) ------------------------------------
 
