@@ -3,7 +3,8 @@
 Three pattern rules (never op names; the same patterns as the CPU and GPU rules) and a refusal:
 
 * ``RowTiles``: an elementwise output over (rows, cols) fed by per-row stages (row
-  reductions, per-row scalars) and maybe column sums over the rows (RmsNorm-like; a row
+  reductions, per-row scalars) and maybe column sums over the rows, each an output or a
+  float32 accumulator rounded by a cast (RmsNorm-like; LayerNorm's half weights; a row
   softmax or RmsNorm's forward match too). Rows are split over the vector cores; each core
   streams UB tiles of whole rows (split-N / small-D) or column chunks of one row (split-D).
 * ``GroupTiles``: reductions over the innermost axis of (outer..., inner) tensors, per-group
@@ -167,26 +168,32 @@ class RowTiles(PatternRule):
             out = next(b for b in infos if roles[b.name] == "tile")
             column_sums = [b for b in infos if roles[b.name] == "column_sum"]
             row_stages = [b for b in infos if roles[b.name] == "row_stage"]
+            casts = [b for b in infos if roles[b.name] == "cast"]
         else:
-            outs, column_sums, row_stages = self.match(infos)
+            outs, column_sums, row_stages, casts = self.match(infos)
             out = outs[0]
         rows, cols = out.extents
         params, written = _param_roles(func, infos)
         pick = lambda pred: tuple((n, d) for n, (d, s) in params.items() if pred(n, s))  # noqa: E731
+        # A column sum's buffer: an output (its dtype) or a float32 accumulator that casts round.
+        sums = tuple((n, params.get(n, ("float32",))[0]) for b in column_sums for n in sorted(b.writes))
         return RowOperands(
             tiles_in=pick(lambda n, s: n not in written and _shape_is(s, (rows, cols))),
             tiles_out=pick(lambda n, s: n in written and _shape_is(s, (rows, cols))),
             rows_in=pick(lambda n, s: n not in written and _shape_is(s, (rows,))),
             cols_in=pick(lambda n, s: n not in written and _shape_is(s, (cols,))),
             scalars_in=pick(lambda n, s: n not in written and _shape_is(s, (1,))),
-            col_sums=pick(lambda n, s: any(n in b.writes for b in column_sums)),
+            col_sums=sums,
+            col_outs=pick(lambda n, s: any(n in b.writes for b in casts)),
+            accumulators=tuple(n for n, _ in sums if any(n in b.reads for b in casts)),
             row_stages=tuple(b.name for b in row_stages),
             row_reductions=tuple(b.name for b in row_stages if "R" in b.kinds))
 
     def schedule(self, sch, matched, target, knobs):
-        outs, column_sums, row_stages = matched
+        outs, column_sums, row_stages, casts = matched
         roles = {b.name: "row_stage" for b in row_stages}
         roles.update({b.name: "column_sum" for b in column_sums})
+        roles.update({b.name: "cast" for b in casts})
         roles.update({b.name: "tile" for b in outs})
         return _annotate(sch, roles, "rows", knobs)
 

@@ -165,7 +165,9 @@ class RowOperands:
     rows_in: tuple = ()        # (rows,) inputs
     cols_in: tuple = ()        # (cols,) inputs
     scalars_in: tuple = ()     # (1,) inputs: one value per call (an attribute passed as data)
-    col_sums: tuple = ()       # (cols,) outputs summed over the rows
+    col_sums: tuple = ()       # (cols,) sums over the rows: outputs, or float32 accumulators
+    col_outs: tuple = ()       # (cols,) outputs rounded from an accumulator (its casts)
+    accumulators: tuple = ()   # names of the col_sums that are accumulators (no output of their own)
     row_stages: tuple = ()     # names of per-row intermediate values (float32)
     row_reductions: tuple = () # the row stages that reduce over the columns
 
@@ -195,7 +197,8 @@ def row_buffers(hw, ops: RowOperands, ub_rows: int, pitch: int, nbuf: int) -> li
         bufs += [UbBuffer(f"in_{n}", "VECIN", 1, 1, d, "1") for n, d in ops.scalars_in]
     bufs += [UbBuffer(f"out_{n}", "VECOUT", nbuf, tile, d, t_expr) for n, d in ops.tiles_out]
     bufs += [UbBuffer(f"acc_{n}", "VECCALC", 1, pitch, FLOAT32, "pitch") for n, _ in ops.col_sums]
-    bufs += [UbBuffer(f"out_{n}", "VECOUT", 1, pitch, d, "pitch") for n, d in ops.col_sums if d != FLOAT32]
+    bufs += [UbBuffer(f"out_{n}", "VECOUT", 1, pitch, d, "pitch") for n, d in ops.col_sums + ops.col_outs
+             if d != FLOAT32]
     bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, tile, FLOAT32, t_expr) for n, d in ops.tiles_in if d != FLOAT32]
     bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, pitch, FLOAT32, "pitch") for n, d in ops.cols_in if d != FLOAT32]
     bufs += [UbBuffer(f"tmp{i}", "VECCALC", 1, tile, FLOAT32, t_expr) for i in range(TEMP_TILES)]
@@ -251,16 +254,17 @@ def _rows_empty(hw, ops, rows, cols, knobs, sums) -> Tiling:
     check_whole_blocks(hw, ops.dtypes, {"cols": cols})
     ub_cols, pitch = _rows_split_d(hw, ops, rows, cols, knobs)
     buffers = tuple(row_buffers(hw, ops, 1, pitch, knobs["buffer_num"]))
-    n = len(ops.col_sums)
-    workspace = cols * 4 * n if sums == "deterministic" else 0
-    return Tiling("rows", "empty", 1, 0, 1, ub_cols, pitch, buffers, sums, workspace,
-                  cols * 4 * n * (3 if sums == "deterministic" else 1), fields)
+    size = {n: itemsize(d) for n, d in ops.col_sums + ops.col_outs}
+    return Tiling("rows", "empty", 1, 0, 1, ub_cols, pitch, buffers, sums, _workspace_bytes(ops, cols, 1, sums),
+                  _column_sum_traffic(ops, rows, cols, 1, sums, False, size), fields)
 
 
 def _column_sum_traffic(ops, rows, cols, block_dim, sums, split_n, size) -> int:
     """GM bytes of the column sums as the emitted kernel moves them. split-N: one UB
     accumulator per core, flushed once; split-D: every row's chunk goes to GM (a
-    read-modify-write of the core's workspace row, or an atomic add)."""
+    read-modify-write of the core's workspace row, or an atomic add). Atomic adds go
+    straight into a float32 output, or, for an accumulator its casts round, into a
+    workspace row that a final pass reads back and rounds."""
     per_sum = 0
     flushed = block_dim * cols * 4 if split_n else rows * cols * 4
     if sums == "deterministic":
@@ -268,8 +272,19 @@ def _column_sum_traffic(ops, rows, cols, block_dim, sums, split_n, size) -> int:
         per_sum = zero + flushed * (1 if split_n else 2) + block_dim * cols * 4      # + the final read
     else:
         per_sum = cols * 4 + flushed                                                 # zeroing + atomic adds
-    final = sum(cols * size[n] for n, _ in ops.col_sums) if sums == "deterministic" else 0
+    written = [n for n, _ in ops.col_sums if n not in ops.accumulators] + [n for n, _ in ops.col_outs]
+    final = sum(cols * size[n] for n in written) if sums == "deterministic" else 0
+    if sums == "atomic":
+        final = len(ops.accumulators) * cols * 4 + sum(cols * size[n] for n, _ in ops.col_outs)
     return per_sum * len(ops.col_sums) + final
+
+
+def _workspace_bytes(ops, cols, block_dim, sums) -> int:
+    """The float32 workspace of the column sums: a row per core and sum (deterministic),
+    or a row per accumulator that atomic adds fill before its casts round it."""
+    if sums == "deterministic":
+        return block_dim * cols * 4 * len(ops.col_sums)
+    return cols * 4 * len(ops.accumulators) if sums == "atomic" else 0
 
 
 def plan_rows(hw, ops: RowOperands, rows: int, cols: int, knobs: dict) -> Tiling:
@@ -292,13 +307,13 @@ def plan_rows(hw, ops: RowOperands, rows: int, cols: int, knobs: dict) -> Tiling
     buffers = tuple(row_buffers(hw, ops, ub_rows, pitch, knobs["buffer_num"]))
     check_budget(hw, buffers, f"{mode} at {rows} x {cols}")
     size = {n: itemsize(d) for n, d in ops.tiles_in + ops.tiles_out + ops.rows_in + ops.cols_in + ops.col_sums
-            + ops.scalars_in}
+            + ops.col_outs + ops.scalars_in}
     gm = sum(reread * rows * cols * size[n] for n, _ in ops.tiles_in)
     gm += sum(block_dim * size[n] for n, _ in ops.scalars_in)      # read once per core
     gm += sum(rows * cols * size[n] for n, _ in ops.tiles_out) + sum(rows * size[n] for n, _ in ops.rows_in)
     gm += sum((block_dim if split_n else reread * rows) * cols * size[n] for n, _ in ops.cols_in)
     gm += _column_sum_traffic(ops, rows, cols, block_dim, sums, bool(split_n), size)
-    workspace = block_dim * cols * 4 * len(ops.col_sums) if sums == "deterministic" else 0
+    workspace = _workspace_bytes(ops, cols, block_dim, sums)
     fields = {"rows": rows, "cols": cols, "tasks": rows, "ub_loops": loops,
               "ub_tail": (block_factor - (loops - 1) * ub_rows) if split_n else cols - (loops - 1) * ub_cols}
     return Tiling("rows", mode, block_dim, block_factor, ub_rows, ub_cols, pitch, buffers, sums, workspace, gm, fields)

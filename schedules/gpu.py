@@ -6,13 +6,16 @@ pass both build): only how the matched stages are laid onto blocks and threads d
 * ``GpuRowPass`` (RmsNorm-like: per-row reductions and scalars, an elementwise output,
   column sums over the rows). A persistent grid of ``partials`` blocks, each owning a
   contiguous range of ceil(rows / partials) rows (QuACK sizes its grid the same way, a few
-  blocks per SM), or, with ``rows_per_block`` set, ceil(rows / rows_per_block) blocks. For each of its rows a block reduces the row across its threads (a
+  blocks per SM), or, with ``rows_per_block`` set (by default too with several column sums
+  or more than PERSISTENT_ACCUMULATORS accumulators), ceil(rows / rows_per_block) blocks.
+  For each of its rows a block reduces the row across its threads (a
   cross-thread reduction: warp shuffles on CUDA, a __local tree on OpenCL), computes the
   per-row scalars, then writes the elementwise output and adds the row into its own row
   of column partials, in one pass over the row (threads stride the columns, with a loop
-  when the row is longer than the block). A second kernel sums the ``partials`` rows of
-  each column in a fixed order. No atomics: the bits depend on the shape and the knobs,
-  never on timing.
+  when the row is longer than the block). A second kernel per column sum sums the
+  ``partials`` rows of each column in a fixed order (a thread per column, which also rounds
+  it when cast stages follow: the float32 sum then stays in its register). No atomics: the
+  bits depend on the shape and the knobs, never on timing.
 * ``GpuGroupedRowPass`` (GroupNorm-like: per-(outer..., inner) row sums, per-group
   scalars, an elementwise output, column sums over the first axis). Kernel 1: a block per
   row (knob ``block_per="row"``, the default: N*C blocks, so a group's work is spread over
@@ -74,8 +77,9 @@ PARTIALS = Knob(
 ROWS_PER_BLOCK = Knob(
     "rows_per_block", (0, 1, 2, 4, 8, 16, 32, 64, 128), 0,
     "rows each block of the row pass owns; 0: ceil(rows / partials) (a grid of `partials` "
-    "blocks whatever the shape; with several column sums, SEVERAL_SUMS_ROWS_PER_BLOCK rows, "
-    "see GpuRowPass). A fixed count instead makes the grid ceil(rows / rows_per_block) blocks "
+    "blocks whatever the shape; with several column sums or more than PERSISTENT_ACCUMULATORS "
+    "accumulators, SEVERAL_SUMS_ROWS_PER_BLOCK rows, see GpuRowPass). A fixed count instead makes "
+    "the grid ceil(rows / rows_per_block) blocks "
     "and the partials as many rows, so small problems read few partials back; `partials` is "
     "then unused")
 # With more than one column sum, only the first one's partials can be zeroed once per
@@ -84,6 +88,25 @@ ROWS_PER_BLOCK = Knob(
 # ceil(rows / this) blocks instead of the persistent `partials` (where blocks past the last
 # row would sum partials nobody zeroed).
 SEVERAL_SUMS_ROWS_PER_BLOCK = 8
+# The persistent grid only up to this many accumulators (row reductions + column sums), for
+# register pressure: nvcc keeps no spill. With ``partials`` blocks each block owns
+# ceil(rows / partials) rows, a symbolic trip count whose 64-bit row base every predicate
+# and address of the row recomputes; under TVM's __launch_bounds__(threads) (no minimum of
+# blocks per SM) ptxas then holds the kernel to 32 registers and spills (the same source with
+# __launch_bounds__(256, 1) takes 56 registers and spills nothing, but no schedule sets that
+# minimum: TVM 0.27 ignored a loop annotation and a function attribute named
+# tirx.launch_bounds_min_blocks_per_sm). Measured with CUDA
+# 13.0, default knobs (256 threads), on tests/toy_ops.row_pass_with_sums (spill = store +
+# load bytes, sm_80 / sm_90): 1 row sum + 1 column sum (RmsNorm) 32 regs, no spill; 2 row
+# sums + 1 column sum 32 regs, 32 B / 32 B; 4 + 1: 16 B / 32 B (LayerNormBackward's branch
+# reported 16 B of stores on sm_80 for its 2 + 2 on a persistent grid, before several column
+# sums took fixed rows per block here). With SEVERAL_SUMS_ROWS_PER_BLOCK rows
+# per block (row base blockIdx.x * 8 + r) the same kernels take 40-48 registers and spill
+# nothing; so does every mix of 1-4 row sums and 1-4 column sums but one: 3 + 4 spills 20 B
+# on sm_90 at 256 threads (none at 128 or 512; at 2, 4, 8 or 16 rows per block alike), left
+# to the ``threads`` knob. ptxas's choice is not monotone in the accumulators (4 + 3 and
+# 4 + 4 are clean): tests/test_patterns.py pins the measured shapes.
+PERSISTENT_ACCUMULATORS = 2
 COLUMN_THREADS = Knob(
     "column_threads", (32, 64, 128, 256, 512, 1024), 256,
     "threads per block of the fixed-order column sums (a thread per column)")
@@ -120,11 +143,18 @@ def reduce_across_threads(sch, block_name: str, threads: int) -> None:
     bind_threads(sch, sch.get_loops(block)[-1], threads)
 
 
-def final_column_sum(sch, block, threads: int) -> None:
-    """A thread per column; each sums its partials serially, in a fixed order."""
+def final_column_sum(sch, block, threads: int, casts=(), scratch: bool = False) -> None:
+    """A thread per column; each sums its partials serially, in a fixed order, then runs
+    the ``casts`` (blocks) that round its sum. A ``scratch`` sum (no output of its own) is
+    then that thread's register, never stored."""
     loops = sch.get_loops(block)
     spatial = loops[:-1]
     bind_blocks_and_threads(sch, sch.fuse(*spatial) if len(spatial) > 1 else spatial[0], threads)
+    thread = sch.get_loops(block)[-2]
+    for cast in casts:
+        sch.reverse_compute_at(cast, thread)
+    if casts and scratch:
+        sch.set_scope(block, 0, "local")
     sch.decompose_reduction(block, sch.get_loops(block)[-1])
 
 
@@ -145,9 +175,10 @@ class GpuRowPass(PatternRule):
         return patterns.row_pass(infos)
 
     def schedule(self, sch, matched, target, knobs):
-        outs, column_sums, row_stages = matched
+        outs, column_sums, row_stages, casts = matched
         threads, per_block = int(knobs["threads"]), int(knobs["rows_per_block"])
-        if len(column_sums) > 1 and not per_block:
+        accumulators = len(column_sums) + sum("R" in b.kinds for b in row_stages)
+        if not per_block and (len(column_sums) > 1 or accumulators > PERSISTENT_ACCUMULATORS):
             per_block = SEVERAL_SUMS_ROWS_PER_BLOCK
         factors = [None, per_block] if per_block else [int(knobs["partials"]), None]
         chunk_loop, row_loop, finals = patterns.fuse_row_pass(sch, outs, column_sums, row_stages, factors)
@@ -159,8 +190,9 @@ class GpuRowPass(PatternRule):
             if "R" in info.kinds:
                 reduce_across_threads(sch, info.name, threads)
             sch.set_scope(sch.get_sblock(info.name), 0, "local")
-        for block, _ in finals:
-            final_column_sum(sch, block, int(knobs["column_threads"]))
+        for info, (block, _) in zip(column_sums, finals):
+            rounding = [sch.get_sblock(c.name) for c in casts if c.reads & info.writes]
+            final_column_sum(sch, block, int(knobs["column_threads"]), rounding, not info.writes_output)
         return sch
 
 

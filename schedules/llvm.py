@@ -6,9 +6,10 @@ Three rules matched by stage pattern, and a fallback:
   reductions/scalars, plus column reductions over the same rows (RmsNorm-like). One
   parallel pass over chunks of a fixed number of rows computes the per-row stages, the
   elementwise output and each column sum's per-chunk partials (rfactor); a fixed-order sum
-  of the partials follows. The chunking depends on the shape alone, never on the thread
-  count, so the bits do not either; the partials take 1/rows_per_chunk of a column sum's
-  input (a fixed chunk *count* would need count x cols floats: 256 MB for one row of 1M).
+  of the partials follows, each column rounded by its casts (if any) in the task that
+  summed it. The chunking depends on the shape alone, never on the thread count, so the
+  bits do not either; the partials take 1/rows_per_chunk of a column sum's input (a fixed
+  chunk *count* would need count x cols floats: 256 MB for one row of 1M).
 * ``GroupedRowPass``: row reductions over the innermost axis of an (outer..., inner)
   input, per-group reductions/scalars and an elementwise output sharing the outer axes,
   and column reductions over the first axis of the row reductions (GroupNorm-like). One
@@ -111,7 +112,7 @@ class RowPassWithColumnSums(PatternRule):
         return patterns.row_pass(infos)
 
     def schedule(self, sch, matched, target, knobs):
-        outs, column_sums, row_stages = matched
+        outs, column_sums, row_stages, casts = matched
         per_chunk = int(knobs.get("rows_per_chunk", DEFAULT_ROWS_PER_CHUNK))
         chunk_loop, row_loop, partials = patterns.fuse_row_pass(sch, outs, column_sums, row_stages,
                                                                 [None, per_chunk])
@@ -120,12 +121,15 @@ class RowPassWithColumnSums(PatternRule):
             _stream(sch, out, knobs)
         lanes = int(knobs.get("final_columns", DEFAULT_FINAL_COLUMNS))
         patterns.zero_partials(sch, partials, row_loop)
-        for block, _ in partials:
+        for info, (block, _) in zip(column_sums, partials):
             final_col, final_chunk = sch.get_loops(block)
             col_block, col_lane = sch.split(final_col, [None, lanes])
             sch.reorder(col_block, final_chunk, col_lane)   # rows of partials, not columns: unit stride
             _parallel(sch, col_block, knobs)
             sch.decompose_reduction(block, final_chunk)
+            for cast in casts:   # rounded in the task that summed its columns, from its cache
+                if cast.reads & info.writes:
+                    sch.reverse_compute_at(sch.get_sblock(cast.name), col_block)
         for info in row_stages:
             if "R" in info.kinds:
                 block = sch.get_sblock(info.name)

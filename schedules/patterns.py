@@ -8,7 +8,8 @@ GpuGroupedRowPass, GroupTiles).
 * ``row_pass``: one or more elementwise outputs over the same (rows, cols), per-row
   reductions/scalars over the same rows, and zero or more column sums over all rows of a
   (cols, rows) product (RmsNorm: dx and dgamma; LayerNorm: two column sums; DeepNorm: dx
-  and dgx from the same row).
+  and dgx from the same row), plus their casts (a float32 sum rounded once to a half
+  output in a stage of its own: LayerNorm's half weights), as in ``grouped_pass``.
 * ``channel_pass``: reductions of an (N, C, HW) input over N and HW for every channel
   (BatchNorm-like), per-channel scalars, and elementwise outputs over (N, C, HW); the sums
   may be outputs themselves.
@@ -27,8 +28,17 @@ def outputs(infos: list[Block], kinds: str) -> list[Block]:
 
 
 def row_pass(infos: list[Block], need_column_sums: bool = True):
-    """(outs, column_sums, row_stages) of the RmsNorm-like pattern, or None; ``outs`` are
-    the elementwise outputs, all over the same (rows, cols), in program order.
+    """(outs, column_sums, row_stages, casts) of the RmsNorm-like pattern, or None; ``outs``
+    are the elementwise outputs, all over the same (rows, cols), in program order.
+
+    A column sum is an output or a float32 accumulator (scratch) that only ``casts`` read:
+    per-column stages (kinds S over cols) that write an output from one accumulator alone
+    (``dgamma = dgamma_acc.astype(float16)``; grouped_pass's casts, over the columns).
+    Without them, an op that sums in float32 and rounds once in a stage of its own
+    (LayerNormBackward's half-weight combos) matched no row rule: the CPU and GPU
+    fallbacks summed each column sequentially over all rows (beyond the float32 tolerance
+    from ~4096 rows) and Ascend emitted nothing. The outputs and row stages must not read a
+    column sum (that needs every row first: another pass).
 
     Targets whose row rule only makes sense with column sums to fuse (the CPU and GPU
     rules) ask for at least one; the Ascend rule also schedules row-only ops (a forward
@@ -40,14 +50,22 @@ def row_pass(infos: list[Block], need_column_sums: bool = True):
     rows, cols = elementwise[0].extents
     if not all(same_extent(b.extents[0], rows) and same_extent(b.extents[1], cols) for b in elementwise):
         return None
-    column_sums = [b for b in infos if b.writes_output and b.kinds == "SR"
+    column_sums = [b for b in infos if b.kinds == "SR"
                    and same_extent(b.extents[0], cols) and same_extent(b.extents[1], rows)]
-    others = [b for b in infos if b not in elementwise and b not in column_sums]
+    sum_names = {n for b in column_sums for n in b.writes}
+    accumulators = {n for b in column_sums if not b.writes_output for n in b.writes}
+    casts = [b for b in infos if b.writes_output and b.kinds == "S" and same_extent(b.extents[0], cols)
+             and len(b.reads) == 1 and b.reads <= accumulators]
+    if not accumulators <= {n for b in casts for n in b.reads}:
+        return None                     # an accumulator nothing rounds: not this pattern
+    others = [b for b in infos if b not in elementwise and b not in column_sums and b not in casts]
     row_stages = [b for b in others if not b.writes_output and b.kinds[0] == "S" and len(b.kinds) <= 2
                   and same_extent(b.extents[0], rows)]
     if (need_column_sums and not column_sums) or len(row_stages) != len(others):
         return None
-    return elementwise, column_sums, row_stages
+    if any(b.reads & sum_names for b in elementwise + row_stages):
+        return None
+    return elementwise, column_sums, row_stages, casts
 
 
 def channel_pass(infos: list[Block]):

@@ -3,6 +3,12 @@ real op that needs a pattern lands with its package alone.
 
 * A row pass with two elementwise outputs and two column sums (DeepNorm's shape) is
   matched by the row rule of every target (not the fallback) and is correct everywhere.
+* A row pass whose column sums are float32 accumulators rounded to float16 and bfloat16
+  outputs in cast stages of their own (LayerNormBackward's half-weight shape): the row rule
+  of every target, each sum rounded once after its fixed-order sum (ascend-emu: both
+  products, deterministic and atomic sums, split-D).
+* The GPU row rule's defaults keep nvcc from spilling registers as accumulators (row sums,
+  column sums) add up (LayerNormBackward's float32 shape among them).
 * Per-channel sums over N and HW with per-channel scalars (BatchNorm's shape): the channel
   rule of every target (ascend-emu: ChannelTiles, tested in depth in
   tests/test_ascend_channels.py); the statistics are told by what they read, not by where
@@ -15,14 +21,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from tvm import te
 
-from opgen import schedules
+from opgen import schedules, verify
 from opgen.schedules import patterns
 from opgen.targets import get_target
 
 from toy_ops import (build_toy, channel_pass, channel_pass_blended, channel_pass_reference,
                      channel_two_sums_in_sequence, channel_two_sums_in_sequence_reference, check_blended,
-                     group_pass_with_prologue, group_pass_with_prologue_reference, run_toy, two_output_row_pass,
+                     group_pass_with_prologue, group_pass_with_prologue_reference, row_pass_rounded_column_sums,
+                     row_pass_rounded_column_sums_reference, row_pass_with_sums, run_toy, two_output_row_pass,
                      two_output_row_pass_reference)
 
 ROW_RULES = {"llvm": "RowPassWithColumnSums", "cuda": "GpuRowPass", "opencl": "GpuRowPass", "ascend-emu": "RowTiles"}
@@ -59,6 +67,120 @@ def test_two_elementwise_outputs_compile_with_nvcc():
     reports = cuda.compile_check(module)
     assert all(r.ok for r in reports), [r.error for r in reports]
 
+
+
+# ---- column sums rounded to half outputs by cast stages (LayerNorm's half weights) ----------
+
+@pytest.mark.parametrize("target_name", sorted(ROW_RULES))
+def test_column_sums_rounded_by_casts_are_the_row_pattern_on_every_target(target_name):
+    """The float32 accumulators are column sums, the stages that round them casts (not row
+    stages, not a reason to refuse the pattern): before, no row rule matched and the CPU and
+    GPU fallbacks summed each column sequentially, ascend-emu emitted nothing."""
+    func = row_pass_rounded_column_sums("float16")
+    outs, sums, row_stages, casts = patterns.row_pass(schedules.blocks(schedules.pattern_schedule(func)))
+    assert [b.name for b in sums] == ["rnd_s16_acc", "rnd_sbf_acc"] and not any(b.writes_output for b in sums)
+    assert sorted(b.name for b in casts) == ["rnd_s16", "rnd_sbf"] and [b.name for b in row_stages] == ["rnd_dot"]
+    target = get_target(target_name)
+    assert type(schedules.match(func, target)).__name__ == ROW_RULES[target_name]
+
+
+def test_an_accumulator_nothing_rounds_or_a_stage_reading_a_sum_is_not_the_row_pattern():
+    """A column sum that is scratch must be rounded into an output by a cast (a stage of
+    that sum alone); an output that reads a column sum needs every row first (another pass)."""
+    rows, cols = te.var("rows", "int64"), te.var("cols", "int64")
+    x = te.placeholder((rows, cols), "float32", name="x")
+    g = te.placeholder((cols,), "float32", name="g")
+    y = te.compute((rows, cols), lambda r, c: x[r, c] * g[c], name="y")
+    j = te.reduce_axis((0, rows), name="j")
+    acc = te.compute((cols,), lambda c: te.sum(x[j, c], axis=j), name="acc")
+    scaled = te.compute((cols,), lambda c: acc[c] * g[c], name="scaled")
+    j2 = te.reduce_axis((0, rows), name="j2")
+    s = te.compute((cols,), lambda c: te.sum(x[j2, c], axis=j2), name="s")
+    centred = te.compute((rows, cols), lambda r, c: x[r, c] - s[c] / rows.astype("float32"), name="centred")
+    for func in (te.create_prim_func([x, g, y, scaled]), te.create_prim_func([x, centred, s])):
+        assert patterns.row_pass(schedules.blocks(schedules.pattern_schedule(func))) is None
+
+
+ROUNDED_SIZES = ((1, 1), (7, 33), (33, 7), (941, 7), (12290, 3), (3, 12290), (0, 8), (5, 0))
+
+
+def check_rounded_sums(target, built, rng, dtype: str) -> None:
+    """Run a built ``row_pass_rounded_column_sums`` over ROUNDED_SIZES (1 to 12290 rows and
+    columns, empty) and compare every output with the float64 reference (opgen.verify's
+    tolerance for ``dtype`` data; each half output within half an ulp of its own on top)."""
+    import ml_dtypes
+
+    for rows, cols in ROUNDED_SIZES:
+        dy, x = (rng.standard_normal((rows, cols)).astype(dtype) for _ in range(2))
+        got = run_toy(target, built, [dy, x], [dtype, "float16", ml_dtypes.bfloat16])
+        for name, out_dtype, out, want in zip(("y", "s16", "sbf"), (dtype, "float16", "bfloat16"), got,
+                                              row_pass_rounded_column_sums_reference(dy, x)):
+            assert out.shape == want.shape and str(out.dtype) == out_dtype, (name, rows, cols)
+            result = verify.compare(name, out, want, dtype, out_dtype)
+            assert result.passed, (rows, cols, result)
+
+
+@pytest.mark.parametrize("target_name", ["llvm", "opencl"])
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_column_sums_rounded_by_casts_run_correctly(target_name, dtype, rng):
+    target = get_target(target_name)
+    if not target.can_run():
+        pytest.skip(f"{target_name} cannot run here: {target.missing()}")
+    check_rounded_sums(target, build_toy(row_pass_rounded_column_sums(dtype), target), rng, dtype)
+
+
+@pytest.mark.parametrize("product, dtype, knobs", [
+    ("AtlasA2", "float32", {}),
+    ("Ascend950", "float16", {}),
+    ("AtlasA2", "float16", {"sums": "atomic", "cols_per_pass": 1024}),   # workspace rows, split-D
+])
+def test_column_sums_rounded_by_casts_are_emitted_for_ascend(product, dtype, knobs, rng):
+    """The emitter sums each accumulator like any column sum (UB accumulator or workspace
+    partials; atomic: one workspace row per accumulator) and only its final pass writes GM,
+    rounding the float32 sum into each cast's output."""
+    target = get_target("ascend-emu")
+    if not target.can_run():
+        pytest.skip(f"ascend-emu cannot run here: {target.missing()}")
+    target = target.for_product(product)
+    func = row_pass_rounded_column_sums(dtype)
+    built = build_toy(func, target, knobs)
+    check_rounded_sums(target, built, rng, dtype)
+    rule = schedules.match(func, target)   # the host tiling (C++, with the casts' buffers) is the plan's
+    for rows, cols in ROUNDED_SIZES:
+        plan = rule.tiling(func, target, {**schedules.default_knobs(rule, target), **knobs}, [(rows, cols)])
+        got = built[0].kernel.tiling(rows, cols).as_dict()
+        assert {k: got[k] for k in ("block_dim", "ub_rows", "ub_cols", "pitch")} == {
+            "block_dim": plan.block_dim, "ub_rows": plan.ub_rows, "ub_cols": plan.ub_cols, "pitch": plan.pitch}
+
+
+def test_column_sums_rounded_by_casts_compile_with_nvcc():
+    cuda = get_target("cuda")
+    if not cuda.can_build():
+        pytest.skip(f"cuda cannot build here: {cuda.missing()}")
+    module, _, params = build_toy(row_pass_rounded_column_sums("float16"), cuda)
+    # The accumulators stay in the final sum's registers: only the partials reach the workspace.
+    assert not {"rnd_s16_acc", "rnd_sbf_acc"} & {p.name for p in params}
+    reports = cuda.compile_check(module)
+    assert all(r.ok for r in reports), [r.error for r in reports]
+
+
+# ---- GpuRowPass register pressure: no spill at the default knobs ---------------------------
+
+@pytest.mark.parametrize("row_sums, column_sums", [
+    (1, 1), (2, 1), (4, 1), (2, 2), (4, 4),
+    pytest.param(3, 4, marks=pytest.mark.xfail(reason="20 B spill on sm_90 at 256 threads (CUDA 13.0): "
+                                                      "schedules/gpu.py PERSISTENT_ACCUMULATORS")),
+])
+def test_the_gpu_row_pass_spills_nothing_at_its_defaults(row_sums, column_sums):
+    """More than PERSISTENT_ACCUMULATORS accumulators take fixed rows per block instead of the
+    persistent grid, where 2 row sums + 1 column sum spilled 32 B and 4 + 1 16-32 B."""
+    cuda = get_target("cuda")
+    if not cuda.can_build():
+        pytest.skip(f"cuda cannot build here: {cuda.missing()}")
+    module, _, _ = build_toy(row_pass_with_sums(row_sums, column_sums), cuda)
+    reports = cuda.compile_check(module)
+    assert all(r.ok for r in reports), [r.error for r in reports]
+    assert {r.arch: r.spill_bytes for r in reports} == dict.fromkeys(cuda.archs, 0), [r.kernels for r in reports]
 
 # ---- per-channel sums over N and HW (BatchNorm's shape) ------------------------------------
 

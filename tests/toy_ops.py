@@ -48,6 +48,71 @@ def two_output_row_pass_reference(dy, x, g) -> list:
     return [y1, 2 * y1 + x, (dy * x).sum(axis=0), dy.sum(axis=0)]
 
 
+def row_pass_rounded_column_sums(dtype: str = "float32"):
+    """A row pass whose column sums are float32 accumulators rounded to half outputs in
+    stages of their own (LayerNormBackward's half-weight shape): dot[r] = sum_c dy*x;
+    y = dy - x*dot/cols; s16[c] = float16(sum_r dy*x); sbf[c] = bfloat16(sum_r dy), each
+    sum in float32 and rounded once. Data (dy, x, y) in ``dtype``. Returns the PrimFunc
+    (inputs dy, x; outputs y, s16, sbf)."""
+    rows, cols = te.var("rows", "int64"), te.var("cols", "int64")
+    dy = te.placeholder((rows, cols), dtype, name="dy")
+    x = te.placeholder((rows, cols), dtype, name="x")
+    f32 = lambda e: e.astype("float32")  # noqa: E731
+    k = te.reduce_axis((0, cols), name="k")
+    dot = te.compute((rows,), lambda r: te.sum(f32(dy[r, k]) * f32(x[r, k]), axis=k), name="rnd_dot")
+    y = te.compute((rows, cols), lambda r, c: (f32(dy[r, c]) - f32(x[r, c]) * dot[r] / cols.astype("float32"))
+                   .astype(dtype), name="rnd_y")
+    j = te.reduce_axis((0, rows), name="j")
+    acc16 = te.compute((cols,), lambda c: te.sum(f32(dy[j, c]) * f32(x[j, c]), axis=j), name="rnd_s16_acc")
+    s16 = te.compute((cols,), lambda c: acc16[c].astype("float16"), name="rnd_s16")
+    j2 = te.reduce_axis((0, rows), name="j2")
+    acc_bf = te.compute((cols,), lambda c: te.sum(f32(dy[j2, c]), axis=j2), name="rnd_sbf_acc")
+    sbf = te.compute((cols,), lambda c: acc_bf[c].astype("bfloat16"), name="rnd_sbf")
+    return te.create_prim_func([dy, x, y, s16, sbf]).with_attr("global_symbol", f"test_rounded_sums_{dtype}")
+
+
+def row_pass_rounded_column_sums_reference(dy, x) -> list:
+    dy, x = dy.astype("float64"), x.astype("float64")
+    dot = (dy * x).sum(axis=1, keepdims=True)
+    return [dy - x * dot / max(x.shape[1], 1), (dy * x).sum(axis=0), dy.sum(axis=0)]
+
+
+def row_pass_with_sums(row_sums: int, column_sums: int):
+    """LayerNormBackward's float32 shape with ``row_sums`` (1-4) reductions over each row and
+    ``column_sums`` (1-4) sums over the rows, to count accumulators: s0 = sum_c dy*g,
+    s1 = sum_c dy*g*(x - mean), s2 = sum_c x*x, s3 = sum_c dy*x; y = rstd*dy*g - s0/cols -
+    (x - mean)*s1*rstd - x*(s2 + s3)/cols; column sums of dy*(x - mean)*rstd, dy, x, dy*x.
+    Returns the PrimFunc (inputs dy, x, mean, rstd, g; outputs y and the column sums)."""
+    rows, cols = te.var("rows", "int64"), te.var("cols", "int64")
+    dy = te.placeholder((rows, cols), "float32", name="dy")
+    x = te.placeholder((rows, cols), "float32", name="x")
+    mean = te.placeholder((rows,), "float32", name="mean")
+    rstd = te.placeholder((rows,), "float32", name="rstd")
+    g = te.placeholder((cols,), "float32", name="g")
+    n = cols.astype("float32")
+    row_bodies = [lambda r, k: dy[r, k] * g[k], lambda r, k: dy[r, k] * g[k] * (x[r, k] - mean[r]),
+                  lambda r, k: x[r, k] * x[r, k], lambda r, k: dy[r, k] * x[r, k]]
+    def summed(body, axis):   # fcompute takes no default arguments: bind each body here
+        return lambda i: te.sum(body(i, axis), axis=axis)
+    sums = [te.compute((rows,), summed(body, te.reduce_axis((0, cols), name=f"k{i}")), name=f"acc_s{i}")
+            for i, body in enumerate(row_bodies[:row_sums])]
+
+    def value(r, c):
+        v = rstd[r] * dy[r, c] * g[c] - sums[0][r] / n
+        if row_sums > 1:
+            v = v - (x[r, c] - mean[r]) * sums[1][r] * rstd[r]
+        for extra in sums[2:]:
+            v = v - x[r, c] * extra[r] / n
+        return v
+    y = te.compute((rows, cols), value, name="acc_y")
+    column_bodies = [lambda c, j: dy[j, c] * (x[j, c] - mean[j]) * rstd[j], lambda c, j: dy[j, c],
+                     lambda c, j: x[j, c], lambda c, j: dy[j, c] * x[j, c]]
+    outs = [te.compute((cols,), summed(body, te.reduce_axis((0, rows), name=f"j{i}")), name=f"acc_c{i}")
+            for i, body in enumerate(column_bodies[:column_sums])]
+    return te.create_prim_func([dy, x, mean, rstd, g, y] + outs).with_attr(
+        "global_symbol", f"test_sums_{row_sums}_{column_sums}")
+
+
 def build_toy(func, target, knobs: dict | None = None):
     """(module, symbol, parameter buffers) of a toy PrimFunc, through opgen's kernel path
     (one schedule by the target's matching rule at ``knobs``, shared buffers hoisted,

@@ -9,7 +9,8 @@ schedule computes: cores, rows per core, UB pass sizes, buffers, GM bytes, cross
             times VECTOR_OPS per element) / clock
     overlap = max(t_gm, t_vec) with double buffering (buffer_num 2), their sum without
     t_sums = deterministic: SyncAll + the final pass over the partial-sum workspace;
-             atomic: serialised atomic adds of each core's column partials;
+             atomic: serialised atomic adds of each core's column partials (and, for
+             float32 accumulators that casts round, SyncAll and the final pass);
              none for the channel pattern (a channel's sums stay on its core).
     passes = UB passes of the busiest core; the channel pattern counts them per channel:
              one read of its data when it fits (mode channel), else two (sums, outputs),
@@ -76,6 +77,8 @@ class AscendAnalytic:
             sums = SYNC_ALL_S + t.workspace_bytes / hbm
         elif t.sums == "atomic":
             sums = t.block_dim * (t.fields.get("cols", t.ub_cols) * 4) / per_core
+            if t.workspace_bytes:     # accumulators that casts round: SyncAll, then the final pass
+                sums += SYNC_ALL_S + t.workspace_bytes / hbm
         else:
             sums = 0.0
         return LAUNCH_S + passes * PASS_OVERHEAD_S + body + sums

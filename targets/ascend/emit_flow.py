@@ -16,9 +16,17 @@ from opgen.targets.ascend.exprs import Context, emit_expr
 ONE = "DataCopyExtParams(1, len * 4, 0, 0, 0)"
 
 
+def _atomic_target(k: RowKernel, name: str, at: str) -> str:
+    """Where atomic adds of column sum ``name`` go: its float32 output, or the workspace
+    row of an accumulator (rounded into its outputs by the final pass)."""
+    if name in k.ops.accumulators:
+        return f"g_ws_[{k.ws_row(name)} * t_.ws_pitch + {at}]"
+    return f"g_{name}_[{at}]"
+
+
 def _begin_sums(k: RowKernel) -> list[str]:
     """Zero the accumulators (split-N) or this core's workspace row (split-D); atomic sums
-    have core 0 zero the outputs before any core adds."""
+    have core 0 zero the outputs (or accumulators' workspace rows) before any core adds."""
     out = ["__aicore__ inline void BeginSums(bool split_d) {", "    const int32_t P = t_.pitch; (void)P;"]
     for i, (n, _) in enumerate(k.ops.col_sums):
         out.append(f"    Duplicate(acc_{n}_t_, 0.0f, P);")
@@ -28,13 +36,13 @@ def _begin_sums(k: RowKernel) -> list[str]:
     if k.knobs.get("sums") == "atomic":
         out.append("    if (core_ == 0) {")
         out.append("        for (int64_t c0 = 0; c0 < t_.cols; c0 += P) { int32_t len = t_.cols - c0 < P ? t_.cols - c0 : P;")
-        out += [f"            DataCopyPad(g_{n}_[c0], acc_{n}_t_, {ONE});" for n, _ in k.ops.col_sums]
+        out += [f"            DataCopyPad({_atomic_target(k, n, 'c0')}, acc_{n}_t_, {ONE});" for n, _ in k.ops.col_sums]
         out += ["        }", "    }", "    SyncAll();", "    (void)split_d;"]
     else:
         out.append("    if (split_d) {")
         out.append("        for (int64_t c0 = 0; c0 < t_.cols; c0 += P) { int32_t len = t_.cols - c0 < P ? t_.cols - c0 : P;")
-        out += [f"            DataCopyPad(g_ws_[({i} * t_.block_dim + core_) * t_.ws_pitch + c0], acc_{n}_t_, {ONE});"
-                for i, (n, _) in enumerate(k.ops.col_sums)]
+        out += [f"            DataCopyPad(g_ws_[{k.ws_row(n)} * t_.ws_pitch + c0], acc_{n}_t_, {ONE});"
+                for n, _ in k.ops.col_sums]
         out += ["        }", "    }"]
     out.append("}")
     return out
@@ -46,45 +54,53 @@ def _end_sums(k: RowKernel) -> list[str]:
         return out + ["}"]
     out.append("    PipeBarrier<PIPE_ALL>();")
     if k.knobs.get("sums") == "atomic":
-        out += ["    if (split_d) return;", "    const int32_t len = t_.cols;", "    SetAtomicAdd<float>();"]
-        out += [f"    DataCopyPad(g_{n}_, acc_{n}_t_, {ONE});" for n, _ in k.ops.col_sums]
-        return out + ["    SetAtomicNone();", "}"]
+        out += ["    if (!split_d) {", "        const int32_t len = t_.cols;", "        SetAtomicAdd<float>();"]
+        out += [f"        DataCopyPad({_atomic_target(k, n, '0')}, acc_{n}_t_, {ONE});" for n, _ in k.ops.col_sums]
+        out += ["        SetAtomicNone();", "    }"]
+        # Accumulators are rounded once every core has added (every core calls SyncAll).
+        return out + (["    SyncAll();", "    FinalSums();"] if k.ops.accumulators else []) + ["}"]
     out += ["    if (!split_d) {", "        const int32_t len = t_.cols;"]
-    out += [f"        DataCopyPad(g_ws_[({i} * t_.block_dim + core_) * t_.ws_pitch], acc_{n}_t_, {ONE});"
-            for i, (n, _) in enumerate(k.ops.col_sums)]
+    out += [f"        DataCopyPad(g_ws_[{k.ws_row(n)} * t_.ws_pitch], acc_{n}_t_, {ONE});" for n, _ in k.ops.col_sums]
     out += ["    }", "    SyncAll();", "    FinalSums();", "}"]
     return out
 
 
 def _final_sums(k: RowKernel) -> list[str]:
-    """The deterministic sum: core c owns a slice of the columns and adds the block_dim
-    partials of its slice in core order (the same order on every run and machine)."""
-    if not k.ops.col_sums:
+    """The final pass: core c owns a slice of the columns and, per column sum, adds the
+    block_dim partials of its slice in core order (the same order on every run and machine;
+    atomic: reads the one workspace row of each accumulator), then writes the sum's outputs:
+    the sum itself, or each cast's output rounded from it (CAST_RINT, as TVM rounds)."""
+    atomic = k.knobs.get("sums") == "atomic"
+    summed = [(n, d) for n, d in k.ops.col_sums if not atomic or n in k.ops.accumulators]
+    if not summed:
         return ["__aicore__ inline void FinalSums() {}"]
+    casts = k.casts()
     out = ["__aicore__ inline void FinalSums() {", "    const int32_t P = t_.pitch; (void)P;",
            "    const int64_t chunk = AlignUp((t_.cols + t_.block_dim - 1) / t_.block_dim, 8);",
            "    const int64_t begin = core_ * chunk, end = begin + chunk < t_.cols ? begin + chunk : t_.cols;",
            "    for (int64_t c0 = begin; c0 < end; c0 += P) {",
            "        const int32_t len = end - c0 < P ? end - c0 : P;"]
-    for i, (n, d) in enumerate(k.ops.col_sums):
+    for n, d in summed:
         out += ["        Duplicate(tmp0_t_, 0.0f, P);",
-                "        for (int64_t c = 0; c < t_.block_dim; ++c) {",
+                f"        for (int64_t c = 0; c < {'1' if atomic else 't_.block_dim'}; ++c) {{",
                 "            PipeBarrier<PIPE_ALL>();",
-                f"            DataCopyPad(tmp1_t_, g_ws_[({i} * t_.block_dim + c) * t_.ws_pitch + c0], {ONE}, "
+                f"            DataCopyPad(tmp1_t_, g_ws_[{k.ws_row(n, 'c')} * t_.ws_pitch + c0], {ONE}, "
                 "DataCopyPadExtParams<float>(false, 0, 0, 0));",
                 "            PipeBarrier<PIPE_ALL>();",
                 "            Add(tmp0_t_, tmp0_t_, tmp1_t_, len);",
                 "        }",
                 "        PipeBarrier<PIPE_ALL>();"]
-        if d == "float32":   # the copy-out reads tmp0 before the next column chunk reuses it
-            out += [f"        DataCopyPad(g_{n}_[c0], tmp0_t_, {ONE});", "        PipeBarrier<PIPE_ALL>();"]
-        else:
-            ty = CPP_TYPE[d]
-            out += [f"        {{ LocalTensor<{ty}> o = out_{n}_.AllocTensor<{ty}>();",
+        outputs = casts.get(n, []) if n in k.ops.accumulators else [(n, d)]
+        for target, dtype in outputs:
+            if dtype == "float32":   # the copy-out reads tmp0 before the next column chunk reuses it
+                out += [f"        DataCopyPad(g_{target}_[c0], tmp0_t_, {ONE});", "        PipeBarrier<PIPE_ALL>();"]
+                continue
+            ty = CPP_TYPE[dtype]
+            out += [f"        {{ LocalTensor<{ty}> o = out_{target}_.AllocTensor<{ty}>();",
                     "          Cast(o, tmp0_t_, RoundMode::CAST_RINT, P);",
-                    f"          out_{n}_.EnQue(o); o = out_{n}_.DeQue<{ty}>();",
-                    f"          DataCopyPad(g_{n}_[c0], o, DataCopyExtParams(1, len * sizeof({ty}), 0, 0, 0));",
-                    f"          out_{n}_.FreeTensor(o); }}"]
+                    f"          out_{target}_.EnQue(o); o = out_{target}_.DeQue<{ty}>();",
+                    f"          DataCopyPad(g_{target}_[c0], o, DataCopyExtParams(1, len * sizeof({ty}), 0, 0, 0));",
+                    f"          out_{target}_.FreeTensor(o); }}"]
     out += ["    }", "}"]
     return out
 

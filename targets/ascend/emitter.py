@@ -15,7 +15,11 @@ pattern:
   SplitD:   per row, one pass over the column chunks per row reduction, then one for the
             outputs; column sums go straight to GM per chunk;
   sums:     deterministic (per-core partials in the workspace, SyncAll, a fixed-order sum
-            split over the cores by columns) or atomic (core 0 zeroes, SyncAll, SetAtomicAdd).
+            split over the cores by columns) or atomic (core 0 zeroes, SyncAll, SetAtomicAdd);
+  casts:    a float32 accumulator that ``cast`` blocks round (a half output's column sum)
+            is summed like any column sum, but only the final pass writes GM: it rounds the
+            float32 sum with CAST_RINT into each cast's output (atomic: the cores add into a
+            workspace row per accumulator, SyncAll, then that final pass).
 
 Expressions are translated by targets/ascend/exprs.py; the group and channel patterns have
 their own printers (targets/ascend/emit_groups.py, targets/ascend/emit_channels.py); any
@@ -30,8 +34,8 @@ from tvm import s_tir
 
 from opgen.schedules.ascend import RowTiles
 from opgen.schedules.ascend_tiling import TEMP_TILES
-from opgen.targets.ascend.exprs import (Context, EmitError, Value, emit_expr, reduction_body, reduction_of, row_extremes,
-                                        row_sums, stored_value)
+from opgen.targets.ascend.exprs import (LOADS, Context, EmitError, Value, emit_expr, load_name, reduction_body,
+                                        reduction_of, row_extremes, row_sums, stored_value)
 
 CPP_TYPE = {"float32": "float", "float16": "half", "bfloat16": "bfloat16_t"}
 
@@ -101,7 +105,32 @@ class RowKernel:
         return tuple(int(v) for v in by_name[tile].shape)
 
     def workspace_floats(self, t) -> int:
+        if self.knobs.get("sums") == "atomic":
+            return t.ws_pitch * len(self.ops.accumulators)
         return t.ws_pitch * t.block_dim * len(self.ops.col_sums)
+
+    def ws_row(self, name: str, core: str = "core_") -> str:
+        """The workspace row of column sum ``name``: one per core (deterministic partials) or,
+        with atomic sums, one per accumulator (the cores add into it; outputs take the adds
+        themselves)."""
+        if self.knobs.get("sums") == "atomic":
+            return str(self.ops.accumulators.index(name))
+        return f"({[n for n, _ in self.ops.col_sums].index(name)} * t_.block_dim + {core})"
+
+    def casts(self) -> dict:
+        """{accumulator: [(output, dtype)]}: what each ``cast`` block rounds, and into what;
+        EmitError for a cast that does more than round one float32 column sum."""
+        dtypes = {n: d for n, d, _ in self.args}
+        result: dict = {}
+        for name, role, blk in self.stages:
+            if role != "cast":
+                continue
+            value = blk.body.value
+            if type(value).__name__ != "Cast" or type(value.value).__name__ not in LOADS:
+                raise EmitError(f"{name}: a cast stage must round a column sum, nothing else ({value})")
+            target = blk.body.buffer.name
+            result.setdefault(load_name(value.value), []).append((target, dtypes[target]))
+        return result
 
 
 def camel(symbol: str) -> str:
@@ -129,10 +158,10 @@ def read_row_kernel(func, symbol: str) -> RowKernel:
     tile_out = next(b for n, r, b in stages if r == "tile")
     rows, cols = (iv.dom.extent for iv in tile_out.iter_vars)
     sizes = {str(rows): "t_.rows", str(cols): "t_.cols"}
-    scratch = set(ops.row_stages)
+    scratch = set(ops.row_stages) | set(ops.accumulators)
     role = {n: "tile" for n, _ in ops.tiles_in + ops.tiles_out}
     role.update({n: "row" for n, _ in ops.rows_in})
-    role.update({n: "col" for n, _ in ops.cols_in + ops.col_sums})
+    role.update({n: "col" for n, _ in ops.cols_in + ops.col_sums + ops.col_outs if n not in scratch})
     role.update({n: "scalar" for n, _ in ops.scalars_in})
     homeless = [f"{b.name}{tuple(b.shape)}" for b in func.params if b.name not in role and b.name not in scratch]
     if homeless:
@@ -175,6 +204,8 @@ def _init(k: RowKernel, buffers) -> list[str]:
         lines.append(f"    if ({size} > 0) g_{n}_.SetGlobalBuffer((__gm__ {CPP_TYPE[d]}*){n}, {size});")
     if k.ops.col_sums and k.knobs.get("sums") != "atomic":
         lines.append(f"    g_ws_.SetGlobalBuffer((__gm__ float*)workspace, t_.ws_pitch * t_.block_dim * {len(k.ops.col_sums)});")
+    elif k.ops.accumulators:
+        lines.append(f"    g_ws_.SetGlobalBuffer((__gm__ float*)workspace, t_.ws_pitch * {len(k.ops.accumulators)});")
     for b in buffers:
         size = b.expr.replace("ub_rows", "t_.ub_rows").replace("pitch", "t_.pitch").replace("work", "t_.work")
         count = "BUFFER_NUM, " if b.count > 1 else ("1, " if b.position != "VECCALC" else "")
@@ -294,7 +325,6 @@ def _column_sum_fns(k: RowKernel) -> list[str]:
     """ColSum_<out>(n, len, direct): accumulate this pass's rows into the UB accumulator
     (split-N) or, with ``direct``, add the one row straight into GM (split-D)."""
     out = []
-    index = {n: i for i, (n, _) in enumerate(k.ops.col_sums)}
     for name, role, blk in k.stages:
         if role != "column_sum":
             continue
@@ -306,7 +336,8 @@ def _column_sum_fns(k: RowKernel) -> list[str]:
         spare = next((t for t in ctx.temps if t != value.text), None)
         if spare is None:
             raise EmitError(f"{name}: no float32 temporary left for the split-D read-modify-write")
-        ws = f"g_ws_[({index[target]} * t_.block_dim + core_) * t_.ws_pitch + c0]"
+        atomic = k.knobs.get("sums") == "atomic"
+        ws = f"g_ws_[{k.ws_row(target)} * t_.ws_pitch + c0]" if not atomic or target in k.ops.accumulators else ""
         one = "DataCopyExtParams(1, len * 4, 0, 0, 0)"
         out += [f"__aicore__ inline void ColSum_{target}(int32_t n, int32_t len, int64_t c0, bool direct) {{",
                 "    const int32_t P = t_.pitch; (void)P;"]
@@ -314,8 +345,9 @@ def _column_sum_fns(k: RowKernel) -> list[str]:
         out += ["    if (!direct) {",
                 f"        for (int32_t i = 0; i < n; ++i) Add(acc_{target}_t_, acc_{target}_t_, {value.text}[i * P], P);",
                 "        return;", "    }", "    PipeBarrier<PIPE_ALL>();"]
-        if k.knobs.get("sums") == "atomic":
-            out += ["    SetAtomicAdd<float>();", f"    DataCopyPad(g_{target}_[c0], {value.text}, {one});",
+        if atomic:
+            dest = ws or f"g_{target}_[c0]"
+            out += ["    SetAtomicAdd<float>();", f"    DataCopyPad({dest}, {value.text}, {one});",
                     "    SetAtomicNone();"]
         else:
             out += [f"    DataCopyPad({spare}, {ws}, {one}, DataCopyPadExtParams<float>(false, 0, 0, 0));",

@@ -149,7 +149,7 @@ def def_source(k, op_products: dict | None = None) -> str:
              "", "namespace ops {", f"class {cls} : public OpDef {{", "public:",
              f"    explicit {cls}(const char* name) : OpDef(name) {{"]
     for name, dtype, role in k.args:
-        written = [getattr(k.ops, f, ()) for f in ("tiles_out", "col_sums", "chan_sums", "chan_outs")]
+        written = [getattr(k.ops, f, ()) for f in ("tiles_out", "col_sums", "col_outs", "chan_sums", "chan_outs")]
         kind = "Output" if any(name == n for group in written for n, _ in group) else "Input"
         lines.append(f"        this->{kind}(\"{name}\").ParamType(REQUIRED).DataType({{{GE_DTYPE[dtype]}}})"
                      ".Format({ge::FORMAT_ND}).UnknownShapeFormat({ge::FORMAT_ND});")
