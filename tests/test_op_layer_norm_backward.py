@@ -7,13 +7,8 @@ tensors), on opencl and ascend-emu, nvcc for cuda; the aclnn API (the document's
 example, every outputMask with and without weight and bias, strided views, mean layouts,
 every error line as a literal call with its status and the parameter it names); the
 Pythonic function, the torch custom op and opgen.torch.LayerNorm.
-
-One defect outside this package remains (``ROW_CASTS``): the combos whose weight is
-float16/bfloat16 sum dgamma/dbeta in float32 and round them in a separate cast stage, which
-the row pattern does not take yet (branch row-casts). Those combos run on each target's
-fallback rule (llvm, opencl, cuda), correct but slower, and on ascend-emu are NOT EMITTED.
-Only the checks that meet it xfail, and only while it shows (``_row_casts``): the pattern
-each target matches, and ascend-emu's build; everything else runs on every combo.
+Every combo lands on the row pattern on every target, the float16/bfloat16-weight ones
+too (their float32 column sums rounded by a cast stage).
 """
 from __future__ import annotations
 
@@ -40,23 +35,6 @@ OP = get_op("layer_norm_backward")
 TAGS = [c.tag for c in OP.combos]
 BF16 = ml_dtypes.bfloat16
 PRODUCTS = ("Ascend950", "AtlasA3", "AtlasA2", "AtlasInference", "AtlasTraining")
-ROW_CASTS = ("schedules/patterns.py row_pass: column sums followed by rounding stages (dgamma_acc -> dgamma, "
-             "dbeta_acc -> dbeta, the float16/bfloat16-weight combos) are no row pattern until branch row-casts "
-             "lands: llvm/opencl/cuda use their Fallback rule, ascend-emu has no pattern (NOT EMITTED)")
-
-
-def _half_weight(tag: str) -> bool:
-    """The combos ROW_CASTS concerns: dgamma/dbeta rounded from float32 sums into a half dtype."""
-    return OP.combo(tag)["dgamma"] != "float32"
-
-
-def _row_casts(tag: str, shown: bool) -> None:
-    """xfail the running test when ``tag`` is a half-weight combo and ROW_CASTS ``shown`` (the
-    defect observed, not assumed): once row-casts lands the same test runs and must pass."""
-    if shown and _half_weight(tag):
-        pytest.xfail(ROW_CASTS)
-
-
 def _kernel(tag: str, target="llvm"):
     return kernels.get_kernel(OP, OP.combo(tag), target)
 
@@ -256,12 +234,10 @@ ROW_RULES = {"llvm": "RowPassWithColumnSums", "cuda": "GpuRowPass", "opencl": "G
 @pytest.mark.parametrize("target_name", list(ROW_RULES))
 @pytest.mark.parametrize("tag", TAGS)
 def test_schedule_rules_match_by_pattern(tag, target_name):
-    """Every combo lands on the row pattern with two column sums, on every target. The
-    half-weight combos' rounding stages after the column sums are ROW_CASTS: until it is
-    fixed they get the fallback rule (ascend-emu: none), and only that case xfails."""
+    """Every combo lands on the row pattern with two column sums, on every target (the
+    half-weight combos' float32 sums are rounded by cast stages the pattern takes)."""
     func = kernels.prim_func(OP, OP.combo(tag))
     got = type(schedules.match(func, get_target(target_name))).__name__
-    _row_casts(tag, got in ("Fallback", "GpuFallback", "Unsupported"))      # ascend-emu's Unsupported: NOT EMITTED
     assert got == ROW_RULES[target_name], got
 
 
@@ -1001,15 +977,11 @@ def test_nvcc_compiles(tag):
         assert report.ok and report.spill_bytes == 0, f"{report.arch}: {report.error} {report.kernels}"
 
 
-@pytest.mark.parametrize("tag", ["f32-f32", "f16-f32-f32", "f16-f16"])
+@pytest.mark.parametrize("tag", ["f32-f32", "f16-f32-f32", "f16-f16", "bf16-bf16"])
 def test_ascend_emu_emits_and_runs_the_row_pattern(tag):
-    """The row pattern RowTiles emits, run under the emulation. The half-weight combos'
-    rounding stages are ROW_CASTS: NOT EMITTED until it is fixed, and only that xfails."""
-    try:
-        kernel = _kernel(tag, "ascend-emu")
-    except NotImplementedError as exc:
-        _row_casts(tag, "no Ascend pattern" in str(exc))
-        raise
+    """The row pattern RowTiles emits, run under the emulation (the half-weight combos'
+    dgamma/dbeta rounded from float32 accumulators by the final pass)."""
+    kernel = _kernel(tag, "ascend-emu")
     rng = np.random.default_rng(8)
     for p in (Problem((2, 3, 8), 2), Problem((7, 33), 1), Problem((3, 12290), 1), Problem((70, 64), 1)):
         assert not _fails(run_and_compare(kernel, p, rng)[0]), p
