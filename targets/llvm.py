@@ -14,9 +14,11 @@ variable once, at its first parallel launch).
 
 Outputs a schedule marks as streamed (``opgen.schedules.STREAMED_OUTPUT``) are written with
 non-temporal stores, which TVM cannot emit: ``llvm_stream.py`` edits the compiled IR.
+float32 exp is a vectorized polynomial, not a libm call per element (``llvm_math.py``).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from dataclasses import dataclass
@@ -24,6 +26,7 @@ from dataclasses import dataclass
 import tvm
 
 from opgen.targets.spec import TargetSpec
+from opgen.targets.llvm_math import polynomial_exp
 from opgen.targets.llvm_stream import streamed_buffers, with_streamed_stores
 
 
@@ -69,6 +72,10 @@ class LlvmTarget(TargetSpec):
     # made RmsNormGrad slower (4096x4096 10.5 -> 11.9 ms, 16384x1024 8.3 -> 10.7) and
     # GroupNorm no faster (1.53 both).
     wide_vectors_for_16bit_floats: bool = True
+    # float32 exp as Cephes' polynomial, vectorized (targets/llvm_math.py), instead of
+    # TVM's llvm.exp, which LLVM scalarizes into libm expf calls. Part of the target's
+    # repr, so kernels built either way never share a disk-cache entry.
+    polynomial_exp: bool = True
 
     def tvm_target(self, wide_vectors: bool = False):
         config = {"kind": "llvm", "mcpu": host_cpu(), "num-cores": usable_cpus(), "fast-math-reassoc": True}
@@ -83,7 +90,8 @@ class LlvmTarget(TargetSpec):
         return True
 
     def build(self, mod):
-        module = tvm.compile(mod, target=self.tvm_target(wide_vectors=holds_16bit_floats(mod))).mod
+        with polynomial_exp() if self.polynomial_exp else contextlib.nullcontext():
+            module = tvm.compile(mod, target=self.tvm_target(wide_vectors=holds_16bit_floats(mod))).mod
         streamed = streamed_buffers(mod)
         return with_streamed_stores(module, streamed) if streamed else module
 
