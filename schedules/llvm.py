@@ -54,20 +54,20 @@ STREAM_STORES = Knob(
     "stream_stores", (False, True), False,
     "write the elementwise output with non-temporal stores (targets/llvm_stream.py): no "
     "read of each output line before it is written, but the output leaves the caches")
-# From this many elements in the largest tensor on, the elementwise output is streamed
-# (knob ``stream_stores``). Measured on GroupNormBackward (2,64,HW,G=32) f32, kernel
-# alone, medians, plain -> non-temporal, by the size of dx:
-#   called with the caches evicted first:        0.5 MiB 0.103 -> 0.090 ms, 4 MiB 0.605 ->
-#     0.511, 16 MiB 2.30 -> 1.84; timed with a consumer that sums dx right after (the
-#     price of dx not being cached): 1.06x, 0.97x, 0.92x, 0.86x of plain at 0.125, 0.5, 4, 16;
-#   called again and again on the same tensors (all in cache when they fit):
-#     0.5 MiB 1.32x of plain, 1 MiB 1.48x, 2 MiB 0.85x, 4 MiB 1.08x, 8 MiB 1.03x, 16 MiB
-#     0.76x, 64 MiB 0.72x (the threshold counts elements: bf16 data is half the bytes).
-# So below ~1M elements streaming gains little and can lose when the data is cache-hot;
-# above it gains 8-28% cold and at worst ties hot. RmsNormGrad 4096x4096 f32 (kernel
-# alone, evicted): 10.2 -> 7.3 ms; bf16 4.83 -> 4.75 (its 16-bit stores are split into
-# 64-bit ``movnti``: LLVM cannot prove vector alignment, see targets/llvm_stream.py).
-STREAM_FROM = 1 << 20
+# No problem size streams the elementwise output by default (knob ``stream_stores``: the
+# tuner may still pick it per shape bucket). The kernels promise LLVM element alignment
+# only, so LLVM splits every non-temporal vector store into scalar ones (``movntsd``/
+# ``movntss`` on AMD's SSE4a, 64-bit ``movnti`` for 16-bit data), and how fast those are
+# depends on where the caller's arrays happen to lie, not on the kernel. Measured (2-core
+# AMD EPYC VM, DeepNormGrad kernel alone, caches evicted, ms, streamed / plain stores):
+#   f32 8192x4096, the same data copied to arrays at other addresses: page-aligned 32 / 45,
+#     64 bytes into a page 127-370 / 67, 16 bytes in 220-480 / 45, numpy's own arrays
+#     (rng.standard_normal, np.empty) 138-186 / 60-75, torch's allocations 42-55 / 37-44;
+#   bf16-f32 16384x1024: numpy's arrays 36-44 / 13-14, torch's 55-70 / 9-10.
+# Streaming used to start at 1M elements (measured on torch tensors: GroupNorm (2,64,HW)
+# f32 16 MiB 2.30 -> 1.84 ms cold, RmsNorm 4096x4096 f32 10.2 -> 7.3): on a user's numpy
+# arrays the same default made DeepNormGrad 8192x4096 f32 4x slower than on torch tensors
+# (opgen bench: 160 ms against 37).
 DEFAULT_FINAL_COLUMNS = 256
 FINAL_COLUMNS = Knob(
     "final_columns", (64, 128, 256, 512, 1024), DEFAULT_FINAL_COLUMNS,
@@ -77,13 +77,11 @@ FINAL_COLUMNS = Knob(
 
 def size_defaults(shapes: dict | None) -> dict:
     """The problem-size defaults shared by the CPU rules: no thread launch for tiny
-    problems, non-temporal stores for the output of large ones."""
+    problems (never non-temporal stores: see STREAM_STORES above)."""
     if not shapes:
         return {}
     largest = max(math.prod(shape) for shape in shapes.values())
-    if largest < SERIAL_BELOW:
-        return {"parallel": False}
-    return {"stream_stores": True} if largest >= STREAM_FROM else {}
+    return {"parallel": False} if largest < SERIAL_BELOW else {}
 
 
 def _parallel(sch, loop, knobs) -> None:

@@ -257,9 +257,9 @@ def test_explain_shows_each_knob_and_its_source_for_a_tuned_and_an_untuned_shape
     tuned = capsys.readouterr().out
     assert "RowPassWithColumnSums" in tuned and f"tuned {cold_kernels}:1" in tuned
     assert "parallel" in tuned and "default" in tuned and "cache key" in tuned and "artifact" in tuned
-    assert cli.main(["explain", "rms_norm_grad", "--shape", "4096x4096", "--dtype", "f32-f32"]) == 0
+    assert cli.main(["explain", "rms_norm_grad", "--shape", "4x64", "--dtype", "f32-f32"]) == 0
     untuned = capsys.readouterr().out
-    assert "tuned" not in untuned.replace("(tuning key", "") and "shape default" in untuned   # stream_stores
+    assert "tuned" not in untuned.replace("(tuning key", "") and "shape default" in untuned   # parallel
 
 
 def test_explain_refuses_bad_input_in_one_line(capsys):

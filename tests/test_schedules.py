@@ -120,7 +120,7 @@ def test_tiny_problems_default_to_the_calling_thread():
     rule = kernels.matching_rule(op, op.combo("f32-f32"), LLVM)
     assert rule.knobs_for_shapes(LLVM, kernel_shapes(Problem((4, 64), 1))) == {"parallel": False}
     assert rule.knobs_for_shapes(LLVM, kernel_shapes(Problem((512, 512), 1))) == {}
-    assert rule.knobs_for_shapes(LLVM, kernel_shapes(Problem((4096, 4096), 1))) == {"stream_stores": True}
+    assert rule.knobs_for_shapes(LLVM, kernel_shapes(Problem((4096, 4096), 1))) == {}   # no streaming by default
     resolution, _ = selection.resolve(op, op.combo("f32-f32"), LLVM, kernel_shapes(Problem((4, 64), 1)))
     assert resolution.knobs["parallel"] is False and resolution.sources["parallel"] == "shape default"
 
