@@ -49,3 +49,33 @@ def seed_for(name: str) -> int:
 def rng(request) -> np.random.Generator:
     """A generator seeded from the test's node id: reproducible, different per test."""
     return np.random.default_rng(seed_for(request.node.nodeid))
+
+
+@pytest.fixture
+def flip_stage(monkeypatch):
+    """Make ``te.compute`` flip one sign in the stage named ``stage`` (op_checks.flip_first_sign):
+    the mutation the proof must catch. ``flip_stage(stage)`` returns the list of hits."""
+    from tvm import te
+
+    from op_checks import flip_first_sign
+
+    original = te.compute
+
+    def apply(stage):
+        hits = []
+
+        def compute(shape, fcompute, name="compute", *args, **kwargs):
+            if name == stage:
+                body = fcompute
+
+                def fcompute(*idx):
+                    flipped = flip_first_sign(body(*idx))
+                    assert flipped is not None, f"no Add/Sub to flip in {stage}"
+                    hits.append(stage)
+                    return flipped
+            return original(shape, fcompute, name, *args, **kwargs)
+
+        monkeypatch.setattr(te, "compute", compute)
+        return hits
+
+    return apply

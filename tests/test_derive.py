@@ -47,49 +47,6 @@ def test_low_precision_combos_prove_through_casts(op_name, tag):
 
 # ----------------------------------------------------------------------------- mutations fail
 
-def _flip_first_sign(expr):
-    """``expr`` with its outermost Add/Sub swapped (looking through Cast, Reduce, Mul's left)."""
-    if isinstance(expr, tirx.Sub):
-        return tirx.Add(expr.a, expr.b)
-    if isinstance(expr, tirx.Add):
-        return tirx.Sub(expr.a, expr.b)
-    if isinstance(expr, tirx.Cast):
-        inner = _flip_first_sign(expr.value)
-        return None if inner is None else tirx.Cast(str(expr.ty), inner)
-    if isinstance(expr, tirx.Mul):
-        inner = _flip_first_sign(expr.a)
-        return None if inner is None else tirx.Mul(inner, expr.b)
-    if isinstance(expr, tirx.Reduce):
-        inner = _flip_first_sign(expr.source[0])
-        return None if inner is None else tirx.Reduce(
-            expr.combiner, [inner], expr.axis, expr.condition, expr.value_index, expr.init)
-    return None
-
-
-@pytest.fixture
-def flip_stage(monkeypatch):
-    """Make ``te.compute`` flip one sign in the stage named ``stage``; returns the hit list."""
-    original = te.compute
-
-    def apply(stage):
-        hits = []
-
-        def compute(shape, fcompute, name="compute", *args, **kwargs):
-            if name == stage:
-                body = fcompute
-
-                def fcompute(*idx):
-                    flipped = _flip_first_sign(body(*idx))
-                    assert flipped is not None, f"no Add/Sub to flip in {stage}"
-                    hits.append(stage)
-                    return flipped
-            return original(shape, fcompute, name, *args, **kwargs)
-
-        monkeypatch.setattr(te, "compute", compute)
-        return hits
-
-    return apply
-
 
 @pytest.mark.parametrize("op_name, case, stage, broken, intact", [
     ("rms_norm_grad", (2, 3), "rms_norm_grad_dx", "rms_norm_grad_dx", "rms_norm_grad_dgamma"),

@@ -21,7 +21,8 @@ from opgen.ops.group_norm_backward import Problem as GroupProblem
 from opgen.ops.rms_norm_grad import Problem as RmsProblem
 from opgen.verify import TOLERANCES, compare, compare_outputs, run_and_compare
 from opgen.ops.group_norm_backward import reference as gn_ref
-from opgen.ops.rms_norm_grad import reference as rms_ref
+
+from op_checks import assert_all_pass
 
 RMS = get_op("rms_norm_grad")
 GN = get_op("group_norm_backward")
@@ -80,12 +81,6 @@ GN_EMPTY = [
 
 def _cases(op, problems, ident):
     return [pytest.param(combo, p, id=f"{combo.tag}-{ident(p)}") for p in problems for combo in op.combos]
-
-
-def assert_all_pass(comparisons, label: str) -> None:
-    failed = [c for c in comparisons if not c.passed]
-    assert not failed, f"{label}: " + "; ".join(
-        f"{c.name} ratio={c.ratio:.3g} max_abs_error={c.max_abs_error:.3g} at {c.worst_index}" for c in failed)
 
 
 # --------------------------------------------------------------- kernels vs reference

@@ -23,7 +23,8 @@ from opgen.targets import get_target
 from opgen.targets.llvm_stream import mark_nontemporal, streamed_buffers
 from opgen.verify import run_and_compare
 from aclnn_helpers import assert_matches, base_args, run_both
-from test_kernels import GN_EMPTY, GN_PROBLEMS, RMS_EMPTY, RMS_PROBLEMS, _placed, assert_all_pass
+from op_checks import assert_all_pass
+from test_kernels import GN_EMPTY, GN_PROBLEMS, RMS_EMPTY, RMS_PROBLEMS, _placed
 
 LLVM = get_target("llvm")
 RMS = get_op("rms_norm_grad")

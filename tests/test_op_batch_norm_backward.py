@@ -25,19 +25,14 @@ from opgen.targets import cuda as cuda_target
 from opgen.verify import compare_outputs, run_and_compare
 
 from aclnn_helpers import assert_matches, base_args, phase_one, product, run_both
-from test_derive import flip_stage  # noqa: F401  (the fixture that flips one sign in one TE stage)
-from test_reference import assert_gradient, central_difference
+from op_checks import assert_all_pass as _assert_all_pass
+from op_checks import assert_gradient, central_difference
 
 BN = get_op("batch_norm_backward")
 BF16 = ml_dtypes.bfloat16
 EPS = 1e-5
 UNIFORM = ("f32-f32", "f16-f16", "f16-f32", "bf16-bf16", "bf16-f32")
 PRODUCTS = ("Ascend950", "AtlasA3", "AtlasA2", "AtlasTraining")
-
-
-def _assert_all_pass(comparisons, label):
-    failed = [c for c in comparisons if not c.passed]
-    assert not failed, f"{label}: " + "; ".join(f"{c.name} ratio={c.ratio:.3g} at {c.worst_index}" for c in failed)
 
 
 # ------------------------------------------------------------ the reference vs finite differences

@@ -33,17 +33,12 @@ from opgen.targets import get_target
 from opgen.verify import compare_outputs, run_and_compare
 
 from aclnn_helpers import assert_matches, base_args, product, run_both
+from op_checks import assert_all_pass, assert_gradient, central_difference
 
 OP = get_op("deep_norm_grad")
 BF16 = ml_dtypes.bfloat16
 TAGS = [c.tag for c in OP.combos]
 RANK8 = (2, 3, 1, 2, 1, 3, 2, 5)
-
-
-def assert_all_pass(comparisons, label: str) -> None:
-    failed = [c for c in comparisons if not c.passed]
-    assert not failed, f"{label}: " + "; ".join(
-        f"{c.name} ratio={c.ratio:.3g} max_abs_error={c.max_abs_error:.3g} at {c.worst_index}" for c in failed)
 
 
 # ---------------------------------------------------------------------------- the Problem
@@ -63,25 +58,6 @@ def test_problem_spelling_errors_say_what(text):
 
 
 # ------------------------------------------------------------ the reference vs finite differences
-
-H, RTOL, ATOL = 1e-6, 1e-6, 1e-7
-
-
-def central_difference(loss, value: np.ndarray) -> np.ndarray:
-    grad = np.zeros_like(value)
-    for index in np.ndindex(value.shape):
-        plus, minus = value.copy(), value.copy()
-        plus[index] += H
-        minus[index] -= H
-        grad[index] = (loss(plus) - loss(minus)) / (2 * H)
-    return grad
-
-
-def assert_gradient(name, analytic, numeric) -> None:
-    analytic = np.asarray(analytic, np.float64)
-    assert analytic.shape == numeric.shape, name
-    scale = max(1.0, float(np.max(np.abs(numeric), initial=0.0)))
-    np.testing.assert_allclose(analytic, numeric, rtol=RTOL, atol=ATOL * scale, err_msg=name)
 
 
 @pytest.mark.parametrize("x_shape,gamma_shape,alpha", [

@@ -25,7 +25,7 @@ import concurrent.futures
 import ml_dtypes
 import numpy as np
 import pytest
-from tvm import te, tirx
+from tvm import te
 
 import opgen
 from opgen import acl, aclnn, config, derive, kernels, schedules, verify
@@ -35,6 +35,9 @@ from opgen.ops.group_norm_swish_grad import reference as ref
 from opgen.targets import get_target
 
 from aclnn_helpers import assert_matches, base_args, product, run_both
+from op_checks import assert_gradient as _assert_gradient
+from op_checks import central_difference as _central_difference
+from op_checks import flip_first_sign as _flip_first_sign
 
 OP = get_op("group_norm_swish_grad")
 GNS = aclnn.aclnnGroupNormSwishGradGetWorkspaceSize
@@ -45,23 +48,6 @@ SCALES = (1.0, 0.5, -2.0, 0.0)
 
 
 # ================================================================ the reference
-
-H, RTOL, ATOL = 1e-6, 1e-6, 1e-7
-
-
-def _central_difference(loss, value: np.ndarray) -> np.ndarray:
-    grad = np.zeros_like(value)
-    for index in np.ndindex(value.shape):
-        plus, minus = value.copy(), value.copy()
-        plus[index] += H
-        minus[index] -= H
-        grad[index] = (loss(plus) - loss(minus)) / (2 * H)
-    return grad
-
-
-def _assert_gradient(name, analytic, numeric):
-    scale = max(1.0, float(np.max(np.abs(numeric), initial=0.0)))
-    np.testing.assert_allclose(np.asarray(analytic, np.float64), numeric, rtol=RTOL, atol=ATOL * scale, err_msg=name)
 
 
 FD_CASES = [  # (x shape, numGroups, swishScale)
@@ -681,26 +667,6 @@ def test_the_proof_holds_and_covers_one_and_several_groups():
 @pytest.mark.parametrize("tag", ["f16-f16", "bf16-bf16"])
 def test_the_half_combos_prove_through_their_casts(tag):
     assert derive.prove(OP.name, tag, cases=[(1, 2, 1, 2)]).ok
-
-
-def _flip_first_sign(expr):
-    """``expr`` with its outermost Add/Sub swapped (through Cast, Reduce, Mul's left), as
-    tests/test_derive.py flips GroupNormBackward's stages."""
-    if isinstance(expr, tirx.Sub):
-        return tirx.Add(expr.a, expr.b)
-    if isinstance(expr, tirx.Add):
-        return tirx.Sub(expr.a, expr.b)
-    if isinstance(expr, tirx.Cast):
-        inner = _flip_first_sign(expr.value)
-        return None if inner is None else tirx.Cast(str(expr.ty), inner)
-    if isinstance(expr, tirx.Mul):
-        inner = _flip_first_sign(expr.a)
-        return None if inner is None else tirx.Mul(inner, expr.b)
-    if isinstance(expr, tirx.Reduce):
-        inner = _flip_first_sign(expr.source[0])
-        return None if inner is None else tirx.Reduce(expr.combiner, [inner], expr.axis, expr.condition,
-                                                      expr.value_index, expr.init)
-    return None
 
 
 @pytest.mark.parametrize("stage,broken,intact", [

@@ -17,7 +17,6 @@ import math
 import ml_dtypes
 import numpy as np
 import pytest
-from tvm import te, tirx
 
 import opgen
 from opgen import acl, aclnn, config, derive, kernels
@@ -30,6 +29,7 @@ from opgen.targets import get_target
 from opgen.verify import compare_outputs, run_and_compare
 
 from aclnn_helpers import base_args, product, run_both
+from op_checks import assert_gradient as _assert_gradient, central_difference as _central_difference
 
 OP = get_op("layer_norm_backward")
 TAGS = [c.tag for c in OP.combos]
@@ -44,25 +44,6 @@ def _ok(status: int, message: str) -> None:
 
 
 # ============================================================ reference vs finite differences
-
-H, RTOL, ATOL = 1e-6, 1e-6, 1e-7
-
-
-def _central_difference(loss, value: np.ndarray) -> np.ndarray:
-    grad = np.zeros_like(value)
-    for index in np.ndindex(value.shape):
-        plus, minus = value.copy(), value.copy()
-        plus[index] += H
-        minus[index] -= H
-        grad[index] = (loss(plus) - loss(minus)) / (2 * H)
-    return grad
-
-
-def _assert_gradient(name, analytic, numeric) -> None:
-    analytic = np.asarray(analytic, dtype=np.float64)
-    assert analytic.shape == numeric.shape, f"{name}: shape {analytic.shape} != {numeric.shape}"
-    scale = max(1.0, float(np.max(np.abs(numeric), initial=0.0)))
-    np.testing.assert_allclose(analytic, numeric, rtol=RTOL, atol=ATOL * scale, err_msg=name)
 
 
 REF_CASES = [((3, 5), 1), ((2, 3, 4), 2), ((7,), 1), ((2, 2), 1), ((2, 4, 1), 1), ((2, 3, 4), 3)]
@@ -121,52 +102,6 @@ def test_proof_holds_including_a_degenerate_case():
 def test_proof_holds_through_casts_and_rounding_stages(tag):
     report = derive.prove("layer_norm_backward", tag, cases=[(2, 2)])
     assert report.ok, report.summary()
-
-
-def _flip_first_sign(expr):
-    """``expr`` with its first Add/Sub (depth first, through casts, products, quotients and
-    sums) swapped; None when there is none."""
-    if isinstance(expr, tirx.Sub):
-        return tirx.Add(expr.a, expr.b)
-    if isinstance(expr, tirx.Add):
-        return tirx.Sub(expr.a, expr.b)
-    if isinstance(expr, tirx.Cast):
-        inner = _flip_first_sign(expr.value)
-        return None if inner is None else tirx.Cast(str(expr.ty), inner)
-    if isinstance(expr, (tirx.Mul, tirx.Div)):
-        for side in ("a", "b"):
-            inner = _flip_first_sign(getattr(expr, side))
-            if inner is not None:
-                return type(expr)(inner, expr.b) if side == "a" else type(expr)(expr.a, inner)
-        return None
-    if isinstance(expr, tirx.Reduce):
-        inner = _flip_first_sign(expr.source[0])
-        return None if inner is None else tirx.Reduce(expr.combiner, [inner], expr.axis, expr.condition,
-                                                      expr.value_index, expr.init)
-    return None
-
-
-@pytest.fixture
-def flip_stage(monkeypatch):
-    """Make te.compute flip one sign in the stage named ``stage`` (as tests/test_derive.py)."""
-    original = te.compute
-
-    def apply(stage):
-        hits = []
-
-        def compute(shape, fcompute, name="compute", *args, **kwargs):
-            if name == stage:
-                body = fcompute
-
-                def fcompute(*idx):
-                    flipped = _flip_first_sign(body(*idx))
-                    assert flipped is not None, f"no Add/Sub to flip in {stage}"
-                    hits.append(stage)
-                    return flipped
-            return original(shape, fcompute, name, *args, **kwargs)
-        monkeypatch.setattr(te, "compute", compute)
-        return hits
-    return apply
 
 
 @pytest.mark.parametrize("stage,broken,intact", [

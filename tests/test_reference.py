@@ -15,27 +15,7 @@ import pytest
 from opgen.ops.group_norm_backward import reference as gn_ref
 from opgen.ops.rms_norm_grad import reference as rms_ref
 
-H = 1e-6
-RTOL = 1e-6
-ATOL = 1e-7
-
-
-def central_difference(loss, value: np.ndarray) -> np.ndarray:
-    """d loss / d value by central differences, one element at a time."""
-    grad = np.zeros_like(value)
-    for index in np.ndindex(value.shape):
-        plus, minus = value.copy(), value.copy()
-        plus[index] += H
-        minus[index] -= H
-        grad[index] = (loss(plus) - loss(minus)) / (2 * H)
-    return grad
-
-
-def assert_gradient(name: str, analytic, numeric) -> None:
-    analytic = np.asarray(analytic, dtype=np.float64)
-    assert analytic.shape == numeric.shape, f"{name}: shape {analytic.shape} != {numeric.shape}"
-    scale = max(1.0, float(np.max(np.abs(numeric), initial=0.0)))
-    np.testing.assert_allclose(analytic, numeric, rtol=RTOL, atol=ATOL * scale, err_msg=name)
+from op_checks import assert_gradient, central_difference
 
 
 # ---------------------------------------------------------------------------- RmsNorm
