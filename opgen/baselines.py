@@ -52,9 +52,10 @@ def to_float64(value) -> np.ndarray:
 
 
 def torch_devices() -> list[str]:
-    """Where ATen runs here: the CPU, and CUDA when a GPU is present."""
+    """Where ATen runs here: the CPU, and the accelerator torch finds (a GPU) if any."""
     torch = import_torch()
-    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+    accelerator = torch.accelerator.current_accelerator()
+    return ["cpu"] + ([accelerator.type] if accelerator is not None else [])
 
 
 def _mask_length(op) -> int:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 from contextlib import contextmanager
+import functools
 from typing import Optional
 
 import torch
@@ -39,17 +40,28 @@ from opgen.ops import all_ops
 __all__: list[str] = []
 
 
-_DLPACK_DEVICE = {"cpu": 1, "cuda": 2}    # torch device type -> DLPack's (kDLCPU, kDLCUDA)
+@functools.lru_cache(maxsize=None)
+def _dlpack_device_type(device_type: str) -> int:
+    """DLPack's device type of torch's ``device_type`` by torch's own DLPack enum (kDLCPU,
+    kDLCUDA, ...; found without a device, so a CUDA tensor maps where no GPU is present).
+    No table of device names here: each target declares the DLPack types it serves."""
+    from torch.utils.dlpack import DLDeviceType
+
+    by_name = {name[len("kDL"):].lower(): int(kind) for name, kind in DLDeviceType.__members__.items()}
+    if device_type not in by_name:
+        raise ValueError(f"DLPack has no device type {device_type!r}")
+    return by_name[device_type]
 
 
 def _target_for(device: torch.device) -> str:
     """The opgen target for tensors on ``device``: the current target when it serves that
     DLPack device type, else the default target when it does, else the first registered
     target that does (one that can run here first: opgen.targets.serving)."""
-    kind = _DLPACK_DEVICE.get(device.type)
+    try:
+        kind = _dlpack_device_type(device.type)
+    except ValueError as err:                      # no DLPack form (meta, ...)
+        raise RuntimeError(f"opgen has no target for tensors on {device.type} devices") from err
     current = targets.get_target(config.get_target())
-    if kind is None:
-        raise RuntimeError(f"opgen has no target for tensors on {device.type} devices")
     for candidate in (current, targets.default_target()):
         if kind in candidate.dlpack_device_types():
             return candidate.name
