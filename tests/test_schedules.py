@@ -244,6 +244,41 @@ def test_llvm_kernels_compute_the_prologues_their_groups_read_once():
     assert checked, "no registered op has a prologue in the grouped pattern: the check checked nothing"
 
 
+@pytest.mark.parametrize("batch_rows", [True, False], ids=["batch-rows", "channels"])
+def test_channel_rule_in_batch_rows_sums_partials_of_each_row_then_each_channel(batch_rows, rng):
+    """batch_row_sums: three nests (partials over n in parallel, totals per channel, the
+    outputs over n in parallel) with (N, C) partials in the workspace; otherwise one
+    parallel pass over the channels. The same math either way, through the registered
+    BatchNormBackward kernel's own build (empty and ragged shapes in
+    tests/test_op_batch_norm_backward.py take both by their shape defaults)."""
+    from opgen.ops import get_op
+    from opgen.ops.batch_norm_backward import Problem
+
+    op = get_op("batch_norm_backward")
+    combo = op.combo("f32-f32")
+    kernel = kernels.get_kernel(op, combo, LLVM, knobs={"batch_row_sums": batch_rows})
+    assert kernel.tir.count("T.parallel(") == (3 if batch_rows else 1)
+    assert any(b.name.endswith(".rf") for b in kernel.scratch) is batch_rows
+    problem = Problem((5, 3, 40))
+    arrays = op.random_inputs(problem, combo, rng)
+    outs = {name: np.full(shape, np.nan, np.float32) for name, shape in op.output_shapes(problem).items()}
+    kernel(op.kernel_args(problem, {**arrays, **outs}))
+    other = {name: np.full(shape, np.nan, np.float32) for name, shape in op.output_shapes(problem).items()}
+    kernels.get_kernel(op, combo, LLVM, knobs={"batch_row_sums": not batch_rows})(
+        op.kernel_args(problem, {**arrays, **other}))
+    for name in outs:
+        np.testing.assert_allclose(outs[name], other[name], rtol=2e-6, atol=2e-6)
+
+
+def test_channel_rule_takes_batch_rows_for_short_channel_rows_only():
+    from opgen.schedules.llvm import ChannelPass
+
+    rule = ChannelPass()
+    assert rule.knobs_for_shapes(LLVM, {"dy": (16, 512, 49), "weight": (512,)})["batch_row_sums"] is True
+    for shape in [(8, 128, 784), (1, 512, 49), (50176, 64, 1), (0, 3, 49)]:   # long rows, N=1, NHWC, empty
+        assert "batch_row_sums" not in rule.knobs_for_shapes(LLVM, {"dy": shape, "weight": (shape[1],)}), shape
+
+
 def test_llvm_builds_16bit_float_kernels_with_512_bit_vectors_where_llvm_caps_them():
     """targets/llvm.py: bf16/f16 kernels widen past LLVM's 256-bit cap (instruction
     bound), f32 kernels keep it (memory bound; 512 bits measured slower)."""
