@@ -279,6 +279,53 @@ def test_channel_rule_takes_batch_rows_for_short_channel_rows_only():
         assert "batch_row_sums" not in rule.knobs_for_shapes(LLVM, {"dy": shape, "weight": (shape[1],)}), shape
 
 
+def toy_two_row_sums():
+    """Two row sums, a scalar of each, an elementwise output and a column sum (LayerNorm's
+    shape, other math)."""
+    rows, cols = te.var("rows", "int64"), te.var("cols", "int64")
+    a = te.placeholder((rows, cols), "float32", name="a")
+    k1, k2 = te.reduce_axis((0, cols), name="k1"), te.reduce_axis((0, cols), name="k2")
+    s1 = te.compute((rows,), lambda r: te.sum(a[r, k1], axis=k1), name="toy_sum")
+    m1 = te.compute((rows,), lambda r: s1[r] / cols.astype("float32"), name="toy_mean")
+    s2 = te.compute((rows,), lambda r: te.sum(a[r, k2] * a[r, k2], axis=k2), name="toy_sum_squares")
+    m2 = te.compute((rows,), lambda r: s2[r] / cols.astype("float32"), name="toy_mean_square")
+    out = te.compute((rows, cols), lambda r, c: a[r, c] * m2[r] - m1[r], name="toy_out")
+    j = te.reduce_axis((0, rows), name="j")
+    col = te.compute((cols,), lambda c: te.sum(a[j, c], axis=j), name="toy_col_sum")
+    return [a, out, col]
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (7, 33), (130, 5), (0, 4), (3, 0)], ids=str)
+def test_row_rule_reads_a_row_once_for_all_its_row_sums(shape):
+    """Both row sums update in one loop over the row's columns, before the scalars that
+    read them, and the math is right over ragged, unit and empty shapes."""
+    fn, sch = _compile(toy_two_row_sums())
+    script = sch.mod.script()
+    loop_of = {}
+    for name in ("toy_sum_update", "toy_sum_squares_update"):
+        loop_of[name] = script[:script.index(f'T.sblock("{name}")')].rindex("for ")
+    assert loop_of["toy_sum_update"] == loop_of["toy_sum_squares_update"]
+    a = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    _, out, col = _run(fn, [a, np.zeros(shape, np.float32), np.full(shape[1], np.nan, np.float32)])
+    a64, cols = a.astype(np.float64), max(shape[1], 1)
+    want = a64 * ((a64 ** 2).sum(axis=1, keepdims=True) / cols) - a64.sum(axis=1, keepdims=True) / cols
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(col, a64.sum(axis=0), rtol=1e-5, atol=1e-5)
+
+
+def test_merging_row_sums_refuses_an_order_that_reads_a_sum_before_it_is_summed():
+    """The positive control of the order check: merged the other way round, TVM puts the
+    loop after the first sum's scalar, which then reads a sum not yet computed."""
+    from opgen.schedules import patterns
+    from opgen.schedules.llvm import _merge_row_sums
+
+    sch = schedules.pattern_schedule(te.create_prim_func(toy_two_row_sums()))
+    outs, column_sums, row_stages, _ = patterns.row_pass(schedules.blocks(sch))
+    patterns.fuse_row_pass(sch, outs, column_sums, row_stages, [None, 4])
+    with pytest.raises(RuntimeError, match="before the sums they read"):
+        _merge_row_sums(sch, list(reversed(row_stages)))
+
+
 def test_llvm_builds_16bit_float_kernels_with_512_bit_vectors_where_llvm_caps_them():
     """targets/llvm.py: bf16/f16 kernels widen past LLVM's 256-bit cap (instruction
     bound), f32 kernels keep it (memory bound; 512 bits measured slower)."""
