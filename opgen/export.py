@@ -86,16 +86,26 @@ def _valid(op, problem) -> bool:
         return False
 
 
+def _stretched(problem):
+    """``problem`` with its leading size RAGGED_ROWS: the first axis of its first tuple field,
+    else its first int field (GroupNorm's N); None when it has neither."""
+    fields = [(f.name, getattr(problem, f.name)) for f in dataclasses.fields(problem)]
+    for name, value in fields:
+        if isinstance(value, tuple) and value:
+            return dataclasses.replace(problem, **{name: (RAGGED_ROWS,) + value[1:]})
+    for name, value in fields:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return dataclasses.replace(problem, **{name: RAGGED_ROWS})
+    return None
+
+
 def _variants(problem) -> list:
-    """``problem`` with its first tuple field's leading axis made RAGGED_ROWS, and with each
-    size (a tuple field's axis, an int field) set to 0 in turn."""
-    out, stretched = [], False
+    """``problem`` stretched to ragged rows, and with each size (a tuple field's axis, an
+    int field) set to 0 in turn."""
+    out = [p for p in [_stretched(problem)] if p is not None]
     for field in dataclasses.fields(problem):
         value = getattr(problem, field.name)
-        if isinstance(value, tuple) and value:
-            if not stretched:
-                stretched = True
-                out.append(dataclasses.replace(problem, **{field.name: (RAGGED_ROWS,) + value[1:]}))
+        if isinstance(value, tuple):
             out += [dataclasses.replace(problem, **{field.name: value[:i] + (0,) + value[i + 1:]})
                     for i in range(len(value))]
         elif isinstance(value, int) and not isinstance(value, bool):
