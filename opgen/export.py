@@ -9,7 +9,8 @@ Per op x dtype combo x variant, under ``<out>/<target>/<op>/<dtypes>/``:
     the runner accepts;
   * ``cases.json`` + ``cases.npz``: golden cases, inputs in the kernel's shapes and the
     float64 reference with the allowed error per element (opgen.verify's rule), so a machine
-    without TVM (scripts/gpu_check.sh) checks the kernels against the reference.
+    without TVM (scripts/gpu_check.sh) checks the kernels against the reference;
+  * ``bench.json``: the caller shapes of the op's benchmark problems (scripts/export_bench.py).
 """
 from __future__ import annotations
 
@@ -149,6 +150,16 @@ def golden_cases(op, combo, rng) -> tuple[list, dict]:
     return meta, arrays
 
 
+def bench_shapes(op) -> list:
+    """The op's benchmark problems as the kernel's caller shapes (inputs, then outputs):
+    what a machine without TVM needs to time the plan at the sizes ``opgen bench`` uses."""
+    out = []
+    for text in op.cases.bench:
+        shapes = op.api.kernel_shapes(op.parse_problem(text))
+        out.append({"problem": text, "shapes": [list(shapes[n]) for n in op.inputs + op.outputs]})
+    return out
+
+
 # ---- one kernel -------------------------------------------------------------------------------
 
 def export_one(op, combo, target, out_root: Path, rng, variant: str = "default", cases: bool = True) -> Path:
@@ -166,4 +177,5 @@ def export_one(op, combo, target, out_root: Path, rng, variant: str = "default",
         meta, arrays = golden_cases(op, combo, rng)
         np.savez_compressed(out_dir / "cases.npz", **arrays)
         (out_dir / "cases.json").write_text(json.dumps(meta, indent=1) + "\n")
+        (out_dir / "bench.json").write_text(json.dumps(bench_shapes(op)) + "\n")
     return path

@@ -126,3 +126,15 @@ def test_cuda_export_writes_ptx_and_cubins_whose_kernels_the_plan_names(tmp_path
         entries = set(re.findall(r"\.entry\s+(\w+)\(", ptx))
         assert {k.name for k in plan.kernels} <= entries, (arch, entries)
     assert len(plan.kernels) == 3 and all(k.guard.text != "1" for k in plan.kernels)   # every launch guarded
+
+
+def test_gpu_check_fails_when_the_cuda_runtime_cannot_load(tmp_path):
+    """scripts/gpu_check.sh must fail, not skip, where CUDA cannot load (here: no CuPy, no GPU)."""
+    probe = subprocess.run(["python3", "-c", "import cupy; cupy.cuda.runtime.getDeviceCount()"], capture_output=True)
+    if probe.returncode == 0:
+        pytest.skip("the CUDA runtime loads here")
+    (tmp_path / "cuda").mkdir()
+    script = Path(__file__).resolve().parent.parent / "scripts" / "gpu_check.sh"
+    proc = subprocess.run(["bash", str(script), str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "the CUDA runtime cannot load" in proc.stdout

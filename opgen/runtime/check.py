@@ -2,7 +2,7 @@
 compiler): what scripts/gpu_check.sh runs on a GPU machine and tests/test_export.py on
 the OpenCL device here.
 
-    python -m opgen.runtime.check EXPORT_DIR [--pocl|--any-opencl]   # one row per case
+    python -m opgen.runtime.check EXPORT_DIR...   # one row per plan; exit 1 when one fails
 
 Outputs start as NaN, so an output a kernel never writes fails. An element passes when
 |out - ref| <= allowed (opgen.verify's rule, computed at export), and inf/nan must
@@ -18,7 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
-from opgen.runtime import backends, plan as plans
+from opgen.runtime import backends
+from opgen.runtime import plan as plans
 
 NAN_BITS = {"float32": (np.float32, np.float32(np.nan)), "float16": (np.float16, np.float16(np.nan)),
             "bfloat16": (np.uint16, np.uint16(0x7FC0))}
@@ -76,11 +77,18 @@ def check_plan(path, backend=None, **options) -> list:
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m opgen.runtime.check", description=__doc__.splitlines()[0])
-    parser.add_argument("folder", help="an opgen export folder (searched for plan.json)")
+    parser.add_argument("folders", nargs="+", help="opgen export folders (searched for plan.json)")
     args = parser.parse_args(argv)
-    failed = 0
-    for path in sorted(Path(args.folder).rglob("plan.json")):
-        results = check_plan(path)
+    failed, found = 0, sorted(p for folder in args.folders for p in Path(folder).rglob("plan.json"))
+    if not found:
+        print(f"no plan.json under {' '.join(args.folders)}", file=sys.stderr)
+        return 2
+    for path in found:
+        try:
+            results = check_plan(path)
+        except (backends.BackendMissing, plans.PlanError) as err:
+            print(f"cannot run {path}: {err}", file=sys.stderr)
+            return 2
         worst = max((r.ratio for r in results), default=0.0)
         failed += not all(r.passed for r in results)
         print(f"{'PASS' if worst <= 1 else 'FAIL'} {worst:9.3g}  {len(results):3d} checks  {path.parent}")
