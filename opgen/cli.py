@@ -276,26 +276,35 @@ def writable_folder(path: Path) -> str | None:
     return None
 
 
+def export_request(args):
+    """(ops, target, combo tags or None) for ``opgen export``, or the one-line complaint."""
+    ops, target = known_ops(args.op), export_target(args.target)
+    for answer in (ops, target):
+        if isinstance(answer, str):
+            return answer
+    known = {combo.tag for op in ops for combo in op.combos}
+    unknown = [tag for tag in args.dtypes or () if tag not in known]
+    if unknown:
+        return f"unknown dtype combo {unknown[0]!r} for {', '.join(op.name for op in ops)}"
+    return writable_folder(Path(args.out)) or (ops, target, set(args.dtypes or known))
+
+
 def cmd_export(args) -> int:
     """Device code + launch plan + golden cases per op x combo (opgen.export); one row each."""
     from opgen import export
 
-    ops = known_ops(args.op)
-    target = export_target(args.target)
-    problem = ops if isinstance(ops, str) else target if isinstance(target, str) else writable_folder(Path(args.out))
-    if problem:
-        return usage_error("export", problem)
+    request = export_request(args)
+    if isinstance(request, str):
+        return usage_error("export", request)
+    ops, target, tags = request
     rng, failed = np.random.default_rng(args.seed), 0
-    for op in ops:
-        for combo in op.combos:
-            if args.dtypes and combo.tag not in args.dtypes:
-                continue
-            try:
-                path = export.export_one(op, combo, target, Path(args.out), rng, cases=not args.no_cases)
-                print(f"{op.name:<22} {combo.tag:<22} {path.parent}")
-            except Exception as err:   # report, keep going with the other kernels
-                failed += 1
-                print(f"{op.name:<22} {combo.tag:<22} FAIL: {type(err).__name__}: {err}")
+    for op, combo in [(op, combo) for op in ops for combo in op.combos if combo.tag in tags]:
+        try:
+            path = export.export_one(op, combo, target, Path(args.out), rng, cases=not args.no_cases)
+            print(f"{op.name:<22} {combo.tag:<22} {path.parent}")
+        except Exception as err:   # report, keep going with the other kernels
+            failed += 1
+            print(f"{op.name:<22} {combo.tag:<22} FAIL: {type(err).__name__}: {err}")
     return 1 if failed else 0
 
 

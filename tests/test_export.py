@@ -33,6 +33,7 @@ NO_TVM = "import sys; sys.modules['tvm'] = None; sys.modules['tvm_ffi'] = None\n
     (["--target", "nope"], "unknown target 'nope'"),
     (["--target", "llvm"], "target llvm cannot export here"),
     (["--target", "opencl", "--op", "nope"], "unknown op 'nope'"),
+    (["--target", "opencl", "--op", "rms_norm_grad", "--dtypes", "f64-f64"], "unknown dtype combo 'f64-f64'"),
 ])
 def test_bad_input_is_one_line_and_status_2(argv, message, tmp_path, capsys):
     assert cli.main(["export", "--out", str(tmp_path), *argv]) == 2
