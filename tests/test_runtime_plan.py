@@ -183,3 +183,17 @@ def test_a_missing_device_api_is_a_clear_error(tmp_path, monkeypatch):
     doc["code"] = {"language": "python"}
     with pytest.raises(PlanError, match="no backend"):
         backends.for_plan(plans.parse(doc, tmp_path))
+
+
+def test_the_cuda_backend_loads_the_devices_cubin_else_the_newest_older_ptx(tmp_path):
+    from opgen.runtime import backends
+
+    doc = copy.deepcopy(DOC)
+    doc["code"] = {"language": "ptx", "archs": {a: {"ptx": f"k.{a}.ptx", "cubin": f"k.{a}.cubin"}
+                                                for a in ("sm_80", "sm_90")}}
+    plan = plans.parse(doc, tmp_path)
+    pick = backends.CupyBackend._code_path
+    assert pick(plan, 90).name == "k.sm_90.cubin" and pick(plan, 80).name == "k.sm_80.cubin"
+    assert pick(plan, 86).name == "k.sm_80.ptx" and pick(plan, 100).name == "k.sm_90.ptx"
+    with pytest.raises(backends.BackendMissing, match="no code for sm_75"):
+        pick(plan, 75)
