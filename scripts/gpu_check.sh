@@ -2,7 +2,8 @@
 # The GPU check, without TVM (the GPU machine has none), in under 5 minutes:
 #   scripts/gpu_check.sh [EXPORT_DIR]      # default: gpu-export
 # EXPORT_DIR is written on a machine with TVM and nvcc, before the GPU loan:
-#   opgen export --target cuda --out gpu-export
+#   opgen export --target cuda --out gpu-export     (git-ignored: send it along, e.g. the device
+#   tool's carry=["gpu-export"]; every op x combo with golden cases is 19 MiB, 54 plans)
 # Steps: 1. the GPU and the CUDA runtime (CuPy) -- exit 1 when the runtime cannot load;
 # 2. every exported plan's golden cases through opgen.runtime against the float64 reference;
 # 3. compute-sanitizer memcheck, racecheck and synccheck on each op's f32-f32 plan, when present;

@@ -4,7 +4,9 @@ The opencl export of every op x dtype combo is replayed on the OpenCL device opg
 process where TVM cannot be imported: the golden cases (sample problems up to 4096
 elements, ragged rows, every empty variant) are compared with the float64 reference. The
 same checker and the same plan logic run the CUDA export on a GPU (scripts/gpu_check.sh);
-here CUDA is compile-only: PTX and cubins per architecture, the plan's kernels in the PTX.
+here CUDA is compile-only: PTX and cubins per architecture, the plan's kernels in the PTX,
+and a plan equal to the OpenCL one launch for launch (same kernels, grids, guards, arguments,
+workspace): only the code differs, so the replay covers the CUDA plan's launches too.
 """
 from __future__ import annotations
 
@@ -127,6 +129,10 @@ def test_cuda_export_writes_ptx_and_cubins_whose_kernels_the_plan_names(tmp_path
         entries = set(re.findall(r"\.entry\s+(\w+)\(", ptx))
         assert {k.name for k in plan.kernels} <= entries, (arch, entries)
     assert len(plan.kernels) == 3 and all(k.guard.text != "1" for k in plan.kernels)   # every launch guarded
+    # The CUDA plan is the OpenCL plan the replay test runs, launch for launch: only the code differs.
+    (opencl_path,) = _export(OPENCL, tmp_path, [("group_norm_backward", "f32-f32")], "--no-cases")
+    strip = lambda doc: {k: v for k, v in doc.items() if k not in ("code", "target")}   # noqa: E731
+    assert strip(plan.doc) == strip(json.loads(opencl_path.read_text()))
 
 
 def test_gpu_check_fails_when_the_cuda_runtime_cannot_load(tmp_path):
