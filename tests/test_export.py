@@ -71,16 +71,23 @@ def _export(target, out: Path, pairs, *extra) -> list:
     return paths
 
 
-def _opencl_ctx_index() -> str:
-    """PYOPENCL_CTX naming the device opgen's probe chose, for a process that has no opgen probe."""
-    import pyopencl as cl
+def _opencl_env(tmp_path) -> dict:
+    """The environment of a process without opgen's probe that opens the device the probe
+    chose: the runtimes opgen's extras install (Intel's CPU runtime) are registered by opgen
+    in its own process only (targets/opencl_devices.py), so they are listed in an
+    OCL_ICD_VENDORS folder here, as a user of the runner would; PYOPENCL_CTX names the
+    device by platform and device name (indices differ between the two lists)."""
+    from opgen.targets import opencl_devices
 
     chosen = OPENCL._runtime().device
-    for p, platform in enumerate(cl.get_platforms()):
-        for d, device in enumerate(platform.get_devices()):
-            if device == chosen:
-                return f"{p}:{d}"
-    pytest.skip("the probe's device is not in pyopencl's platform list")
+    if ":" in chosen.platform.name or ":" in chosen.name:
+        pytest.skip(f"PYOPENCL_CTX cannot name {chosen.platform.name!r}:{chosen.name!r} (a colon)")
+    vendors = tmp_path / "icd"
+    vendors.mkdir()
+    opencl_devices.write_vendors(vendors, opencl_devices.system_vendor_lines()
+                                 + opencl_devices.pip_runtime_libraries())
+    return dict(os.environ, PYOPENCL_CTX=f"{chosen.platform.name}:{chosen.name}", PYOPENCL_NO_CACHE="1",
+                OCL_ICD_VENDORS=str(vendors))
 
 
 @pytest.mark.timeout(900)
@@ -88,7 +95,7 @@ def test_exported_opencl_plans_replay_without_tvm_and_match_the_reference(tmp_pa
     if not OPENCL.can_run():
         pytest.skip(f"opencl cannot run here: {OPENCL.missing()}")
     paths = _export(OPENCL, tmp_path, REPLAYED)
-    env = dict(os.environ, PYOPENCL_CTX=_opencl_ctx_index(), PYOPENCL_NO_CACHE="1")
+    env = _opencl_env(tmp_path)
     code = NO_TVM + "from opgen.runtime.check import main\nsys.exit(main(sys.argv[1:]))\n"
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env,
                           timeout=850)
