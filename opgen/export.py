@@ -100,10 +100,10 @@ def _stretched(problem):
     return None
 
 
-def _variants(problem) -> list:
-    """``problem`` stretched to ragged rows, and with each size (a tuple field's axis, an
-    int field) set to 0 in turn."""
-    out = [p for p in [_stretched(problem)] if p is not None]
+def zeroed(problem) -> list:
+    """``problem`` with one size set to 0 at a time: each axis of a tuple field and each int
+    field (bools and floats are attributes, not sizes). Shared with the race tests."""
+    out = []
     for field in dataclasses.fields(problem):
         value = getattr(problem, field.name)
         if isinstance(value, tuple):
@@ -112,6 +112,11 @@ def _variants(problem) -> list:
         elif isinstance(value, int) and not isinstance(value, bool):
             out.append(dataclasses.replace(problem, **{field.name: 0}))
     return out
+
+
+def _variants(problem) -> list:
+    """``problem`` stretched to ragged rows, and with each size set to 0 in turn."""
+    return [p for p in [_stretched(problem)] if p is not None] + zeroed(problem)
 
 
 def case_problems(op) -> list:

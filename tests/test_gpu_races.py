@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 
 from opgen import kernels, schedules
+from opgen.export import zeroed
 from opgen.ops import all_ops, get_op
 from opgen.ops.group_norm_backward import Problem as GNProblem
 from opgen.targets import get_target
@@ -59,20 +60,6 @@ def _valid(op, problem) -> bool:
         return False
 
 
-def _zeroed(problem) -> list:
-    """``problem`` with one size set to 0 at a time: each axis of a tuple field and each int
-    field (bools and floats are attributes, not sizes)."""
-    out = []
-    for field in dataclasses.fields(problem):
-        value = getattr(problem, field.name)
-        if isinstance(value, tuple):
-            out += [dataclasses.replace(problem, **{field.name: value[:axis] + (0,) + value[axis + 1:]})
-                    for axis in range(len(value))]
-        elif isinstance(value, int) and not isinstance(value, bool):
-            out.append(dataclasses.replace(problem, **{field.name: 0}))
-    return out
-
-
 def _stretched(problem):
     """``problem`` with the leading axis of its first tuple field set to RAGGED_ROWS (None
     when it has no tuple field)."""
@@ -97,7 +84,7 @@ def problems_of(op) -> tuple[list, list]:
     stretched = _stretched(smallest)
     if stretched is not None and _valid(op, stretched):
         small.append(stretched)
-    empty = [v for v in _zeroed(smallest) if _valid(op, v) and _has_empty_tensor(op, v)]
+    empty = [v for v in zeroed(smallest) if _valid(op, v) and _has_empty_tensor(op, v)]
     return small, list(dict.fromkeys(empty))
 
 

@@ -45,15 +45,22 @@ def toy_row_pass():
     return [a, out, col]
 
 
-def toy_grouped_pass():
-    """Per-channel sums, per-group totals, an elementwise output, batch column sums."""
+def toy_grouped_pass(prologue=None):
+    """Per-channel sums, per-group totals, an elementwise output, batch column sums. With
+    ``prologue`` (a TE function of an element), the sums and the output read
+    p = prologue(a) where they read a (the sums read p * a)."""
     n, g, d, hw = (te.var(v, "int64") for v in ("n", "g", "d", "hw"))
     a = te.placeholder((n, g, d, hw), "float32", name="a")
+    if prologue is None:
+        p, term = a, (lambda i, j, c, k: a[i, j, c, k])
+    else:
+        p = te.compute((n, g, d, hw), lambda i, j, c, h: prologue(a[i, j, c, h]), name="toy_prologue")
+        term = lambda i, j, c, k: p[i, j, c, k] * a[i, j, c, k]  # noqa: E731
     k = te.reduce_axis((0, hw), name="k")
-    chan = te.compute((n, g, d), lambda i, j, c: te.sum(a[i, j, c, k], axis=k), name="toy_channel_sum")
+    chan = te.compute((n, g, d), lambda i, j, c: te.sum(term(i, j, c, k), axis=k), name="toy_channel_sum")
     e = te.reduce_axis((0, d), name="e")
     grp = te.compute((n, g), lambda i, j: te.sum(chan[i, j, e], axis=e), name="toy_group_sum")
-    out = te.compute((n, g, d, hw), lambda i, j, c, h: a[i, j, c, h] - grp[i, j] / (d * hw).astype("float32"),
+    out = te.compute((n, g, d, hw), lambda i, j, c, h: p[i, j, c, h] - grp[i, j] / (d * hw).astype("float32"),
                      name="toy_centered")
     b = te.reduce_axis((0, n), name="b")
     col = te.compute((g, d), lambda j, c: te.sum(chan[b, j, c], axis=b), name="toy_batch_sum")
@@ -86,18 +93,7 @@ def test_grouped_rule_schedules_a_new_op(shape):
 def toy_grouped_with_prologue():
     """The grouped pattern over a prologue with an exp (a per-element transcendental, like
     GroupNormSwish's sigmoid): its sums and its output read p = exp(a / 4)."""
-    n, g, d, hw = (te.var(v, "int64") for v in ("n", "g", "d", "hw"))
-    a = te.placeholder((n, g, d, hw), "float32", name="a")
-    p = te.compute((n, g, d, hw), lambda i, j, c, h: te.exp(a[i, j, c, h] * 0.25), name="toy_prologue")
-    k = te.reduce_axis((0, hw), name="k")
-    chan = te.compute((n, g, d), lambda i, j, c: te.sum(p[i, j, c, k] * a[i, j, c, k], axis=k), name="toy_channel_sum")
-    e = te.reduce_axis((0, d), name="e")
-    grp = te.compute((n, g), lambda i, j: te.sum(chan[i, j, e], axis=e), name="toy_group_sum")
-    out = te.compute((n, g, d, hw), lambda i, j, c, h: p[i, j, c, h] - grp[i, j] / (d * hw).astype("float32"),
-                     name="toy_centered")
-    b = te.reduce_axis((0, n), name="b")
-    col = te.compute((g, d), lambda j, c: te.sum(chan[b, j, c], axis=b), name="toy_batch_sum")
-    return [a, out, col]
+    return toy_grouped_pass(lambda v: te.exp(v * 0.25))
 
 
 def _prologue_reference(a):
