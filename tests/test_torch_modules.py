@@ -1,6 +1,6 @@
 """opgen.torch: the custom ops pass torch's opcheck; RMSNorm/GroupNorm are drop-ins for
-torch.nn's (state_dict, gradients in f32 and bf16, gradcheck) whose backward really is opgen,
-also inside a torch.compile'd model with no graph break."""
+torch.nn's (state_dict, outputs and gradients in f32 and bf16, gradcheck) whose forward and
+backward really are opgen, also inside a torch.compile'd model with no graph break."""
 from __future__ import annotations
 
 import pytest
@@ -14,11 +14,11 @@ import opgen  # noqa: E402
 @pytest.fixture
 def opgen_calls(monkeypatch):
     """Counts the calls reaching opgen's Pythonic layer (what the custom ops call), by op."""
-    counts = {"rms_norm_grad": 0, "group_norm_backward": 0}
+    counts = {"rms_norm": 0, "rms_norm_grad": 0, "group_norm": 0, "group_norm_backward": 0}
     real = opgen.api.call_op
 
     def counted(op, *a, **k):
-        counts[op.name] += 1
+        counts[op.name] = counts.get(op.name, 0) + 1
         return real(op, *a, **k)
     monkeypatch.setattr(opgen.api, "call_op", counted)
     return counts
@@ -43,6 +43,7 @@ def test_custom_ops_pass_opcheck():
     torch.manual_seed(0)
     torch.library.opcheck(torch.ops.opgen.rms_norm_grad.default,
                           (torch.randn(3, 8), torch.randn(3, 8), torch.rand(3) + 0.5, torch.rand(8) + 0.5))
+    torch.library.opcheck(torch.ops.opgen.rms_norm.default, (torch.randn(3, 8), torch.rand(8) + 0.5, 1e-6))
     torch.library.opcheck(torch.ops.opgen.group_norm_backward.default,
                           (torch.randn(2, 4, 3), torch.randn(2, 4, 3), torch.randn(2, 2), torch.rand(2, 2) + 0.5,
                            torch.rand(4), 2, [True, False, True]))
@@ -65,7 +66,7 @@ def test_rms_norm_f32_matches_torch(shape, opgen_calls):
     torch.testing.assert_close(ours(x), theirs(x))
     for a, b in zip(_grads(ours, x, dy), _grads(theirs, x, dy)):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-    assert opgen_calls["rms_norm_grad"] == 1
+    assert opgen_calls["rms_norm"] == 2 and opgen_calls["rms_norm_grad"] == 1   # ours(x), then in _grads
 
 
 def test_rms_norm_without_weight_matches_torch():
@@ -159,7 +160,7 @@ def test_compiled_model_has_no_graph_break_and_runs_opgen(opgen_calls):
     model, x = Model(), torch.randn(2, 8, 4, 4, requires_grad=True)
     torch.compile(model, fullgraph=True)(x).backward()
     compiled = [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
-    assert opgen_calls == {"rms_norm_grad": 1, "group_norm_backward": 1}
+    assert opgen_calls == {"rms_norm": 1, "rms_norm_grad": 1, "group_norm": 0, "group_norm_backward": 1}
     x.grad = None
     model.zero_grad()
     model(x).backward()
