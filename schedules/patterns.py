@@ -15,8 +15,9 @@ GpuGroupedRowPass, GroupTiles).
   (BatchNorm-like), per-channel scalars, and elementwise outputs over (N, C, HW); the sums
   may be outputs themselves.
 * ``grouped_pass``: row reductions over the innermost axis of an (outer..., inner) input,
-  per-group stages over the outer axes, an elementwise output sharing them, and column
-  sums over the first axis of the row reductions (plus their casts).
+  per-group stages over the outer axes (per-group scalars may be outputs: a forward norm's
+  statistics), an elementwise output sharing them, and zero or more column sums over the
+  first axis of the row reductions (plus their casts).
 """
 from __future__ import annotations
 
@@ -141,7 +142,10 @@ def inline_statistics(sch, stages: list[Block], sums: list[Block]) -> list[Block
 
 def grouped_pass(infos: list[Block]):
     """(out, outer, row_sums, group_stages, column_sums, casts) of the GroupNorm-like
-    pattern, or None; ``outer`` is the number of outer (batch, group) axes."""
+    pattern, or None; ``outer`` is the number of outer (batch, group) axes. A group stage
+    may be an output when it holds one value per (batch, group): a forward norm's mean and
+    rstd, which its backward takes back (the rules move group stages with
+    reverse_compute_at, which TVM allows for output blocks)."""
     big = [b for b in infos if b.writes_output and "R" not in b.kinds and len(b.kinds) >= 3]
     if len(big) != 1:
         return None
@@ -151,7 +155,7 @@ def grouped_pass(infos: list[Block]):
     row_sums = [b for b in infos if not b.writes_output and not (b.reads & scratch_names)
                 and b.kinds == "S" * (rank - 1) + "R"
                 and all(same_extent(a, e) for a, e in zip(b.extents, out.extents[:-1]))]
-    group_stages = [b for b in infos if b not in row_sums and not b.writes_output
+    group_stages = [b for b in infos if b not in row_sums and (not b.writes_output or b.kinds == "S" * outer)
                     and b.kinds[:outer] == "S" * outer and b.reads & scratch_names
                     and all(same_extent(a, e) for a, e in zip(b.extents[:outer], out.extents[:outer]))]
     column = [b for b in infos if b not in row_sums and b not in group_stages and b is not out]

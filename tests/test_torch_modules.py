@@ -44,6 +44,7 @@ def test_custom_ops_pass_opcheck():
     torch.library.opcheck(torch.ops.opgen.rms_norm_grad.default,
                           (torch.randn(3, 8), torch.randn(3, 8), torch.rand(3) + 0.5, torch.rand(8) + 0.5))
     torch.library.opcheck(torch.ops.opgen.rms_norm.default, (torch.randn(3, 8), torch.rand(8) + 0.5, 1e-6))
+    torch.library.opcheck(torch.ops.opgen.group_norm.default, (torch.randn(2, 4, 3), torch.rand(4), None, 2, 1e-5))
     torch.library.opcheck(torch.ops.opgen.group_norm_backward.default,
                           (torch.randn(2, 4, 3), torch.randn(2, 4, 3), torch.randn(2, 2), torch.rand(2, 2) + 0.5,
                            torch.rand(4), 2, [True, False, True]))
@@ -84,7 +85,7 @@ def test_group_norm_f32_matches_torch(affine, opgen_calls):
     torch.testing.assert_close(ours(x), theirs(x), rtol=1e-5, atol=1e-5)
     for a, b in zip(_grads(ours, x, dy), _grads(theirs, x, dy)):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-    assert opgen_calls["group_norm_backward"] == 1
+    assert opgen_calls["group_norm"] == 2 and opgen_calls["group_norm_backward"] == 1   # ours(x), then in _grads
 
 
 def test_group_norm_input_without_grad_asks_only_parameter_grads():
@@ -160,7 +161,7 @@ def test_compiled_model_has_no_graph_break_and_runs_opgen(opgen_calls):
     model, x = Model(), torch.randn(2, 8, 4, 4, requires_grad=True)
     torch.compile(model, fullgraph=True)(x).backward()
     compiled = [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
-    assert opgen_calls == {"rms_norm": 1, "rms_norm_grad": 1, "group_norm": 0, "group_norm_backward": 1}
+    assert opgen_calls == {"rms_norm": 1, "rms_norm_grad": 1, "group_norm": 1, "group_norm_backward": 1}
     x.grad = None
     model.zero_grad()
     model(x).backward()
