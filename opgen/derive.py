@@ -1,4 +1,6 @@
-"""Symbolic proofs that each op's TE computes the true gradient of its forward.
+"""Symbolic proofs that each op's TE computes the true gradient of its forward (or, for a
+forward op such as rms_norm, the forward's outputs themselves: its model's truth is y and
+the statistics, no derivative taken).
 
 Why: the kernels are compiled from TE, so the proof must read that very TE, not a retyped
 copy of the formula. opgen.symbolic's ``Translator`` turns every output element of an op's

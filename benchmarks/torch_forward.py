@@ -1,0 +1,80 @@
+"""Module forward: opgen.torch's RMSNorm / GroupNorm against torch.nn's, same process.
+
+Issue 21 measured opgen's modules' forward (then a chain of eager torch ops) at up to 22x
+ATen's native_group_norm. This times what a training step calls: ``module(x)`` with
+parameters that require grad (the autograd graph is recorded, as in training), opgen's and
+torch's modules on the same tensors, interleaved (one call of each per repeat, the order
+alternating) so the machine's load hits both alike; also the forward kernel alone through
+its custom op (``torch.ops.opgen.*``) and, for GroupNorm, ATen's native_group_norm.
+Reports the median and the range over the repeats, in ms.
+
+    python benchmarks/torch_forward.py                 # 21 repeats
+    python benchmarks/torch_forward.py --repeats 41
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+import opgen.torch as ot
+
+
+def _time_ms(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1e3
+
+
+def interleaved(contenders: dict, repeats: int) -> dict:
+    """Milliseconds per call of each contender, one call each per repeat, order alternating."""
+    names = list(contenders)
+    for fn in contenders.values():     # warm-up: kernels built, pools awake, memory touched
+        fn()
+        fn()
+    times = {n: [] for n in names}
+    for i in range(repeats):
+        for name in (names if i % 2 == 0 else reversed(names)):
+            times[name].append(_time_ms(contenders[name]))
+    return times
+
+
+def _cases():
+    """(label, {contender: zero-argument callable}) per measured case."""
+    torch.manual_seed(0)
+    x = torch.randn(32, 32, 64, 64) * 2 + 0.5
+    ours, theirs = ot.GroupNorm(8, 32), torch.nn.GroupNorm(8, 32)
+    theirs.load_state_dict(ours.state_dict())
+    yield "GroupNorm (32,32,64x64) G=8 f32", {
+        "opgen module": lambda: ours(x), "torch module": lambda: theirs(x),
+        "opgen kernel": lambda: torch.ops.opgen.group_norm(x, ours.weight.detach(), ours.bias.detach(), 8, 1e-5),
+        "aten native_group_norm": lambda: torch.ops.aten.native_group_norm(
+            x, theirs.weight.detach(), theirs.bias.detach(), 32, 32, 64 * 64, 8, 1e-5)}
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(4096, 4096).to(dtype)
+        ours = ot.RMSNorm(4096, dtype=dtype)
+        theirs = torch.nn.RMSNorm(4096, eps=1e-6, dtype=dtype)
+        theirs.load_state_dict(ours.state_dict())
+        yield f"RMSNorm 4096x4096 {str(dtype).replace('torch.', '')}", {
+            "opgen module": lambda ours=ours, x=x: ours(x), "torch module": lambda theirs=theirs, x=x: theirs(x),
+            "opgen kernel": lambda ours=ours, x=x: torch.ops.opgen.rms_norm(x, ours.weight.detach(), 1e-6)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=21)
+    args = parser.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.repeats} interleaved repeats")
+    for label, contenders in _cases():
+        times = interleaved(contenders, args.repeats)
+        base = float(np.median(times["torch module"]))
+        print(label)
+        for name, ms in times.items():
+            med = float(np.median(ms))
+            print(f"  {name:24s} {med:8.3f} ms  [{min(ms):.3f} - {max(ms):.3f}]  {base / med:5.2f}x torch module")
+
+
+if __name__ == "__main__":
+    main()
