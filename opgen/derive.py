@@ -98,6 +98,8 @@ def prove(op_name: str, combo_tag: str = "f32-f32", cases=None) -> ProofReport:
             checked += len(truth.outputs[out])
         first = str(next(iter(bad.values()))) if bad else ""
         results.append(CaseResult(sizes, checked, tuple(bad), first))
+    if spec.model.covers:
+        return ProofReport(op_name, combo_tag, tuple(results), spec.model.covers)
     return ProofReport(op_name, combo_tag, tuple(results))
 
 

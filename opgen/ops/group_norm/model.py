@@ -10,7 +10,7 @@ from functools import lru_cache
 
 import sympy
 
-from opgen.symbolic import EPS, ProofModel, Truth, grid, make_symbol, symbols
+from opgen.symbolic import EPS, FORWARD_COVERS, ProofModel, Truth, grid, make_symbol, symbols
 
 
 @lru_cache(maxsize=None)
@@ -25,4 +25,5 @@ def group_norm_forward_truth(n: int, g: int, d: int, hw: int) -> Truth:
     return Truth({"y": y, "mean": mean, "rstd": rstd}, {make_symbol("eps", (0,)): EPS})
 
 
-MODEL = ProofModel(("N", "G", "D", "HW"), group_norm_forward_truth, ((2, 2, 2, 2), (1, 1, 2, 3)))
+MODEL = ProofModel(("N", "G", "D", "HW"), group_norm_forward_truth, ((2, 2, 2, 2), (1, 1, 2, 3)),
+                   covers=FORWARD_COVERS)

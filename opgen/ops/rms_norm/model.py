@@ -9,7 +9,7 @@ from functools import lru_cache
 
 import sympy
 
-from opgen.symbolic import EPS, ProofModel, Truth, grid, make_symbol, symbols
+from opgen.symbolic import EPS, FORWARD_COVERS, ProofModel, Truth, grid, make_symbol, symbols
 
 
 @lru_cache(maxsize=None)
@@ -21,4 +21,5 @@ def rms_norm_forward_truth(rows: int, cols: int) -> Truth:
     return Truth({"y": y, "rstd": rstd}, {make_symbol("eps", (0,)): EPS})
 
 
-MODEL = ProofModel(("rows", "cols"), rms_norm_forward_truth, ((2, 3), (1, 4)))
+MODEL = ProofModel(("rows", "cols"), rms_norm_forward_truth, ((2, 3), (1, 4)),
+                   covers=FORWARD_COVERS)
