@@ -4,12 +4,14 @@ torch.nn's, same process.
 Issue 21 measured opgen's modules' forward (then a chain of eager torch ops) at up to 22x
 ATen's native_group_norm. This times what a training step calls: ``module(x)`` with
 parameters that require grad (the autograd graph is recorded, as in training), opgen's and
-torch's modules on the same tensors, interleaved (one call of each per repeat, the order
-alternating) so the machine's load hits both alike; also the forward kernel alone through
+torch's modules on the same tensors, interleaved (one call of each per repeat, in a random
+order) so the machine's load hits both alike; also the forward kernel alone through
 its custom op (``torch.ops.opgen.*``), ``x.clone()`` (a fresh output and the same bytes
 read and written: the bandwidth bound of a one-pass forward, allocation included) and, for
 GroupNorm, ATen's native_group_norm.
-Reports the median and the range over the repeats, in ms.
+Reports the median and the range over the repeats, in ms, and the median of the per-repeat
+ratios to torch's module (each ratio from one repeat, under the same background load: the
+robust figure on a shared machine).
 
     python benchmarks/torch_forward.py                 # 21 repeats
     python benchmarks/torch_forward.py --repeats 41
@@ -33,15 +35,18 @@ def _time_ms(fn) -> float:
 
 
 def interleaved(contenders: dict, repeats: int) -> dict:
-    """Milliseconds per call of each contender, one call each per repeat, order alternating."""
+    """Milliseconds per call of each contender, one call each per repeat, in a new random
+    order each repeat (alternating two orders left the first and last places slower on the
+    shared machine, 2x in one run)."""
     names = list(contenders)
     for fn in contenders.values():     # warm-up: kernels built, pools awake, memory touched
         fn()
         fn()
     times = {n: [] for n in names}
-    for i in range(repeats):
-        for name in (names if i % 2 == 0 else reversed(names)):
-            times[name].append(_time_ms(contenders[name]))
+    order = np.random.default_rng(0)
+    for _ in range(repeats):
+        for i in order.permutation(len(names)):   # every contender in every position alike
+            times[names[i]].append(_time_ms(contenders[names[i]]))
     return times
 
 
@@ -94,11 +99,12 @@ def main() -> None:
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.repeats} interleaved repeats")
     for label, contenders in itertools.chain(_cases(), _backward_cases()):   # lazily: closures see their case
         times = interleaved(contenders, args.repeats)
-        base = float(np.median(times["torch module"]))
+        base = np.array(times["torch module"])
         print(label)
         for name, ms in times.items():
-            med = float(np.median(ms))
-            print(f"  {name:24s} {med:8.3f} ms  [{min(ms):.3f} - {max(ms):.3f}]  {base / med:5.2f}x torch module")
+            paired = float(np.median(base / np.array(ms)))   # same repeat, same background load
+            print(f"  {name:24s} {np.median(ms):8.3f} ms  [{min(ms):.3f} - {max(ms):.3f}]  "
+                  f"{paired:5.2f}x torch module (median of per-repeat ratios)")
 
 
 if __name__ == "__main__":
