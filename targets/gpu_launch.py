@@ -73,14 +73,7 @@ def _float32(value: float) -> float:
         return float(np.float32(value))
 
 
-def _fdiv(a: float, b: float) -> float:
-    """IEEE division, as the host code TVM would run divides: x / 0 is +-inf or nan, not
-    Python's ZeroDivisionError (a hoisted ``1.0 / (D * HW)`` over an empty group)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return float(np.float64(a) / np.float64(b))
-
-
-_NAMESPACE = {"min": min, "max": max, "f32": _float32, "fdiv": _fdiv}
+_NAMESPACE = {"min": min, "max": max, "f32": _float32}
 
 
 def _is_float(expr) -> bool:
@@ -105,11 +98,8 @@ def python_expr(expr, names: _Names) -> str:
     if isinstance(expr, tirx.Cast) and _is_float(expr.value):
         return f"int({python_expr(expr.value, names)})"            # C's conversion truncates
     if isinstance(expr, (tirx.Div, tirx.Add, tirx.Sub, tirx.Mul)) and _is_float(expr):
-        a, b = python_expr(expr.a, names), python_expr(expr.b, names)
-        if isinstance(expr, tirx.Div):
-            return _float_result(expr, f"fdiv({a}, {b})")
-        op = {tirx.Add: "+", tirx.Sub: "-", tirx.Mul: "*"}[type(expr)]
-        return _float_result(expr, f"({a} {op} {b})")
+        op = {tirx.Div: "/", tirx.Add: "+", tirx.Sub: "-", tirx.Mul: "*"}[type(expr)]
+        return _float_result(expr, f"({python_expr(expr.a, names)} {op} {python_expr(expr.b, names)})")
     if isinstance(expr, tirx.Var):
         name = names.name(expr)
         if name is None:

@@ -51,13 +51,14 @@ def compute(combo: DtypeCombo) -> list[te.Tensor]:
     beta = te.placeholder((g, d), combo["beta"], name="beta")
     eps = te.placeholder((1,), combo["eps"], name="eps")
     f32 = as_float32
-    inv_m = 1.0 / (d * hw).astype("float32")
+    m = (d * hw).astype("float32")   # divided by per group, not multiplied by 1 / M: a GPU's host
+    # code would compute a hoisted 1 / M, which is 1 / 0 for an empty group
 
     k = te.reduce_axis((0, hw), name="k")
     part = te.compute((n, g, d), lambda a, b, c: te.sum(f32(x[a, b, c, k]), axis=k), name=f"{STAGE}_sum")
     e = te.reduce_axis((0, d), name="e")
     total = te.compute((n, g), lambda a, b: te.sum(part[a, b, e], axis=e), name=f"{STAGE}_total")
-    mean = te.compute((n, g), lambda a, b: total[a, b] * inv_m, name=f"{STAGE}_mean32")
+    mean = te.compute((n, g), lambda a, b: total[a, b] / m, name=f"{STAGE}_mean32")
 
     def centered(a, b, c, i):
         return f32(x[a, b, c, i]) - mean[a, b]
@@ -66,7 +67,7 @@ def compute(combo: DtypeCombo) -> list[te.Tensor]:
                     name=f"{STAGE}_sq")
     e2 = te.reduce_axis((0, d), name="e")
     sq_total = te.compute((n, g), lambda a, b: te.sum(sq[a, b, e2], axis=e2), name=f"{STAGE}_sq_total")
-    rstd = te.compute((n, g), lambda a, b: te.rsqrt(sq_total[a, b] * inv_m + eps[0]), name=f"{STAGE}_rstd32")
+    rstd = te.compute((n, g), lambda a, b: te.rsqrt(sq_total[a, b] / m + eps[0]), name=f"{STAGE}_rstd32")
     scale = te.compute((n, g, d), lambda a, b, c: rstd[a, b] * f32(gamma[b, c]), name=f"{STAGE}_scale")
     shift = te.compute((n, g, d), lambda a, b, c: f32(beta[b, c]) - mean[a, b] * scale[a, b, c],
                        name=f"{STAGE}_shift")
