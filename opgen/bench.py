@@ -359,12 +359,20 @@ def add_arguments(parser) -> None:
     parser.add_argument("--plot", help="draw GB/s per shape and a roofline panel to FILE.png (matplotlib)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--target", help="opgen target to run on (opgen.set_target; default: the configured one)")
+    parser.add_argument("--training", action="store_true",
+                        help="train small models with torch's norm modules and with opgen's instead "
+                             "(opgen.bench_training; --quick: CI's sizes)")
+    parser.add_argument("--model", action="append", choices=("unet", "transformer"),
+                        help="with --training: only this model (repeatable)")
+    parser.add_argument("--steps", type=int, help="with --training: SGD steps per model (default 10; --quick 20)")
 
 
 def to_argv(args) -> list[str]:
     """The command line that reproduces ``args`` (for the rerun in a fresh process)."""
-    argv = ["--quick"] * args.quick + ["--no-tiny"] * args.no_tiny
-    for flag, values in (("--op", args.op), ("--dtypes", args.dtypes), ("--shape", args.shape), ("--skip", args.skip)):
+    argv = ["--quick"] * args.quick + ["--no-tiny"] * args.no_tiny + ["--training"] * args.training
+    argv += ["--steps", str(args.steps)] if args.steps is not None else []
+    for flag, values in (("--op", args.op), ("--dtypes", args.dtypes), ("--shape", args.shape), ("--skip", args.skip),
+                         ("--model", args.model)):
         for value in values or ():
             argv += [flag, value]
     argv += ["--repeats", str(args.repeats)] if args.repeats is not None else []
@@ -413,6 +421,10 @@ def main(args) -> int:
         from opgen.config import set_target
 
         set_target(args.target)
+    if args.training:
+        from opgen import bench_training
+
+        return bench_training.main(args)
     shapes = {}
     for item in args.shape or ():
         op, _, shape = item.partition("=")

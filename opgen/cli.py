@@ -6,6 +6,7 @@
     opgen bench [--quick] [--plot F.png] [--out F.json|F.csv]   # see opgen.compare, opgen.bench
     opgen explain OP --shape S [--dtype D] [--target T]   # which kernel a call runs, and why
     opgen targets      # every target: can it build and run here, and why not
+    opgen export --target cuda|opencl --out DIR   # device code + launch plans that run without TVM
     opgen tune ...     # see opgen.tune.cli; a target may add commands (Ascend: opgen tiling)
 
 For every registered op x dtype combo x target that can build here: build the kernel,
@@ -252,6 +253,61 @@ def cmd_targets(args) -> int:
     return 0
 
 
+def export_target(name: str):
+    """The target ``opgen export`` writes for, or the one-line complaint."""
+    registered = ", ".join(t.name for t in all_targets())
+    try:
+        target = get_target(name)
+    except KeyError:
+        return f"unknown target {name!r}; registered targets: {registered}"
+    why = target.export_missing()
+    return f"target {name} cannot export here: {why}" if why else target
+
+
+def writable_folder(path: Path) -> str | None:
+    """None when ``path`` is (or can be made) a folder we can write into, else why not."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".opgen-export-probe"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        return f"cannot write to {path}: {err.strerror or err}"
+    return None
+
+
+def export_request(args):
+    """(ops, target, combo tags or None) for ``opgen export``, or the one-line complaint."""
+    ops, target = known_ops(args.op), export_target(args.target)
+    for answer in (ops, target):
+        if isinstance(answer, str):
+            return answer
+    known = {combo.tag for op in ops for combo in op.combos}
+    unknown = [tag for tag in args.dtypes or () if tag not in known]
+    if unknown:
+        return f"unknown dtype combo {unknown[0]!r} for {', '.join(op.name for op in ops)}"
+    return writable_folder(Path(args.out)) or (ops, target, set(args.dtypes or known))
+
+
+def cmd_export(args) -> int:
+    """Device code + launch plan + golden cases per op x combo (opgen.export); one row each."""
+    from opgen import export
+
+    request = export_request(args)
+    if isinstance(request, str):
+        return usage_error("export", request)
+    ops, target, tags = request
+    rng, failed = np.random.default_rng(args.seed), 0
+    for op, combo in [(op, combo) for op in ops for combo in op.combos if combo.tag in tags]:
+        try:
+            path = export.export_one(op, combo, target, Path(args.out), rng, cases=not args.no_cases)
+            print(f"{op.name:<22} {combo.tag:<22} {path.parent}")
+        except Exception as err:   # report, keep going with the other kernels
+            failed += 1
+            print(f"{op.name:<22} {combo.tag:<22} FAIL: {type(err).__name__}: {err}")
+    return 1 if failed else 0
+
+
 def cmd_prove(args) -> int:
     from opgen import derive
 
@@ -283,6 +339,15 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--fresh", action="store_true", help="ignore the kernel disk cache (time real builds)")
     gen.add_argument("--seed", type=int, default=0, help="seed of the verification inputs")
     gen.set_defaults(func=cmd_generate)
+    exp = sub.add_parser("export", help="GPU kernels as device code + JSON launch plans that run without TVM "
+                         "(opgen.runtime; docs/launch-plan.md)")
+    exp.add_argument("--target", required=True, help="a GPU target (cuda: PTX and cubins; opencl: OpenCL C)")
+    exp.add_argument("--out", required=True, help="folder to write <target>/<op>/<dtypes>/ under")
+    exp.add_argument("--op", action="append", help="only this op (repeatable)")
+    exp.add_argument("--dtypes", action="append", help="only this dtype combo tag (repeatable)")
+    exp.add_argument("--no-cases", action="store_true", help="skip the golden cases (inputs + float64 reference)")
+    exp.add_argument("--seed", type=int, default=0, help="seed of the golden cases' inputs")
+    exp.set_defaults(func=cmd_export)
     prove = sub.add_parser("prove", help="prove each op's TE against sympy's derivative of its forward")
     prove.set_defaults(func=cmd_prove)
     explain = sub.add_parser("explain", help="which kernel a call of OP with this shape runs: rule, knobs and "

@@ -84,10 +84,20 @@ class PatternRule(ScheduleRule):
     def matches(self, func, target) -> bool:
         return self.match(blocks(pattern_schedule(func))) is not None
 
+    def keeps_prologues(self, knobs: dict) -> bool:
+        """Whether ``schedule`` wants the prologues the pattern's stages read as blocks of
+        their own (``pattern_schedule(func, keep_prologues=True)``) instead of inlined into
+        every reader. Matching always sees them inlined."""
+        return False
+
     def apply(self, func, target, knobs):
         sch = pattern_schedule(func)
         matched = self.match(blocks(sch))
-        return None if matched is None else self.schedule(sch, matched, target, knobs)
+        if matched is None:
+            return None
+        if self.keeps_prologues(knobs):
+            sch = pattern_schedule(func, keep_prologues=True)
+        return self.schedule(sch, matched, target, knobs)
 
 
 @dataclass(frozen=True)
@@ -142,23 +152,35 @@ def blocks(sch: s_tir.Schedule) -> list[Block]:
     return result
 
 
-def pattern_schedule(func) -> s_tir.Schedule:
+def prologues(infos: list[Block]) -> list[Block]:
+    """The elementwise prologues among ``infos``: blocks computing a whole intermediate
+    tensor element by element (no reduction, not an output) at the rank of the op's data
+    (GroupNormSwish's y and its dy after the swish derivative). Per-row and per-group
+    scalars have a lower rank: not prologues."""
+    data_rank = max((len(b.kinds) for b in infos if b.writes_output), default=0)
+    return [b for b in infos if not b.writes_output and "R" not in b.kinds and len(b.kinds) == data_rank]
+
+
+def pattern_schedule(func, keep_prologues: bool = False) -> s_tir.Schedule:
     """A Schedule of ``func`` as the patterns see it: its elementwise prologues inlined.
 
-    A prologue computes a whole intermediate tensor element by element (no reduction, not
-    an output) at the rank of the op's data (GroupNormSwish's dy after the swish derivative):
-    inlined into its consumers, it leaves the op in the pattern its other stages form. It is
-    then recomputed by each consumer (a few flops per element against a round trip of the
-    tensor through memory). Per-row and per-group scalars have a lower rank: kept."""
+    Inlined into its consumers, a prologue leaves the op in the pattern its other stages
+    form; each consumer then recomputes it (a few flops per element against a round trip
+    of the tensor through memory). With ``keep_prologues``, the prologues the other stages
+    read stay blocks (those feeding only other prologues are inlined into them): a rule
+    that computes them once per task and reads them from cache asks for it
+    (``PatternRule.keeps_prologues``), when they cost more than a reread (a sigmoid)."""
     sch = s_tir.Schedule(func)
     infos = blocks(sch)
-    data_rank = max((len(b.kinds) for b in infos if b.writes_output), default=0)
-    for info in infos:
-        if not info.writes_output and "R" not in info.kinds and len(info.kinds) == data_rank:
-            try:
-                sch.compute_inline(sch.get_sblock(info.name))
-            except s_tir.schedule.ScheduleError:   # not inlinable: the patterns decide without it
-                pass
+    inline = prologues(infos)
+    if keep_prologues:
+        inline = [b for b in inline
+                  if not any(b.writes & other.reads for other in infos if other not in inline)]
+    for info in inline:
+        try:
+            sch.compute_inline(sch.get_sblock(info.name))
+        except s_tir.schedule.ScheduleError:   # not inlinable: the patterns decide without it
+            pass
     return sch
 
 

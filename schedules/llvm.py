@@ -15,7 +15,9 @@ Four rules matched by stage pattern, and a fallback:
 * ``GroupedRowPass``: row reductions over the innermost axis of an (outer..., inner)
   input, per-group reductions/scalars and an elementwise output sharing the outer axes,
   and column reductions over the first axis of the row reductions (GroupNorm-like). One
-  parallel pass over the fused outer axes, then a parallel fixed-order column pass.
+  parallel pass over the fused outer axes, then a parallel fixed-order column pass. An
+  elementwise prologue the group reads (a swish derivative) is computed once per group
+  into a per-thread buffer rather than in both of the group's passes.
 
 * ``ChannelPass``: per-channel sums of an (N, C, HW) input over N and HW, per-channel
   scalars and elementwise outputs (BatchNorm-like): one parallel pass over the channels.
@@ -33,7 +35,7 @@ from dataclasses import dataclass
 
 from tvm import s_tir, tirx
 
-from opgen.schedules import STREAMED_OUTPUT, Block, Knob, PatternRule, ScheduleRule, patterns
+from opgen.schedules import STREAMED_OUTPUT, Block, Knob, PatternRule, ScheduleRule, blocks, patterns, prologues
 
 DEFAULT_ROWS_PER_CHUNK = 64
 ROWS_PER_CHUNK = Knob(
@@ -70,6 +72,16 @@ STREAM_STORES = Knob(
 # f32 16 MiB 2.30 -> 1.84 ms cold, RmsNorm 4096x4096 f32 10.2 -> 7.3): on a user's numpy
 # arrays the same default made DeepNormGrad 8192x4096 f32 4x slower than on torch tensors
 # (opgen bench: 160 ms against 37).
+PROLOGUE_ONCE = Knob(
+    "prologue_once", (True, False), True,
+    "compute an elementwise prologue the group's stages read (GroupNormSwishGrad's swish "
+    "derivative) once per group into a buffer of the group's size, read by its sums and its "
+    "output; False recomputes it in both passes (see _prologues_per_group)")
+# The prologue buffer holds one group (D x HW float32) per thread, allocated from TVM's
+# workspace pool. Computing once was faster at every size measured, up to 4M elements a
+# group (f32, kernel alone, once / twice: (2,64,256x256) G=4 20.8 / 27.8 ms, (2,64,512x512)
+# G=4 90 / 120 ms); past 16 MB a thread the memory is not worth hiding inside a kernel.
+PROLOGUE_ONCE_UP_TO = 1 << 22
 DEFAULT_FINAL_COLUMNS = 256
 FINAL_COLUMNS = Knob(
     "final_columns", (64, 128, 256, 512, 1024), DEFAULT_FINAL_COLUMNS,
@@ -130,6 +142,7 @@ class RowPassWithColumnSums(PatternRule):
             for cast in casts:   # rounded in the task that summed its columns, from its cache
                 if cast.reads & info.writes:
                     sch.reverse_compute_at(sch.get_sblock(cast.name), col_block)
+        _merge_row_sums(sch, row_stages)
         _finish_row_stages(sch, row_stages)
         return sch
 
@@ -172,6 +185,27 @@ def _finish_row_stages(sch, row_stages: list[Block]) -> None:
             sch.decompose_reduction(block, sch.get_loops(block)[-1])
         else:
             _fence_value(sch, info.name)
+
+
+def _merge_row_sums(sch, row_stages: list[Block]) -> None:
+    """One loop over a row's columns for all its row sums (LayerNorm's sum of dy * gamma and
+    of dy * gamma * xhat): each row is read once for its sums instead of once per sum.
+
+    The merged loop takes the place of the first loop listed (TVM 0.27, measured: listed
+    in program order, it lands before the scalars that read the second sum; listed the
+    other way, after a scalar that reads the first). TVM does not check the order a merge
+    leaves, so it is checked here: every stage reading a sum must come after the loop."""
+    sums = [info for info in row_stages if "R" in info.kinds]
+    if len(sums) < 2:
+        return
+    sch.merge(*[sch.get_loops(sch.get_sblock(info.name))[-1] for info in sums])
+    row_loop = sch.get_loops(sch.get_sblock(sums[0].name))[-2]
+    order = [sch.get(rv).name_hint for rv in sch.get_child_blocks(row_loop)]
+    written = {n for info in sums for n in info.writes}
+    last_sum = max(order.index(info.name) for info in sums)
+    late = [info.name for info in row_stages if info.reads & written and order.index(info.name) < last_sum]
+    if late:
+        raise RuntimeError(f"merging the row sums left {late} before the sums they read: {order}")
 
 
 def _fence_value(sch, name: str) -> None:
@@ -226,14 +260,27 @@ def _decompose_innermost(sch, info: Block) -> None:
 
 @dataclass(frozen=True)
 class GroupedRowPass(PatternRule):
-    """Knobs: ``parallel``, ``stream_stores``. The outer (batch, group) axes are fused and
-    run in parallel."""
+    """Knobs: ``parallel``, ``stream_stores``, ``prologue_once``. The outer (batch, group)
+    axes are fused and run in parallel."""
 
     def knobs(self, target) -> tuple:
-        return (PARALLEL, STREAM_STORES)
+        return (PARALLEL, STREAM_STORES, PROLOGUE_ONCE)
 
     def knobs_for_shapes(self, target, shapes) -> dict:
-        return size_defaults(shapes)
+        defaults = size_defaults(shapes)
+        if shapes:
+            largest = max(shapes.values(), key=math.prod)
+            if math.prod(largest[-2:]) > PROLOGUE_ONCE_UP_TO:
+                defaults["prologue_once"] = False
+        return defaults
+
+    def keeps_prologues(self, knobs: dict) -> bool:
+        return bool(knobs.get("prologue_once", PROLOGUE_ONCE.default))
+
+    def check_knobs(self, knobs: dict, target, shapes: dict | None = None, func=None) -> str | None:
+        if func is not None and not knobs.get("prologue_once", True) and not prologues(blocks(s_tir.Schedule(func))):
+            return "prologue_once=False builds the same kernel as True: the function has no prologue"
+        return None
 
     def match(self, infos: list[Block]):
         return patterns.grouped_pass(infos)
@@ -244,8 +291,12 @@ class GroupedRowPass(PatternRule):
         # analysis cannot bound (fused // G, fused % G) and would recompute every group.
         row_rvs = [sch.get_sblock(b.name) for b in row_sums]
         outer_loops = _merge_nests(sch, row_rvs, len(row_sums[0].kinds))[:outer]
-        for info in group_stages + [out]:
+        for info in group_stages:
             sch.reverse_compute_at(sch.get_sblock(info.name), outer_loops[-1])
+        merged = _prologues_per_group(sch, out, outer_loops)
+        if merged is None:
+            sch.reverse_compute_at(sch.get_sblock(out.name), outer_loops[-1])
+        outer_loops = merged or outer_loops
         _parallel(sch, sch.fuse(*outer_loops), knobs)
         _stream(sch, out, knobs)
         if column_sums:
@@ -259,19 +310,68 @@ class GroupedRowPass(PatternRule):
         return sch
 
 
+def _prologues_per_group(sch, out: Block, outer_loops: list):
+    """Compute each prologue kept as a block (``keep_prologues``) once per group, before the
+    group's sums: TVM then allocates it at the group's size inside the parallel loop (a
+    per-thread buffer), and the sums and the output read it instead of recomputing it.
+
+    The output's loops are merged into the group loop (with the sums' and the prologue's)
+    rather than moved under it: TVM moves a consumer under a loop only once all its
+    producers are there, and a producer only once all its consumers are, and the output
+    reads both the prologue and the group's scalars.
+
+    Measured (2-core znver3 VM, GroupNormSwishGrad, kernel alone, interleaved medians).
+    Before, one thread, f32 (2,320,64x64) G=32: the sigmoid in both passes cost 5.2 of
+    7.7 ms (the same kernel with an affine map for the sigmoid took 2.4 ms, GroupNorm's
+    2.4 ms). Once / twice, two threads, ms: f32 (2,320,64x64) 2.9 / 4.7, (8,256,56x56)
+    13.4 / 23.4, (2,1280,16x16) 0.62 / 1.16; bf16 2.7 / 4.9, 13.6 / 25.2, 0.72 / 3.4."""
+    kept = prologues(blocks(sch))
+    if not kept:
+        return None
+    nests = [sch.get_sblock(b.name) for b in kept] + [None, sch.get_sblock(out.name)]
+    merged = []
+    for level, loop in enumerate(outer_loops):
+        loops = [loop if rv is None else sch.get_loops(rv)[level] for rv in nests]
+        merged.append(sch.merge(*loops))
+    return merged
+
+
+BATCH_ROW_SUMS = Knob(
+    "batch_row_sums", (False, True), False,
+    "sum each (n, c) row of HW elements into partials (N, C) in a pass over the batch in "
+    "memory order, then the partials of each channel over N in a fixed order, and write the "
+    "outputs in a second pass in memory order; False: one pass per channel (see BATCH_ROWS_UP_TO)")
+# A channel of an (N, C, HW) tensor is N pieces of HW elements, C x HW apart. Up to this HW
+# the channel pass reads short strided pieces (16 of 196 bytes per channel at (16,512,7x7))
+# and waits on memory; the batch-row passes read it in order. Measured (BatchNormBackward f32,
+# kernel alone, caches evicted before each call, ms, channel / batch rows): (16,512,7x7)
+# 1.13 / 0.57, (32,256,14x14) 2.57 / 1.95, (8,128,28x28) 1.01 / 1.08. From BATCH_ROWS_FROM:
+# the partials take 1/HW of the data (a channels-last input is (N*H*W, C, 1): its partials
+# would be a copy of it).
+BATCH_ROWS_UP_TO = 256
+BATCH_ROWS_FROM = 16
+
+
 @dataclass(frozen=True)
 class ChannelPass(PatternRule):
-    """Knobs: ``parallel``, ``stream_stores``. One parallel pass over the channels: each
-    channel's sums over N and HW in one loop nest (one read of its data; the statistics
-    they read inlined, see patterns.inline_statistics), its scalars, then its elementwise
-    outputs (a second read, from cache when a channel's N*HW elements fit). Each sum runs
-    in a fixed order: the bits do not depend on threads."""
+    """Knobs: ``parallel``, ``stream_stores``, ``batch_row_sums``. One parallel pass over the
+    channels: each channel's sums over N and HW in one loop nest (one read of its data; the
+    statistics they read inlined, see patterns.inline_statistics), its scalars, then its
+    elementwise outputs (a second read, from cache when a channel's N*HW elements fit). For
+    a small HW, batch rows instead (``_batch_row_passes``). Each sum runs in a fixed order
+    in either: the bits do not depend on threads."""
 
     def knobs(self, target) -> tuple:
-        return (PARALLEL, STREAM_STORES)
+        return (PARALLEL, STREAM_STORES, BATCH_ROW_SUMS)
 
     def knobs_for_shapes(self, target, shapes) -> dict:
-        return size_defaults(shapes)
+        defaults = size_defaults(shapes)
+        data = [shape for shape in (shapes or {}).values() if len(shape) == 3]   # (N, C, HW)
+        if data:
+            n, _, hw = max(data, key=math.prod)
+            if n >= 2 and BATCH_ROWS_FROM <= hw <= BATCH_ROWS_UP_TO:
+                defaults["batch_row_sums"] = True
+        return defaults
 
     def match(self, infos: list[Block]):
         return patterns.channel_pass(infos)
@@ -279,6 +379,9 @@ class ChannelPass(PatternRule):
     def schedule(self, sch, matched, target, knobs):
         outs, sums, stages = matched
         after = patterns.inline_statistics(sch, stages, sums)
+        if knobs.get("batch_row_sums", BATCH_ROW_SUMS.default):
+            _batch_row_passes(sch, outs, sums, after, knobs)
+            return sch
         sum_rvs = [sch.get_sblock(b.name) for b in sums]
         channel = _merge_nests(sch, sum_rvs, 3)[0]
         for info in after + outs:
@@ -289,6 +392,35 @@ class ChannelPass(PatternRule):
         for rv in sum_rvs:   # zero each channel's sums before its N loop, not in the inner loop
             sch.decompose_reduction(rv, sch.get_loops(rv)[1])
         return sch
+
+
+def _batch_row_passes(sch, outs: list[Block], sums: list[Block], after: list[Block], knobs) -> None:
+    """The channel pattern in memory order, three loop nests:
+
+    1. over n in parallel, then c: each sum's partial of row (n, c) over HW (rfactor over N);
+    2. over c: the partials summed over n in order, then the channel's scalars;
+    3. over n in parallel, then c and HW: the elementwise outputs.
+    The partials take N x C floats per sum (the workspace: kernels.hoist_pass_buffers)."""
+    partials = []
+    for info in sums:
+        channel, batch, _ = sch.get_loops(sch.get_sblock(info.name))
+        rf = sch.rfactor(batch, 0)
+        c, n, hw = sch.get_loops(rf)
+        sch.reorder(n, c, hw)
+        partials.append(rf)
+    _parallel(sch, _merge_nests(sch, partials, 3)[0], knobs)
+    for rf in partials:   # zero each partial before its HW loop
+        sch.decompose_reduction(rf, sch.get_loops(rf)[2])
+    totals = [sch.get_sblock(b.name) for b in sums]
+    channel = _merge_nests(sch, totals, 1)[0]
+    for info in after:
+        sch.reverse_compute_at(sch.get_sblock(info.name), channel)
+    _parallel(sch, channel, knobs)
+    for rv in totals:     # zero each channel's total before its N loop (N may be 0)
+        sch.decompose_reduction(rv, sch.get_loops(rv)[1])
+    _parallel(sch, _merge_nests(sch, [sch.get_sblock(b.name) for b in outs], 3)[0], knobs)
+    for out in outs:
+        _stream(sch, out, knobs)
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""GPU benchmark for a machine with an NVIDIA GPU (scripts/gpu_check.sh runs it).
+"""GPU benchmark for a machine with an NVIDIA GPU and TVM (scripts/gpu_check.sh runs the exported
+kernels without TVM instead: scripts/export_bench.py).
 
 Every registered op with benchmark shapes (``OpSpec.cases.bench``), in its f32 and bf16
 data combos (opgen.bench.benchmarked_tags), on each shape: opgen's cuda kernel next to the

@@ -128,6 +128,19 @@ def _compile_cached(source: str, arch: str) -> tuple[ArchReport, bytes]:
         return ArchReport(arch, True, parse_ptxas(log)), cubin.read_bytes()
 
 
+def _ptx(source: str, arch: str) -> str:
+    """``nvcc -ptx -arch=<arch>`` on ``source``; RuntimeError with nvcc's last line."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cu, ptx = Path(tmp) / "kernel.cu", Path(tmp) / "kernel.ptx"
+        cu.write_text(source)
+        proc = subprocess.run([nvcc(), "-ptx", f"-arch={arch}", str(cu), "-o", str(ptx)],
+                              capture_output=True, text=True, timeout=300)
+        if proc.returncode:
+            log = (proc.stdout + proc.stderr).strip().splitlines()
+            raise RuntimeError(f"nvcc -ptx for {arch}: {log[-1] if log else 'failed'}")
+        return ptx.read_text()
+
+
 @dataclass(frozen=True)
 class CudaTarget(GpuTargetSpec):
     archs: tuple = ("sm_80", "sm_90")
@@ -190,6 +203,27 @@ class CudaTarget(GpuTargetSpec):
             return "kernel.cu", device_module.inspect_source("cu")
         except Exception:
             return "kernel.cu", device_module.inspect_source()
+
+    def export_missing(self) -> str | None:
+        return None if nvcc() else "nvcc is not on PATH (it writes the PTX and cubins)"
+
+    def export_code(self, mod, out_dir) -> tuple[dict, dict]:
+        """kernel.cu, and per architecture in ``archs`` its PTX (what a newer GPU's driver
+        compiles) and cubin (what the named GPU loads as is); RuntimeError when nvcc fails."""
+        mod = guard_empty_launches(mod)
+        executable, split = compile_capturing_split(mod, self.tvm_target(), BUILD_CONFIG)
+        source = executable.mod.imports[0].inspect_source()
+        out_dir = Path(out_dir)
+        (out_dir / "kernel.cu").write_text(source)
+        archs = {}
+        for arch in self.archs:
+            report = compile_source(source, arch, out_dir)
+            if not report.ok:
+                raise RuntimeError(f"nvcc -cubin for {arch}: {report.error}")
+            (out_dir / f"kernel.{arch}.ptx").write_text(_ptx(source, arch))
+            archs[arch] = {"ptx": f"kernel.{arch}.ptx", "cubin": f"kernel.{arch}.cubin"}
+        return {"language": "ptx", "source": "kernel.cu", "archs": archs}, \
+            {gv.name_hint: launch_plan(split, gv.name_hint) for gv in mod.functions}
 
     def compile_check(self, module, out_dir: Path | None = None) -> list[ArchReport]:
         """nvcc on the kernel's source for every architecture in ``archs``."""

@@ -138,6 +138,8 @@ class LaunchPlan:
     launches: tuple
     shape_vars: tuple        # (python name, parameter index, axis)
     binds: tuple             # (python name, python expression), in host program order
+    shapes: tuple = ()       # per parameter, its shape: a python expression per axis (opgen export
+                             # writes them: the runner checks the caller's arrays and sizes the workspace)
 
     def environment(self, shapes: list) -> dict:
         """Values of every name the launches use, given each parameter's shape."""
@@ -251,7 +253,8 @@ def launch_plan(split_mod, symbol: str) -> LaunchPlan:
             launches.append(_launch(_kernel_call(stmt), device_funcs, names, tensors))
         else:
             raise UnsupportedHostCode(f"host code evaluates {stmt.value}; opgen only launches kernels")
-    return LaunchPlan(tuple(launches), tuple(shape_vars), tuple(binds))
+    shapes = tuple(tuple(python_expr(extent, names) for extent in buf.shape) for buf in host.params)
+    return LaunchPlan(tuple(launches), tuple(shape_vars), tuple(binds), shapes)
 
 
 def compile_capturing_split(mod, target, config: dict):

@@ -40,6 +40,7 @@ import tempfile
 import threading
 from collections import Counter
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import tvm
@@ -325,6 +326,21 @@ class OpenclTarget(GpuTargetSpec):
             source = rewrite_half(source)
         plans = {gv.name_hint: launch_plan(split, gv.name_hint) for gv in mod.functions}
         return OpenclModule(source, plans, runtime, self.empty_launch)
+
+    def export_missing(self) -> str | None:
+        return None          # TVM writes OpenCL C without a device
+
+    def export_code(self, mod, out_dir) -> tuple[dict, dict]:
+        """kernel.cl, portable: float16 always carried as storage (vload_half/vstore_half,
+        core OpenCL), so the source builds on devices with and without cl_khr_fp16."""
+        mod = guard_empty_launches(mod)
+        executable, split = compile_capturing_split(mod, self.tvm_target(), BUILD_CONFIG)
+        source = fence_thread0_stores(hoist_local_declarations(executable.mod.imports[0].inspect_source()))
+        if needs_half_rewrite(source, ""):
+            source = rewrite_half(source)
+        (Path(out_dir) / "kernel.cl").write_text(source)
+        return {"language": "opencl-c", "source": "kernel.cl"}, \
+            {gv.name_hint: launch_plan(split, gv.name_hint) for gv in mod.functions}
 
     def source_of(self, module) -> tuple[str, str]:
         return "kernel.cl", module.source

@@ -144,6 +144,16 @@ class TargetSpec:
         scratch is the TIR's hoisted pass buffers (every TVM-built target)."""
         return None
 
+    def export_missing(self) -> str | None:
+        """Why ``opgen export`` cannot write this target's device code here (None: it can):
+        the code that runs without TVM, a launch plan per kernel (docs/launch-plan.md)."""
+        return f"target {self.name} has no device code that runs without TVM"
+
+    def export_code(self, mod, out_dir) -> tuple[dict, dict]:
+        """Write the device code of the scheduled IRModule ``mod`` into ``out_dir``; returns
+        (the plan's "code" section: its language and file names, {symbol: LaunchPlan})."""
+        raise NotImplementedError(self.export_missing())
+
     def compile_check(self, module, out_dir=None) -> list | None:
         """Reports of a compiler this target's code must pass beyond ``build`` (cuda: nvcc
         per architecture), each with ``arch``, ``ok``, ``error``, ``max_registers`` and

@@ -83,6 +83,64 @@ def test_grouped_rule_schedules_a_new_op(shape):
     np.testing.assert_allclose(col, a.astype(np.float64).sum(axis=(0, 3)), rtol=1e-5, atol=1e-5)
 
 
+def toy_grouped_with_prologue():
+    """The grouped pattern over a prologue with an exp (a per-element transcendental, like
+    GroupNormSwish's sigmoid): its sums and its output read p = exp(a / 4)."""
+    n, g, d, hw = (te.var(v, "int64") for v in ("n", "g", "d", "hw"))
+    a = te.placeholder((n, g, d, hw), "float32", name="a")
+    p = te.compute((n, g, d, hw), lambda i, j, c, h: te.exp(a[i, j, c, h] * 0.25), name="toy_prologue")
+    k = te.reduce_axis((0, hw), name="k")
+    chan = te.compute((n, g, d), lambda i, j, c: te.sum(p[i, j, c, k] * a[i, j, c, k], axis=k), name="toy_channel_sum")
+    e = te.reduce_axis((0, d), name="e")
+    grp = te.compute((n, g), lambda i, j: te.sum(chan[i, j, e], axis=e), name="toy_group_sum")
+    out = te.compute((n, g, d, hw), lambda i, j, c, h: p[i, j, c, h] - grp[i, j] / (d * hw).astype("float32"),
+                     name="toy_centered")
+    b = te.reduce_axis((0, n), name="b")
+    col = te.compute((g, d), lambda j, c: te.sum(chan[b, j, c], axis=b), name="toy_batch_sum")
+    return [a, out, col]
+
+
+def _prologue_reference(a):
+    p = np.exp(a.astype(np.float64) / 4)
+    chan = (p * a).sum(axis=3)
+    d, hw = a.shape[2:]
+    return p - chan.sum(axis=2)[:, :, None, None] / max(d * hw, 1), chan.sum(axis=0)
+
+
+@pytest.mark.parametrize("shape", [(2, 3, 4, 5), (1, 1, 1, 1), (3, 2, 5, 33), (0, 2, 2, 2), (2, 2, 3, 0)], ids=str)
+@pytest.mark.parametrize("once", [True, False], ids=["once", "twice"])
+def test_grouped_rule_computes_a_prologue_once_per_group(shape, once):
+    """prologue_once (the default): the prologue is a block under the group loop, written
+    once and read by the sums and the output (one exp in the TIR); False: inlined into both
+    (two). The same math either way, over ragged, unit and empty shapes."""
+    fn, sch = _compile(toy_grouped_with_prologue(), {"prologue_once": once})
+    script = sch.mod.script()
+    assert script.count("T.exp(") == (1 if once else 2)
+    assert ('T.sblock("toy_prologue")' in script) is once
+    a = np.random.default_rng(4).standard_normal(shape).astype(np.float32)
+    n, g, d, hw = shape
+    _, out, col = _run(fn, [a, np.zeros(shape, np.float32), np.full((g, d), np.nan, np.float32)])
+    want_out, want_col = _prologue_reference(a)
+    np.testing.assert_allclose(out, want_out, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(col, want_col, rtol=1e-5, atol=1e-4)
+
+
+def test_prologue_once_is_pruned_where_there_is_no_prologue_and_off_for_huge_groups():
+    """The tuner never builds prologue_once=False for a function without a prologue (the
+    same kernel twice), and groups past PROLOGUE_ONCE_UP_TO recompute it (no per-thread
+    buffer of that size)."""
+    from opgen.schedules.llvm import PROLOGUE_ONCE_UP_TO, GroupedRowPass
+
+    rule = GroupedRowPass()
+    plain = te.create_prim_func(toy_grouped_pass())
+    with_prologue = te.create_prim_func(toy_grouped_with_prologue())
+    assert "no prologue" in rule.check_knobs({"prologue_once": False}, LLVM, func=plain)
+    assert rule.check_knobs({"prologue_once": True}, LLVM, func=plain) is None
+    assert rule.check_knobs({"prologue_once": False}, LLVM, func=with_prologue) is None
+    assert "prologue_once" not in rule.knobs_for_shapes(LLVM, {"a": (2, 32, 10, 4096)})
+    assert rule.knobs_for_shapes(LLVM, {"a": (1, 1, 2, PROLOGUE_ONCE_UP_TO)})["prologue_once"] is False
+
+
 @pytest.mark.parametrize("knobs,message", [({"rows_per_chunks": 64}, "no knob 'rows_per_chunks'"),
                                            ({"rows_per_chunk": 3}, "outside its domain")], ids=["misspelt", "domain"])
 def test_knobs_outside_the_rules_declaration_are_refused(knobs, message):
@@ -161,6 +219,111 @@ def test_llvm_kernels_are_parallel_and_vectorized(op, combo):
     if "T.sigmoid(" in kernels.prim_func(op, combo).script():
         divisions = [d for d in divisions if "splat (float 1.000000e+00)," not in d]
     assert not divisions, f"{symbol}: a vector division in the LLVM IR: {divisions[:2]}"
+
+
+def test_llvm_kernels_compute_the_prologues_their_groups_read_once():
+    """Through the registered kernels' own build (kernels.get_kernel, default knobs): each
+    llvm kernel scheduled by the grouped rule that has a prologue keeps it as one block per
+    group (GroupNormSwishGrad's swish derivative, with its sigmoid, evaluated once)."""
+    from opgen.schedules.llvm import GroupedRowPass
+
+    checked = []
+    for op, combo in KERNELS:
+        if not isinstance(kernels.matching_rule(op, combo, LLVM), GroupedRowPass):
+            continue
+        read = schedules.prologues(schedules.blocks(schedules.pattern_schedule(kernels.prim_func(op, combo),
+                                                                               keep_prologues=True)))
+        if not read:
+            continue
+        tir = kernels.get_kernel(op, combo, LLVM).tir
+        for info in read:
+            assert f'T.sblock("{info.name}")' in tir, f"{op.name} {combo.tag}: {info.name} inlined"
+        stores = [line for line in tir.splitlines() if "T.sigmoid(" in line]    # one statement: the prologue's
+        assert len(stores) <= 1, f"{op.name} {combo.tag}: the sigmoid is evaluated in {len(stores)} stages"
+        checked.append(op.name)
+    assert checked, "no registered op has a prologue in the grouped pattern: the check checked nothing"
+
+
+@pytest.mark.parametrize("batch_rows", [True, False], ids=["batch-rows", "channels"])
+def test_channel_rule_in_batch_rows_sums_partials_of_each_row_then_each_channel(batch_rows, rng):
+    """batch_row_sums: three nests (partials over n in parallel, totals per channel, the
+    outputs over n in parallel) with (N, C) partials in the workspace; otherwise one
+    parallel pass over the channels. The same math either way, through the registered
+    BatchNormBackward kernel's own build (empty and ragged shapes in
+    tests/test_op_batch_norm_backward.py take both by their shape defaults)."""
+    from opgen.ops import get_op
+    from opgen.ops.batch_norm_backward import Problem
+
+    op = get_op("batch_norm_backward")
+    combo = op.combo("f32-f32")
+    kernel = kernels.get_kernel(op, combo, LLVM, knobs={"batch_row_sums": batch_rows})
+    assert kernel.tir.count("T.parallel(") == (3 if batch_rows else 1)
+    assert any(b.name.endswith(".rf") for b in kernel.scratch) is batch_rows
+    problem = Problem((5, 3, 40))
+    arrays = op.random_inputs(problem, combo, rng)
+    outs = {name: np.full(shape, np.nan, np.float32) for name, shape in op.output_shapes(problem).items()}
+    kernel(op.kernel_args(problem, {**arrays, **outs}))
+    other = {name: np.full(shape, np.nan, np.float32) for name, shape in op.output_shapes(problem).items()}
+    kernels.get_kernel(op, combo, LLVM, knobs={"batch_row_sums": not batch_rows})(
+        op.kernel_args(problem, {**arrays, **other}))
+    for name in outs:
+        np.testing.assert_allclose(outs[name], other[name], rtol=2e-6, atol=2e-6)
+
+
+def test_channel_rule_takes_batch_rows_for_short_channel_rows_only():
+    from opgen.schedules.llvm import ChannelPass
+
+    rule = ChannelPass()
+    assert rule.knobs_for_shapes(LLVM, {"dy": (16, 512, 49), "weight": (512,)})["batch_row_sums"] is True
+    for shape in [(8, 128, 784), (1, 512, 49), (50176, 64, 1), (0, 3, 49)]:   # long rows, N=1, NHWC, empty
+        assert "batch_row_sums" not in rule.knobs_for_shapes(LLVM, {"dy": shape, "weight": (shape[1],)}), shape
+
+
+def toy_two_row_sums():
+    """Two row sums, a scalar of each, an elementwise output and a column sum (LayerNorm's
+    shape, other math)."""
+    rows, cols = te.var("rows", "int64"), te.var("cols", "int64")
+    a = te.placeholder((rows, cols), "float32", name="a")
+    k1, k2 = te.reduce_axis((0, cols), name="k1"), te.reduce_axis((0, cols), name="k2")
+    s1 = te.compute((rows,), lambda r: te.sum(a[r, k1], axis=k1), name="toy_sum")
+    m1 = te.compute((rows,), lambda r: s1[r] / cols.astype("float32"), name="toy_mean")
+    s2 = te.compute((rows,), lambda r: te.sum(a[r, k2] * a[r, k2], axis=k2), name="toy_sum_squares")
+    m2 = te.compute((rows,), lambda r: s2[r] / cols.astype("float32"), name="toy_mean_square")
+    out = te.compute((rows, cols), lambda r, c: a[r, c] * m2[r] - m1[r], name="toy_out")
+    j = te.reduce_axis((0, rows), name="j")
+    col = te.compute((cols,), lambda c: te.sum(a[j, c], axis=j), name="toy_col_sum")
+    return [a, out, col]
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (7, 33), (130, 5), (0, 4), (3, 0)], ids=str)
+def test_row_rule_reads_a_row_once_for_all_its_row_sums(shape):
+    """Both row sums update in one loop over the row's columns, before the scalars that
+    read them, and the math is right over ragged, unit and empty shapes."""
+    fn, sch = _compile(toy_two_row_sums())
+    script = sch.mod.script()
+    loop_of = {}
+    for name in ("toy_sum_update", "toy_sum_squares_update"):
+        loop_of[name] = script[:script.index(f'T.sblock("{name}")')].rindex("for ")
+    assert loop_of["toy_sum_update"] == loop_of["toy_sum_squares_update"]
+    a = np.random.default_rng(5).standard_normal(shape).astype(np.float32)
+    _, out, col = _run(fn, [a, np.zeros(shape, np.float32), np.full(shape[1], np.nan, np.float32)])
+    a64, cols = a.astype(np.float64), max(shape[1], 1)
+    want = a64 * ((a64 ** 2).sum(axis=1, keepdims=True) / cols) - a64.sum(axis=1, keepdims=True) / cols
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(col, a64.sum(axis=0), rtol=1e-5, atol=1e-5)
+
+
+def test_merging_row_sums_refuses_an_order_that_reads_a_sum_before_it_is_summed():
+    """The positive control of the order check: merged the other way round, TVM puts the
+    loop after the first sum's scalar, which then reads a sum not yet computed."""
+    from opgen.schedules import patterns
+    from opgen.schedules.llvm import _merge_row_sums
+
+    sch = schedules.pattern_schedule(te.create_prim_func(toy_two_row_sums()))
+    outs, column_sums, row_stages, _ = patterns.row_pass(schedules.blocks(sch))
+    patterns.fuse_row_pass(sch, outs, column_sums, row_stages, [None, 4])
+    with pytest.raises(RuntimeError, match="before the sums they read"):
+        _merge_row_sums(sch, list(reversed(row_stages)))
 
 
 def test_llvm_builds_16bit_float_kernels_with_512_bit_vectors_where_llvm_caps_them():

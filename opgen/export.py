@@ -1,0 +1,181 @@
+"""``opgen export``: GPU kernels as files that run without TVM (docs/launch-plan.md).
+
+Per op x dtype combo x variant, under ``<out>/<target>/<op>/<dtypes>/``:
+  * the device code the target writes (``TargetSpec.export_code``: OpenCL C, or CUDA C with
+    PTX and cubin per architecture);
+  * ``plan.json``: the launch plan, read from the host code TVM generated
+    (targets/gpu_launch.py) with its expressions made plain (``v3``, not ``e['v3']``), and
+    checked by the runner's own parser before it is written, so a plan opgen writes is one
+    the runner accepts;
+  * ``cases.json`` + ``cases.npz``: golden cases, inputs in the kernel's shapes and the
+    float64 reference with the allowed error per element (opgen.verify's rule), so a machine
+    without TVM (scripts/gpu_check.sh) checks the kernels against the reference;
+  * ``bench.json``: the caller shapes of the op's benchmark problems (scripts/export_bench.py).
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+
+from opgen import kernels, verify
+from opgen.dtypes import numpy_dtype
+from opgen.runtime import plan as runtime_plan
+
+CASE_ELEMENTS = 4096     # golden cases: sample problems whose largest tensor is at most this
+RAGGED_ROWS = 37         # a leading axis ragged against every power-of-two block count
+
+
+class _PlainNames(ast.NodeTransformer):
+    """``e['v3']`` (gpu_launch's compiled form) -> ``v3``."""
+
+    def visit_Subscript(self, node):
+        if isinstance(node.value, ast.Name) and node.value.id == "e" and isinstance(node.slice, ast.Constant):
+            return ast.copy_location(ast.Name(node.slice.value, ast.Load()), node)
+        return self.generic_visit(node)
+
+
+def plain(code: str) -> str:
+    """A launch expression in the plan's form: variable names, no environment lookups."""
+    return ast.unparse(_PlainNames().visit(ast.parse(code, mode="eval")))
+
+
+def _params(op, combo, func) -> list:
+    """The kernel's parameters: inputs, outputs, then the workspace (hoisted scratch)."""
+    names = op.inputs + op.outputs
+    return [{"name": names[i] if i < len(names) else str(buf.name),
+             "role": "input" if i < len(op.inputs) else "output" if i < len(names) else "workspace",
+             "dtype": combo[names[i]] if i < len(names) else str(buf.dtype)}
+            for i, buf in enumerate(func.params)]
+
+
+def plan_document(op, combo, target, variant: str, knobs: dict, func, launch_plan, code: dict) -> dict:
+    """The JSON launch plan of one kernel (format: opgen.runtime.plan.FORMAT)."""
+    params = _params(op, combo, func)
+    for param, shape in zip(params, launch_plan.shapes):
+        param["shape"] = [plain(e) for e in shape]
+    kernels_ = [{"name": launch.kernel, "guard": plain(launch.condition),
+                 "grid": [plain(e) for e in launch.grid], "block": [plain(e) for e in launch.block],
+                 "args": [{"param": a[1]} if a[0] == "tensor" else {"scalar": a[1], "expr": plain(a[2])}
+                          for a in launch.args]}
+                for launch in launch_plan.launches]
+    return {"format": runtime_plan.FORMAT, "op": op.name, "dtypes": combo.tag, "variant": variant,
+            "target": target.name, "knobs": knobs, "code": code, "params": params,
+            "shape_vars": [{"name": n, "param": i, "axis": a} for n, i, a in launch_plan.shape_vars],
+            "binds": [{"name": n, "expr": plain(e)} for n, e in launch_plan.binds],
+            "kernels": kernels_}
+
+
+# ---- golden cases ------------------------------------------------------------------------------
+
+def _largest(op, problem) -> int:
+    return max(a.size for a in op.random_inputs(problem, op.combos[0], np.random.default_rng(0)).values())
+
+
+def _valid(op, problem) -> bool:
+    """Whether the op can make inputs, a reference and kernel arrays for ``problem``."""
+    try:
+        with np.errstate(all="ignore"):
+            arrays = op.random_inputs(problem, op.combos[0], np.random.default_rng(0))
+            op.reference(problem, arrays)
+            op.kernel_args(problem, dict(arrays))
+        return True
+    except Exception:   # noqa: BLE001 -- a variant the op does not define (group 0, ...)
+        return False
+
+
+def _stretched(problem):
+    """``problem`` with its leading size RAGGED_ROWS: the first axis of its first tuple field,
+    else its first int field (GroupNorm's N); None when it has neither."""
+    fields = [(f.name, getattr(problem, f.name)) for f in dataclasses.fields(problem)]
+    for name, value in fields:
+        if isinstance(value, tuple) and value:
+            return dataclasses.replace(problem, **{name: (RAGGED_ROWS,) + value[1:]})
+    for name, value in fields:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return dataclasses.replace(problem, **{name: RAGGED_ROWS})
+    return None
+
+
+def _variants(problem) -> list:
+    """``problem`` stretched to ragged rows, and with each size (a tuple field's axis, an
+    int field) set to 0 in turn."""
+    out = [p for p in [_stretched(problem)] if p is not None]
+    for field in dataclasses.fields(problem):
+        value = getattr(problem, field.name)
+        if isinstance(value, tuple):
+            out += [dataclasses.replace(problem, **{field.name: value[:i] + (0,) + value[i + 1:]})
+                    for i in range(len(value))]
+        elif isinstance(value, int) and not isinstance(value, bool):
+            out.append(dataclasses.replace(problem, **{field.name: 0}))
+    return out
+
+
+def case_problems(op) -> list:
+    """Small problems for golden cases: the sample problems up to CASE_ELEMENTS, and the
+    smallest one stretched to ragged rows and with each size 0 (the valid ones)."""
+    small = [p for p in op.problems if _largest(op, p) <= CASE_ELEMENTS]
+    smallest = min(op.problems, key=lambda p: _largest(op, p))
+    extra = [p for p in _variants(smallest) if _valid(op, p) and _largest(op, p) <= CASE_ELEMENTS]
+    return list(dict.fromkeys(small + extra))
+
+
+def _raw(array: np.ndarray) -> np.ndarray:
+    """C-contiguous storage that .npz holds without pickling (bfloat16 as its uint16 bits)."""
+    array = np.ascontiguousarray(array)
+    return array.view(np.uint16) if array.dtype.name == "bfloat16" else array
+
+
+def golden_cases(op, combo, rng) -> tuple[list, dict]:
+    """(case descriptions, arrays for cases.npz): per problem the inputs in kernel shapes,
+    and per output the float64 reference and the allowed absolute error per element."""
+    rtol, atol = verify.TOLERANCES[combo[op.inputs[0]]]
+    meta, arrays = [], {}
+    for i, problem in enumerate(case_problems(op)):
+        inputs = op.random_inputs(problem, combo, rng)
+        with np.errstate(all="ignore"):
+            ref = op.reference(problem, inputs)
+        allowed = {n: atol + rtol * np.abs(ref[n]) + 0.5 * verify.ulp(ref[n], combo[n]) for n in op.outputs}
+        as_kernel = lambda outs: op.kernel_args(problem, {**inputs, **outs})   # noqa: E731
+        kernel_in, kernel_ref, kernel_allowed = as_kernel(ref), as_kernel(ref), as_kernel(allowed)
+        for j, name in enumerate(op.inputs):
+            arrays[f"c{i}_in{j}"] = _raw(kernel_in[name].astype(numpy_dtype(combo[name]), copy=False))
+        for k, name in enumerate(op.outputs):
+            arrays[f"c{i}_ref{k}"] = np.ascontiguousarray(kernel_ref[name], np.float64)
+            arrays[f"c{i}_allowed{k}"] = np.ascontiguousarray(kernel_allowed[name], np.float64)
+        meta.append({"problem": str(problem), "inputs": len(op.inputs), "outputs": list(op.outputs)})
+    return meta, arrays
+
+
+def bench_shapes(op) -> list:
+    """The op's benchmark problems as the kernel's caller shapes (inputs, then outputs):
+    what a machine without TVM needs to time the plan at the sizes ``opgen bench`` uses."""
+    out = []
+    for text in op.cases.bench:
+        shapes = op.api.kernel_shapes(op.parse_problem(text))
+        out.append({"problem": text, "shapes": [list(shapes[n]) for n in op.inputs + op.outputs]})
+    return out
+
+
+# ---- one kernel -------------------------------------------------------------------------------
+
+def export_one(op, combo, target, out_root: Path, rng, variant: str = "default", cases: bool = True) -> Path:
+    """Write one kernel's device code, plan and golden cases; returns the plan's path."""
+    out_dir = Path(out_root) / target.name / op.name / combo.tag / ("" if variant == "default" else variant)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    knobs = kernels.kernel_point(op, combo, target)
+    mod, symbol = kernels.scheduled_module(op, combo, target, variant, knobs)
+    code, plans = target.export_code(mod, out_dir)
+    doc = plan_document(op, combo, target, variant, knobs, mod[symbol], plans[symbol], code)
+    runtime_plan.parse(doc, out_dir)           # what the runner would refuse is never written
+    path = out_dir / "plan.json"
+    path.write_text(json.dumps(doc, indent=1) + "\n")
+    if cases:
+        meta, arrays = golden_cases(op, combo, rng)
+        np.savez_compressed(out_dir / "cases.npz", **arrays)
+        (out_dir / "cases.json").write_text(json.dumps(meta, indent=1) + "\n")
+        (out_dir / "bench.json").write_text(json.dumps(bench_shapes(op)) + "\n")
+    return path

@@ -1,0 +1,99 @@
+"""Golden cases of an exported plan, run through a backend and judged (no TVM, no opgen
+compiler): what scripts/gpu_check.sh runs on a GPU machine and tests/test_export.py on
+the OpenCL device here.
+
+    python -m opgen.runtime.check EXPORT_DIR...   # one row per plan; exit 1 when one fails
+
+Outputs start as NaN, so an output a kernel never writes fails. An element passes when
+|out - ref| <= allowed (opgen.verify's rule, computed at export), and inf/nan must
+appear exactly where the reference has them.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from opgen.runtime import backends
+from opgen.runtime import plan as plans
+
+NAN_BITS = {"float32": (np.float32, np.float32(np.nan)), "float16": (np.float16, np.float16(np.nan)),
+            "bfloat16": (np.uint16, np.uint16(0x7FC0))}
+
+
+@dataclass(frozen=True)
+class Result:
+    plan: str
+    problem: str
+    output: str
+    ratio: float          # worst |err| / allowed; <= 1 passes
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.ratio <= 1.0)
+
+
+def as_float64(raw: np.ndarray, dtype: str) -> np.ndarray:
+    """An output's values (bfloat16 read from its bits)."""
+    if dtype == "bfloat16":
+        return (raw.astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+    return raw.astype(np.float64)
+
+
+def ratio(got: np.ndarray, ref: np.ndarray, allowed: np.ndarray) -> float:
+    """Worst error as a fraction of the allowed one; inf where nan/inf differ."""
+    if got.size == 0:
+        return 0.0
+    special = (np.isnan(got) != np.isnan(ref)) | (np.isinf(ref) & (got != ref)) | (np.isinf(got) & ~np.isinf(ref))
+    finite = np.isfinite(ref) & np.isfinite(got)
+    with np.errstate(all="ignore"):
+        r = np.where(finite, np.abs(np.where(finite, got - ref, 0.0)) / allowed, 0.0)
+    return float(np.where(special, np.inf, r).max())
+
+
+def check_plan(path, backend=None, **options) -> list:
+    """Run every golden case of the plan at ``path``; a Result per case and output."""
+    plan = plans.load(path)
+    backend = backend or backends.for_plan(plan, **options)
+    meta = json.loads(plan.code_file("cases.json").read_text())
+    with np.load(plan.code_file("cases.npz"), allow_pickle=False) as data:
+        arrays = {k: data[k] for k in data.files}
+    outputs = [p for p in plan.caller_params() if p.role == "output"]
+    results = []
+    for i, case in enumerate(meta):
+        inputs = [arrays[f"c{i}_in{j}"] for j in range(case["inputs"])]
+        refs = [arrays[f"c{i}_ref{k}"] for k in range(len(outputs))]
+        outs = [np.full(r.shape, NAN_BITS[p.dtype][1], NAN_BITS[p.dtype][0]) for p, r in zip(outputs, refs)]
+        plans.run(plan, inputs + outs, backend)
+        for k, (param, out) in enumerate(zip(outputs, outs)):
+            got = as_float64(out, param.dtype)
+            results.append(Result(str(path), case["problem"], param.name, ratio(got, refs[k], arrays[f"c{i}_allowed{k}"])))
+    return results
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m opgen.runtime.check", description=__doc__.splitlines()[0])
+    parser.add_argument("folders", nargs="+", help="opgen export folders (searched for plan.json)")
+    args = parser.parse_args(argv)
+    failed, found = 0, sorted(p for folder in args.folders for p in Path(folder).rglob("plan.json"))
+    if not found:
+        print(f"no plan.json under {' '.join(args.folders)}", file=sys.stderr)
+        return 2
+    for path in found:
+        try:
+            results = check_plan(path)
+        except (backends.BackendMissing, plans.PlanError) as err:
+            print(f"cannot run {path}: {err}", file=sys.stderr)
+            return 2
+        worst = max((r.ratio for r in results), default=0.0)
+        failed += not all(r.passed for r in results)
+        print(f"{'PASS' if worst <= 1 else 'FAIL'} {worst:9.3g}  {len(results):3d} checks  {path.parent}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
