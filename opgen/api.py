@@ -40,11 +40,17 @@ def _info(name: str, obj):
 
 
 def _alloc(template, shape, dtype: str):
-    """A zeroed output in the template's library (torch or numpy)."""
+    """An output in the template's library (torch or numpy) for the kernel to fill.
+
+    torch's is uninitialized (torch.empty): the kernel writes every element of an output
+    the call asks for, and zeroing it first is a full extra write of the output through
+    fresh pages (measured on 2 busy cores: torch.zeros of 64 MiB 73-90 ms against 0.01 ms
+    for torch.empty; RmsNorm's forward through its custom op on 4096x4096 f32 108-120 ms,
+    its kernel alone 14-20 ms). numpy's np.zeros is calloc's lazily zeroed pages: no pass."""
     if type(template).__module__.startswith("torch"):
         import torch
 
-        return torch.zeros(tuple(shape), dtype=getattr(torch, dtype))
+        return torch.empty(tuple(shape), dtype=getattr(torch, dtype))
     try:
         return np.zeros(shape, numpy_dtype(dtype))
     except KeyError:

@@ -23,6 +23,9 @@ from typing import Callable
 import sympy
 from tvm import ir, te, tirx
 
+# What a forward op's proof covers (ProofModel.covers): its outputs themselves, no derivative.
+FORWARD_COVERS = ("x, gamma, beta, eps symbolic; every output (statistics included) equal to the forward's "
+                  "own formula; sizes concrete; casts = identity (rounding not proven)")
 POSITIVE_INPUTS = frozenset({"rstd"})  # 1/sqrt(...) > 0: lets (rstd^-2)^(-1/2) fold to rstd
 EPS = sympy.Symbol("eps", positive=True)
 
@@ -215,9 +218,12 @@ def equal(candidate: dict, truth: Truth, output: str) -> bool:
 class ProofModel:
     """What opgen.derive needs of an op: the names of its TE's symbolic extents, the forward
     model (sizes -> Truth), the sizes proved by default (small ones, and a degenerate one),
-    and the checks of the formulas its documents print (no arguments -> [SeedCheck])."""
+    and the checks of the formulas its documents print (no arguments -> [SeedCheck]).
+    ``covers``: what the proof takes as symbolic, for its report (None: a backward's
+    default wording, opgen.derive.ProofReport)."""
 
     extents: tuple
     truth: Callable
     cases: tuple
     seed_checks: Callable | None = None
+    covers: str | None = None

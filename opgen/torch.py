@@ -1,8 +1,8 @@
-"""opgen in PyTorch: a custom op per registered op, and drop-in modules whose backward is opgen.
+"""opgen in PyTorch: a custom op per registered op, and drop-in modules that run opgen's kernels.
 
     import opgen.torch
     norm = opgen.torch.RMSNorm(4096)              # same parameters and state_dict as torch.nn.RMSNorm
-    norm(x).sum().backward()                      # the forward is torch; the backward runs opgen's kernel
+    norm(x).sum().backward()                      # forward and backward run opgen's kernels
 
 * ``torch.ops.opgen.<op>`` for every op with a Pythonic face, generated from its ApiSpec
   (no per-op code here): the Pythonic function's parameters (tensors, attributes, the
@@ -13,9 +13,10 @@
   (meta) implementation from the op's allocation rules, so torch.compile traces through it
   without a graph break; an output not asked for (its mask bit or flag attribute false)
   is an empty tensor (a custom op returns tensors, never None).
-* Modules: an op package may hold ``torch_module.py`` (torch.nn modules whose backward
-  calls its custom op; ``MODULES`` names them); they are exported here: ``RMSNorm``,
-  ``GroupNorm``.
+* Modules: an op package may hold ``torch_module.py`` (torch.nn modules whose forward and
+  backward call custom ops; ``MODULES`` names them); they are exported here: ``RMSNorm``
+  and ``GroupNorm`` run the forward ops (``rms_norm``, ``group_norm``) and hand the
+  statistics they return to the backward ops as they are.
 * Kernels run where the tensors are: CPU tensors on the configured host target (llvm unless
   ``opgen.set_target`` chose another host target), CUDA tensors on the ``cuda`` target.
 

@@ -157,7 +157,14 @@ class RowTiles(PatternRule):
         return tiling_refusal(self, func, target, knobs, shapes)
 
     def match(self, infos: list[Block]):
-        return patterns.row_pass(infos, need_column_sums=False)
+        """The row pattern, except per-row outputs (a forward norm's rstd): the emitter
+        writes the tiles and the column sums only, and left such an output unwritten
+        (seen with RmsNorm's forward: y right, rstd never stored). Unsupported then
+        refuses the function by name instead of emitting a kernel with a missing output."""
+        matched = patterns.row_pass(infos, need_column_sums=False)
+        if matched is None or any(b.writes_output for b in matched[2]):
+            return None
+        return matched
 
     def operands(self, func) -> RowOperands:
         sch = pattern_schedule(func)
@@ -222,8 +229,14 @@ class GroupTiles(PatternRule):
         return tiling_refusal(self, func, target, knobs, shapes)
 
     def match(self, infos: list[Block]):
+        """The grouped pattern, except group stages that are outputs (a forward norm's mean
+        and rstd): the emitter writes the tiles and per-channel outputs only, and has no UB
+        home for per-(batch, group, channel) stages (seen with GroupNorm's forward). Such a
+        function goes to Unsupported, which refuses it by name."""
         matched = patterns.grouped_pass(infos)
-        return None if matched is None else (matched[0], *matched[2:])
+        if matched is None or any(b.writes_output for b in matched[3]):
+            return None
+        return (matched[0], *matched[2:])
 
     def operands(self, func) -> GroupOperands:
         sch = pattern_schedule(func)

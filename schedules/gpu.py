@@ -16,6 +16,9 @@ pass both build): only how the matched stages are laid onto blocks and threads d
   ``partials`` rows of each column in a fixed order (a thread per column, which also rounds
   it when cast stages follow: the float32 sum then stays in its register). No atomics: the
   bits depend on the shape and the knobs, never on timing.
+* ``GpuRowReduce`` (the row pattern without column sums: a forward norm): a block per row,
+  its reductions across the threads, its scalars in registers, then its elementwise
+  outputs; a per-row output (rstd) stored by one thread.
 * ``GpuGroupedRowPass`` (GroupNorm-like: per-(outer..., inner) row sums, per-group
   scalars, an elementwise output, column sums over the first axis). Kernel 1: a block per
   row (knob ``block_per="row"``, the default: N*C blocks, so a group's work is spread over
@@ -196,6 +199,50 @@ class GpuRowPass(PatternRule):
         return sch
 
 
+@dataclass(frozen=True)
+class GpuRowReduce(PatternRule):
+    """The row pattern without column sums (a forward norm): a block per row reduces it
+    across its threads, every thread keeps the row's scalars in registers, then the
+    threads write the elementwise outputs, striding the columns. A per-row scalar that is
+    also an output (rstd) is computed into each thread's register like the others and
+    stored once, by thread 0 (every thread storing the same value is a race a checker
+    such as Oclgrind reports). Knob: ``threads``."""
+
+    def knobs(self, target) -> tuple:
+        return (THREADS,)
+
+    def check_knobs(self, knobs: dict, target, shapes=None, func=None) -> str | None:
+        return check_threads(knobs, target)
+
+    def match(self, infos: list[Block]):
+        matched = patterns.row_pass(infos, need_column_sums=False)
+        return matched if matched is not None and not matched[1] else None
+
+    def schedule(self, sch, matched, target, knobs):
+        outs, _, row_stages, _ = matched
+        threads = int(knobs["threads"])
+        readers = [sch.get_sblock(b.name) for b in outs + row_stages]
+        stores = []
+        for info in row_stages:
+            if info.writes_output:   # the value to a register, read by the others; one thread stores it
+                block = sch.get_sblock(info.name)
+                users = [rv for rv in readers if info.writes & {r.source.name for r in sch.get(rv).reads}]
+                stores.append(sch.cache_write(block, 0, "local", consumer_blocks=users))
+        row_loop = patterns.fuse_row_stages(sch, outs, row_stages)
+        sch.bind(row_loop, "blockIdx.x")
+        for info in row_stages:
+            if "R" in info.kinds:
+                reduce_across_threads(sch, info.name, threads)
+            if not info.writes_output:
+                sch.set_scope(sch.get_sblock(info.name), 0, "local")
+        for out in outs:
+            bind_threads(sch, sch.get_loops(sch.get_sblock(out.name))[-1], threads)
+        for store in stores:
+            sch.reverse_compute_at(store, row_loop)
+            bind_threads(sch, sch.add_unit_loop(store), threads)   # threadIdx.x < 1: thread 0 alone
+        return sch
+
+
 BLOCK_PER = Knob(
     "block_per", ("row", "group"), "row",
     "what one block of the row-sum and elementwise kernels covers: one (n, group, channel) row "
@@ -215,7 +262,19 @@ class GpuGroupedRowPass(PatternRule):
         return check_threads(knobs, target)
 
     def match(self, infos: list[Block]):
-        return patterns.grouped_pass(infos)
+        """The grouped pattern whose group stages are small: each thread recomputes them
+        (see _group_pass), which suits sums over a group's row sums but not a second pass
+        over the group's data (a group stage reducing the data's innermost axis: a forward
+        norm's centred variance), and compute_at cannot move a stage that is an output (a
+        forward norm's mean and rstd). Those go to GpuFallback, correct nest by nest."""
+        matched = patterns.grouped_pass(infos)
+        if matched is None:
+            return None
+        out, _, _, group_stages = matched[:4]
+        rank = len(out.kinds)
+        if any(b.writes_output or (len(b.kinds) == rank and b.kinds.endswith("R")) for b in group_stages):
+            return None
+        return matched
 
     def schedule(self, sch, matched, target, knobs):
         out, outer, row_sums, group_stages, column_sums, casts = matched
@@ -343,4 +402,4 @@ class GpuFallback(ScheduleRule):
             return dlight.gpu.Fallback().apply(func, tvm_target, False)
 
 
-RULES = [GpuRowPass(), GpuGroupedRowPass(), GpuChannelPass(), GpuFallback()]
+RULES = [GpuRowPass(), GpuGroupedRowPass(), GpuRowReduce(), GpuChannelPass(), GpuFallback()]

@@ -1,6 +1,6 @@
 """CPU schedules (LLVM): parallel outer loops, fused passes, deterministic reductions.
 
-Three rules matched by stage pattern, and a fallback:
+Four rules matched by stage pattern, and a fallback:
 
 * ``RowPassWithColumnSums``: an elementwise output over (rows, cols) fed by per-row
   reductions/scalars, plus column reductions over the same rows (RmsNorm-like). One
@@ -10,6 +10,8 @@ Three rules matched by stage pattern, and a fallback:
   summed it. The chunking depends on the shape alone, never on the thread count, so the
   bits do not either; the partials take 1/rows_per_chunk of a column sum's input (a fixed
   chunk *count* would need count x cols floats: 256 MB for one row of 1M).
+* ``RowPass``: the same without column sums (a forward norm): rows in parallel, each
+  row's reductions and scalars (outputs too: rstd) then its elementwise outputs.
 * ``GroupedRowPass``: row reductions over the innermost axis of an (outer..., inner)
   input, per-group reductions/scalars and an elementwise output sharing the outer axes,
   and column reductions over the first axis of the row reductions (GroupNorm-like). One
@@ -141,13 +143,48 @@ class RowPassWithColumnSums(PatternRule):
                 if cast.reads & info.writes:
                     sch.reverse_compute_at(sch.get_sblock(cast.name), col_block)
         _merge_row_sums(sch, row_stages)
-        for info in row_stages:
-            if "R" in info.kinds:
-                block = sch.get_sblock(info.name)
-                sch.decompose_reduction(block, sch.get_loops(block)[-1])
-            else:
-                _fence_value(sch, info.name)
+        _finish_row_stages(sch, row_stages)
         return sch
+
+
+@dataclass(frozen=True)
+class RowPass(PatternRule):
+    """A row pass without column sums (a forward norm: per-row reductions and scalars, some
+    of them outputs, then the elementwise outputs). The rows run in parallel, each row's
+    stages computed right before its elementwise outputs, so the row is read from memory
+    once (its second read for the outputs hits the cache) and nothing per row goes through
+    memory but the outputs. No partials: no chunking to decide, the thread pool splits the
+    rows. Knobs: ``parallel``, ``stream_stores``."""
+
+    def knobs(self, target) -> tuple:
+        return (PARALLEL, STREAM_STORES)
+
+    def knobs_for_shapes(self, target, shapes) -> dict:
+        return size_defaults(shapes)
+
+    def match(self, infos: list[Block]):
+        matched = patterns.row_pass(infos, need_column_sums=False)
+        return matched if matched is not None and not matched[1] else None
+
+    def schedule(self, sch, matched, target, knobs):
+        outs, _, row_stages, _ = matched
+        row_loop = patterns.fuse_row_stages(sch, outs, row_stages)
+        _parallel(sch, row_loop, knobs)
+        for out in outs:
+            _stream(sch, out, knobs)
+        _finish_row_stages(sch, row_stages)
+        return sch
+
+
+def _finish_row_stages(sch, row_stages: list[Block]) -> None:
+    """Zero each per-row reduction before its own loop (not inside it), and fence each
+    per-row scalar's value (see _fence_value)."""
+    for info in row_stages:
+        if "R" in info.kinds:
+            block = sch.get_sblock(info.name)
+            sch.decompose_reduction(block, sch.get_loops(block)[-1])
+        else:
+            _fence_value(sch, info.name)
 
 
 def _merge_row_sums(sch, row_stages: list[Block]) -> None:
@@ -421,4 +458,4 @@ class Fallback(ScheduleRule):
         return sch
 
 
-RULES = [RowPassWithColumnSums(), GroupedRowPass(), ChannelPass(), Fallback()]
+RULES = [RowPassWithColumnSums(), RowPass(), GroupedRowPass(), ChannelPass(), Fallback()]

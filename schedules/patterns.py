@@ -6,7 +6,8 @@ channel_pass -> ChannelPass, GpuChannelPass, ChannelTiles; grouped_pass -> Group
 GpuGroupedRowPass, GroupTiles).
 
 * ``row_pass``: one or more elementwise outputs over the same (rows, cols), per-row
-  reductions/scalars over the same rows, and zero or more column sums over all rows of a
+  reductions/scalars over the same rows (per-row scalars may be outputs: a forward norm's
+  statistics), and zero or more column sums over all rows of a
   (cols, rows) product (RmsNorm: dx and dgamma; LayerNorm: two column sums; DeepNorm: dx
   and dgx from the same row), plus their casts (a float32 sum rounded once to a half
   output in a stage of its own: LayerNorm's half weights), as in ``grouped_pass``.
@@ -14,8 +15,9 @@ GpuGroupedRowPass, GroupTiles).
   (BatchNorm-like), per-channel scalars, and elementwise outputs over (N, C, HW); the sums
   may be outputs themselves.
 * ``grouped_pass``: row reductions over the innermost axis of an (outer..., inner) input,
-  per-group stages over the outer axes, an elementwise output sharing them, and column
-  sums over the first axis of the row reductions (plus their casts).
+  per-group stages over the outer axes (per-group scalars may be outputs: a forward norm's
+  statistics), an elementwise output sharing them, and zero or more column sums over the
+  first axis of the row reductions (plus their casts).
 """
 from __future__ import annotations
 
@@ -40,9 +42,11 @@ def row_pass(infos: list[Block], need_column_sums: bool = True):
     from ~4096 rows) and Ascend emitted nothing. The outputs and row stages must not read a
     column sum (that needs every row first: another pass).
 
-    Targets whose row rule only makes sense with column sums to fuse (the CPU and GPU
-    rules) ask for at least one; the Ascend rule also schedules row-only ops (a forward
-    norm, a softmax).
+    Without column sums, a row stage may be an output when it is one value per row (kind
+    S over rows: a forward norm's rstd, which its backward takes back; ``fuse_row_stages``
+    schedules that form); the reductions feeding it stay scratch. ``need_column_sums=False`` matches row-only ops (a forward norm, a softmax):
+    the CPU and GPU targets schedule those with a rule of their own, without the
+    partial-sum machinery, and the Ascend rule takes both.
     """
     elementwise = outputs(infos, "SS")
     if not elementwise:
@@ -59,12 +63,14 @@ def row_pass(infos: list[Block], need_column_sums: bool = True):
     if not accumulators <= {n for b in casts for n in b.reads}:
         return None                     # an accumulator nothing rounds: not this pattern
     others = [b for b in infos if b not in elementwise and b not in column_sums and b not in casts]
-    row_stages = [b for b in others if not b.writes_output and b.kinds[0] == "S" and len(b.kinds) <= 2
-                  and same_extent(b.extents[0], rows)]
+    row_stages = [b for b in others if b.kinds[0] == "S" and len(b.kinds) <= 2 and same_extent(b.extents[0], rows)
+                  and (not b.writes_output or b.kinds == "S")]
     if (need_column_sums and not column_sums) or len(row_stages) != len(others):
         return None
     if any(b.reads & sum_names for b in elementwise + row_stages):
         return None
+    if column_sums and any(b.writes_output for b in row_stages):
+        return None                     # fuse_row_pass moves row stages with compute_at: no outputs
     return elementwise, column_sums, row_stages, casts
 
 
@@ -136,7 +142,10 @@ def inline_statistics(sch, stages: list[Block], sums: list[Block]) -> list[Block
 
 def grouped_pass(infos: list[Block]):
     """(out, outer, row_sums, group_stages, column_sums, casts) of the GroupNorm-like
-    pattern, or None; ``outer`` is the number of outer (batch, group) axes."""
+    pattern, or None; ``outer`` is the number of outer (batch, group) axes. A group stage
+    may be an output when it holds one value per (batch, group): a forward norm's mean and
+    rstd, which its backward takes back (the rules move group stages with
+    reverse_compute_at, which TVM allows for output blocks)."""
     big = [b for b in infos if b.writes_output and "R" not in b.kinds and len(b.kinds) >= 3]
     if len(big) != 1:
         return None
@@ -146,7 +155,7 @@ def grouped_pass(infos: list[Block]):
     row_sums = [b for b in infos if not b.writes_output and not (b.reads & scratch_names)
                 and b.kinds == "S" * (rank - 1) + "R"
                 and all(same_extent(a, e) for a, e in zip(b.extents, out.extents[:-1]))]
-    group_stages = [b for b in infos if b not in row_sums and not b.writes_output
+    group_stages = [b for b in infos if b not in row_sums and (not b.writes_output or b.kinds == "S" * outer)
                     and b.kinds[:outer] == "S" * outer and b.reads & scratch_names
                     and all(same_extent(a, e) for a, e in zip(b.extents[:outer], out.extents[:outer]))]
     column = [b for b in infos if b not in row_sums and b not in group_stages and b is not out]
@@ -191,6 +200,23 @@ def fuse_row_pass(sch, outs: list[Block], column_sums: list[Block], row_stages: 
     for info in reversed(row_stages):
         sch.compute_at(sch.get_sblock(info.name), row_loop)
     return chunk_loop, row_loop, partials
+
+
+def fuse_row_stages(sch, outs: list[Block], row_stages: list[Block]):
+    """The ``row_pass`` pattern without column sums as one loop nest over rows; returns the
+    row loop. The row stages that read no other row stage (the reductions of the data)
+    share one row loop (merged); every later row stage and then each elementwise output
+    is computed inside it, in program order, so a row's statistics are ready before its
+    outputs and the row is read once from memory. Consumers move into the producers' loop
+    (reverse_compute_at), not the other way: a per-row stage that is an output (a forward
+    norm's rstd) cannot be moved with compute_at (TVM moves no output block that way)."""
+    produced = {n for b in row_stages for n in b.writes}
+    roots = [b for b in row_stages if not b.reads & produced]
+    loops = [sch.get_loops(sch.get_sblock(b.name))[0] for b in reversed(roots)]
+    row_loop = sch.merge(*loops) if len(loops) > 1 else loops[0]
+    for info in [b for b in row_stages if b not in roots] + list(outs):
+        sch.reverse_compute_at(sch.get_sblock(info.name), row_loop)
+    return row_loop
 
 
 def zero_partials(sch, partials: list, row_loop) -> None:

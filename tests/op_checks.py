@@ -4,7 +4,7 @@ in conftest.py)."""
 from __future__ import annotations
 
 import numpy as np
-from tvm import tirx
+from tvm import ir, tirx
 
 H, RTOL, ATOL = 1e-6, 1e-6, 1e-7      # float64 step and tolerances of the reference checks
 
@@ -36,8 +36,8 @@ def assert_all_pass(comparisons, label: str) -> None:
 
 
 def flip_first_sign(expr):
-    """``expr`` with its first Add/Sub (depth first, through casts, products, quotients and
-    sums) swapped; None when there is none."""
+    """``expr`` with its first Add/Sub (depth first, through casts, products, quotients,
+    one-argument math calls and sums) swapped; None when there is none."""
     if isinstance(expr, tirx.Sub):
         return tirx.Add(expr.a, expr.b)
     if isinstance(expr, tirx.Add):
@@ -51,6 +51,9 @@ def flip_first_sign(expr):
             if inner is not None:
                 return type(expr)(inner, expr.b) if side == "a" else type(expr)(expr.a, inner)
         return None
+    if isinstance(expr, ir.Call) and len(expr.args) == 1:   # a math call: rsqrt(var + eps)
+        inner = flip_first_sign(expr.args[0])
+        return None if inner is None else ir.Call(expr.op, [inner], ret_ty=expr.ty)
     if isinstance(expr, tirx.Reduce):
         inner = flip_first_sign(expr.source[0])
         return None if inner is None else tirx.Reduce(

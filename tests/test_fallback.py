@@ -97,7 +97,9 @@ def test_functions_no_pattern_matches_get_a_correct_kernel(name, target_name, rn
     make, shapes, dtype = CASES[name]
     func = make()
     rule = schedules.match(func, target)
-    if name != "test_row_softmax" or target_name != "llvm":      # llvm's row rule needs column sums
+    if name == "test_row_softmax":      # a row pass without column sums: the row rules take it
+        assert type(rule).__name__ in ("RowPass", "GpuRowReduce"), type(rule).__name__
+    else:
         assert type(rule).__name__ in ("Fallback", "GpuFallback"), type(rule).__name__
     module, symbol, params = _build(func, target)
     for shape in shapes:

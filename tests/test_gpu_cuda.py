@@ -28,9 +28,11 @@ def test_nvcc_compiles_every_variant_for_sm80_and_sm90_without_spills(op, combo)
     kernel = kernels.get_kernel(op, combo, CUDA)
     reports = CUDA.compile_check(kernel.module)
     assert [r.arch for r in reports] == ["sm_80", "sm_90"]
+    # a row pass and a final sum; a forward norm's row pass (no column sums) is one kernel
+    single = type(kernels.matching_rule(op, combo, CUDA)).__name__ == "GpuRowReduce"
     for report in reports:
         assert report.ok, f"{report.arch}: {report.error}"
-        assert len(report.kernels) >= 2, f"{report.arch}: expected a row pass and a final sum, got {report.kernels}"
+        assert len(report.kernels) >= (1 if single else 2), f"{report.arch}: too few kernels: {report.kernels}"
         assert report.spill_bytes == 0, f"{report.arch} spills: {report.kernels}"
         assert 0 < report.max_registers <= 64, report.kernels   # 256 threads x 64 regs fit an SM 4 times
 

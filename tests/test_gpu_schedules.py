@@ -43,6 +43,7 @@ needs_opencl = pytest.mark.skipif(not OPENCL.can_run(), reason=f"opencl cannot r
 # sum), and whether the scalars it keeps per row/group live in registers ("local");
 # BatchNorm-like stages go through global memory (see GpuChannelPass).
 PATTERN_KERNELS = {"GpuRowPass": (lambda infos: 1 + len(patterns.row_pass(infos)[1]), True),
+                   "GpuRowReduce": (lambda infos: 1, True),
                    "GpuGroupedRowPass": (lambda infos: 3, True),
                    "GpuChannelPass": (lambda infos: 3, False)}
 
@@ -70,12 +71,24 @@ def test_gpu_schedule_structure(op, combo):
     assert len(set(re.findall(r'__global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(', source))) == expected
 
 
+# Ops that land on the fallback, each with the reason; an entry is a known gap, not a
+# default. GroupNorm's forward: its group stages include a second pass over the group's
+# data (the centred variance) and outputs (mean, rstd), which GpuGroupedRowPass, built for
+# small per-group scalars recomputed by every thread, does not take (issue 21: a GPU rule
+# for grouped forwards).
+GPU_FALLBACK_GAPS = {"group_norm": "no GPU rule for a grouped forward yet (issue 21)"}
+
+
 def test_every_registered_op_has_a_pattern_rule_on_gpus_for_its_first_combo():
     """The fallback is a safety net, not where an op lands: each op's main combo matches a
-    pattern (half-weight LayerNorm combos may still take the fallback)."""
+    pattern (half-weight LayerNorm combos may still take the fallback), except the listed
+    gaps, which must still be gaps (an entry that a rule now covers is removed)."""
     for op in all_ops():
         rule = type(kernels.matching_rule(op, op.combos[0], CUDA)).__name__
-        assert rule in PATTERN_KERNELS, (op.name, rule)
+        if op.name in GPU_FALLBACK_GAPS:
+            assert rule == "GpuFallback", (op.name, rule, "now has a rule: drop it from GPU_FALLBACK_GAPS")
+        else:
+            assert rule in PATTERN_KERNELS, (op.name, rule)
 
 
 def test_partial_sums_are_workspace_parameters_sized_by_the_knob():

@@ -1,6 +1,6 @@
 """opgen.torch: the custom ops pass torch's opcheck; RMSNorm/GroupNorm are drop-ins for
-torch.nn's (state_dict, gradients in f32 and bf16, gradcheck) whose backward really is opgen,
-also inside a torch.compile'd model with no graph break."""
+torch.nn's (state_dict, outputs and gradients in f32 and bf16, gradcheck) whose forward and
+backward really are opgen, also inside a torch.compile'd model with no graph break."""
 from __future__ import annotations
 
 import pytest
@@ -14,11 +14,11 @@ import opgen  # noqa: E402
 @pytest.fixture
 def opgen_calls(monkeypatch):
     """Counts the calls reaching opgen's Pythonic layer (what the custom ops call), by op."""
-    counts = {"rms_norm_grad": 0, "group_norm_backward": 0}
+    counts = {"rms_norm": 0, "rms_norm_grad": 0, "group_norm": 0, "group_norm_backward": 0}
     real = opgen.api.call_op
 
     def counted(op, *a, **k):
-        counts[op.name] += 1
+        counts[op.name] = counts.get(op.name, 0) + 1
         return real(op, *a, **k)
     monkeypatch.setattr(opgen.api, "call_op", counted)
     return counts
@@ -43,6 +43,8 @@ def test_custom_ops_pass_opcheck():
     torch.manual_seed(0)
     torch.library.opcheck(torch.ops.opgen.rms_norm_grad.default,
                           (torch.randn(3, 8), torch.randn(3, 8), torch.rand(3) + 0.5, torch.rand(8) + 0.5))
+    torch.library.opcheck(torch.ops.opgen.rms_norm.default, (torch.randn(3, 8), torch.rand(8) + 0.5, 1e-6))
+    torch.library.opcheck(torch.ops.opgen.group_norm.default, (torch.randn(2, 4, 3), torch.rand(4), None, 2, 1e-5))
     torch.library.opcheck(torch.ops.opgen.group_norm_backward.default,
                           (torch.randn(2, 4, 3), torch.randn(2, 4, 3), torch.randn(2, 2), torch.rand(2, 2) + 0.5,
                            torch.rand(4), 2, [True, False, True]))
@@ -65,7 +67,7 @@ def test_rms_norm_f32_matches_torch(shape, opgen_calls):
     torch.testing.assert_close(ours(x), theirs(x))
     for a, b in zip(_grads(ours, x, dy), _grads(theirs, x, dy)):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-    assert opgen_calls["rms_norm_grad"] == 1
+    assert opgen_calls["rms_norm"] == 2 and opgen_calls["rms_norm_grad"] == 1   # ours(x), then in _grads
 
 
 def test_rms_norm_without_weight_matches_torch():
@@ -83,7 +85,7 @@ def test_group_norm_f32_matches_torch(affine, opgen_calls):
     torch.testing.assert_close(ours(x), theirs(x), rtol=1e-5, atol=1e-5)
     for a, b in zip(_grads(ours, x, dy), _grads(theirs, x, dy)):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
-    assert opgen_calls["group_norm_backward"] == 1
+    assert opgen_calls["group_norm"] == 2 and opgen_calls["group_norm_backward"] == 1   # ours(x), then in _grads
 
 
 def test_group_norm_input_without_grad_asks_only_parameter_grads():
@@ -159,7 +161,7 @@ def test_compiled_model_has_no_graph_break_and_runs_opgen(opgen_calls):
     model, x = Model(), torch.randn(2, 8, 4, 4, requires_grad=True)
     torch.compile(model, fullgraph=True)(x).backward()
     compiled = [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
-    assert opgen_calls == {"rms_norm_grad": 1, "group_norm_backward": 1}
+    assert opgen_calls == {"rms_norm": 1, "rms_norm_grad": 1, "group_norm": 1, "group_norm_backward": 1}
     x.grad = None
     model.zero_grad()
     model(x).backward()
@@ -178,3 +180,60 @@ def test_target_switch_is_put_back(monkeypatch):
     with ot._on(torch.device("cpu")):
         seen.append(config.get_target())
     assert seen == ["llvm"] and config._state["target"] is None and config.get_target() == "ascend-emu"
+
+
+_TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (2 ** -10, 2 ** -10), torch.bfloat16: (2 ** -7, 2 ** -7)}
+_FORWARD_CASES = [("rms", (1, 1), 1), ("rms", (3, 7), 7), ("rms", (2, 5, 33), 33), ("rms", (4, 941), 941),
+                  ("rms", (2, 12290), 12290), ("group", (1, 2), 1), ("group", (3, 6, 7), 3), ("group", (2, 8, 5, 7), 4),
+                  ("group", (2, 12, 33, 3), 6)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("kind,shape,size", _FORWARD_CASES, ids=[f"{k}-{s}" for k, s, _ in _FORWARD_CASES])
+def test_forward_outputs_match_torch_modules(kind, shape, size, dtype, opgen_calls):
+    """The forward kernel's output against torch.nn's module in every dtype, over tiny,
+    ragged and long rows/groups (``size``: RMSNorm's normalized length, GroupNorm's group
+    count): within one rounding of the output dtype (opgen rounds once from float32; torch's
+    half modules round intermediate results too)."""
+    torch.manual_seed(8)
+    if kind == "rms":
+        ours, theirs = _pair(ot.RMSNorm(size, dtype=dtype), torch.nn.RMSNorm(size, eps=1e-6, dtype=dtype))
+    else:
+        ours, theirs = _pair(ot.GroupNorm(size, shape[1], dtype=dtype), torch.nn.GroupNorm(size, shape[1], dtype=dtype))
+    x = (torch.randn(shape) * 2 + 0.5).to(dtype)
+    got, want = ours(x), theirs(x)
+    assert got.dtype == want.dtype == dtype and got.shape == want.shape
+    rtol, atol = _TOL[dtype]
+    scale = want.double().abs().max().item()
+    torch.testing.assert_close(got.double(), want.double(), rtol=rtol, atol=atol * max(scale, 1.0))
+    assert opgen_calls["rms_norm" if kind == "rms" else "group_norm"] == 1
+
+
+def test_group_norm_channels_last_matches_torch():
+    """A channels_last input (the kernel reads NCHW: the custom op makes it contiguous first)."""
+    torch.manual_seed(9)
+    ours, theirs = _pair(ot.GroupNorm(4, 16), torch.nn.GroupNorm(4, 16))
+    x = torch.randn(2, 16, 5, 6).to(memory_format=torch.channels_last)
+    dy = torch.randn(2, 16, 5, 6)
+    torch.testing.assert_close(ours(x), theirs(x), rtol=1e-5, atol=1e-5)
+    for a, b in zip(_grads(ours, x, dy), _grads(theirs, x, dy)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_statistics_reach_the_backward_without_a_cast(monkeypatch):
+    """The backward ops receive the forward ops' statistics objects themselves (no copy, no
+    cast): the tensors torch.ops.opgen.rms_norm / group_norm returned."""
+    seen = {}
+    for name in ("rms_norm", "group_norm", "rms_norm_grad", "group_norm_backward"):
+        real = getattr(torch.ops.opgen, name)
+
+        def spy(*args, _real=real, _name=name):
+            out = _real(*args)
+            seen[_name] = (args, out)
+            return out
+        monkeypatch.setattr(torch.ops.opgen, name, spy)
+    x = torch.randn(2, 8, 6, requires_grad=True)
+    (ot.RMSNorm(6)(x).sum() + ot.GroupNorm(2, 8)(x).sum()).backward()
+    assert seen["rms_norm_grad"][0][2] is seen["rms_norm"][1][1]                  # rstd
+    assert seen["group_norm_backward"][0][2] is seen["group_norm"][1][1]          # mean
+    assert seen["group_norm_backward"][0][3] is seen["group_norm"][1][2]          # rstd

@@ -1,7 +1,9 @@
-"""opgen.torch's RMSNorm: torch.nn.RMSNorm whose backward is this op's kernel.
+"""opgen.torch's RMSNorm: torch.nn.RMSNorm whose forward is opgen's aclnnRmsNorm kernel
+(opgen.ops.rms_norm) and whose backward is this op's kernel.
 
-Imported by opgen.torch (it needs torch and ``torch.ops.opgen.rms_norm_grad``, which
-opgen.torch registers first); ``MODULES`` lists what it exports.
+Imported by opgen.torch (it needs torch and ``torch.ops.opgen.rms_norm`` /
+``torch.ops.opgen.rms_norm_grad``, which opgen.torch registers first); ``MODULES`` lists
+what it exports.
 """
 from __future__ import annotations
 
@@ -9,36 +11,40 @@ import torch
 from torch import Tensor, nn
 
 
+def _gamma(x: Tensor, weight: Tensor | None, ndim: int) -> Tensor:
+    """The kernels' gamma: the weight where it is in a dtype of opgen's combos (x's or
+    float32, as the module's parameters usually are), else widened to float32; ones
+    without a weight (aclnnRmsNorm and aclnnRmsNormGrad both require a gamma)."""
+    if weight is None:
+        return torch.ones(x.shape[x.dim() - ndim:], dtype=x.dtype, device=x.device)
+    return weight if weight.dtype in (x.dtype, torch.float32) else weight.float()
+
+
 class _RMSNormFunction(torch.autograd.Function):
-    """y = x * rstd * weight over the last ``ndim`` dims; the backward is opgen's."""
+    """y = x * rstd * weight over the last ``ndim`` dims: the forward is opgen's aclnnRmsNorm
+    kernel, which also returns rstd (float32, keepdim) in exactly the form its backward,
+    aclnnRmsNormGrad, takes: saved as it is and handed back with no copy or cast."""
 
     @staticmethod
     def forward(ctx, x, weight, ndim: int, eps: float):
-        dims = tuple(range(x.dim() - ndim, x.dim()))
-        xf = x.float()
-        rstd = torch.rsqrt(xf.pow(2).mean(dim=dims) + eps)
-        y = xf * rstd.reshape(rstd.shape + (1,) * ndim)
-        if weight is not None:
-            y = y * weight.float()
-        ctx.save_for_backward(x, rstd, weight)
-        ctx.ndim = ndim
-        return y.to(x.dtype)
+        gamma = _gamma(x, weight, ndim)
+        y, rstd = torch.ops.opgen.rms_norm(x, gamma, eps)
+        ctx.save_for_backward(x, rstd, gamma)
+        ctx.weight_dtype = None if weight is None else weight.dtype
+        return y
 
     @staticmethod
     def backward(ctx, dy):
-        x, rstd, weight = ctx.saved_tensors
-        if weight is None:
-            gamma = torch.ones(x.shape[x.dim() - ctx.ndim:], dtype=x.dtype, device=x.device)
-        else:  # opgen's combos: gamma in x's dtype or float32
-            gamma = weight if weight.dtype in (x.dtype, torch.float32) else weight.float()
+        x, rstd, gamma = ctx.saved_tensors
         dx, dgamma = torch.ops.opgen.rms_norm_grad(dy.to(x.dtype), x, rstd, gamma)
-        dweight = dgamma.to(weight.dtype) if weight is not None and ctx.needs_input_grad[1] else None
-        return dx, dweight, None, None
+        wanted = ctx.weight_dtype is not None and ctx.needs_input_grad[1]
+        return dx, dgamma.to(ctx.weight_dtype) if wanted else None, None, None
 
 
 class RMSNorm(nn.RMSNorm):
-    """torch.nn.RMSNorm (same parameters, state_dict, extra_repr) whose backward is opgen's
-    aclnnRmsNormGrad kernel. eps defaults to 1e-6 (opgen's and CANN's)."""
+    """torch.nn.RMSNorm (same parameters, state_dict, extra_repr) whose forward and backward
+    are opgen's aclnnRmsNorm and aclnnRmsNormGrad kernels. eps defaults to 1e-6 (opgen's
+    and CANN's); the output has x's dtype (CANN's combos), computed in float32."""
 
     def __init__(self, normalized_shape, eps: float | None = 1e-6, elementwise_affine: bool = True,
                  device=None, dtype=None):

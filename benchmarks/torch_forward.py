@@ -1,0 +1,111 @@
+"""Module forward (and GroupNorm's backward): opgen.torch's RMSNorm / GroupNorm against
+torch.nn's, same process.
+
+Issue 21 measured opgen's modules' forward (then a chain of eager torch ops) at up to 22x
+ATen's native_group_norm. This times what a training step calls: ``module(x)`` with
+parameters that require grad (the autograd graph is recorded, as in training), opgen's and
+torch's modules on the same tensors, interleaved (one call of each per repeat, in a random
+order) so the machine's load hits both alike; also the forward kernel alone through
+its custom op (``torch.ops.opgen.*``), ``x.clone()`` (a fresh output and the same bytes
+read and written: the bandwidth bound of a one-pass forward, allocation included) and, for
+GroupNorm, ATen's native_group_norm.
+Reports the median and the range over the repeats, in ms, and the median of the per-repeat
+ratios to torch's module (each ratio from one repeat, under the same background load: the
+robust figure on a shared machine).
+
+    python benchmarks/torch_forward.py                 # 21 repeats
+    python benchmarks/torch_forward.py --repeats 41
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import time
+
+import numpy as np
+import torch
+
+import opgen.torch as ot
+
+
+def _time_ms(fn) -> float:
+    start = time.perf_counter()
+    fn()
+    return (time.perf_counter() - start) * 1e3
+
+
+def interleaved(contenders: dict, repeats: int) -> dict:
+    """Milliseconds per call of each contender, one call each per repeat, in a new random
+    order each repeat (alternating two orders left the first and last places slower on the
+    shared machine, 2x in one run)."""
+    names = list(contenders)
+    for fn in contenders.values():     # warm-up: kernels built, pools awake, memory touched
+        fn()
+        fn()
+    times = {n: [] for n in names}
+    order = np.random.default_rng(0)
+    for _ in range(repeats):
+        for i in order.permutation(len(names)):   # every contender in every position alike
+            times[names[i]].append(_time_ms(contenders[names[i]]))
+    return times
+
+
+def _cases():
+    """(label, {contender: zero-argument callable}) per measured case."""
+    torch.manual_seed(0)
+    x = torch.randn(32, 32, 64, 64) * 2 + 0.5
+    ours, theirs = ot.GroupNorm(8, 32), torch.nn.GroupNorm(8, 32)
+    theirs.load_state_dict(ours.state_dict())
+    yield "GroupNorm (32,32,64x64) G=8 f32", {
+        "opgen module": lambda: ours(x), "torch module": lambda: theirs(x),
+        "opgen kernel": lambda: torch.ops.opgen.group_norm(x, ours.weight.detach(), ours.bias.detach(), 8, 1e-5),
+        "x.clone() (same bytes)": lambda: x.clone(),
+        "aten native_group_norm": lambda: torch.ops.aten.native_group_norm(
+            x, theirs.weight.detach(), theirs.bias.detach(), 32, 32, 64 * 64, 8, 1e-5)}
+    for dtype in (torch.float32, torch.bfloat16):
+        x = torch.randn(4096, 4096).to(dtype)
+        ours = ot.RMSNorm(4096, dtype=dtype)
+        theirs = torch.nn.RMSNorm(4096, eps=1e-6, dtype=dtype)
+        theirs.load_state_dict(ours.state_dict())
+        yield f"RMSNorm 4096x4096 {str(dtype).replace('torch.', '')}", {
+            "opgen module": lambda ours=ours, x=x: ours(x), "torch module": lambda theirs=theirs, x=x: theirs(x),
+            "opgen kernel": lambda ours=ours, x=x: torch.ops.opgen.rms_norm(x, ours.weight.detach(), 1e-6),
+            "x.clone() (same bytes)": lambda x=x: x.clone()}
+
+
+def _backward_cases():
+    """(label, {contender: callable}) timing the backward alone: torch.autograd.grad on a
+    graph kept alive (retain_graph), so every call runs the module's backward once and
+    nothing accumulates; the opgen kernel through its custom op on the saved statistics."""
+    torch.manual_seed(1)
+    x = (torch.randn(32, 32, 64, 64) * 2 + 0.5).requires_grad_()
+    dy = torch.randn(32, 32, 64, 64)
+    ours, theirs = ot.GroupNorm(8, 32), torch.nn.GroupNorm(8, 32)
+    theirs.load_state_dict(ours.state_dict())
+    y_ours, y_theirs = ours(x), theirs(x)
+    params_ours, params_theirs = [x, *ours.parameters()], [x, *theirs.parameters()]
+    _, mean, rstd = torch.ops.opgen.group_norm(x.detach(), ours.weight.detach(), ours.bias.detach(), 8, 1e-5)
+    yield "GroupNorm (32,32,64x64) G=8 f32, backward", {
+        "opgen module": lambda: torch.autograd.grad(y_ours, params_ours, dy, retain_graph=True),
+        "torch module": lambda: torch.autograd.grad(y_theirs, params_theirs, dy, retain_graph=True),
+        "opgen kernel": lambda: torch.ops.opgen.group_norm_backward(dy, x.detach(), mean, rstd, ours.weight.detach(),
+                                                                    8, [True, True, True])}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=21)
+    args = parser.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.repeats} interleaved repeats")
+    for label, contenders in itertools.chain(_cases(), _backward_cases()):   # lazily: closures see their case
+        times = interleaved(contenders, args.repeats)
+        base = np.array(times["torch module"])
+        print(label)
+        for name, ms in times.items():
+            paired = float(np.median(base / np.array(ms)))   # same repeat, same background load
+            print(f"  {name:24s} {np.median(ms):8.3f} ms  [{min(ms):.3f} - {max(ms):.3f}]  "
+                  f"{paired:5.2f}x torch module (median of per-repeat ratios)")
+
+
+if __name__ == "__main__":
+    main()
