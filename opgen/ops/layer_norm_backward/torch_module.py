@@ -11,22 +11,22 @@ from torch import Tensor, nn
 
 class _LayerNormFunction(torch.autograd.Function):
     """LayerNorm of x over its last ``len(shape)`` dims with float32 statistics (saved as
-    aclnnLayerNorm saves them: x's leading dims, then 1s); the backward is opgen's."""
+    aclnnLayerNorm saves them: x's leading dims, then 1s); the backward is opgen's.
+
+    The forward is ATen's ``native_layer_norm`` until opgen generates LayerNorm's forward
+    (it returns the statistics the backward takes, in float32 when the affine parameters
+    are float32, so they are passed as float32). The composite of eager ops it replaces
+    took 36.9 ms against ATen's 3.5 at (8,512,1024) f32 (opgen bench --training)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, shape: tuple, eps: float):
-        dims = tuple(range(x.dim() - len(shape), x.dim()))
-        xf = x.float()
-        mean = xf.mean(dim=dims, keepdim=True)
-        rstd = torch.rsqrt(xf.var(dim=dims, unbiased=False, keepdim=True) + eps)
-        y = (xf - mean) * rstd
-        if weight is not None:
-            y = y * weight.float()
-        if bias is not None:
-            y = y + bias.float()
+        float_weight = weight.float() if weight is not None else (
+            None if x.dtype == torch.float32 else torch.ones(shape, dtype=torch.float32, device=x.device))
+        y, mean, rstd = torch.native_layer_norm(x, list(shape), float_weight,
+                                                None if bias is None else bias.float(), eps)
         ctx.save_for_backward(x, mean, rstd, weight)
         ctx.shape, ctx.bias_dtype = shape, None if bias is None else bias.dtype
-        return y.to(x.dtype)
+        return y
 
     @staticmethod
     def backward(ctx, dy):
