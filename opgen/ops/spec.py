@@ -83,6 +83,71 @@ class ProblemBase:
         return ",".join("x".join(map(str, v)) if isinstance(v, tuple) else str(v) for v in values)
 
 
+class TrailingAxesProblem(ProblemBase):
+    """Base of the Problem dataclasses whose fields are ``x_shape``, ``gamma_ndim`` (how many
+    trailing axes of x gamma covers) and one float attribute with a default (RmsNorm's
+    ``epsilon``, DeepNorm's ``alpha``): the rows/cols view every such op's kernel takes,
+    and the spelling ``X[,GAMMA_NDIM[,ATTRIBUTE]]`` (``4096x4096``, ``4x8x64,2,1e-5``)."""
+
+    @property
+    def n(self) -> int:
+        """The number of leading (not normalized) axes."""
+        return len(self.x_shape) - self.gamma_ndim
+
+    @property
+    def rows(self) -> int:
+        return math.prod(self.x_shape[: self.n])
+
+    @property
+    def cols(self) -> int:
+        return math.prod(self.x_shape[self.n:])
+
+    @property
+    def gamma_shape(self) -> tuple[int, ...]:
+        return self.x_shape[self.n:]
+
+    @property
+    def stat_shape(self) -> tuple[int, ...]:
+        """A per-row statistic's shape: x's leading dims, then 1s (the keepdim form)."""
+        return self.x_shape[: self.n] + (1,) * self.gamma_ndim
+
+    @classmethod
+    def _attribute(cls) -> dataclasses.Field:
+        return dataclasses.fields(cls)[2]
+
+    @classmethod
+    def parse(cls, text: str):
+        """``4096x4096``, ``4x8x64,2`` or ``4x8x64,2,<attribute>`` (ValueError: what is wrong)."""
+        attr = cls._attribute()
+        parts = [p.strip() for p in str(text).strip().strip("()").split(",") if p.strip()]
+        if not 1 <= len(parts) <= 3:
+            raise ValueError(f"cannot read {text!r} as {cls.__name__}: expected X[,GAMMA_NDIM[,{attr.name.upper()}]], "
+                             f"e.g. 4096x4096 or 4x8x64,2,{attr.default}")
+        try:
+            shape = tuple(int(d) for d in parts[0].lower().split("x"))
+            ndim = int(parts[1]) if len(parts) > 1 else 1
+            value = float(parts[2]) if len(parts) > 2 else attr.default
+        except ValueError:
+            raise ValueError(f"cannot read {text!r} as {cls.__name__}: x's dims are integers joined by 'x', "
+                             f"gamma_ndim an integer, {attr.name} a number") from None
+        return cls(shape, ndim, value)
+
+    def label(self) -> str:
+        """The spelling ``parse`` reads back, without the defaults at the end."""
+        attr = self._attribute()
+        value = getattr(self, attr.name)
+        parts = ["x".join(map(str, self.x_shape)), str(self.gamma_ndim), repr(float(value))]
+        if value == attr.default:
+            parts.pop()
+            if self.gamma_ndim == 1:
+                parts.pop()
+        return ",".join(parts)
+
+    def __str__(self) -> str:
+        attr = self._attribute()
+        return f"x{list(self.x_shape)} gamma_ndim={self.gamma_ndim} {attr.name}={getattr(self, attr.name)}"
+
+
 @dataclass(frozen=True)
 class Peer:
     """Another implementation of the op's backward, to compare with and time against.

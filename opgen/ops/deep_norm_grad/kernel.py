@@ -5,14 +5,13 @@ The formulas and stage names are in the package docstring (opgen.ops.deep_norm_g
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
 import numpy as np
 from tvm import te
 
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype
-from opgen.ops.spec import DtypeCombo, ProblemBase, as_float32
+from opgen.ops.spec import DtypeCombo, TrailingAxesProblem, as_float32
 
 # alpha is an attribute (double in the C API, float32 in CANN's kernel); the kernel is built
 # once per dtype combo over symbolic sizes, so alpha reaches it as data: a (1,) float32 input
@@ -97,7 +96,7 @@ def compute(combo: DtypeCombo) -> list[te.Tensor]:
 
 
 @dataclass(frozen=True)
-class Problem(ProblemBase):
+class Problem(TrailingAxesProblem):
     """One call's sizes and its attribute: x's shape, how many trailing axes gamma covers,
     and ``alpha`` (the aclnn attribute, under its aclnn name).
 
@@ -107,56 +106,6 @@ class Problem(ProblemBase):
     x_shape: tuple[int, ...]
     gamma_ndim: int = 1
     alpha: float = DEFAULT_ALPHA
-
-    @property
-    def n(self) -> int:
-        """The number of leading (not normalized) axes."""
-        return len(self.x_shape) - self.gamma_ndim
-
-    @property
-    def rows(self) -> int:
-        return math.prod(self.x_shape[: self.n])
-
-    @property
-    def cols(self) -> int:
-        return math.prod(self.x_shape[self.n:])
-
-    @property
-    def gamma_shape(self) -> tuple[int, ...]:
-        return self.x_shape[self.n:]
-
-    @property
-    def stat_shape(self) -> tuple[int, ...]:
-        """mean's and rstd's shape: x's leading dims, then 1s (the forward's keepdim form)."""
-        return self.x_shape[: self.n] + (1,) * self.gamma_ndim
-
-    @classmethod
-    def parse(cls, text: str) -> "Problem":
-        """``8192x4096``, ``4x8x64,2`` or ``4x8x64,2,0.87`` (ValueError: what is wrong)."""
-        parts = [p.strip() for p in str(text).strip().strip("()").split(",") if p.strip()]
-        if not 1 <= len(parts) <= 3:
-            raise ValueError(f"cannot read {text!r} as Problem: expected X[,GAMMA_NDIM[,ALPHA]], e.g. 8192x4096 "
-                             f"or 4x8x64,2,0.3")
-        try:
-            shape = tuple(int(d) for d in parts[0].lower().split("x"))
-            ndim = int(parts[1]) if len(parts) > 1 else 1
-            alpha = float(parts[2]) if len(parts) > 2 else DEFAULT_ALPHA
-        except ValueError:
-            raise ValueError(f"cannot read {text!r} as Problem: x's dims are integers joined by 'x', gamma_ndim "
-                             f"an integer, alpha a number") from None
-        return cls(shape, ndim, alpha)
-
-    def label(self) -> str:
-        """The spelling ``parse`` reads back, without the defaults at the end."""
-        parts = ["x".join(map(str, self.x_shape)), str(self.gamma_ndim), repr(float(self.alpha))]
-        if self.alpha == DEFAULT_ALPHA:
-            parts.pop()
-            if self.gamma_ndim == 1:
-                parts.pop()
-        return ",".join(parts)
-
-    def __str__(self) -> str:
-        return f"x{list(self.x_shape)} gamma_ndim={self.gamma_ndim} alpha={self.alpha}"
 
 
 def alpha_array(problem: Problem) -> np.ndarray:

@@ -4,14 +4,13 @@ The formulas and stage names are in the package docstring (opgen.ops.rms_norm).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 from tvm import te
 
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype
-from opgen.ops.spec import DtypeCombo, ProblemBase, as_float32
+from opgen.ops.spec import DtypeCombo, TrailingAxesProblem, as_float32
 
 STAGE = "rms_norm"
 DEFAULT_EPS = 1e-6      # aclnnRmsNorm's documented default
@@ -59,7 +58,7 @@ def compute(combo: DtypeCombo) -> list[te.Tensor]:
 
 
 @dataclass(frozen=True)
-class Problem(ProblemBase):
+class Problem(TrailingAxesProblem):
     """One call's sizes and its attribute: x's shape, how many trailing axes gamma covers,
     and ``epsilon`` (the aclnn attribute, under its aclnn name).
 
@@ -71,54 +70,9 @@ class Problem(ProblemBase):
     epsilon: float = DEFAULT_EPS
 
     @property
-    def n(self) -> int:
-        """The number of leading (not normalized) axes."""
-        return len(self.x_shape) - self.gamma_ndim
-
-    @property
-    def rows(self) -> int:
-        return math.prod(self.x_shape[: self.n])
-
-    @property
-    def cols(self) -> int:
-        return math.prod(self.x_shape[self.n:])
-
-    @property
-    def gamma_shape(self) -> tuple[int, ...]:
-        return self.x_shape[self.n:]
-
-    @property
     def rstd_shape(self) -> tuple[int, ...]:
         """rstdOut's shape: x's leading dims, then 1s (aclnnRmsNorm's keepdim form)."""
-        return self.x_shape[: self.n] + (1,) * self.gamma_ndim
-
-    @classmethod
-    def parse(cls, text: str) -> "Problem":
-        """``4096x4096``, ``4x8x64,2`` or ``4x8x64,2,1e-5`` (ValueError: what is wrong)."""
-        parts = [p.strip() for p in str(text).strip().strip("()").split(",") if p.strip()]
-        if not 1 <= len(parts) <= 3:
-            raise ValueError(f"cannot read {text!r} as Problem: expected X[,GAMMA_NDIM[,EPSILON]], e.g. 4096x4096 "
-                             f"or 4x8x64,2,1e-5")
-        try:
-            shape = tuple(int(d) for d in parts[0].lower().split("x"))
-            ndim = int(parts[1]) if len(parts) > 1 else 1
-            eps = float(parts[2]) if len(parts) > 2 else DEFAULT_EPS
-        except ValueError:
-            raise ValueError(f"cannot read {text!r} as Problem: x's dims are integers joined by 'x', gamma_ndim "
-                             f"an integer, epsilon a number") from None
-        return cls(shape, ndim, eps)
-
-    def label(self) -> str:
-        """The spelling ``parse`` reads back, without the defaults at the end."""
-        parts = ["x".join(map(str, self.x_shape)), str(self.gamma_ndim), repr(float(self.epsilon))]
-        if self.epsilon == DEFAULT_EPS:
-            parts.pop()
-            if self.gamma_ndim == 1:
-                parts.pop()
-        return ",".join(parts)
-
-    def __str__(self) -> str:
-        return f"x{list(self.x_shape)} gamma_ndim={self.gamma_ndim} epsilon={self.epsilon}"
+        return self.stat_shape
 
 
 def eps_array(epsilon: float) -> np.ndarray:
