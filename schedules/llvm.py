@@ -142,7 +142,6 @@ class RowPassWithColumnSums(PatternRule):
             for cast in casts:   # rounded in the task that summed its columns, from its cache
                 if cast.reads & info.writes:
                     sch.reverse_compute_at(sch.get_sblock(cast.name), col_block)
-        _merge_row_sums(sch, row_stages)
         _finish_row_stages(sch, row_stages)
         return sch
 
@@ -177,8 +176,10 @@ class RowPass(PatternRule):
 
 
 def _finish_row_stages(sch, row_stages: list[Block]) -> None:
-    """Zero each per-row reduction before its own loop (not inside it), and fence each
-    per-row scalar's value (see _fence_value)."""
+    """One loop over a row for its independent sums (_merge_row_sums), each per-row
+    reduction zeroed before its own loop (not inside it), and each per-row scalar's value
+    fenced (see _fence_value)."""
+    _merge_row_sums(sch, row_stages)
     for info in row_stages:
         if "R" in info.kinds:
             block = sch.get_sblock(info.name)
@@ -188,15 +189,17 @@ def _finish_row_stages(sch, row_stages: list[Block]) -> None:
 
 
 def _merge_row_sums(sch, row_stages: list[Block]) -> None:
-    """One loop over a row's columns for all its row sums (LayerNorm's sum of dy * gamma and
-    of dy * gamma * xhat): each row is read once for its sums instead of once per sum.
+    """One loop over a row's columns for its row sums that read no other row stage
+    (LayerNorm's sum of dy * gamma and of dy * gamma * xhat): each row is read once for
+    them instead of once per sum.
 
     The merged loop takes the place of the first loop listed (TVM 0.27, measured: listed
     in program order, it lands before the scalars that read the second sum; listed the
     other way, after a scalar that reads the first). TVM does not check the order a merge
     leaves, so it is checked here: every stage reading a sum must come after the loop."""
-    sums = [info for info in row_stages if "R" in info.kinds]
-    if len(sums) < 2:
+    produced = {n for info in row_stages for n in info.writes}
+    sums = [info for info in row_stages if "R" in info.kinds and not info.reads & produced]
+    if len(sums) < 2:       # a sum that reads a row scalar (a variance of the mean) waits for it
         return
     sch.merge(*[sch.get_loops(sch.get_sblock(info.name))[-1] for info in sums])
     row_loop = sch.get_loops(sch.get_sblock(sums[0].name))[-2]

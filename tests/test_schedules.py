@@ -309,6 +309,35 @@ def test_row_rule_reads_a_row_once_for_all_its_row_sums(shape):
     np.testing.assert_allclose(col, a64.sum(axis=0), rtol=1e-5, atol=1e-5)
 
 
+def toy_dependent_row_sums():
+    """A row sum that reads a row scalar (the variance about the mean), an output and a
+    column sum: the mean's sum must finish before the variance's starts."""
+    rows, cols = te.var("rows", "int64"), te.var("cols", "int64")
+    a = te.placeholder((rows, cols), "float32", name="a")
+    k1, k2 = te.reduce_axis((0, cols), name="k1"), te.reduce_axis((0, cols), name="k2")
+    s1 = te.compute((rows,), lambda r: te.sum(a[r, k1], axis=k1), name="toy_sum")
+    mean = te.compute((rows,), lambda r: s1[r] / cols.astype("float32"), name="toy_mean")
+    s2 = te.compute((rows,), lambda r: te.sum((a[r, k2] - mean[r]) * (a[r, k2] - mean[r]), axis=k2),
+                    name="toy_centered_squares")
+    out = te.compute((rows, cols), lambda r, c: (a[r, c] - mean[r]) * s2[r], name="toy_out")
+    j = te.reduce_axis((0, rows), name="j")
+    col = te.compute((cols,), lambda c: te.sum(a[j, c], axis=j), name="toy_col_sum")
+    return [a, out, col]
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (7, 33), (130, 5), (0, 4)], ids=str)
+def test_row_rule_leaves_a_sum_that_reads_a_row_scalar_in_its_own_loop(shape):
+    """Only sums of the data alone share a loop: merged, the variance read a mean not yet
+    computed (TVM does not check it)."""
+    fn, _ = _compile(toy_dependent_row_sums())
+    a = np.random.default_rng(6).standard_normal(shape).astype(np.float32)
+    _, out, col = _run(fn, [a, np.zeros(shape, np.float32), np.full(shape[1], np.nan, np.float32)])
+    a64 = a.astype(np.float64)
+    centered = a64 - a64.mean(axis=1, keepdims=True) if shape[1] else a64
+    np.testing.assert_allclose(out, centered * (centered ** 2).sum(axis=1, keepdims=True), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(col, a64.sum(axis=0), rtol=1e-5, atol=1e-5)
+
+
 def test_merging_row_sums_refuses_an_order_that_reads_a_sum_before_it_is_summed():
     """The positive control of the order check: merged the other way round, TVM puts the
     loop after the first sum's scalar, which then reads a sum not yet computed."""
