@@ -2,9 +2,14 @@
 
 The schedule (schedules/ascend.py) derives every tiling decision from these numbers and
 the emulation enforces them, so nothing else in opgen hard-codes a UB size or a core
-count. Sources (public): asc-devkit's kernel_utils_constants.h and platform code, and
-ops-nn's tiling tests, which run RmsNormGrad on 48 cores with 196608 B of UB (Atlas A2)
-and the arch35 (Ascend 950) suites with 253952 B.
+count. Sources (public; ../shared/ASCEND-NOTES.md lists them per product): asc-devkit's
+kernel_utils_constants.h and platform code, and CANN's platform ini files (public copies in
+hicann/pypto). hicann/ops-nn's tiling unit tests are not product specs: each inlines a fake
+``hardware_info`` fixture. Its A2 fixtures have UB 196608 with CORE_NUM 40 in
+norm/rms_norm_grad/tests/ut/op_host/test_rms_norm_grad_tiling.cpp and 48 in
+norm/group_norm_grad/tests/ut/op_host/test_group_norm_grad_tiling.cpp; its arch35 (Ascend 950)
+fixtures have CORE_NUM 64 with UB_SIZE 245760, a test value: the 950 platform ini says
+253952 (256 KB less CANN's 8 KB reserve), which is what the description below uses.
 
 * UB bytes: Atlas A2/A3 (910B, 910_93) 192 KB; Atlas inference (310P) and Atlas
   training (910) 256 KB; Ascend 950 248 KB. CANN's platform code hands tiling 256 B less
