@@ -85,9 +85,11 @@ Rounding check_cast(AscendC::RoundMode m, const char* api) {
 }
 
 // Sum each group of src elements into dst[di[g]].
+// `repeats`: the instruction's repeat count for the timing model (0: its source bytes / 256).
 template <typename T>
 void reduce_groups(const char* api, const LocalTensor<T>& dst, const std::vector<uint64_t>& di,
-                   const LocalTensor<T>& src, const std::vector<std::vector<uint64_t>>& groups) {
+                   const LocalTensor<T>& src, const std::vector<std::vector<uint64_t>>& groups,
+                   uint64_t repeats = 0) {
     poll_abort();
     std::vector<uint64_t> all;
     for (const auto& g : groups) all.insert(all.end(), g.begin(), g.end());
@@ -108,6 +110,7 @@ void reduce_groups(const char* api, const LocalTensor<T>& dst, const std::vector
     for (size_t g = 0; g < groups.size(); ++g) store(c, dst, di[g], out[g], def[g] != 0);
     core().launch->vector_elems += groups.size();
     mark_write(dst.slot(), Pipe::V, api);
+    c.clock.vector(api, sizeof(T), repeats ? repeats : std::max<uint64_t>(1, (all.size() * sizeof(T) + kRepeatBytes - 1) / kRepeatBytes));
 }
 
 // Groups: the active lanes of each repeat, split per 32-byte block when per_block.
@@ -135,7 +138,7 @@ void whole_reduce_sum(const LocalTensor<T>& dst, const LocalTensor<T>& src, cons
     auto groups = repeat_groups<T>(l, srcBlkStride, srcRepStride, false);
     std::vector<uint64_t> di(groups.size());
     for (size_t r = 0; r < di.size(); ++r) di[r] = r * uint64_t(dstRepStride);
-    reduce_groups("WholeReduceSum", dst, di, src, groups);
+    reduce_groups("WholeReduceSum", dst, di, src, groups, l.repeats);
 }
 
 }  // namespace opgen_emu
@@ -199,7 +202,7 @@ void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const Local
     if (work.GetSize() < need) fail(cat("ReduceSum: workLocal has ", work.GetSize(), " elements, needs ", need));
     std::vector<uint64_t> wi(groups.size());
     for (size_t g = 0; g < wi.size(); ++g) wi[g] = g;
-    reduce_groups("ReduceSum", work, wi, src, groups);
+    reduce_groups("ReduceSum", work, wi, src, groups, l.repeats);
     reduce_groups("ReduceSum", dst, {0}, work, {wi});
 }
 
@@ -241,7 +244,7 @@ void BlockReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const 
         for (uint32_t lane : l.active)
             if (lane / epb != last) { last = lane / epb; di.push_back(uint64_t(r) * dstRepStride * 8 + last); }
     }
-    reduce_groups("BlockReduceSum", dst, di, src, groups);
+    reduce_groups("BlockReduceSum", dst, di, src, groups, l.repeats);
 }
 
 }  // namespace AscendC

@@ -234,6 +234,9 @@ void elementwise(const char* api, const Lanes& lanes, const LocalTensor<TD>& dst
     for (size_t k = 0; k < di.size(); ++k) store(c, dst, di[k], out[k], def[k] != 0);
     core().launch->vector_elems += di.size();
     mark_write(dst.slot(), Pipe::V, api);
+    const uint32_t esize = std::max<uint32_t>({uint32_t(sizeof(TD)), uint32_t(sizeof(TS))...});
+    c.clock.vector(api, esize, lanes.count_mode ? (lanes.count * esize + kRepeatBytes - 1) / kRepeatBytes
+                                               : lanes.repeats);
 }
 
 template <typename T>

@@ -171,6 +171,17 @@ extern "C" __attribute__((weak, visibility("default"))) const char* opgen_emu_la
 extern "C" __attribute__((weak, visibility("default"))) void opgen_emu_last_stats(uint64_t* out) {
     for (int i = 0; i < 4; ++i) out[i] = opgen_emu::tls_last_stats[i];
 }
+// The timing model's parameters for launches from the calling thread (emu_timing.h's
+// TimingParams, in field order; n may be less than all of them), and the last launch's result:
+// out[0..10) = cycles, seconds, busy fraction of MTE2, V, MTE3, S, GM bytes, GM-bound seconds,
+// bound / time, block_dim.
+extern "C" __attribute__((weak, visibility("default"))) void opgen_emu_set_timing(const double* p, int n) {
+    opgen_emu::tls_timing_params = opgen_emu::TimingParams();
+    opgen_emu::tls_timing_params.set(p, n);
+}
+extern "C" __attribute__((weak, visibility("default"))) void opgen_emu_last_timing(double* out) {
+    for (int i = 0; i < opgen_emu::kTimingOut; ++i) out[i] = opgen_emu::tls_last_timing[i];
+}
 extern "C" __attribute__((weak, visibility("default"))) uint64_t opgen_emu_ub_bytes(void) {
     return opgen_emu::kUbBytes;
 }
