@@ -292,3 +292,19 @@ def test_a_row_softmax_defined_here_needs_no_emitter_or_schedule_change(rng):
 def test_a_dtype_the_product_lacks_is_not_emitted():
     with pytest.raises(NotImplementedError, match="bfloat16"):
         kernels.get_kernel(RMS, "bf16-bf16", EMU.for_product("AtlasTraining"))
+
+
+def test_runs_report_the_emulations_modelled_time(rng):
+    """Each launch leaves the timing model's result on the kernel; the target's run summary
+    (opgen generate's row) quotes the largest; a product's parameters change it."""
+    kernel = kernels.get_kernel(RMS, "f32-f32", EMU.for_product("AtlasA2"))
+    emu = kernel.module.kernel
+    _worst(kernel, (64, 1024), rng)
+    small = emu.last_timing
+    _worst(kernel, (7, 33), rng)
+    assert emu.largest_timing() is small and emu.last_timing.gm_bytes < small.gm_bytes
+    assert small.seconds > 0 and 0 < small.of_bound < 1 and 1 < small.cores <= 48
+    assert small.gm_bytes >= 3 * 64 * 1024 * 4          # dy and x read, dx written at least once
+    assert 0 < small.busy["MTE2"] <= 1 and 0 < small.busy["V"] <= 1
+    line = EMU.for_product("AtlasA2").run_summary(kernel.module)
+    assert line.startswith("modelled ") and "% of the GM bound" in line and "MTE2" in line

@@ -96,6 +96,11 @@ class AscendEmuTarget(TargetSpec):
         """The CANN custom-op project: op_host/ and op_kernel/ sources."""
         return dict(module.files)
 
+    def run_summary(self, module) -> str | None:
+        """The emulation's modelled time of the largest launch so far (opgen generate's rows)."""
+        modelled = module.kernel.largest_timing()
+        return None if modelled is None else modelled.summary()
+
     def scratch_of(self, module):
         """One GM workspace sized by the host tiling (the TIR's hoisted buffers are unused)."""
         return module.scratch

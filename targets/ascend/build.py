@@ -32,6 +32,7 @@ from opgen.targets.ascend.emit_groups_flow import group_kernel_source, group_til
 from opgen.targets.ascend.emitter import read_row_kernel
 from opgen.targets.ascend.exprs import EmitError
 from opgen.targets.ascend.host import FIELDS, def_source, tiling_header, tiling_source
+from opgen.targets.ascend import timing as pipe_timing
 
 EMU_DIR = Path(__file__).parent / "emu"
 CXXFLAGS = ("-std=c++17", "-O1", "-pthread", "-shared", "-fPIC", "-Wall", "-Werror")
@@ -175,6 +176,7 @@ class EmuKernel:
         self.struct = tiling_struct(kernel.fields)
         self.tiling_fn = getattr(self.lib, f"{kernel.symbol}_tiling")
         self.tiling_fn.restype = ctypes.c_int
+        self.timings = []       # (GM bytes, ModelledTime) of each launch: the emulation's timing model
 
     def tiling(self, *sizes: int):
         """The host tiling function's result for ``sizes`` (rows, cols / N, G, D, HW / N, C, HW)."""
@@ -222,9 +224,16 @@ class EmuKernel:
         ptrs = [p if s else None for p, s in zip(ptrs, sizes)]
         argv = (ctypes.c_void_p * len(ptrs))(*ptrs)
         sizev = (ctypes.c_uint64 * len(sizes))(*sizes)
+        pipe_timing.configure(self.lib, self.hw.timing)
         rc = self.launch(t.block_dim, argv, sizev, len(ptrs))
         if rc:
             raise RuntimeError(f"AscendC emulation: {self.lib.opgen_emu_last_error().decode(errors='replace')}")
+        self.last_timing = pipe_timing.last(self.lib)
+        self.timings.append(self.last_timing)
+
+    def largest_timing(self):
+        """The modelled time of the launch that moved the most GM bytes (None before any)."""
+        return max(self.timings, key=lambda m: m.gm_bytes, default=None)
 
 
 class EmuModule:
