@@ -112,6 +112,7 @@ def write_project(files: dict, root: Path) -> None:
 def emu_flags(hw) -> list[str]:
     flags = [f"-DOPGEN_UB_BYTES={hw.usable_ub_bytes}", f"-DOPGEN_MAX_BUFFERS={hw.max_buffers}", "-DOPGEN_EMU",
              f"-DOPGEN_VECTOR_CORES={hw.vector_cores}", "-DOPGEN_EMU_CHECK_WAR"]
+    flags += ["-DOPGEN_REDUCE_ACROSS_TREE"] if hw.reduce_across_tree else []
     return flags + ([] if hw.data_copy_pad else ["-DOPGEN_NO_DATACOPYPAD"])
 
 
@@ -176,7 +177,8 @@ class EmuKernel:
         self.struct = tiling_struct(kernel.fields)
         self.tiling_fn = getattr(self.lib, f"{kernel.symbol}_tiling")
         self.tiling_fn.restype = ctypes.c_int
-        self.timings = []       # (GM bytes, ModelledTime) of each launch: the emulation's timing model
+        self.timings = []       # ModelledTime of each launch: the emulation's timing model
+        self.last_timing = None
 
     def tiling(self, *sizes: int):
         """The host tiling function's result for ``sizes`` (rows, cols / N, G, D, HW / N, C, HW)."""
@@ -201,6 +203,7 @@ class EmuKernel:
         """Run on the kernel's tensors, then (when the caller sizes it, see workspace_shape)
         the workspace; without one the workspace is allocated here (direct module calls)."""
         n = len(self.k.args)
+        self.last_timing = None     # set again by a launch (none for an empty problem)
         by_name = dict(zip(self.k.param_names, tensors[:n]))
         t = self.tiling(*self.k.size_args(by_name))
         if t.block_dim == 0:

@@ -100,6 +100,9 @@ class AscendHardware:
     storage_dtypes: tuple = ("float16", "bfloat16", "float32")
     data_copy_pad: bool = True
     timing: PipeTiming = A2_TIMING   # the emulation's timing model (emu_timing.h)
+    # ReduceSum's count form sums its repeats' partials by a tree (the docs' method 1: Atlas
+    # training, Atlas inference), not in sequence (method 2: A2/A3); emulated to the bit.
+    reduce_across_tree: bool = False
 
     def __post_init__(self):
         if self.vector_cores < 1:
@@ -139,10 +142,10 @@ DESCRIPTIONS = {
     "Ascend950": AscendHardware("Ascend950", "Ascend950", 253952, 64, timing=A950_TIMING),
     "AtlasInference": AscendHardware("AtlasInference", "Ascend310P", 262144, 8,
                                      storage_dtypes=("float16", "float32"), data_copy_pad=False,
-                                     timing=INFERENCE_TIMING),
+                                     timing=INFERENCE_TIMING, reduce_across_tree=True),
     "AtlasTraining": AscendHardware("AtlasTraining", "Ascend910", 262144, 32,
                                     storage_dtypes=("float16", "float32"), data_copy_pad=False,
-                                    timing=TRAINING_TIMING),
+                                    timing=TRAINING_TIMING, reduce_across_tree=True),
 }
 
 
