@@ -26,7 +26,7 @@ import tvm
 from opgen.products import DEFAULT_PRODUCT
 from opgen.targets.spec import MODEL, TargetSpec
 from opgen.targets.ascend.build import EmuKernel, EmuModule, compile_project, emulation_available, project
-from opgen.targets.ascend.costmodel import AscendAnalytic
+from opgen.targets.ascend.costmodel import AscendEmulated
 from opgen.targets.ascend.exprs import EmitError
 from opgen.targets.ascend.hardware import AscendHardware, describe
 
@@ -48,7 +48,8 @@ class AscendEmuTarget(TargetSpec):
         return {"product": hw.product, "soc": hw.soc, "vector_cores": hw.vector_cores, "ub_bytes": hw.ub_bytes}
 
     def cost_model(self):
-        return AscendAnalytic()
+        """The emulation's timing model of each checked run; the analytic formula without one."""
+        return AscendEmulated()
 
     def for_product(self, product: str) -> "AscendEmuTarget":
         return replace(self, hardware=describe(product))
