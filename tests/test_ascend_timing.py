@@ -171,3 +171,17 @@ def test_syncall_joins_the_cores(lib):
     assert t["cycles"] == pytest.approx(before + P.sync_all_cycles + copy_cycles(4 * n, 64))
     # Busy V over 3 cores: core 0 ran 1 + extra vector instructions, the others one each.
     assert t["v"] == pytest.approx((3 + extra) * vec / (3 * t["cycles"]))
+
+
+def test_reads_and_writes_share_the_cores_gm_bandwidth(lib):
+    """A double-buffered pipeline whose copy-in and copy-out overlap still moves no more than
+    the aggregate GM bandwidth allows: at a share of 40 B/cycle per core (under MTE2's 32 +
+    MTE3's 64 together), 12 tiles of 4 KB in and out take at least their bytes / 40. (Without
+    latency, so that only bandwidth counts: capping each pipe at the share alone would let the
+    overlapped copies finish in ~12 x 4096 / 32 cycles and fail this.)"""
+    tiles, n = 12, 1024
+    free = run(lib, "timing_pipeline", 1, n, tiles, 2, 0, params=Params(dma_latency=0))
+    shared = run(lib, "timing_pipeline", 1, n, tiles, 2, 0, params=Params(dma_latency=0, gm_bytes_per_cycle=40))
+    assert free["bound_fraction"] < 1e-3
+    assert shared["cycles"] >= 2 * tiles * 4 * n / 40 and shared["bound_fraction"] <= 1.0
+    assert shared["cycles"] > free["cycles"]

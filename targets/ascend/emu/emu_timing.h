@@ -8,8 +8,10 @@
 //
 //   issue      the scalar unit issues in program order: an instruction on pipe P starts at
 //              max(t[P], t[S]) (t[S] only moves with scalar work, scalar waits and barriers)
-//   copies     MTE2/MTE3: dma_latency + bytes / per-core bandwidth, the per-core bandwidth
-//              capped at the aggregate GM bandwidth / block_dim (all cores stream at once)
+//   copies     MTE2/MTE3: dma_latency + bytes / the pipe's per-core bandwidth; and the bytes
+//              pass the core's share of the aggregate GM bandwidth (aggregate / block_dim: all
+//              cores stream at once), one share for reads and writes together, so no schedule
+//              of copies moves GM bytes faster than the aggregate bandwidth
 //   vector     V: vec_head + repeats x cycles per repeat (by instruction class and dtype)
 //   scalar     S: scalar_cycles per LocalTensor Get/SetValue, gm_scalar_cycles per GlobalTensor one
 //   SetFlag<A_B>   on pipe A: event_cycles; records t[A]
@@ -95,7 +97,9 @@ struct CoreClock {
     int dma_depth = 0;     // inside a copy API: its bursts make one instruction
     int dma_pipe = 0;
     uint64_t dma_bytes = 0;
-    double mte2_bpc = 0, mte3_bpc = 0;  // effective per-core bandwidths of this launch
+    double mte2_bpc = 0, mte3_bpc = 0;  // the DMA pipes' per-core bandwidths
+    double share_bpc = 0;               // this core's share of the aggregate GM bandwidth
+    double gm_t = 0;                    // when the core's GM share is free again
 
     double start_on(int pipe) const { return std::max(t[pipe], t[kTS]); }
     void run(int pipe, double cycles) {
@@ -127,8 +131,10 @@ struct CoreClock {
     }
     void dma_close() {
         if (--dma_depth > 0 || dma_bytes == 0) return;
-        double bpc = dma_pipe == kTMte2 ? mte2_bpc : mte3_bpc;
-        run(dma_pipe, p->dma_latency + double(dma_bytes) / bpc);
+        const double start = start_on(dma_pipe), bytes = double(dma_bytes);
+        const double own = start + p->dma_latency + bytes / (dma_pipe == kTMte2 ? mte2_bpc : mte3_bpc);
+        gm_t = std::max(gm_t, start + p->dma_latency) + bytes / share_bpc;
+        run(dma_pipe, std::max(own, gm_t) - start);
     }
 };
 
@@ -136,7 +142,7 @@ struct CoreClock {
 struct LaunchTiming {
     TimingParams p;
     uint32_t block_dim = 1;
-    double mte2_bpc = 0, mte3_bpc = 0;
+    double share_bpc = 0;
     std::mutex m;
     std::map<uint32_t, double> joins;  // SyncAll epoch -> the latest core's time on arrival
     std::vector<CoreClock> done;
@@ -144,14 +150,13 @@ struct LaunchTiming {
     void begin(const TimingParams& params, uint32_t cores) {
         p = params;
         block_dim = cores;
-        const double share = p.gm_bytes_per_cycle / std::max(1u, cores);
-        mte2_bpc = std::min(p.mte2_bytes_per_cycle, share);
-        mte3_bpc = std::min(p.mte3_bytes_per_cycle, share);
+        share_bpc = p.gm_bytes_per_cycle / std::max(1u, cores);
     }
     void attach(CoreClock& c) const {
         c.p = &p;
-        c.mte2_bpc = mte2_bpc;
-        c.mte3_bpc = mte3_bpc;
+        c.mte2_bpc = p.mte2_bytes_per_cycle;
+        c.mte3_bpc = p.mte3_bytes_per_cycle;
+        c.share_bpc = share_bpc;
     }
     void arrive(uint32_t epoch, double t) {
         std::lock_guard<std::mutex> lk(m);
