@@ -308,3 +308,19 @@ def test_runs_report_the_emulations_modelled_time(rng):
     assert 0 < small.busy["MTE2"] <= 1 and 0 < small.busy["V"] <= 1
     line = EMU.for_product("AtlasA2").run_summary(kernel.module)
     assert line.startswith("modelled ") and "% of the GM bound" in line and "MTE2" in line
+
+
+@pytest.mark.parametrize("sums", ["deterministic", "atomic"])
+def test_split_d_gm_traffic_measured_by_the_emulation_is_the_reports(sums, rng):
+    """RmsNormGrad (16, 12288) f16 on A2, split-D: the GM bytes the emulation counts are the
+    bytes `opgen tiling` models (5.95 MB deterministic, 3.59 MB atomic; CANN's plan: 3.54 MB),
+    and the model times the deterministic workspace traffic as slower."""
+    from opgen.targets.ascend import tiling_report
+
+    a2 = EMU.for_product("AtlasA2")
+    kernel = kernels.get_kernel(RMS, "f16-f16", a2, knobs={"sums": sums})
+    _worst(kernel, (16, 12288), rng)
+    measured = kernel.module.kernel.last_timing
+    line = tiling_report.opgen_line(RMS, "f16-f16", RMS.parse_problem("16x12288"), a2, {"sums": sums})
+    assert line.mode == "split-D" and measured.gm_bytes == line.gm_bytes
+    assert measured.gm_bytes == {"deterministic": 5_947_456, "atomic": 3_588_160}[sums]
