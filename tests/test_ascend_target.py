@@ -313,8 +313,7 @@ def test_runs_report_the_emulations_modelled_time(rng):
 @pytest.mark.parametrize("sums", ["deterministic", "atomic"])
 def test_split_d_gm_traffic_measured_by_the_emulation_is_the_reports(sums, rng):
     """RmsNormGrad (16, 12288) f16 on A2, split-D: the GM bytes the emulation counts are the
-    bytes `opgen tiling` models (5.95 MB deterministic, 3.59 MB atomic; CANN's plan: 3.54 MB),
-    and the model times the deterministic workspace traffic as slower."""
+    bytes `opgen tiling` models (5.95 MB deterministic, 3.59 MB atomic; CANN's plan: 3.54 MB)."""
     from opgen.targets.ascend import tiling_report
 
     a2 = EMU.for_product("AtlasA2")
