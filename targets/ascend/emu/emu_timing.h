@@ -64,11 +64,16 @@ struct TimingParams {
     double sync_all_cycles = 3600;       // SyncAll (no public figure: 2 us at 1.8 GHz, named)
     static constexpr int kCount = 15;
     void set(const double* v, int n) {
-        double* f = &clock_hz;
-        for (int i = 0; i < n && i < kCount; ++i) f[i] = v[i];
+        using P = TimingParams;
+        static constexpr double P::*fields[kCount] = {
+            &P::clock_hz, &P::mte2_bytes_per_cycle, &P::mte3_bytes_per_cycle, &P::dma_latency,
+            &P::gm_bytes_per_cycle, &P::vec_head, &P::vec_simple_elems, &P::vec_slow_elems,
+            &P::vec_cast_elems, &P::vec_reduce_cycles, &P::scalar_cycles, &P::gm_scalar_cycles,
+            &P::event_cycles, &P::barrier_cycles, &P::sync_all_cycles};
+        for (int i = 0; i < n && i < kCount; ++i) this->*fields[i] = v[i];
     }
 };
-static_assert(sizeof(TimingParams) == TimingParams::kCount * sizeof(double), "TimingParams is all doubles");
+static_assert(sizeof(TimingParams) == TimingParams::kCount * sizeof(double), "every TimingParams field is set()");
 
 // Set by opgen_emu_set_timing on the launching thread; each launch copies it.
 inline thread_local TimingParams tls_timing_params;
