@@ -11,7 +11,6 @@ Cost: one g++ run (~6 s of CPU), then a dozen tiny launches.
 from __future__ import annotations
 
 import ctypes
-import shutil
 import subprocess
 from dataclasses import dataclass, astuple
 
@@ -47,13 +46,22 @@ P = Params()
 
 
 @pytest.fixture(scope="module")
-def lib(tmp_path_factory) -> EmuLib:
+def libs(tmp_path_factory) -> dict:
+    """The model, and (a positive control) the model with its ordering ablated."""
     out = tmp_path_factory.mktemp("ascend_timing")
-    so = out / "timing.so"
-    done = subprocess.run([CXX, *CXXFLAGS, f"-I{EMU}", str(CASES / "timing.cpp"), "-o", str(so)],
-                          capture_output=True, text=True)
-    assert done.returncode == 0, done.stderr[-4000:]
-    return EmuLib(so)
+    builds = {"model": [], "blind": ["-DOPGEN_EMU_TIMING_IGNORE_SYNC"]}
+    procs = {name: subprocess.Popen([CXX, *CXXFLAGS, f"-I{EMU}", *flags, str(CASES / "timing.cpp"), "-o",
+                                     str(out / f"{name}.so")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                    text=True) for name, flags in builds.items()}
+    for name, p in procs.items():
+        log, _ = p.communicate()
+        assert p.returncode == 0, log[-4000:]
+    return {name: EmuLib(out / f"{name}.so") for name in builds}
+
+
+@pytest.fixture(scope="module")
+def lib(libs) -> EmuLib:
+    return libs["model"]
 
 
 def run(lib: EmuLib, kernel: str, cores: int, n: int, tiles: int = 1, bufs: int = 1, pipe_all: int = 0,
@@ -185,3 +193,16 @@ def test_reads_and_writes_share_the_cores_gm_bandwidth(lib):
     assert free["bound_fraction"] < 1e-3
     assert shared["cycles"] >= 2 * tiles * 4 * n / 40 and shared["bound_fraction"] <= 1.0
     assert shared["cycles"] > free["cycles"]
+
+
+def test_a_model_ignoring_the_synchronisation_fails_these_tests(libs):
+    """The same kernels on the model built with OPGEN_EMU_TIMING_IGNORE_SYNC (waits, PIPE_ALL
+    and SyncAll joins ignored): the copy kernel's MTE3 no longer waits for MTE2, the pipeline
+    misses its predicted schedule, and a needless PIPE_ALL no longer costs what it should."""
+    blind, tiles, n = libs["blind"], 6, 1024
+    assert run(blind, "timing_copy", 1, 2048)["cycles"] != 586
+    for bufs, pipe_all in ((2, 0), (1, 0), (2, 1)):
+        got = run(blind, "timing_pipeline", 1, n, tiles, bufs, pipe_all)["cycles"]
+        assert got != pytest.approx(pipeline_prediction(tiles, bufs, bool(pipe_all), n)), (bufs, pipe_all)
+    cost = run(blind, "timing_pipeline", 1, n, tiles, 2, 1)["cycles"] - run(blind, "timing_pipeline", 1, n, tiles, 2, 0)["cycles"]
+    assert cost != pytest.approx(pipeline_prediction(tiles, 2, True, n) - pipeline_prediction(tiles, 2, False, n))

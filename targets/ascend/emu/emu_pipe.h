@@ -232,7 +232,8 @@ inline void SyncAll() {
     }
     c.launch->timing.arrive(c.epoch, c.clock.end());
     opgen_emu::sync_all_barrier();  // every core arrived: the join of this epoch is final
-    c.clock.join_all(c.launch->timing.joined(c.epoch - 1) + c.launch->timing.p.sync_all_cycles);
+    const double sync_cost = c.launch->timing.p.sync_all_cycles;
+    c.clock.join_all(c.launch->timing.joined(c.epoch - 1) + sync_cost, sync_cost);
 }
 template <bool isAIVOnly = true>
 inline void SyncAll(const GlobalTensor<int32_t>&, const LocalTensor<int32_t>&, int32_t usedCores = 0) {

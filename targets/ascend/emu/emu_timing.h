@@ -25,6 +25,10 @@
 // A kernel's time is the latest core's latest pipe; busy % is each pipe's charged cycles over
 // block_dim x that time; the GM bound is the launch's GM bytes over the aggregate bandwidth.
 //
+// OPGEN_EMU_TIMING_IGNORE_SYNC (tests only) ablates the ordering: waits, PIPE_ALL and SyncAll
+// joins are ignored, their fixed costs kept. tests/test_ascend_timing.py shows that such a
+// model fails its predictions.
+//
 // Parameters (cycles and bytes per cycle of one vector core) are set per launching thread by
 // opgen_emu_set_timing() from the product's hardware description (targets/ascend/hardware.py,
 // which cites each source); the defaults below are Atlas A2's.
@@ -111,7 +115,12 @@ struct CoreClock {
         t[pipe] = start_on(pipe) + cycles;
         busy[pipe] += cycles;
     }
-    void wait(int pipe, double until) { t[pipe] = std::max(start_on(pipe), until); }
+    void wait(int pipe, double until) {
+#ifdef OPGEN_EMU_TIMING_IGNORE_SYNC
+        until = 0;
+#endif
+        t[pipe] = std::max(start_on(pipe), until);
+    }
     // A flag: set on `from` (returns its time), awaited on `to`.
     double set_flag(int from) {
         run(from, p->event_cycles);
@@ -122,11 +131,17 @@ struct CoreClock {
         run(to, p->event_cycles);
     }
     double end() const { return *std::max_element(t + 1, t + kPipes); }
-    void join_all(double at) {
+    // Every pipe continues at `at` (which includes the join's fixed cost `fixed`).
+    void join_all(double at, double fixed) {
+#ifdef OPGEN_EMU_TIMING_IGNORE_SYNC
+        for (int i = 1; i < kPipes; ++i) t[i] += fixed;  // the ablation: the fixed cost, no join
+        return;
+#endif
+        (void)fixed;
         for (int i = 1; i < kPipes; ++i) t[i] = at;
     }
     void barrier(int pipe) { run(pipe, p->barrier_cycles); }
-    void barrier_all() { join_all(end() + p->barrier_cycles); }  // waits: charges no pipe
+    void barrier_all() { join_all(end() + p->barrier_cycles, p->barrier_cycles); }  // waits: charges no pipe
     void vector(const char* api, uint32_t esize, uint64_t repeats) { run(kTV, vector_cycles(*p, api, esize, repeats)); }
     void scalar(double cycles) {
         if (dma_depth == 0) run(kTS, cycles);  // DataCopyPad's pad values are the DMA's, not S's
