@@ -22,6 +22,10 @@ fixtures have CORE_NUM 64 with UB_SIZE 245760, a test value: the 950 platform in
   most 4095 bursts (rows) per strided copy.
 * DataCopyPad does not exist on the Atlas training and Atlas inference AI cores: there
   DataCopy moves whole 32-byte blocks, so a ragged row needs another plan.
+* ``timing`` (``PipeTiming``): the emulation's pipe-level timing model's costs (clock, DMA
+  bandwidths and latency, the aggregate GM bandwidth, vector cycles per repeat, scalar, event,
+  barrier and SyncAll costs), each sourced in a comment or named as assumed;
+  ``reduce_across_tree``: how ReduceSum's count form adds its repeats' partials.
 * ``vector_dtypes``: what the vector unit computes in; ``storage_dtypes``: what may live in
   GM/UB and be cast (bfloat16 is storage-only: cast to float32 with round-to-nearest-even
   on the way back).
