@@ -99,6 +99,8 @@ def generate_one(op, combo, target, out_root: Path, rng) -> Row:
     verdict = "PASS" if ratio <= 1.0 else "FAIL"
     place = target.run_place()
     note = f"{note}; run: {place}".lstrip("; ") if note or place != "here" else ""
+    summary = target.run_summary(kernel.module)       # ascend-emu: modelled time, % of the GM bound
+    note = f"{note}; {summary}".lstrip("; ") if summary else note
     return Row(op.name, combo.tag, target.name, build_ms, kernel.from_disk, ratio, verdict, where, note)
 
 

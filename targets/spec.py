@@ -154,6 +154,11 @@ class TargetSpec:
         (the plan's "code" section: its language and file names, {symbol: LaunchPlan})."""
         raise NotImplementedError(self.export_missing())
 
+    def run_summary(self, module) -> str | None:
+        """One line about the module's runs so far for ``opgen generate``'s row (ascend-emu:
+        the emulation's modelled time), or None."""
+        return None
+
     def compile_check(self, module, out_dir=None) -> list | None:
         """Reports of a compiler this target's code must pass beyond ``build`` (cuda: nvcc
         per architecture), each with ``arch``, ``ok``, ``error``, ``max_registers`` and

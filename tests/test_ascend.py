@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+from dataclasses import replace
 
 import pytest
 from tvm import te
@@ -277,3 +278,55 @@ def test_products_without_data_copy_pad_need_whole_block_rows():
         rms((7, 33), "f16-f16", inference)
     with pytest.raises(CopyAlignmentError, match="HxW=5"):
         gn(2, 32, 5, 2, "f32-f32", get_target("ascend-emu").for_product("AtlasTraining"))
+
+
+def test_cann_lines_only_where_cann_runs_those_formulas():
+    """A2/A3 get CANN's line; elsewhere the report names the CANN kernel that applies
+    (positive control: the same op packages do give a line on AtlasA2)."""
+    from opgen.ops.rms_norm_grad import cann_tiling as rms_cann
+
+    assert any(c.cann is not None for c in tiling_report.report_lines("AtlasA3"))
+    for product, word in (("AtlasTraining", "whole_reduce"), ("Ascend950", "regbase"), ("AtlasInference", "310P")):
+        cases = tiling_report.report_lines(product)
+        assert all(c.cann is None for c in cases), product
+        assert any(word in c.note for c in cases if c.label.startswith(rms_cann.LABEL + " ")), product
+
+
+def test_cann_test_cores_reproduce_ops_nn_splits():
+    """ops-nn's RmsNormGrad tiling tests inline CORE_NUM 40: (130, 16) splits 33 cores x 4 rows
+    there, 44 x 3 on a 48-core A2."""
+    from opgen.ops.rms_norm_grad.cann_tiling import TEST_CORES, rms_norm_grad
+
+    assert TEST_CORES == 40
+    line = rms_norm_grad(130, 16, 2, TEST_CORES)
+    assert (line["cores"], line["per_core"]) == (33, 4)
+    assert (rms_norm_grad(130, 16, 2, 48)["cores"], rms_norm_grad(130, 16, 2, 48)["per_core"]) == (44, 3)
+
+
+def test_split_d_traffic_gap_to_cann_is_the_deterministic_sums():
+    """split-D RmsNormGrad (16, 12288) f16: opgen's deterministic column sums read-modify-write
+    a float32 workspace row per row chunk (5.95 MB modelled); with atomic sums, CANN's default,
+    opgen's plan moves what CANN's does to within CANN's 48 KB of dgamma zeroing."""
+    from opgen.ops import get_op
+    from opgen.ops.rms_norm_grad.cann_tiling import rms_norm_grad
+
+    target = replace(get_target("ascend-emu").for_product("AtlasA2"),
+                     hardware=get_target("ascend-emu").for_product("AtlasA2").hardware.with_cores(40))
+    op = get_op("rms_norm_grad")
+    problem = op.parse_problem("16x12288")
+    det = tiling_report.opgen_line(op, "f16-f16", problem, target, {"sums": "deterministic"})
+    atomic = tiling_report.opgen_line(op, "f16-f16", problem, target, {"sums": "atomic"})
+    cann = rms_norm_grad(16, 12288, 2, 40)["gm_bytes"]
+    assert det.gm_bytes / cann > 1.6                       # the gap the issue measured
+    assert abs(atomic.gm_bytes - cann) <= 12288 * 4 + 64   # CANN zeroes no float32 dgamma row
+
+
+@pytest.mark.parametrize("argv,needle", [(["tiling", "--product", "Nope"], "unknown product 'Nope'"),
+                                         (["generate", "--op", "nosuch"], "unknown op 'nosuch'"),
+                                         (["tiling", "--cores", "0"], "--cores must be at least 1")])
+def test_bad_cli_input_is_one_line_exit_2(capsys, argv, needle):
+    from opgen import cli
+
+    assert cli.main(argv) == 2
+    captured = capsys.readouterr()
+    assert needle in captured.err and captured.err.strip().count("\n") == 0 and "Traceback" not in captured.err

@@ -292,3 +292,34 @@ def test_a_row_softmax_defined_here_needs_no_emitter_or_schedule_change(rng):
 def test_a_dtype_the_product_lacks_is_not_emitted():
     with pytest.raises(NotImplementedError, match="bfloat16"):
         kernels.get_kernel(RMS, "bf16-bf16", EMU.for_product("AtlasTraining"))
+
+
+def test_runs_report_the_emulations_modelled_time(rng):
+    """Each launch leaves the timing model's result on the kernel; the target's run summary
+    (opgen generate's row) quotes the largest; a product's parameters change it."""
+    kernel = kernels.get_kernel(RMS, "f32-f32", EMU.for_product("AtlasA2"))
+    emu = kernel.module.kernel
+    _worst(kernel, (64, 1024), rng)
+    small = emu.last_timing
+    _worst(kernel, (7, 33), rng)
+    assert emu.largest_timing() is small and emu.last_timing.gm_bytes < small.gm_bytes
+    assert small.seconds > 0 and 0 < small.of_bound < 1 and 1 < small.cores <= 48
+    assert small.gm_bytes >= 3 * 64 * 1024 * 4          # dy and x read, dx written at least once
+    assert 0 < small.busy["MTE2"] <= 1 and 0 < small.busy["V"] <= 1
+    line = EMU.for_product("AtlasA2").run_summary(kernel.module)
+    assert line.startswith("modelled ") and "% of the GM bound" in line and "MTE2" in line
+
+
+@pytest.mark.parametrize("sums", ["deterministic", "atomic"])
+def test_split_d_gm_traffic_measured_by_the_emulation_is_the_reports(sums, rng):
+    """RmsNormGrad (16, 12288) f16 on A2, split-D: the GM bytes the emulation counts are the
+    bytes `opgen tiling` models (5.95 MB deterministic, 3.59 MB atomic; CANN's plan: 3.54 MB)."""
+    from opgen.targets.ascend import tiling_report
+
+    a2 = EMU.for_product("AtlasA2")
+    kernel = kernels.get_kernel(RMS, "f16-f16", a2, knobs={"sums": sums})
+    _worst(kernel, (16, 12288), rng)
+    measured = kernel.module.kernel.last_timing
+    line = tiling_report.opgen_line(RMS, "f16-f16", RMS.parse_problem("16x12288"), a2, {"sums": sums})
+    assert line.mode == "split-D" and measured.gm_bytes == line.gm_bytes
+    assert measured.gm_bytes == {"deterministic": 5_947_456, "atomic": 3_588_160}[sums]

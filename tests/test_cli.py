@@ -43,3 +43,19 @@ def test_generate_reports_a_build_failure_and_goes_on(tmp_path, capsys, monkeypa
 def test_prove_exits_0(capsys):
     assert cli.main(["prove"]) == 0
     assert "DIFFERS" in capsys.readouterr().out  # the seed's garbled GroupNorm gradInput is reported
+
+
+def test_generate_prints_the_ascend_emulations_modelled_time(tmp_path, capsys):
+    """ascend-emu rows carry the timing model of the largest verified run; other targets' rows
+    do not (their run_summary is None)."""
+    from opgen.targets import get_target
+
+    if not get_target("ascend-emu").can_build():
+        import pytest
+        pytest.skip("g++ or the AscendC emulation header is missing")
+    status = cli.main(["generate", "--op", "rms_norm_grad", "--target", "ascend-emu", "--out", str(tmp_path)])
+    out = capsys.readouterr().out
+    rows = [line for line in out.splitlines() if line.startswith("rms_norm_grad")]
+    assert status == 0 and len(rows) == 5, out
+    assert all("PASS" in r and "modelled " in r and "% of the GM bound" in r and "busy MTE2" in r for r in rows), out
+    assert get_target("llvm").run_summary(None) is None

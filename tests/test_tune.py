@@ -324,3 +324,43 @@ def test_model_guided_on_a_recorded_real_space():
     model = statistics.median(evaluations_to_reach("model", space, costs, 0.05, 5))
     random = statistics.median(evaluations_to_reach("random", space, costs, 0.05, 5))
     assert model <= 0.2 * len(space.points) and model < random, (model, random)
+
+
+def test_a_model_that_reads_the_checked_run_measures_instead_of_estimating():
+    """ModelRunner prefers ``from_run`` (ascend-emu: the emulation's timing of the run it just
+    checked) to ``estimate``; a model without it, or a run it cannot read, estimates."""
+    from types import SimpleNamespace
+
+    from opgen.tune.costmodel import ModelRunner
+
+    class Reads:
+        name = "reads-the-run"
+
+        def __init__(self, value):
+            self.value = value
+
+        def from_run(self, kernel):
+            return self.value
+
+        def estimate(self, *args):
+            return 2.0
+
+    workload = SimpleNamespace(op=OP, combo=COMBO, problem=None, kernel_arrays=lambda: dict.fromkeys(OP.outputs),
+                               checker=SimpleNamespace(ratios=lambda outs: {"dx": 0.5}))
+    built = SimpleNamespace(error=None, kernel=lambda arrays: None, knobs={})
+    target = SimpleNamespace(can_run=lambda: True)
+    assert ModelRunner(target, model=Reads(0.25)).run(workload, built).times_ms == [250.0]
+    assert ModelRunner(target, model=Reads(None)).run(workload, built).times_ms == [2000.0]
+
+
+def test_the_ascend_tuner_model_is_the_emulations_pipe_timing(rng):
+    from opgen import kernels, verify
+    from opgen.targets.ascend.costmodel import AscendEmulated
+
+    target = get_target("ascend-emu").for_product("AtlasA2")
+    model = target.cost_model()
+    assert isinstance(model, AscendEmulated)
+    kernel = kernels.get_kernel(OP, COMBO, target)
+    assert model.from_run(kernel) is None or kernel.module.kernel.last_timing is not None
+    verify.run_and_compare(kernel, parse_problem(OP, "96x512"), rng)
+    assert model.from_run(kernel) == kernel.module.kernel.last_timing.seconds > 0

@@ -2,7 +2,9 @@
 
 A target may declare a cost model (``TargetSpec.cost_model()``): an object with ``name``
 (the label every output carries) and ``estimate(op, combo, target, problem, knobs) ->
-seconds``. When it does, the tuner builds each candidate in this process, checks it
+seconds``, and optionally ``from_run(kernel) -> seconds | None``: the time of the run the
+runner just checked, when the model can read it from that run (ascend-emu: the emulation's
+timing model of the emitted code), preferred to ``estimate``. When it does, the tuner builds each candidate in this process, checks it
 against the float64 reference by running it where it runs here (Ascend: the CPU
 emulation of the emitted AscendC), and records the model's estimate instead of a clock
 time, with ``model`` set to the label and ``timer`` "model": never mistaken for a
@@ -40,7 +42,13 @@ class ModelRunner:
             if not worst <= 1.0:
                 return Measurement(database.WRONG, [], worst, f"error {worst:.3g}x the tolerance", self.device,
                                    self.model.name)
-            seconds = self.model.estimate(workload.op, workload.combo, self.target, workload.problem, built.knobs)
+            # A model that can read the run it just checked (ascend-emu: the emulation's pipe-level
+            # timing of the emitted code) measures; otherwise it estimates from the knobs.
+            from_run = getattr(self.model, "from_run", None)
+            seconds = from_run(built.kernel) if from_run else None
+            if seconds is None:
+                seconds = self.model.estimate(workload.op, workload.combo, self.target, workload.problem,
+                                              built.knobs)
         except Exception as err:
             return Measurement(database.FAILED, error=f"{type(err).__name__}: {err}", device=self.device,
                                model=self.model.name)

@@ -26,7 +26,7 @@ import tvm
 from opgen.products import DEFAULT_PRODUCT
 from opgen.targets.spec import MODEL, TargetSpec
 from opgen.targets.ascend.build import EmuKernel, EmuModule, compile_project, emulation_available, project
-from opgen.targets.ascend.costmodel import AscendAnalytic
+from opgen.targets.ascend.costmodel import AscendEmulated
 from opgen.targets.ascend.exprs import EmitError
 from opgen.targets.ascend.hardware import AscendHardware, describe
 
@@ -48,7 +48,8 @@ class AscendEmuTarget(TargetSpec):
         return {"product": hw.product, "soc": hw.soc, "vector_cores": hw.vector_cores, "ub_bytes": hw.ub_bytes}
 
     def cost_model(self):
-        return AscendAnalytic()
+        """The emulation's timing model of each checked run; the analytic formula without one."""
+        return AscendEmulated()
 
     def for_product(self, product: str) -> "AscendEmuTarget":
         return replace(self, hardware=describe(product))
@@ -95,6 +96,11 @@ class AscendEmuTarget(TargetSpec):
     def artifacts(self, module) -> dict:
         """The CANN custom-op project: op_host/ and op_kernel/ sources."""
         return dict(module.files)
+
+    def run_summary(self, module) -> str | None:
+        """The emulation's modelled time of the largest launch so far (opgen generate's rows)."""
+        modelled = module.kernel.largest_timing()
+        return None if modelled is None else modelled.summary()
 
     def scratch_of(self, module):
         """One GM workspace sized by the host tiling (the TIR's hoisted buffers are unused)."""

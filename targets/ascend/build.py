@@ -32,6 +32,7 @@ from opgen.targets.ascend.emit_groups_flow import group_kernel_source, group_til
 from opgen.targets.ascend.emitter import read_row_kernel
 from opgen.targets.ascend.exprs import EmitError
 from opgen.targets.ascend.host import FIELDS, def_source, tiling_header, tiling_source
+from opgen.targets.ascend import timing as pipe_timing
 
 EMU_DIR = Path(__file__).parent / "emu"
 CXXFLAGS = ("-std=c++17", "-O1", "-pthread", "-shared", "-fPIC", "-Wall", "-Werror")
@@ -111,6 +112,7 @@ def write_project(files: dict, root: Path) -> None:
 def emu_flags(hw) -> list[str]:
     flags = [f"-DOPGEN_UB_BYTES={hw.usable_ub_bytes}", f"-DOPGEN_MAX_BUFFERS={hw.max_buffers}", "-DOPGEN_EMU",
              f"-DOPGEN_VECTOR_CORES={hw.vector_cores}", "-DOPGEN_EMU_CHECK_WAR"]
+    flags += ["-DOPGEN_REDUCE_ACROSS_TREE"] if hw.reduce_across_tree else []
     return flags + ([] if hw.data_copy_pad else ["-DOPGEN_NO_DATACOPYPAD"])
 
 
@@ -175,6 +177,8 @@ class EmuKernel:
         self.struct = tiling_struct(kernel.fields)
         self.tiling_fn = getattr(self.lib, f"{kernel.symbol}_tiling")
         self.tiling_fn.restype = ctypes.c_int
+        self.timings = []       # ModelledTime of each launch: the emulation's timing model
+        self.last_timing = None
 
     def tiling(self, *sizes: int):
         """The host tiling function's result for ``sizes`` (rows, cols / N, G, D, HW / N, C, HW)."""
@@ -199,6 +203,7 @@ class EmuKernel:
         """Run on the kernel's tensors, then (when the caller sizes it, see workspace_shape)
         the workspace; without one the workspace is allocated here (direct module calls)."""
         n = len(self.k.args)
+        self.last_timing = None     # set again by a launch (none for an empty problem)
         by_name = dict(zip(self.k.param_names, tensors[:n]))
         t = self.tiling(*self.k.size_args(by_name))
         if t.block_dim == 0:
@@ -222,9 +227,16 @@ class EmuKernel:
         ptrs = [p if s else None for p, s in zip(ptrs, sizes)]
         argv = (ctypes.c_void_p * len(ptrs))(*ptrs)
         sizev = (ctypes.c_uint64 * len(sizes))(*sizes)
+        pipe_timing.configure(self.lib, self.hw.timing)
         rc = self.launch(t.block_dim, argv, sizev, len(ptrs))
         if rc:
             raise RuntimeError(f"AscendC emulation: {self.lib.opgen_emu_last_error().decode(errors='replace')}")
+        self.last_timing = pipe_timing.last(self.lib)
+        self.timings.append(self.last_timing)
+
+    def largest_timing(self):
+        """The modelled time of the launch that moved the most GM bytes (None before any)."""
+        return max(self.timings, key=lambda m: m.gm_bytes, default=None)
 
 
 class EmuModule:

@@ -82,3 +82,19 @@ class AscendAnalytic:
         else:
             sums = 0.0
         return LAUNCH_S + passes * PASS_OVERHEAD_S + body + sums
+
+
+class AscendEmulated(AscendAnalytic):
+    """The emulation's pipe-level timing model (emu_timing.h) of the emitted kernel's run:
+    the tuner runs every candidate under the emulation to check it, and that run's modelled
+    time (the latest core's pipes, as the code's events, queues and barriers order them) is
+    what gets recorded. ``estimate`` (no run at hand) stays the analytic formula."""
+
+    name = "ascend-emu-pipes-v1 (emulated pipes; assumed GM bandwidth and event costs)"
+
+    def from_run(self, kernel) -> float | None:
+        """Seconds the timing model gave the last launch of ``kernel`` (an opgen Kernel of
+        this target), or None when it has not launched (e.g. an empty problem)."""
+        emu = getattr(getattr(kernel, "module", None), "kernel", None)
+        modelled = getattr(emu, "last_timing", None)
+        return None if modelled is None or modelled.cycles <= 0 else modelled.seconds

@@ -2,9 +2,14 @@
 
 The schedule (schedules/ascend.py) derives every tiling decision from these numbers and
 the emulation enforces them, so nothing else in opgen hard-codes a UB size or a core
-count. Sources (public): asc-devkit's kernel_utils_constants.h and platform code, and
-ops-nn's tiling tests, which run RmsNormGrad on 48 cores with 196608 B of UB (Atlas A2)
-and the arch35 (Ascend 950) suites with 253952 B.
+count. Sources (public; ../shared/ASCEND-NOTES.md lists them per product): asc-devkit's
+kernel_utils_constants.h and platform code, and CANN's platform ini files (public copies in
+hicann/pypto). hicann/ops-nn's tiling unit tests are not product specs: each inlines a fake
+``hardware_info`` fixture. Its A2 fixtures have UB 196608 with CORE_NUM 40 in
+norm/rms_norm_grad/tests/ut/op_host/test_rms_norm_grad_tiling.cpp and 48 in
+norm/group_norm_grad/tests/ut/op_host/test_group_norm_grad_tiling.cpp; its arch35 (Ascend 950)
+fixtures have CORE_NUM 64 with UB_SIZE 245760, a test value: the 950 platform ini says
+253952 (256 KB less CANN's 8 KB reserve), which is what the description below uses.
 
 * UB bytes: Atlas A2/A3 (910B, 910_93) 192 KB; Atlas inference (310P) and Atlas
   training (910) 256 KB; Ascend 950 248 KB. CANN's platform code hands tiling 256 B less
@@ -17,6 +22,10 @@ and the arch35 (Ascend 950) suites with 253952 B.
   most 4095 bursts (rows) per strided copy.
 * DataCopyPad does not exist on the Atlas training and Atlas inference AI cores: there
   DataCopy moves whole 32-byte blocks, so a ragged row needs another plan.
+* ``timing`` (``PipeTiming``): the emulation's pipe-level timing model's costs (clock, DMA
+  bandwidths and latency, the aggregate GM bandwidth, vector cycles per repeat, scalar, event,
+  barrier and SyncAll costs), each sourced in a comment or named as assumed;
+  ``reduce_across_tree``: how ReduceSum's count form adds its repeats' partials.
 * ``vector_dtypes``: what the vector unit computes in; ``storage_dtypes``: what may live in
   GM/UB and be cast (bfloat16 is storage-only: cast to float32 with round-to-nearest-even
   on the way back).
@@ -27,6 +36,54 @@ import os
 from dataclasses import dataclass, replace
 
 CORES_ENV = "OPGEN_ASCEND_CORES"
+
+
+@dataclass(frozen=True)
+class PipeTiming:
+    """The emulation's timing-model parameters for one product (emu_timing.h's TimingParams,
+    same order): cycles, and bytes per cycle of one vector core. Sources in
+    ../shared/ASCEND-NOTES.md; ``assumed`` names the fields no public source gives for the
+    product, which stay named parameters rather than facts."""
+
+    clock_hz: float = 1.8e9              # 910B2 / A3 9381-9382 (M); 910B1 is 1.85 GHz (H)
+    mte2_bytes_per_cycle: float = 46.5   # msKPP resource910b.cpp: GM->UB plateau ~78 GiB/s at 1.8 GHz
+    mte3_bytes_per_cycle: float = 65.6   # msKPP: UB->GM ~110 GiB/s
+    dma_latency: float = 210             # msKPP: 1 KB GM->UB at 7.3 GiB/s; writes assumed alike
+    gm_bytes_per_cycle: float = 768      # A2/A3 ini [AICoreMemoryRates] ddr 32 B/cycle x 24 AI cores
+    vec_head: float = 2                  # msKPP: a one-repeat add takes ~3 cycles, 1 per repeat after
+    vec_simple_elems: float = 256        # official table: Add/Mul/... 64 f32 (128 f16) per cycle = 256 B
+    vec_slow_elems: float = 32           # official table: Exp, Ln, Sqrt, Div 32 elements per cycle
+    vec_cast_elems: float = 64           # official table: Cast 64 elements per cycle
+    vec_reduce_cycles: float = 7         # official table: ReduceRepeat 64/7 (f32), 128/7 (f16) per cycle
+    scalar_cycles: float = 1             # official table: scalar instructions 1 cycle
+    gm_scalar_cycles: float = 210        # GlobalTensor Get/SetValue: not public, a GM round trip assumed
+    event_cycles: float = 1              # msKPP charges set_flag 1 cycle; no measured cost is public
+    barrier_cycles: float = 1            # not public: a named parameter
+    sync_all_cycles: float = 3600        # not public: 2 us at 1.8 GHz, a named parameter
+    assumed: tuple = ("gm_bytes_per_cycle (no Huawei figure for 910B HBM; the ini rate's unit is "
+                      "undocumented)", "gm_scalar_cycles", "barrier_cycles", "sync_all_cycles")
+
+    def params(self) -> tuple:
+        """The values opgen_emu_set_timing takes, in TimingParams' order."""
+        return tuple(float(getattr(self, f)) for f in self.__dataclass_fields__ if f != "assumed")
+
+    @property
+    def gm_bytes_per_second(self) -> float:
+        return self.gm_bytes_per_cycle * self.clock_hz
+
+
+_NOT_PUBLIC = ("clock_hz (not public)", "gm_bytes_per_cycle (not public)",
+               "mte2/mte3 bytes per cycle (A2's measured curves)")
+A2_TIMING = PipeTiming()
+# 950DT ini: 80 B/cycle x 32 AI cores x 1.65 GHz = 4.2 TB/s (announced 4 TB/s); per-core DMA rates
+# of the 950 are in msKPP's tables but not transcribed: A2's stay, named as assumed.
+A950_TIMING = PipeTiming(clock_hz=1.65e9, gm_bytes_per_cycle=80 * 32,
+                         assumed=("mte2/mte3 bytes per cycle (A2's)", "gm_scalar_cycles", "barrier_cycles",
+                                  "sync_all_cycles"))
+# Atlas inference (310P) and training (910): no public clock or bandwidth; the analytic cost
+# model's assumptions (costmodel.ASSUMED: 0.2 TB/s at 1.0 GHz, 1.2 TB/s at 1.5 GHz) stand in.
+INFERENCE_TIMING = PipeTiming(clock_hz=1.0e9, gm_bytes_per_cycle=200, assumed=_NOT_PUBLIC)
+TRAINING_TIMING = PipeTiming(clock_hz=1.5e9, gm_bytes_per_cycle=800, assumed=_NOT_PUBLIC)
 
 
 @dataclass(frozen=True)
@@ -46,6 +103,10 @@ class AscendHardware:
     vector_dtypes: tuple = ("float16", "float32")
     storage_dtypes: tuple = ("float16", "bfloat16", "float32")
     data_copy_pad: bool = True
+    timing: PipeTiming = A2_TIMING   # the emulation's timing model (emu_timing.h)
+    # ReduceSum's count form sums its repeats' partials by a tree (the docs' method 1: Atlas
+    # training, Atlas inference), not in sequence (method 2: A2/A3); emulated to the bit.
+    reduce_across_tree: bool = False
 
     def __post_init__(self):
         if self.vector_cores < 1:
@@ -82,11 +143,13 @@ _A2_A3_UB = 196608
 DESCRIPTIONS = {
     "AtlasA2": AscendHardware("AtlasA2", "Ascend910B", _A2_A3_UB, 48, ub_reserve_bytes=256),
     "AtlasA3": AscendHardware("AtlasA3", "Ascend910_93", _A2_A3_UB, 48, ub_reserve_bytes=256),
-    "Ascend950": AscendHardware("Ascend950", "Ascend950", 253952, 64),
+    "Ascend950": AscendHardware("Ascend950", "Ascend950", 253952, 64, timing=A950_TIMING),
     "AtlasInference": AscendHardware("AtlasInference", "Ascend310P", 262144, 8,
-                                     storage_dtypes=("float16", "float32"), data_copy_pad=False),
+                                     storage_dtypes=("float16", "float32"), data_copy_pad=False,
+                                     timing=INFERENCE_TIMING, reduce_across_tree=True),
     "AtlasTraining": AscendHardware("AtlasTraining", "Ascend910", 262144, 32,
-                                    storage_dtypes=("float16", "float32"), data_copy_pad=False),
+                                    storage_dtypes=("float16", "float32"), data_copy_pad=False,
+                                    timing=TRAINING_TIMING, reduce_across_tree=True),
 }
 
 

@@ -4,7 +4,9 @@ For every registered op, one row from opgen's schedule (schedules/ascend.py on t
 product's hardware description) per case, and one from CANN's formulas where the op's
 package transcribes them: an op package may hold ``cann_tiling.py`` with ``LABEL``,
 ``CASES`` (problem spellings and dtype tags: ops-nn's tiling-test shapes) and ``plan(problem,
-itemsize, cores)``, the fields of CANN's line (or a ``NOTE`` saying why there is none). An op
+itemsize, cores)``, the fields of CANN's line (or a ``NOTE`` saying why there is none);
+``PRODUCTS`` names the products where CANN runs those formulas, and ``ELSEWHERE`` says per
+other product which CANN kernel applies instead (no CANN line is printed there). An op
 without one shows opgen's rows for its benchmark shapes. No op is named here.
 
 Columns: mode; cores used; rows (tasks, channels) per core; rows x columns (channels x HxW
@@ -36,7 +38,7 @@ from opgen.targets.ascend.hardware import DESCRIPTIONS
 
 COMMAND = "tiling"
 HELP = "opgen's Ascend tiling next to CANN's formulas, on ops-nn's test shapes"
-CANN_UB = 196608           # the UB size of ops-nn's tiling tests (Atlas A2)
+CANN_UB = 196608           # the UB of ops-nn's A2 tiling-test fixtures (the A2/A3 product's too)
 NO_FORMULA = "CANN: no formula transcribed (an op package's cann_tiling.py holds one)"
 
 
@@ -103,6 +105,11 @@ def op_cases(op, target) -> list[Case]:
     cases = getattr(formulas, "CASES", [(shape, _first_f32(op)) for shape in op.cases.bench])
     plan = getattr(formulas, "plan", None)
     note = getattr(formulas, "NOTE", NO_FORMULA)
+    product = target.hardware.product
+    if plan and product not in getattr(formulas, "PRODUCTS", (product,)):
+        # CANN runs other kernels there: A2's formulas would compare against nothing real.
+        plan, note = None, getattr(formulas, "ELSEWHERE", {}).get(product, f"CANN: these formulas are not "
+                                                                           f"CANN's tiling on {product}")
     result = []
     for spelling, tag in cases:
         problem = op.parse_problem(spelling)
@@ -131,7 +138,9 @@ def render(product: str, cores: int | None = None) -> str:
     head = (f"{'':6} {'mode':<14} {'cores':>5} {'per core':>8} {'per UB pass':>13} {'UB bytes':>9} "
             f"{'GM bytes':>13} {'sums':<13} {'workspace':>9}")
     out = [f"opgen tiling on {hw.summary()}",
-           f"CANN's formulas with {hw.vector_cores} cores and {CANN_UB} B UB (its tiling tests' platform)", ""]
+           f"CANN's formulas (on the products where ops-nn runs them) with this product's {hw.vector_cores} cores "
+           f"and {CANN_UB} B UB; ops-nn's tiling tests inline their own core count per op (a cann_tiling.py's "
+           f"TEST_CORES): --cores N reproduces their splits", ""]
     for case in report_lines(product, cores):
         out += [case.label, head]
         for ln in (case.opgen, case.cann):

@@ -11,6 +11,18 @@ from __future__ import annotations
 LABEL = "GroupNormGrad"
 CASES = (("12,64,128x128,32", "f32-f32"), ("1,2130,1664,71", "f32-f32"), ("32,64,1,64", "f32-f32"))
 UB_BYTES = 196608           # the UB size of ops-nn's tiling tests (Atlas A2)
+# ops-nn's tiling tests inline CORE_NUM 48 (tests/ut/op_host/test_group_norm_grad_tiling.cpp).
+TEST_CORES = 48
+# Where CANN runs these formulas: GroupNormGradTiling's non-regbase path.
+PRODUCTS = ("AtlasA2", "AtlasA3")
+ELSEWHERE = {
+    "Ascend950": "CANN: regbase kernels on Ascend950 (op_host/group_norm_grad_tiling_arch35.cpp, "
+                 "op_kernel/arch35/), another tiling: not transcribed",
+    "AtlasTraining": "CANN: ops-nn has no GroupNormGrad kernel for Ascend910 (op_host/config: "
+                     "ascend910b, ascend910_93, ascend950)",
+    "AtlasInference": "CANN: ops-nn has no GroupNormGrad kernel for Ascend310P (op_host/config: "
+                      "ascend910b, ascend910_93, ascend950)",
+}
 
 
 def _ceil_div(a: int, b: int) -> int:

@@ -9,6 +9,19 @@ model to CANN's plan, so the two lines compare plans, not measurements.
 from __future__ import annotations
 
 LABEL = "RmsNormGrad"
+# ops-nn's tiling tests inline CORE_NUM 40 (tests/ut/op_host/test_rms_norm_grad_tiling.cpp):
+# `opgen tiling --cores 40` reproduces their splits, e.g. (130, 16) -> 33 cores x 4 rows.
+TEST_CORES = 40
+# Where CANN runs these formulas: Tiling4RmsNormGrad's non-regbase path (isSoc910bc).
+PRODUCTS = ("AtlasA2", "AtlasA3")
+ELSEWHERE = {
+    "Ascend950": "CANN: regbase kernels on Ascend950 (op_host/rms_norm_grad_regbase_tiling.cpp, "
+                 "op_kernel/arch35/), another tiling: not transcribed",
+    "AtlasTraining": "CANN: whole_reduce kernels on Ascend910 (op_kernel/rms_norm_grad_whole_reduce_n.h "
+                     "and _d.h, __CCE_AICORE__ == 100): not transcribed",
+    "AtlasInference": "CANN: on Ascend310P the split-N/split-D kernels with the tiling's 910B/910_93-only "
+                      "workspace path off (rms_norm_grad_tiling.cpp, isSoc910bc): not transcribed",
+}
 CASES = (("16x16", "f16-f16"), ("16x12288", "f16-f16"), ("130x16", "bf16-bf16"), ("16x12290", "bf16-bf16"))
 
 

@@ -93,6 +93,17 @@ void note_dma_write(std::vector<std::pair<P, P>>& done, P lo, P hi, const char* 
     else done.emplace_back(lo, hi);
 }
 
+// One copy API call is one DMA instruction for the timing model, however many bursts it has:
+// its bytes are charged on its pipe when the call returns (emu_timing.h).
+struct DmaInstr {
+    explicit DmaInstr(int pipe) { core().clock.dma_open(pipe); }
+    ~DmaInstr() {
+        if (std::uncaught_exceptions() == 0) core().clock.dma_close();
+    }
+    DmaInstr(const DmaInstr&) = delete;
+    DmaInstr& operator=(const DmaInstr&) = delete;
+};
+
 // One burst GM -> UB (MTE2).
 template <typename T>
 void burst_in(const char* api, const LocalTensor<T>& dst, uint64_t ub_i, const GlobalTensor<T>& src,
@@ -114,6 +125,7 @@ void burst_in(const char* api, const LocalTensor<T>& dst, uint64_t ub_i, const G
     gm_note_read(g, static_cast<uint64_t>(p - g.base), n * sizeof(T), api);
     std::memcpy(c.ub.data() + off, p, n * sizeof(T));
     c.launch->gm_read += n * sizeof(T);
+    c.clock.dma_bytes += n * sizeof(T);
     if (g.def.empty()) set_defined(off, n * sizeof(T), true);
     else std::copy(g.def.begin() + (p - g.base), g.def.begin() + (p - g.base) + n * sizeof(T), c.ub_def.begin() + off);
     mark_write(dst.slot(), Pipe::MTE2, api);
@@ -150,6 +162,7 @@ void burst_out(const char* api, const GlobalTensor<T>& dst, uint64_t gm_i, const
                  "workspace is not zeroed: InitGlobalMemory or copy zeros first)"));
     g.set_defined(static_cast<uint64_t>(p - g.base), n * sizeof(T));
     c.launch->gm_written += n * sizeof(T);
+    c.clock.dma_bytes += n * sizeof(T);
     const T* s = reinterpret_cast<const T*>(c.ub.data() + off);
     T* d = reinterpret_cast<T*>(p);
     for (uint64_t i = 0; i < n; ++i) {
@@ -200,6 +213,7 @@ namespace AscendC {
 
 template <typename T>
 void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, uint32_t calCount) {
+    opgen_emu::DmaInstr instr(opgen_emu::kTMte2);
     opgen_emu::check_ub_aligned(dst, "DataCopy GM->UB");
     opgen_emu::check_whole_blocks<T>(calCount, "DataCopy GM->UB");
     opgen_emu::burst_in("DataCopy GM->UB", dst, 0, src, 0, calCount);
@@ -207,6 +221,7 @@ void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, uint32_t ca
 
 template <typename T>
 void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, uint32_t calCount) {
+    opgen_emu::DmaInstr instr(opgen_emu::kTMte3);
     opgen_emu::check_ub_aligned(src, "DataCopy UB->GM");
     opgen_emu::check_whole_blocks<T>(calCount, "DataCopy UB->GM");
     opgen_emu::burst_out("DataCopy UB->GM", dst, 0, src, 0, calCount);
@@ -215,6 +230,7 @@ void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, uint32_t ca
 // Bursts of blockLen 32-byte blocks, strides counted in 32-byte blocks on both sides.
 template <typename T>
 void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyParams& p) {
+    opgen_emu::DmaInstr instr(opgen_emu::kTMte2);
     const char* api = "DataCopy GM->UB (DataCopyParams)";
     opgen_emu::check_ub_aligned(dst, api);
     opgen_emu::check_burst_params(p.blockCount, p.blockLen, 65535, api);
@@ -226,6 +242,7 @@ void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataC
 
 template <typename T>
 void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p) {
+    opgen_emu::DmaInstr instr(opgen_emu::kTMte3);
     const char* api = "DataCopy UB->GM (DataCopyParams)";
     opgen_emu::check_ub_aligned(src, api);
     opgen_emu::check_burst_params(p.blockCount, p.blockLen, 65535, api);
@@ -249,6 +266,7 @@ void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, uint32_t cal
     std::memmove(c.ub.data() + d, c.ub.data() + so, uint64_t(calCount) * sizeof(T));
     std::memmove(c.ub_def.data() + d, c.ub_def.data() + so, uint64_t(calCount) * sizeof(T));
     mark_write(dst.slot(), Pipe::V, api);
+    c.clock.vector(api, sizeof(T), (uint64_t(calCount) * sizeof(T) + kRepeatBytes - 1) / kRepeatBytes);
 }
 
 // GM -> UB with ragged bursts: blockLen bytes per burst, GM gaps in bytes, UB gaps in 32-byte
@@ -257,6 +275,7 @@ template <typename T>
 void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyExtParams& p,
                  const DataCopyPadExtParams<T>& pad) {
     using namespace opgen_emu;
+    DmaInstr instr(kTMte2);
     const char* api = "DataCopyPad GM->UB";
     require_datacopypad(api);
     check_ub_aligned(dst, api);
@@ -282,6 +301,7 @@ void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Da
 template <typename T>
 void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyExtParams& p) {
     using namespace opgen_emu;
+    DmaInstr instr(kTMte3);
     const char* api = "DataCopyPad UB->GM";
     require_datacopypad(api);
     check_ub_aligned(src, api);

@@ -44,6 +44,8 @@ void InitGlobalMemory(GlobalTensor<T>& gm, const uint64_t size, const T value) {
     uint8_t* p = reinterpret_cast<uint8_t*>(gm.GetPhyAddr());
     check_not_dirty(p, size * sizeof(T), api);
     CoreState& c = core();
+    DmaInstr instr(kTMte3);
+    c.clock.dma_bytes += size * sizeof(T);
     note_dma_write<const uint8_t*>(c.mte3_gm, p, p + size * sizeof(T), api, "PIPE_MTE3");
     std::lock_guard<std::mutex> lk(c.launch->gm_mutex);
     GmBuffer& g = gm_check(p, size * sizeof(T), api);
@@ -101,6 +103,7 @@ void reduce_extreme(const char* api, bool is_max, const LocalTensor<T>& dst, con
         set_defined(dst.ub_offset() + sizeof(T), sizeof(T), def);
     }
     mark_write(dst.slot(), Pipe::V, api);
+    c.clock.vector(api, sizeof(T), reps);
 }
 }  // namespace detail
 

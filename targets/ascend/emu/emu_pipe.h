@@ -147,7 +147,16 @@ inline opgen_emu::Pipe event_source(HardEvent e) {
         default: return Pipe::NONE;
     }
 }
-struct Flag { int event; int id; uint64_t seq; };
+struct Flag { int event; int id; uint64_t seq; double time; };
+inline int event_dest(HardEvent e) {  // the waiting pipe, as a timing-model index
+    switch (e) {
+        case HardEvent::MTE2_V: case HardEvent::MTE3_V: case HardEvent::V_V: case HardEvent::S_V: return opgen_emu::kTV;
+        case HardEvent::V_MTE2: case HardEvent::MTE3_MTE2: case HardEvent::S_MTE2: return opgen_emu::kTMte2;
+        case HardEvent::V_MTE3: case HardEvent::MTE2_MTE3: case HardEvent::S_MTE3: return opgen_emu::kTMte3;
+        case HardEvent::V_S: case HardEvent::MTE2_S: case HardEvent::MTE3_S: return opgen_emu::kTS;
+        default: return opgen_emu::kTS;
+    }
+}
 inline std::vector<Flag>& flags() {
     static thread_local std::vector<Flag> f;  // set and not yet waited for
     return f;
@@ -157,8 +166,9 @@ inline std::vector<Flag>& flags() {
 // SetFlag covers the writes its source pipe made before it; WaitFlag makes them visible.
 template <HardEvent evt>
 inline void SetFlag(int32_t eventId) {
-    detail::flags().push_back({static_cast<int>(evt), eventId, opgen_emu::core().seq});
     opgen_emu::Pipe src = detail::event_source(evt);  // a SetFlag waits for its pipe's earlier work
+    double when = opgen_emu::core().clock.set_flag(static_cast<int>(src));
+    detail::flags().push_back({static_cast<int>(evt), eventId, opgen_emu::core().seq, when});
     if (src == opgen_emu::Pipe::MTE2) opgen_emu::core().mte2_ub.clear();
     if (src == opgen_emu::Pipe::MTE3) opgen_emu::core().mte3_gm.clear();
 }
@@ -173,6 +183,7 @@ inline void WaitFlag(int32_t eventId) {
         opgen_emu::fail(opgen_emu::cat("WaitFlag(event ", static_cast<int>(evt), ", id ", eventId,
                                        ") without a matching SetFlag (the hardware would hang)"));
     uint64_t upto = it->seq;
+    opgen_emu::core().clock.wait_flag(detail::event_dest(evt), it->time);
     f.erase(it);
     opgen_emu::Pipe src = detail::event_source(evt);
     opgen_emu::clear_pending(src, upto);
@@ -185,12 +196,17 @@ inline void PipeBarrier() {
     if (p == PIPE_ALL) {
         opgen_emu::clear_pending(opgen_emu::Pipe::NONE);
         c.gm_pending.clear();
+        c.clock.barrier_all();
     }
+    if (p == PIPE_V) c.clock.barrier(opgen_emu::kTV);
+    if (p == PIPE_MTE2) c.clock.barrier(opgen_emu::kTMte2);
+    if (p == PIPE_MTE3) c.clock.barrier(opgen_emu::kTMte3);
     if (p == PIPE_ALL || p == PIPE_MTE2) c.mte2_ub.clear();
     if (p == PIPE_ALL || p == PIPE_MTE3) c.mte3_gm.clear();
 }
 inline void pipe_barrier(pipe_t p) {
     if (p == PIPE_ALL) PipeBarrier<PIPE_ALL>();
+    if (p == PIPE_V) PipeBarrier<PIPE_V>();
     if (p == PIPE_MTE2) PipeBarrier<PIPE_MTE2>();
     if (p == PIPE_MTE3) PipeBarrier<PIPE_MTE3>();
 }
@@ -214,7 +230,10 @@ inline void SyncAll() {
         opgen_emu::forget_unflushed(*c.launch, c.idx);
         for (auto& r : c.gm_dirty) c.launch->unflushed.emplace_back(c.idx, r.first, r.second);
     }
-    opgen_emu::sync_all_barrier();
+    c.launch->timing.arrive(c.epoch, c.clock.end());
+    opgen_emu::sync_all_barrier();  // every core arrived: the join of this epoch is final
+    const double sync_cost = c.launch->timing.p.sync_all_cycles;
+    c.clock.join_all(c.launch->timing.joined(c.epoch - 1) + sync_cost, sync_cost);
 }
 template <bool isAIVOnly = true>
 inline void SyncAll(const GlobalTensor<int32_t>&, const LocalTensor<int32_t>&, int32_t usedCores = 0) {

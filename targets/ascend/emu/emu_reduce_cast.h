@@ -3,8 +3,17 @@
 // Cast accepts the (source, destination, RoundMode) combinations AscendC documents for the
 // vector unit; anything else is an error, e.g. float -> bfloat16_t needs an explicit mode
 // (CAST_RINT is round-to-nearest-even), and widening casts take CAST_NONE.
-// Reductions sum in double and round once per stage to T: ReduceSum rounds each 256-byte
-// repeat's partial (written to workLocal, as the hardware does) and then the total.
+// Reductions sum in the device's documented order and precision (AscendC ReduceSum /
+// WholeReduceSum docs): within a repeat a binary tree over the lanes (lane 0 + lane 1, lane 2 +
+// lane 3, ..., then those sums pairwise), every add rounded to T (RNE; half saturates at
+// +-65504, the docs' [60000, 60000, -30000, 100] -> 35604 example); masked-off lanes count as 0.
+// Across repeats, "method 1" is a binary tree again (per-repeat trees over the partials until
+// one is left) and "method 2" a sequential sum of the partials: the docs give method 2 to the
+// count form of ReduceSum on Atlas A2/A3 (and opgen assumes it for Ascend 950, which the docs
+// list without a method), method 1 to its mask/repeat form, and method 1 to every form on Atlas
+// training, Atlas inference and 200I/500 A2: build with OPGEN_REDUCE_ACROSS_TREE for those.
+// BlockReduceSum is the same tree over each 32-byte block. With OPGEN_EMU_EXACT the old exact
+// mode returns: sums in double, rounded once per stage.
 #ifndef OPGEN_EMU_REDUCE_CAST_H
 #define OPGEN_EMU_REDUCE_CAST_H
 
@@ -84,13 +93,77 @@ Rounding check_cast(AscendC::RoundMode m, const char* api) {
     return to_rounding(m);
 }
 
-// Sum each group of src elements into dst[di[g]].
+// ---------------------------------------------------------------- the device's sum order
+constexpr uint64_t kNoLane = ~uint64_t(0);  // a masked-off lane of a group: adds 0
+
+// a + b as the vector unit adds two T values: rounded to T (RNE), half saturating at 65504.
+template <typename T>
+double add_in(double a, double b) {
+#ifdef OPGEN_EMU_EXACT
+    return a + b;
+#else
+    double r = to_double(from_double<T>(a + b));  // a + b is exact in double for two T values
+    if constexpr (std::is_same<T, half>::value) {
+        if (std::isinf(r) && !std::isinf(a) && !std::isinf(b)) r = std::copysign(65504.0, r);
+    }
+    return r;
+#endif
+}
+
+// Binary-tree sum of v (adjacent pairs, then pairs of pairs), padded with zeros to a power of two.
+template <typename T>
+double tree_sum(std::vector<double> v) {
+    if (v.empty()) return 0;
+    size_t n = 1;
+    while (n < v.size()) n *= 2;
+    v.resize(n, 0.0);
+    for (; n > 1; n /= 2)
+        for (size_t i = 0; i < n / 2; ++i) v[i] = add_in<T>(v[2 * i], v[2 * i + 1]);
+    return v[0];
+}
+
+enum class Across { SEQUENTIAL, TREE };  // the docs' method 2 / method 1 across repeats
+
+// Sum of per-repeat partials: sequentially, or by trees of `width` lanes until one is left.
+template <typename T>
+double sum_partials(std::vector<double> p, Across how, size_t width) {
+#ifdef OPGEN_EMU_EXACT
+    how = Across::SEQUENTIAL;
+#endif
+    if (p.empty()) return 0;
+    if (how == Across::SEQUENTIAL) {
+        double acc = p[0];
+        for (size_t i = 1; i < p.size(); ++i) acc = add_in<T>(acc, p[i]);
+        return acc;
+    }
+    while (p.size() > 1) {
+        std::vector<double> next;
+        for (size_t i = 0; i < p.size(); i += width)
+            next.push_back(tree_sum<T>(std::vector<double>(p.begin() + i, p.begin() + std::min(p.size(), i + width))));
+        p.swap(next);
+    }
+    return p[0];
+}
+
+#ifdef OPGEN_REDUCE_ACROSS_TREE
+constexpr Across kCountAcross = Across::TREE;
+#else
+constexpr Across kCountAcross = Across::SEQUENTIAL;
+#endif
+
+// Sum each group of src elements into dst[di[g]]: a group lists one repeat's (or block's) lanes
+// in lane order, kNoLane for masked-off ones; `across` >= 0 sums all groups into dst[di[0]]
+// instead (the second stage of ReduceSum), sequentially or by trees of that many lanes.
+// `repeats`: the instruction's repeat count for the timing model (0: its source bytes / 256).
 template <typename T>
 void reduce_groups(const char* api, const LocalTensor<T>& dst, const std::vector<uint64_t>& di,
-                   const LocalTensor<T>& src, const std::vector<std::vector<uint64_t>>& groups) {
+                   const LocalTensor<T>& src, const std::vector<std::vector<uint64_t>>& groups,
+                   uint64_t repeats = 0) {
     poll_abort();
     std::vector<uint64_t> all;
-    for (const auto& g : groups) all.insert(all.end(), g.begin(), g.end());
+    for (const auto& g : groups)
+        for (uint64_t i : g)
+            if (i != kNoLane) all.push_back(i);
     Span s = check_operand(src, all, api, true);
     Span d = check_operand(dst, di, api, false);
     check_overlap(d, dst.ub_offset(), s, src.ub_offset(), api);
@@ -100,14 +173,21 @@ void reduce_groups(const char* api, const LocalTensor<T>& dst, const std::vector
     std::vector<uint8_t> def(groups.size());
     for (size_t g = 0; g < groups.size(); ++g) {
         bool ok = true;
+        std::vector<double> lanes;
+        for (uint64_t i : groups[g]) lanes.push_back(i == kNoLane ? 0.0 : load(c, src, i, ok));
+#ifdef OPGEN_EMU_EXACT
         double acc = 0;
-        for (uint64_t i : groups[g]) acc += load(c, src, i, ok);
+        for (double v : lanes) acc += v;
         out[g] = acc;
+#else
+        out[g] = tree_sum<T>(lanes);
+#endif
         def[g] = ok;
     }
     for (size_t g = 0; g < groups.size(); ++g) store(c, dst, di[g], out[g], def[g] != 0);
     core().launch->vector_elems += groups.size();
     mark_write(dst.slot(), Pipe::V, api);
+    c.clock.vector(api, sizeof(T), repeats ? repeats : std::max<uint64_t>(1, (all.size() * sizeof(T) + kRepeatBytes - 1) / kRepeatBytes));
 }
 
 // Groups: the active lanes of each repeat, split per 32-byte block when per_block.
@@ -117,15 +197,34 @@ std::vector<std::vector<uint64_t>> repeat_groups(const Lanes& l, uint64_t blk, u
     std::vector<std::vector<uint64_t>> groups;
     const uint32_t epb = kBlockBytes / sizeof(T);
     size_t k = 0;
+    const uint32_t width = per_block ? epb : kRepeatBytes / sizeof(T);
     for (uint32_t r = 0; r < l.repeats; ++r) {
-        if (!per_block) groups.emplace_back();
+        if (!per_block) groups.emplace_back(width, kNoLane);
         uint32_t last_block = ~0u;
         for (uint32_t lane : l.active) {
-            if (per_block && lane / epb != last_block) { groups.emplace_back(); last_block = lane / epb; }
-            groups.back().push_back(idx[k++]);
+            if (per_block && lane / epb != last_block) { groups.emplace_back(width, kNoLane); last_block = lane / epb; }
+            groups.back()[lane % width] = idx[k++];
         }
     }
     return groups;
+}
+
+// dst[0] = the sum of work[0..n), the per-repeat partials, in the given order across repeats.
+template <typename T>
+void reduce_across(const char* api, const LocalTensor<T>& dst, const LocalTensor<T>& work, uint64_t n, Across how) {
+    std::vector<uint64_t> wi(n);
+    for (uint64_t r = 0; r < n; ++r) wi[r] = r;
+    Span s = check_operand(work, wi, api, true);
+    Span d = check_operand(dst, {0}, api, false);
+    check_overlap(d, dst.ub_offset(), s, work.ub_offset(), api);
+    CoreState& c = core();
+    bool ok = true;
+    std::vector<double> p;
+    for (uint64_t r = 0; r < n; ++r) p.push_back(load(c, work, r, ok));
+    store(c, dst, 0, sum_partials<T>(p, how, kRepeatBytes / sizeof(T)), ok);
+    core().launch->vector_elems += 1;
+    mark_write(dst.slot(), Pipe::V, api);
+    c.clock.vector(api, sizeof(T), std::max<uint64_t>(1, (n * sizeof(T) + kRepeatBytes - 1) / kRepeatBytes));
 }
 
 // WholeReduceSum for either mask form: dst[r * dstRepStride] = sum of repeat r's active lanes.
@@ -135,7 +234,7 @@ void whole_reduce_sum(const LocalTensor<T>& dst, const LocalTensor<T>& src, cons
     auto groups = repeat_groups<T>(l, srcBlkStride, srcRepStride, false);
     std::vector<uint64_t> di(groups.size());
     for (size_t r = 0; r < di.size(); ++r) di[r] = r * uint64_t(dstRepStride);
-    reduce_groups("WholeReduceSum", dst, di, src, groups);
+    reduce_groups("WholeReduceSum", dst, di, src, groups, l.repeats);
 }
 
 }  // namespace opgen_emu
@@ -177,14 +276,12 @@ void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const Local
     if (work.GetSize() < need)
         fail(cat(api, ": workLocal has ", work.GetSize(), " elements, needs ", need, " for ", count,
                  " elements (one per 256-byte repeat, rounded up to 32 bytes)"));
-    std::vector<std::vector<uint64_t>> groups(reps);
+    std::vector<std::vector<uint64_t>> groups(reps, std::vector<uint64_t>(epr, kNoLane));
     std::vector<uint64_t> wi(reps);
-    for (uint64_t i = 0; i < uint64_t(count); ++i) groups[i / epr].push_back(i);
+    for (uint64_t i = 0; i < uint64_t(count); ++i) groups[i / epr][i % epr] = i;
     for (uint64_t r = 0; r < reps; ++r) wi[r] = r;
     reduce_groups(api, work, wi, src, groups);
-    std::vector<uint64_t> second(reps);
-    for (uint64_t r = 0; r < reps; ++r) second[r] = r;
-    reduce_groups(api, dst, {0}, work, {second});
+    reduce_across(api, dst, work, reps, kCountAcross);
 }
 
 // dst[0] = sum over all repeats of the masked lanes.
@@ -199,8 +296,8 @@ void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const Local
     if (work.GetSize() < need) fail(cat("ReduceSum: workLocal has ", work.GetSize(), " elements, needs ", need));
     std::vector<uint64_t> wi(groups.size());
     for (size_t g = 0; g < wi.size(); ++g) wi[g] = g;
-    reduce_groups("ReduceSum", work, wi, src, groups);
-    reduce_groups("ReduceSum", dst, {0}, work, {wi});
+    reduce_groups("ReduceSum", work, wi, src, groups, l.repeats);
+    reduce_across("ReduceSum", dst, work, groups.size(), Across::TREE);  // the docs' method 1
 }
 
 // dst[r * dstRepStride] = sum of the masked lanes of repeat r (dstRepStride in elements).
@@ -241,7 +338,7 @@ void BlockReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const 
         for (uint32_t lane : l.active)
             if (lane / epb != last) { last = lane / epb; di.push_back(uint64_t(r) * dstRepStride * 8 + last); }
     }
-    reduce_groups("BlockReduceSum", dst, di, src, groups);
+    reduce_groups("BlockReduceSum", dst, di, src, groups, l.repeats);
 }
 
 }  // namespace AscendC

@@ -19,6 +19,8 @@
 #include <tuple>
 #include <vector>
 
+#include "emu_timing.h"
+
 #ifndef OPGEN_UB_BYTES
 #define OPGEN_UB_BYTES 196608
 #endif
@@ -112,6 +114,7 @@ struct Launch {
     std::atomic<bool> stop{false};  // set with `aborted`: other cores stop at their next API call
     // Traffic and footprint, for opgen_emu_last_stats().
     std::atomic<uint64_t> gm_read{0}, gm_written{0}, vector_elems{0}, ub_peak{0};
+    LaunchTiming timing;  // the pipe-level timing model (emu_timing.h)
     std::string first_error;
     int failing_core = -1;
 
@@ -157,6 +160,8 @@ struct Slot {
     uint64_t pending_seq = 0;   // when it wrote (core's access counter), for SetFlag snapshots
     uint64_t read_seq[5] = {};  // per Pipe: when V / MTE3 last read it without sync (0: none)
     std::string owner;          // "TQue 'inQueueX' (kernel.cpp:40) buffer 1/2"
+    double enq_time = 0;        // timing: when its EnQue's producer pipe was done
+    double free_time = 0;       // timing: when its FreeTensor's consumer pipe was done
 };
 
 struct CoreState {
@@ -181,7 +186,10 @@ struct CoreState {
     std::vector<std::pair<uint64_t, uint64_t>> mte2_ub;
     std::vector<std::pair<const uint8_t*, const uint8_t*>> mte3_gm;
     std::vector<std::string> deferred;  // errors found in destructors
-    CoreState(Launch* l, uint32_t i) : launch(l), idx(i), ub(kUbBytes, 0xFF), ub_def(kUbBytes, 0) {}
+    CoreClock clock;                    // pipe clocks of the timing model
+    CoreState(Launch* l, uint32_t i) : launch(l), idx(i), ub(kUbBytes, 0xFF), ub_def(kUbBytes, 0) {
+        l->timing.attach(clock);
+    }
 };
 
 inline thread_local CoreState* tls_core = nullptr;
@@ -329,6 +337,7 @@ inline void run_core(Launch* l, uint32_t idx, KernelThunk thunk, void* const* ar
             core.deferred.push_back(cat("kernel ended with SetAtomicAdd<", core.atomic_type,
                                         "> still on (call SetAtomicNone)"));
         if (!core.deferred.empty()) throw EmuError(cat("core ", idx, ": ", core.deferred.front()));
+        l->timing.core_done(core.clock);
     } catch (const EmuError& e) {
         l->record_error(static_cast<int>(idx), e.what());
     } catch (const EmuAbort&) {
@@ -377,6 +386,7 @@ inline int launch_cores(const char* kernel, uint32_t expected_nargs, KernelThunk
         l.gm.push_back({static_cast<uint8_t*>(args[i]), sizes[i], static_cast<int>(i), {}, {}, {}});
     }
     poison_workspace(l, args, sizes, nargs);
+    l.timing.begin(tls_timing_params, block_dim);
     std::vector<std::thread> cores;
     try {
         for (uint32_t i = 0; i < block_dim; ++i) cores.emplace_back(run_core, &l, i, thunk, args);
@@ -388,6 +398,7 @@ inline int launch_cores(const char* kernel, uint32_t expected_nargs, KernelThunk
     tls_last_stats[1] = l.gm_written;
     tls_last_stats[2] = l.ub_peak;
     tls_last_stats[3] = l.vector_elems;
+    finish_timing(l.timing, l.gm_read + l.gm_written);
     if (!l.aborted) return 0;
     tls_last_error = cat(kernel, ": ", l.first_error);
     return 1;

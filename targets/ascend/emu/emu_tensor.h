@@ -195,6 +195,7 @@ public:
             fail(cat("GlobalTensor::GetValue(", i, "): reads workspace never written in this launch"));
         T v;
         std::memcpy(&v, base_ + i, sizeof(T));
+        current_core()->clock.scalar(current_core()->launch->timing.p.gm_scalar_cycles);
         return v;
     }
     void SetValue(uint64_t i, const typename std::common_type<T>::type& v) const {
@@ -207,6 +208,7 @@ public:
         g.set_defined(static_cast<uint64_t>(reinterpret_cast<uint8_t*>(base_ + i) - g.base), sizeof(T));
         std::memcpy(base_ + i, &v, sizeof(T));
         const uint8_t* p = reinterpret_cast<const uint8_t*>(base_ + i);
+        current_core()->clock.scalar(current_core()->launch->timing.p.gm_scalar_cycles);
         auto& dirty = current_core()->gm_dirty;  // in the scalar data cache until flushed
         if (!dirty.empty() && dirty.back().second == p) dirty.back().second = p + sizeof(T);
         else dirty.emplace_back(p, p + sizeof(T));
@@ -258,6 +260,7 @@ public:
                      " (poisoned NaN bytes)"));
         T v;
         std::memcpy(&v, core().ub.data() + off, sizeof(T));
+        core().clock.scalar(core().launch->timing.p.scalar_cycles);
         return v;
     }
     void SetValue(uint32_t i, const typename std::common_type<T>::type& v) const {
@@ -266,6 +269,7 @@ public:
         std::memcpy(core().ub.data() + off, &v, sizeof(T));
         set_defined(off, sizeof(T), true);
         mark_write(slot_, Pipe::S, "LocalTensor::SetValue");
+        core().clock.scalar(core().launch->timing.p.scalar_cycles);
     }
     // UB byte offset of elements [i, i+n) after liveness and bounds checks (emulation use).
     uint64_t elem_off(uint64_t i, uint64_t n, const char* api) const {
@@ -313,6 +317,7 @@ public:
             next_ = (next_ + k + 1) % slots_.size();
             s->state = SlotState::ALLOCATED;
             reset_sync(s);  // FreeTensor/AllocTensor order the previous users before the new one
+            if (producer() != consumer()) core().clock.wait_flag(producer(), s->free_time);
             poison(*s);
             return make<T>(s);
         }
@@ -328,6 +333,7 @@ public:
             fail(cat("EnQue on a full queue ", name_, " (depth ", depth, ", holds ", fifo_.size(), ")"));
         t.slot_->state = SlotState::QUEUED;
         reset_sync(t.slot_);  // the queue orders producer before consumer
+        if (producer() != consumer()) t.slot_->enq_time = core().clock.set_flag(producer());
         if (pos == TPosition::VECIN) core().mte2_ub.clear();  // EnQue after a copy-in: MTE2 flag
         fifo_.push_back(t.slot_);
         return true;
@@ -339,6 +345,7 @@ public:
         Slot* s = fifo_.front();
         fifo_.pop_front();
         s->state = SlotState::DEQUEUED;
+        if (producer() != consumer()) core().clock.wait_flag(consumer(), s->enq_time);
         return make<T>(s);
     }
     template <typename T>
@@ -352,12 +359,16 @@ public:
             fail(cat("FreeTensor: tensor of ", t.slot_->owner, " is still in the queue (not DeQue'd)"));
         t.slot_->state = SlotState::FREE;
         ++t.slot_->generation;
+        if (producer() != consumer()) t.slot_->free_time = core().clock.set_flag(consumer());
         if (pos == TPosition::VECOUT) core().mte3_gm.clear();  // after a copy-out: MTE3 flag
     }
     bool HasTensorInQue() const { return !fifo_.empty(); }
     int32_t GetTensorCountInQue() const { return static_cast<int32_t>(fifo_.size()); }
 
 private:
+    // The pipes a queue hands tensors between (timing model): VECIN MTE2 -> V, VECOUT V -> MTE3.
+    static constexpr int producer() { return pos == TPosition::VECIN ? opgen_emu::kTMte2 : opgen_emu::kTV; }
+    static constexpr int consumer() { return pos == TPosition::VECOUT ? opgen_emu::kTMte3 : opgen_emu::kTV; }
     template <typename T>
     LocalTensor<T> make(opgen_emu::Slot* s) {
         LocalTensor<T> t;

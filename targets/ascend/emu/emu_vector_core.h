@@ -6,6 +6,13 @@
 // repeat and mask limits, partial dst/src overlap and pipe sync, computes in double (one
 // rounding to the destination type, round-to-nearest-even), and propagates definedness:
 // a result is defined only if all its inputs were written (poisoned data stays poisoned).
+// Why double is device-faithful here: one IEEE add, sub, mul, div or sqrt of two T values done
+// in double and rounded once to T (float: RNE; half/bfloat16: through round-to-odd float) gives
+// the bits T arithmetic with RNE gives, since double carries more than 2p+2 bits of T's p. So
+// every single-instruction op computes "in the operand dtype" as the vector unit does.
+// Exp/Ln/Rsqrt/Reciprocal/Axpy are correctly rounded here; the device's internal precision for
+// them is not documented, so for them a pass is an optimistic bound. Reductions, which are many
+// roundings, follow the device's order (emu_reduce_cast.h).
 #ifndef OPGEN_EMU_VECTOR_CORE_H
 #define OPGEN_EMU_VECTOR_CORE_H
 
@@ -234,6 +241,9 @@ void elementwise(const char* api, const Lanes& lanes, const LocalTensor<TD>& dst
     for (size_t k = 0; k < di.size(); ++k) store(c, dst, di[k], out[k], def[k] != 0);
     core().launch->vector_elems += di.size();
     mark_write(dst.slot(), Pipe::V, api);
+    const uint32_t esize = std::max<uint32_t>({uint32_t(sizeof(TD)), uint32_t(sizeof(TS))...});
+    c.clock.vector(api, esize, lanes.count_mode ? (lanes.count * esize + kRepeatBytes - 1) / kRepeatBytes
+                                               : lanes.repeats);
 }
 
 template <typename T>

@@ -17,6 +17,11 @@
 //                           pipe while V or MTE3 may still be reading it (no sync in between)
 //   OPGEN_EMU_AUTO_SCALAR_SYNC  trust the compiler's auto-sync for the S pipe: GetValue/SetValue
 //                           next to vector or copy work need no explicit flags
+//   OPGEN_REDUCE_ACROSS_TREE   ReduceSum's count form sums its repeats' partials by a binary
+//                           tree (Atlas training / inference, 200I/500 A2) instead of in
+//                           sequence (Atlas A2/A3)
+//   OPGEN_EMU_EXACT         the old exact numerics, for debugging: reductions sum in double and
+//                           round once per stage
 //   OPGEN_VEC_BF16          the vector unit computes in bfloat16_t (otherwise arithmetic on
 //                           bfloat16_t tensors does not compile: Cast to float first)
 //
@@ -74,9 +79,10 @@
 // Semantics chosen where the docs leave room (documented, checked by tests/test_ascend_emu.py):
 //   repeatTimes is int32_t (values > 255 are reported, not wrapped); WholeReduceSum's
 //   dstRepStride counts elements, BlockReduceSum's counts one repeat's 8 results; DataCopyPad
-//   GM->UB without isPad leaves the pad bytes poisoned; ReduceSum sums in double and rounds each
-//   256-byte partial (written to workLocal) and the total once to T; vector math is computed in
-//   double and rounded once to the destination (RNE), so results are correctly rounded.
+//   GM->UB without isPad leaves the pad bytes poisoned; the sum reductions add in T in the
+//   documented order (a binary tree per repeat; across repeats sequential for ReduceSum's count
+//   form on A2/A3, a tree otherwise: emu_reduce_cast.h); single vector ops are correctly rounded
+//   to T (RNE), which is T arithmetic (emu_vector_core.h).
 //
 // ============================================================================ what is checked
 // - UB: InitBuffer sizes (rounded to 32 B) against OPGEN_UB_BYTES, listing every buffer by the
@@ -170,6 +176,17 @@ extern "C" __attribute__((weak, visibility("default"))) const char* opgen_emu_la
 // TPipe, vector element operations: of the last launch on the calling thread.
 extern "C" __attribute__((weak, visibility("default"))) void opgen_emu_last_stats(uint64_t* out) {
     for (int i = 0; i < 4; ++i) out[i] = opgen_emu::tls_last_stats[i];
+}
+// The timing model's parameters for launches from the calling thread (emu_timing.h's
+// TimingParams, in field order; n may be less than all of them), and the last launch's result:
+// out[0..10) = cycles, seconds, busy fraction of MTE2, V, MTE3, S, GM bytes, GM-bound seconds,
+// bound / time, block_dim.
+extern "C" __attribute__((weak, visibility("default"))) void opgen_emu_set_timing(const double* p, int n) {
+    opgen_emu::tls_timing_params = opgen_emu::TimingParams();
+    opgen_emu::tls_timing_params.set(p, n);
+}
+extern "C" __attribute__((weak, visibility("default"))) void opgen_emu_last_timing(double* out) {
+    for (int i = 0; i < opgen_emu::kTimingOut; ++i) out[i] = opgen_emu::tls_last_timing[i];
 }
 extern "C" __attribute__((weak, visibility("default"))) uint64_t opgen_emu_ub_bytes(void) {
     return opgen_emu::kUbBytes;
