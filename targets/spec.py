@@ -156,8 +156,9 @@ class TargetSpec:
 
     def compile_check(self, module, out_dir=None) -> list | None:
         """Reports of a compiler this target's code must pass beyond ``build`` (cuda: nvcc
-        per architecture), each with ``arch``, ``ok``, ``error``, ``max_registers`` and
-        ``spill_bytes``; None when there is none."""
+        per architecture; ascend-mlir: bishengir per kernel), each with ``arch``, ``ok``,
+        ``error`` and ``summary`` (one phrase for ``opgen generate``'s row); None when
+        there is none."""
         return None
 
     # ---- how it is measured -------------------------------------------------------------

@@ -1,0 +1,103 @@
+"""Driving ``bishengir-compile`` (pip ``ascendnpu-ir``) and reading how far a kernel got.
+
+bishengir lowers HFusion named ops through HIVM to a device binary; the last step calls
+``hivmc``, which ships with the CANN toolkit only. So here a kernel's best outcome is
+"HIVM": the pipeline reached the HIVM module (saved with ``--save-temps``, with the host
+tiling function bishengir derives) and stopped at the missing ``hivmc``. Where ``hivmc``
+is on PATH it goes on to the device binary ("binary").
+
+A kernel whose automatic tiling overflows the unified buffer ("ub overflow") is retried
+once with ``--enable-ubuf-saving``, bishengir's own answer to that message; the report
+says so.
+"""
+from __future__ import annotations
+
+import functools
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+HIVM, BINARY, REJECTED = "HIVM", "binary", "rejected"
+
+
+@functools.lru_cache(maxsize=None)
+def compiler() -> str | None:
+    """The ``bishengir-compile`` executable of the installed ``ascendnpu-ir`` wheel, or on PATH."""
+    found = shutil.which("bishengir-compile")
+    if found:
+        return found
+    try:
+        import ascendnpuir
+    except ImportError:
+        return None
+    path = Path(ascendnpuir.__file__).parent / "bin" / "bishengir-compile"
+    return str(path) if path.exists() else None
+
+
+def hivmc_present() -> bool:
+    return shutil.which("hivmc") is not None
+
+
+@dataclass(frozen=True)
+class KernelReport:
+    """How far bishengir took one kernel (a ``compile_check`` report)."""
+
+    arch: str                 # the kernel's name: reports are per kernel here
+    ok: bool
+    stage: str                # HIVM, binary or rejected
+    error: str = ""
+    flags: tuple = ()         # extra flags it needed
+    hivm: str = ""            # the HIVM module text, when reached
+
+    @property
+    def summary(self) -> str:
+        extra = f" with {' '.join(self.flags)}" if self.flags else ""
+        return f"{self.arch.rpartition('_')[2]} {self.stage}{extra}"
+
+
+def _errors(log: str) -> str:
+    lines = [ln.strip() for ln in log.splitlines() if "error" in ln.lower() and "hivmc" not in ln
+             and "Failed to run BiSheng" not in ln]
+    return lines[0][-300:] if lines else (log.strip().splitlines() or ["no message"])[-1][-300:]
+
+
+def _run(text: str, soc: str, flags: tuple, timeout: float) -> tuple[str, str, str]:
+    """(stage reached, HIVM text or "", log) of one bishengir run."""
+    with tempfile.TemporaryDirectory(prefix="opgen-bishengir-") as tmp:
+        src, temps = Path(tmp) / "kernel.mlir", Path(tmp) / "temps"
+        src.write_text(text)
+        cmd = [compiler(), str(src), "--enable-hfusion-compile", "--enable-hivm-compile", f"--target={soc}",
+               f"--save-temps={temps}", "-o", str(Path(tmp) / "kernel"), *flags]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return REJECTED, "", f"bishengir-compile took over {timeout:.0f} s"
+        log = done.stdout + done.stderr
+        hivm = temps / "module.hivm.opt.mlir"
+        if done.returncode == 0:
+            return BINARY, hivm.read_text() if hivm.exists() else "", log
+        if hivm.exists() and ("hivmc" in log):
+            return HIVM, hivm.read_text(), log
+        return REJECTED, "", log
+
+
+def compile_kernel(name: str, text: str, soc: str, timeout: float = 120.0) -> KernelReport:
+    """Run bishengir on one kernel's module (retrying a UB overflow with UB saving)."""
+    if compiler() is None:
+        return KernelReport(name, False, REJECTED, "bishengir-compile is not installed")
+    flags: tuple = ()
+    stage, hivm, log = _run(text, soc, flags, timeout)
+    if stage == REJECTED and "ub overflow" in log:
+        flags = ("--enable-ubuf-saving",)
+        stage, hivm, log = _run(text, soc, flags, timeout)
+    if stage == REJECTED:
+        return KernelReport(name, False, stage, _errors(log), flags)
+    return KernelReport(name, True, stage, "", flags, hivm)
+
+
+if __name__ == "__main__":   # a reproducer's runner: python -m opgen.targets.mlir.bishengir FILE SOC
+    report = compile_kernel(Path(sys.argv[1]).stem, Path(sys.argv[1]).read_text(), sys.argv[2])
+    print(report.summary, report.error)
