@@ -68,17 +68,28 @@ class AscendMlirTarget(TargetSpec):
         return tvm.cpu(0)
 
     def build(self, mod):
-        (gvar, _), = mod.functions.items()
+        (gvar, func), = mod.functions.items()
         try:
-            kernels = named.print_kernels(mod)
+            graph = named.stage_graph(func)
+            parts = named.kernels(graph)
+            kernels, reports = self._compile(gvar.name_hint, graph, parts)
+            unfused = [k for k, r in enumerate(reports) if not r.ok and bishengir.refused_fusion(r.error)
+                       and len(parts[k].stages) > 1]
+            if unfused:   # bishengir cannot fuse (or buffer) what the patterns grouped: its stages one by one
+                parts = [p for k, part in enumerate(parts) for p in (named.one_stage_each(part) if k in unfused
+                                                                      else [part])]
+                kernels, reports = self._compile(gvar.name_hint, graph, parts)
         except named.UnsupportedStage as err:
             raise NotImplementedError(f"ascend-mlir: {err}") from err
-        reports = [bishengir.compile_kernel(name, text, self.soc) for name, text in kernels]
         rejected = [r for r in reports if not r.ok]
         if rejected:   # NOT EMITTED with bishengir's reason (docs/mlir.md lists the open ones)
             raise NotImplementedError(f"ascend-mlir: bishengir rejected {len(rejected)} of {len(reports)} kernels; "
                                       f"{rejected[0].arch}: {rejected[0].error}")
         return NamedModule(gvar.name_hint, kernels, reports)
+
+    def _compile(self, symbol: str, graph, parts: list) -> tuple[list, list]:
+        kernels = named.print_kernels(symbol, graph, parts)
+        return kernels, [bishengir.compile_kernel(name, text, self.soc) for name, text in kernels]
 
     def source_of(self, module):
         return "kernel.mlir", module.text

@@ -24,7 +24,7 @@ and arguments, which on the device is GM. Nothing here names an op.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from opgen.targets.mlir.exprs import MATH_CALLS, ExprPrinter, Values
 from opgen.targets.mlir.stages import LOADS, StageGraph, UnsupportedStage, kind, loaded, stage_graph
@@ -106,34 +106,59 @@ class Kernel:
     fusion: str | None
 
 
+@dataclass
+class _Group:
+    stages: list
+    fusion: str | None = None
+    reduced: set = field(default_factory=set)     # its buffers that carry one of its reductions
+    output_rank: int | None = None                # the rank of the op outputs it makes
+
+    def fits(self, stage, cls: str | None, is_output: bool) -> bool:
+        reads_reduction = bool(_reads(stage) & self.reduced)
+        if is_output and self.output_rank not in (None, len(stage.buffer.shape)):
+            return False
+        if cls is not None:
+            second_wide_column_sum = not is_rows(cls) and self.fusion == cls and len(stage.iterators) > 2
+            return self.fusion in (None, cls) and not reads_reduction and not second_wide_column_sum
+        return self.fusion is None or is_rows(self.fusion) or not reads_reduction
+
+    def add(self, stage, cls: str | None, is_output: bool) -> None:
+        if cls is not None or _reads(stage) & self.reduced:
+            self.reduced.add(stage.buffer.name)
+        self.stages.append(stage)
+        self.fusion = self.fusion or cls
+        if is_output:
+            self.output_rank = len(stage.buffer.shape)
+
+
 def kernels(graph: StageGraph) -> list[Kernel]:
-    """The stages split into runs bishengir can fuse, in program order. A stage starts a
-    new kernel when, in the current one:
-      * it is a reduction of another class than the kernel's (rows vs other axes);
+    """The stages split into kernels bishengir can fuse. Each stage, in program order,
+    joins the earliest kernel at or after those of the stages it reads where it fits,
+    else starts a new one. It does not fit a kernel when:
+      * it is a reduction of another class than the kernel's (rows vs other axes, or
+        another rank: measured "Unknown kernel fusion kind");
       * it is a reduction reading a reduction result of the kernel (a chain: measured
         "Unknown kernel fusion kind" and "operand does not dominate this use");
       * the kernel reduces other axes than the rows and the stage reads its result (a
-        broadcast back over a column sum; the row pattern's broadcast back is fine).
+        broadcast back over a column sum; the row pattern's broadcast back is fine);
+      * it makes an op output of another rank than the kernel's outputs (measured
+        "Failed to create and apply schedule" for a dx beside per-channel dweight);
+      * it is a second reduction over leading axes of rank-3+ data (GroupNorm's dgamma
+        and dbeta sums over N each reach HIVM alone, and fail to schedule together).
     """
-    runs: list = []
+    outputs = {b.name for b in graph.outputs}
+    groups: list[_Group] = []
+    home: dict = {}                       # buffer name -> index of the kernel making it
     for stage in graph.stages:
-        cls = fusion_class(stage)
-        if runs and _joins(runs[-1], stage, cls):
-            runs[-1]["stages"].append(stage)
-            runs[-1]["class"] = runs[-1]["class"] or cls
-        else:
-            runs.append({"stages": [stage], "class": cls, "reduced": set()})
-        run = runs[-1]
-        if cls is not None or _reads(stage) & run["reduced"]:   # results that carry a reduction
-            run["reduced"].add(stage.buffer.name)
-    return [Kernel(tuple(r["stages"]), r["class"]) for r in runs]
-
-
-def _joins(run: dict, stage, cls) -> bool:
-    reads_reduction = bool(_reads(stage) & run["reduced"])
-    if cls is not None:
-        return run["class"] in (None, cls) and not reads_reduction
-    return run["class"] is None or is_rows(run["class"]) or not reads_reduction
+        cls, is_output = fusion_class(stage), stage.buffer.name in outputs
+        earliest = max((home[n] for n in _reads(stage) if n in home), default=0)
+        chosen = next((k for k in range(earliest, len(groups)) if groups[k].fits(stage, cls, is_output)), None)
+        if chosen is None:
+            groups.append(_Group([]))
+            chosen = len(groups) - 1
+        groups[chosen].add(stage, cls, is_output)
+        home[stage.buffer.name] = chosen
+    return [Kernel(tuple(g.stages), g.fusion) for g in groups]
 
 
 # ---- printing ---------------------------------------------------------------------------
@@ -176,6 +201,7 @@ class StagePrinter:
         self.domain = domain_order(stage)
         self.position = {it.var.name: k for k, it in enumerate(self.domain)}
         self.scalars = ExprPrinter(body, _ScalarValues())
+        self.printed: dict = {}      # expression text -> (ssa, is_tensor): each subexpression once
 
     def typed(self, element: str, iterators=None) -> str:
         return tensor_type([it.extent for it in (self.domain if iterators is None else iterators)], element)
@@ -185,8 +211,17 @@ class StagePrinter:
         sizes = ", ".join(self.body.dynamic_sizes([it.extent for it in iterators]))
         return self.body.op(f"tensor.empty({sizes}) : {self.typed(element, iterators)}", "e")
 
-    # values are (ssa, is_tensor)
     def value(self, node) -> tuple[str, bool]:
+        """(SSA value, whether it is a tensor over the domain) of ``node``, printed once per
+        stage: TE repeats subexpressions (a square is ``(x - m) * (x - m)``), and every
+        named op is a whole-tensor buffer bishengir must fit in UB (GroupNorm's float16
+        sum of squares overflowed it until its difference was computed once)."""
+        key = str(node)
+        if key not in self.printed:
+            self.printed[key] = self._value(node)
+        return self.printed[key]
+
+    def _value(self, node) -> tuple[str, bool]:
         if _is_scalar(node, set(self.position)):
             return self.scalars.print(node), False
         what = kind(node)
@@ -298,7 +333,12 @@ class StagePrinter:
         if store != [it.var.name for it in spatial]:
             raise UnsupportedStage(f"stage {stage.name}: stores in another order than its data's")
         if stage.init is None:
-            return self.tensor(stage.value)
+            value = self.tensor(stage.value)
+            if value.startswith("%") and value[1:] in self.tensors:   # a bare copy of an argument:
+                out = self.empty(element)                             # a kernel of no ops fails to schedule
+                value = self.body.op(f"linalg.copy ins({value} : {self.typed(element)}) outs({out} : "
+                                     f"{self.typed(element)}) -> {self.typed(element)}", "copy")
+            return value
         combiner, update = self.reduction()
         init = self.scalars.print(stage.init) if _is_scalar(stage.init, set(self.position)) else None
         if init is None:
@@ -372,15 +412,17 @@ def _bind_sizes(body: Body, arguments: list, graph: StageGraph, args: list) -> N
             body.bind_size(name, f"%size_{name}")
 
 
-def print_kernels(mod) -> list[tuple[str, str]]:
-    """[(kernel name, MLIR module text)] of ``mod``'s single PrimFunc split into kernels:
+def print_kernels(symbol: str, graph: StageGraph, parts: list[Kernel]) -> list[tuple[str, str]]:
+    """[(kernel name, MLIR module text)] of ``graph`` split into ``parts`` (see ``kernels``):
     one module each, so that bishengir's verdict is per kernel."""
-    (gvar, func), = mod.functions.items()
-    graph = stage_graph(func)
-    parts = kernels(graph)
     printed = []
     for k, kernel in enumerate(parts):
         later = set().union(*(_reads(s) for p in parts[k + 1:] for s in p.stages)) if k + 1 < len(parts) else set()
-        name = f"{gvar.name_hint}_k{k}"
+        name = f"{symbol}_k{k}"
         printed.append((name, "module {\n" + print_kernel(name, graph, kernel, later) + "\n}\n"))
     return printed
+
+
+def one_stage_each(kernel: Kernel) -> list[Kernel]:
+    """``kernel`` as one kernel per stage: what remains when bishengir cannot fuse a group."""
+    return [Kernel((stage,), fusion_class(stage)) for stage in kernel.stages]
