@@ -25,6 +25,7 @@ class IreeTarget(TargetSpec):
     library_suffix: str = ""
     schedule_rules: str | None = None
     timer: str = WALL_CLOCK
+    peer_name: str = "iree"          # opgen compare --against iree, and a contender in opgen bench
 
     def missing(self) -> str | None:
         return iree.iree_missing()

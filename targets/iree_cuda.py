@@ -19,6 +19,7 @@ class IreeCudaTarget(IreeTarget):
     backend: str = "cuda"
     flags: tuple = ("--iree-cuda-target=sm_80",)
     runs_here: bool = False
+    peer_name: str = ""              # nothing runs: no peer in compare or bench
 
     def tvm_target(self):
         return tvm.target.Target({"kind": "cuda", "arch": "sm_80"})

@@ -45,7 +45,9 @@ class TargetSpec:
       * ``own_suite``: the test file that exercises it when the generic ``target``
         fixture should not (its builds are slow); "" when the generic tests run it;
       * ``default``: the target used when neither ``set_target`` nor ``OPGEN_TARGET``
-        chose one (exactly one registered target sets it).
+        chose one (exactly one registered target sets it);
+      * ``peer_name``: non-empty for a second compiler of the same formulas (IREE): the
+        name ``opgen compare --against`` takes for it, and its contender in ``opgen bench``.
     """
 
     name: str
@@ -56,6 +58,7 @@ class TargetSpec:
     tools: tuple = ()
     own_suite: str = ""
     default: bool = False
+    peer_name: str = ""
 
     def __post_init__(self):
         if not self.name or not all(ch.isalnum() or ch in "-_" for ch in self.name):

@@ -12,12 +12,20 @@ squares, one stage, overflowed with the first and fit with the second); the repo
 which it needed. bishengir 1.2.0 is not deterministic: one unchanged file of GroupNorm's row pass
 failed 1 run in 6 with "'arith.mulf' op using value defined outside the region" and passed
 the others (RmsNorm's, with a scalar ``tensor.extract``, failed 6 in 12 with "operand #0
-does not dominate this use"). Those two messages are retried, up to ``ATTEMPTS`` runs, and
-the report counts the runs.
+does not dominate this use"; a float16 GroupNorm kernel crashed 1 build in 4). Those
+messages and crashes are retried, up to ``ATTEMPTS`` runs, and the report counts the runs.
+
+Verdicts are kept in the disk cache (``<cache>/bishengir/<hash>.json``, keyed by the
+wheel's version, the SoC and the kernel text): a kernel text bishengir took to HIVM once
+is not compiled again (``opgen generate`` fills it; the tests read it). JSON only, loaded
+under opgen.diskcache's ownership and mode checks.
 """
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import os
 import shutil
 import subprocess
 import sys
@@ -29,7 +37,8 @@ HIVM, BINARY, REJECTED = "HIVM", "binary", "rejected"
 ATTEMPTS = 6
 UB_FLAGS = (("--enable-ubuf-saving",), ("--enable-ubuf-saving", "--hfusion-max-buffer-count-tuning=8"),
             ("--enable-ubuf-saving", "--enable-hfusion-count-buffer-dma-opt"))
-NONDETERMINISTIC = ("does not dominate this use", "using value defined outside the region")
+NONDETERMINISTIC = ("does not dominate this use", "using value defined outside the region",
+                    "PLEASE submit a bug report")   # a crash: GroupNorm's row pass crashed 1 build in 4
 
 
 @functools.lru_cache(maxsize=None)
@@ -107,10 +116,65 @@ def _run(text: str, soc: str, flags: tuple, timeout: float) -> tuple[str, str, s
         return REJECTED, "", log
 
 
+@functools.lru_cache(maxsize=None)
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("ascendnpu-ir")
+    except metadata.PackageNotFoundError:
+        return f"on PATH: {compiler()}"
+
+
+def _verdict_path(text: str, soc: str) -> Path | None:
+    from opgen import diskcache
+
+    if not diskcache.enabled():
+        return None
+    digest = hashlib.sha256("\n".join([_version(), soc, str(hivmc_present()), text]).encode()).hexdigest()
+    return diskcache.cache_dir() / "bishengir" / f"{digest[:24]}.json"
+
+
+def _cached(name: str, path: Path | None) -> KernelReport | None:
+    from opgen import diskcache
+
+    if path is None or not diskcache.loadable(path):
+        return None
+    try:
+        fields = json.loads(path.read_text())
+        return KernelReport(name, True, fields["stage"], "", tuple(fields["flags"]), fields["hivm"], fields["runs"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _keep(report: KernelReport, path: Path | None) -> None:
+    """Store an accepted kernel's verdict atomically (rejections are recompiled: bishengir
+    is not deterministic, see NONDETERMINISTIC)."""
+    from opgen import diskcache
+
+    if path is None or not report.ok or not diskcache.trusted_dir(path.parent, "bishengir verdicts are not kept"):
+        return
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"stage": report.stage, "flags": list(report.flags), "hivm": report.hivm,
+                               "runs": report.runs}))
+    os.replace(tmp, path)
+
+
 def compile_kernel(name: str, text: str, soc: str, timeout: float = 120.0) -> KernelReport:
-    """Run bishengir on one kernel's module (retrying a UB overflow with UB saving)."""
+    """bishengir's verdict on one kernel's module: from the disk cache, else compiled."""
     if compiler() is None:
         return KernelReport(name, False, REJECTED, "bishengir-compile is not installed")
+    path = _verdict_path(text, soc)
+    report = _cached(name, path)
+    if report is None:
+        report = _compile(name, text, soc, timeout)
+        _keep(report, path)
+    return report
+
+
+def _compile(name: str, text: str, soc: str, timeout: float) -> KernelReport:
+    """Run bishengir (retrying UB overflows with its UB options, and its nondeterministic
+    failures)."""
     flags, runs, ub_options = (), 1, list(UB_FLAGS)
     stage, hivm, log = _run(text, soc, flags, timeout)
     while stage == REJECTED and runs < ATTEMPTS and ("ub overflow" in log and ub_options
