@@ -35,8 +35,9 @@ class IreeTarget(TargetSpec):
 
     def run_place(self) -> str:
         if not self.runs_here:
-            return "not here: compiled only"
-        return "IREE local-task (this CPU)" if self.can_run() else f"not here: {self.missing()}"
+            return f"compiled only: IREE's {self.backend} backend ({' '.join(self.flags)}); nothing runs without the device"
+        return "IREE llvm-cpu, run by iree.runtime (local-task) on this CPU" if self.can_run() else \
+            f"not here: {self.missing()}"
 
     def tvm_target(self):
         # TVM compiles nothing here; the host CPU names the hardware IREE compiles for.
