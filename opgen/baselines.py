@@ -110,12 +110,24 @@ def output_buffers(op_name: str, tag: str, problem, like: str = "numpy", device:
             for name, shape in shapes.items()}
 
 
+def on_target(run, target: str | None):
+    """``run`` with opgen's calls made on ``target`` (None: as configured)."""
+    if target is None:
+        return run
+    from opgen import config
+
+    def targeted():
+        with config.using_target(target):
+            return run()
+    return targeted
+
+
 def aclnn_call(op_name: str, problem, args: dict, phase1_only: bool = False):
     """A closure making one complete two-phase aclnn call on ``args`` (inputs and
     preallocated outputs by kernel name, numpy arrays or torch tensors): GetWorkspaceSize,
     aclrtMalloc of the workspace, the run, aclrtFree, as the seed examples do.
     ``phase1_only``: GetWorkspaceSize alone (the executor is dropped unrun), to split the
-    per-call cost."""
+    per-call cost. ``on_target`` runs it on another target."""
     from opgen import acl, aclnn
 
     op = get_op(op_name)

@@ -185,6 +185,14 @@ def _elementwise(tensors: dict) -> list:
     return [t for t in tensors.values() if t.numel() == largest and t.dtype.is_floating_point]
 
 
+def peer_compilers(skip=()) -> list:
+    """Targets that are second compilers of the same formulas (``TargetSpec.peer_name``)
+    and run here, unless skipped by their peer name."""
+    from opgen.targets import all_targets
+
+    return [t for t in all_targets() if t.peer_name and t.peer_name not in skip and t.can_run()]
+
+
 def contenders(case: Case, rng, skip=()) -> tuple[dict, int]:
     """The timed calls of one case and its minimal byte count."""
     op = get_op(case.op)
@@ -195,6 +203,9 @@ def contenders(case: Case, rng, skip=()) -> tuple[dict, int]:
     runs = {"opgen-numpy": B.aclnn_call(case.op, problem, np_args)}
     if case.tiny:  # split the per-call cost: the validation/plan phase alone
         runs["opgen-numpy GetWorkspaceSize"] = B.aclnn_call(case.op, problem, np_args, phase1_only=True)
+    for target in peer_compilers(skip):   # the same formulas from another compiler, same public call
+        own = {**{k: v.copy() for k, v in inputs.items()}, **B.output_buffers(case.op, case.tag, problem, "numpy")}
+        runs[f"{target.peer_name} (numpy)"] = B.on_target(B.aclnn_call(case.op, problem, own), target.name)
     try:
         tensors = {k: B.to_torch(v) for k, v in inputs.items()}
     except B.TorchMissing:

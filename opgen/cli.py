@@ -105,15 +105,17 @@ def generate_one(op, combo, target, out_root: Path, rng) -> Row:
 
 
 def compile_check(kernel, out_dir: Path) -> tuple[bool, str]:
-    """A target's own compile check (cuda: nvcc per architecture, registers and spills)."""
+    """A target's own compile check (cuda: nvcc per architecture, registers and spills;
+    ascend-mlir: bishengir per kernel, how far it got). Each report has ``arch``, ``ok``,
+    ``error`` and the ``summary`` printed on the row."""
     reports = kernel.target.compile_check(kernel.module, out_dir)
     if reports is None:
         return True, ""
-    archs = "/".join(r.arch for r in reports)
+    archs = "/".join(r.arch for r in reports) if len(reports) <= 3 else f"{len(reports)} kernels"
     failed = [r for r in reports if not r.ok]
     if failed:
         return False, f"compiled {archs}: FAIL ({failed[0].arch}: {failed[0].error})"
-    usage = ", ".join(f"{r.arch} {r.max_registers} regs {r.spill_bytes} B spilled" for r in reports)
+    usage = ", ".join(r.summary for r in reports)
     return True, f"compiled {archs}: PASS ({usage})"
 
 

@@ -23,6 +23,7 @@ from opgen import baselines, standards
 from opgen.dtypes import dtype_name
 from opgen.ops import all_ops, get_op
 from opgen.registry import Registry
+from opgen.targets import all_targets
 
 @dataclass
 class Row:
@@ -255,13 +256,49 @@ def source_for(value: str) -> Source:
 
 def _aten_rows(args) -> list[Row]:
     op_names = args.op or [op.name for op in all_ops() if op.cases.compare]
+    shapes, tags = _selection(args, op_names)
+    return against_aten(op_names, tags, shapes, args.seed, args.repeats)
+
+
+def against_target(target_name: str, library: str, op_names, tags, shapes, seed: int, repeats: int) -> list[Row]:
+    """Compare with another compiler of the same formulas: the same Pythonic call on the
+    same numpy arrays, run on ``target_name`` (e.g. iree-cpu) and on opgen's target."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for op_name in op_names:
+        op = get_op(op_name)
+        problems = [baselines.parse_problem(op_name, t) for t in shapes.get(op_name) or op.cases.compare] \
+            or list(op.problems[:2])
+        for tag in tags.get(op_name) or _product_tags(op_name):
+            for problem in problems:
+                inputs = baselines.random_inputs(op_name, tag, problem, rng)
+                runs = {"opgen": baselines.opgen_call(op_name, problem, inputs),
+                        "lib": baselines.on_target(baselines.opgen_call(op_name, problem, inputs), target_name)}
+                out, ms = _timed(runs, repeats)
+                rows += judge(op_name, tag, problem, inputs, out["lib"], library, out["opgen"], (ms["opgen"], ms["lib"]))
+    return rows
+
+
+def _selection(args, op_names) -> tuple[dict, dict]:
+    """(shapes, dtype tags) per op from --shape/--dtypes; a value no op accepts is an error."""
     shapes = _for_ops(args.shape, op_names, baselines.parse_problem)
     tags = _for_ops(args.dtypes, op_names, lambda op, tag: get_op(op).combo(tag))
     for flag, given, picked in (("--shape", args.shape, shapes), ("--dtypes", args.dtypes, tags)):
         unused = [v for v in given or () if not any(v in p for p in picked.values())]
         if unused:
             raise ValueError(f"{flag} {', '.join(unused)}: not valid for {', '.join(op_names)}")
-    return against_aten(op_names, tags, shapes, args.seed, args.repeats)
+    return shapes, tags
+
+
+def _peer_rows(target):
+    def rows(args) -> list[Row]:
+        if not target.can_run():
+            raise ValueError(f"--against {target.peer_name}: target {target.name} cannot run here: "
+                             f"{target.missing() or target.run_place()}")
+        op_names = args.op or [op.name for op in all_ops()]
+        shapes, tags = _selection(args, op_names)
+        return against_target(target.name, target.peer_name, op_names, tags, shapes, args.seed, args.repeats)
+    return rows
 
 
 def _is_dump(value: str) -> bool:
@@ -271,6 +308,10 @@ def _is_dump(value: str) -> bool:
 register_source(Source("aten", "torch's native kernels on every device torch has here", _aten_rows))
 register_source(Source("dump", "a golden dump directory (manifest.json and .npy/.bin files); give the directory",
                        lambda args: against_dump(args.against, args.repeats), accepts=_is_dump))
+for _target in all_targets():   # second compilers of the same formulas (TargetSpec.peer_name)
+    if _target.peer_name:
+        register_source(Source(_target.peer_name, f"the same formulas compiled by {_target.name}: "
+                               f"{_target.description}", _peer_rows(_target)))
 
 
 def _rows(args) -> list[Row]:

@@ -179,10 +179,9 @@ def scheduled_module(op: OpSpec, combo: DtypeCombo, target: TargetSpec, variant:
     symbol = kernel_symbol(op, combo, variant)
     func = prim_func(op, combo).with_attr("global_symbol", symbol)
     rule = matching_rule(op, combo, target)
-    if rule is None:   # the target's compiler schedules for itself
-        sch = s_tir.Schedule(func)
-    else:
-        sch = schedule_rules.schedule(func, target, knobs, rule=rule)
+    if rule is None:   # the target's compiler schedules for itself, intermediates included
+        return tvm.IRModule({symbol: declare_element_alignment(func)}), symbol
+    sch = schedule_rules.schedule(func, target, knobs, rule=rule)
     func = declare_element_alignment(hoist_pass_buffers(sch))
     return tvm.IRModule({symbol: func}), symbol
 

@@ -85,6 +85,11 @@ class ArchReport:
     def spill_bytes(self) -> int:
         return sum(s for _, s in self.kernels.values())
 
+    @property
+    def summary(self) -> str:
+        """What ``opgen generate`` prints of it."""
+        return f"{self.arch} {self.max_registers} regs {self.spill_bytes} B spilled"
+
 
 _ENTRY = re.compile(r"Compiling entry function '(\w+)' for '(\w+)'")
 _SPILLS = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")

@@ -45,7 +45,9 @@ class TargetSpec:
       * ``own_suite``: the test file that exercises it when the generic ``target``
         fixture should not (its builds are slow); "" when the generic tests run it;
       * ``default``: the target used when neither ``set_target`` nor ``OPGEN_TARGET``
-        chose one (exactly one registered target sets it).
+        chose one (exactly one registered target sets it);
+      * ``peer_name``: non-empty for a second compiler of the same formulas (IREE): the
+        name ``opgen compare --against`` takes for it, and its contender in ``opgen bench``.
     """
 
     name: str
@@ -56,6 +58,7 @@ class TargetSpec:
     tools: tuple = ()
     own_suite: str = ""
     default: bool = False
+    peer_name: str = ""
 
     def __post_init__(self):
         if not self.name or not all(ch.isalnum() or ch in "-_" for ch in self.name):
@@ -161,8 +164,9 @@ class TargetSpec:
 
     def compile_check(self, module, out_dir=None) -> list | None:
         """Reports of a compiler this target's code must pass beyond ``build`` (cuda: nvcc
-        per architecture), each with ``arch``, ``ok``, ``error``, ``max_registers`` and
-        ``spill_bytes``; None when there is none."""
+        per architecture; ascend-mlir: bishengir per kernel), each with ``arch``, ``ok``,
+        ``error`` and ``summary`` (one phrase for ``opgen generate``'s row); None when
+        there is none."""
         return None
 
     # ---- how it is measured -------------------------------------------------------------

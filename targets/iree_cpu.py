@@ -1,0 +1,59 @@
+"""``iree-cpu``: the op's TE stages as MLIR linalg, compiled and run by IREE on this CPU.
+
+A second compiler next to TVM: IREE fuses, tiles and vectorizes the same formulas its own
+way (targets/mlir/), so a PASS here cross-checks the math, and ``opgen compare --against
+iree`` / ``opgen bench`` put its speed beside opgen's kernels. It has no schedule rules of
+opgen's own (``schedule_rules=None``), no knobs, and no disk cache (IREE compiles a kernel
+in about a second; TVM's export format does not hold its modules).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import tvm
+
+from opgen.targets.llvm import host_cpu
+from opgen.targets.mlir import iree
+from opgen.targets.spec import WALL_CLOCK, TargetSpec
+
+
+@dataclass(frozen=True)
+class IreeTarget(TargetSpec):
+    backend: str = "llvm-cpu"        # IREE's target backend
+    flags: tuple = ("--iree-llvmcpu-target-cpu=host",)
+    runs_here: bool = True           # False: compile-only (a device this machine lacks)
+    library_suffix: str = ""
+    schedule_rules: str | None = None
+    timer: str = WALL_CLOCK
+    peer_name: str = "iree"          # opgen compare --against iree, and a contender in opgen bench
+
+    def missing(self) -> str | None:
+        return iree.iree_missing()
+
+    def can_run(self) -> bool:
+        return self.runs_here and self.can_build()
+
+    def run_place(self) -> str:
+        if not self.runs_here:
+            return f"compiled only: IREE's {self.backend} backend ({' '.join(self.flags)}); nothing runs without the device"
+        return "IREE llvm-cpu, run by iree.runtime (local-task) on this CPU" if self.can_run() else \
+            f"not here: {self.missing()}"
+
+    def tvm_target(self):
+        # TVM compiles nothing here; the host CPU names the hardware IREE compiles for.
+        return tvm.target.Target({"kind": "llvm", "mcpu": host_cpu()})
+
+    def hardware_key(self) -> dict:
+        return {"iree_backend": self.backend, "flags": list(self.flags), "cpu": host_cpu()}
+
+    def device(self):
+        return tvm.cpu(0)            # tensors are handed over on the host
+
+    def build(self, mod):
+        return iree.build(mod, self.backend, self.flags, self.runs_here)
+
+    def source_of(self, module):
+        return "kernel.mlir", module.text
+
+
+TARGET = IreeTarget(name="iree-cpu", description="MLIR linalg compiled and run by IREE on the host CPU (a second compiler)")

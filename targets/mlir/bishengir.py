@@ -1,0 +1,193 @@
+"""Driving ``bishengir-compile`` (pip ``ascendnpu-ir``) and reading how far a kernel got.
+
+bishengir lowers HFusion named ops through HIVM to a device binary; the last step calls
+``hivmc``, which ships with the CANN toolkit only. So here a kernel's best outcome is
+"HIVM": the pipeline reached the HIVM module (saved with ``--save-temps``, with the host
+tiling function bishengir derives) and stopped at the missing ``hivmc``. Where ``hivmc``
+is on PATH it goes on to the device binary ("binary").
+
+A kernel whose automatic tiling overflows the unified buffer ("ub overflow") is retried
+with bishengir's own UB options, in the order of ``UB_FLAGS`` (GroupNorm's float16 sum of
+squares, one stage, overflowed with the first and fit with the second); the report says
+which it needed. bishengir 1.2.0 is not deterministic: one unchanged file of GroupNorm's row pass
+failed 1 run in 6 with "'arith.mulf' op using value defined outside the region" and passed
+the others (RmsNorm's, with a scalar ``tensor.extract``, failed 6 in 12 with "operand #0
+does not dominate this use"; a float16 GroupNorm kernel crashed 1 build in 4). Those
+messages and crashes are retried, up to ``ATTEMPTS`` runs, and the report counts the runs.
+
+Verdicts are kept in the disk cache (``<cache>/bishengir/<hash>.json``, keyed by the
+wheel's version, the SoC and the kernel text): a kernel text bishengir took to HIVM once
+is not compiled again (``opgen generate`` fills it; the tests read it). JSON only, loaded
+under opgen.diskcache's ownership and mode checks.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+HIVM, BINARY, REJECTED = "HIVM", "binary", "rejected"
+ATTEMPTS = 6
+UB_FLAGS = (("--enable-ubuf-saving",), ("--enable-ubuf-saving", "--hfusion-max-buffer-count-tuning=8"),
+            ("--enable-ubuf-saving", "--enable-hfusion-count-buffer-dma-opt"))
+NONDETERMINISTIC = ("does not dominate this use", "using value defined outside the region",
+                    "PLEASE submit a bug report")   # a crash: GroupNorm's row pass crashed 1 build in 4
+
+
+@functools.lru_cache(maxsize=None)
+def compiler() -> str | None:
+    """The ``bishengir-compile`` executable of the installed ``ascendnpu-ir`` wheel, or on PATH."""
+    found = shutil.which("bishengir-compile")
+    if found:
+        return found
+    try:
+        import ascendnpuir
+    except ImportError:
+        return None
+    path = Path(ascendnpuir.__file__).parent / "bin" / "bishengir-compile"
+    return str(path) if path.exists() else None
+
+
+# What bishengir says when it cannot fuse a kernel's ops into one schedule, or fit the
+# fused schedule's buffers in UB even in its UB-saving mode.
+FUSION_REFUSALS = ("Failed to create and apply schedule", "Unknown kernel fusion kind", "operations cannot be fused",
+                   "ub overflow")
+
+
+def refused_fusion(error: str) -> bool:
+    return any(m in error for m in FUSION_REFUSALS)
+
+
+def hivmc_present() -> bool:
+    return shutil.which("hivmc") is not None
+
+
+@dataclass(frozen=True)
+class KernelReport:
+    """How far bishengir took one kernel (a ``compile_check`` report)."""
+
+    arch: str                 # the kernel's name: reports are per kernel here
+    ok: bool
+    stage: str                # HIVM, binary or rejected
+    error: str = ""
+    flags: tuple = ()         # extra flags it needed
+    hivm: str = ""            # the HIVM module text, when reached
+    runs: int = 1             # bishengir runs it took (see NONDETERMINISTIC)
+
+    @property
+    def summary(self) -> str:
+        extra = f" with {' '.join(self.flags)}" if self.flags else ""
+        again = f" on run {self.runs}" if self.runs > 1 else ""
+        return f"{self.arch.rpartition('_')[2]} {self.stage}{extra}{again}"
+
+
+def _errors(log: str) -> str:
+    lines = [ln.strip() for ln in log.splitlines() if "error" in ln.lower() and "hivmc" not in ln
+             and "Failed to run BiSheng" not in ln]
+    if not lines:
+        return (log.strip().splitlines() or ["no message"])[-1][-300:]
+    return " / ".join(ln.split("error: ", 1)[-1][:200] for ln in lines[:2])
+
+
+def _run(text: str, soc: str, flags: tuple, timeout: float) -> tuple[str, str, str]:
+    """(stage reached, HIVM text or "", log) of one bishengir run."""
+    with tempfile.TemporaryDirectory(prefix="opgen-bishengir-") as tmp:
+        src, temps = Path(tmp) / "kernel.mlir", Path(tmp) / "temps"
+        src.write_text(text)
+        cmd = [compiler(), str(src), "--enable-hfusion-compile", "--enable-hivm-compile", f"--target={soc}",
+               f"--save-temps={temps}", "-o", str(Path(tmp) / "kernel"), *flags]
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return REJECTED, "", f"bishengir-compile took over {timeout:.0f} s"
+        log = done.stdout + done.stderr
+        hivm = temps / "module.hivm.opt.mlir"
+        if done.returncode == 0:
+            return BINARY, hivm.read_text() if hivm.exists() else "", log
+        if hivm.exists() and ("hivmc" in log):
+            return HIVM, hivm.read_text(), log
+        return REJECTED, "", log
+
+
+@functools.lru_cache(maxsize=None)
+def _version() -> str:
+    from importlib import metadata
+
+    try:
+        return metadata.version("ascendnpu-ir")
+    except metadata.PackageNotFoundError:
+        return f"on PATH: {compiler()}"
+
+
+def _verdict_path(text: str, soc: str) -> Path | None:
+    from opgen import diskcache
+
+    if not diskcache.enabled():
+        return None
+    digest = hashlib.sha256("\n".join([_version(), soc, str(hivmc_present()), text]).encode()).hexdigest()
+    return diskcache.cache_dir() / "bishengir" / f"{digest[:24]}.json"
+
+
+def _cached(name: str, path: Path | None) -> KernelReport | None:
+    from opgen import diskcache
+
+    if path is None or not diskcache.loadable(path):
+        return None
+    try:
+        fields = json.loads(path.read_text())
+        return KernelReport(name, True, fields["stage"], "", tuple(fields["flags"]), fields["hivm"], fields["runs"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _keep(report: KernelReport, path: Path | None) -> None:
+    """Store an accepted kernel's verdict atomically (rejections are recompiled: bishengir
+    is not deterministic, see NONDETERMINISTIC)."""
+    from opgen import diskcache
+
+    if path is None or not report.ok or not diskcache.trusted_dir(path.parent, "bishengir verdicts are not kept"):
+        return
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"stage": report.stage, "flags": list(report.flags), "hivm": report.hivm,
+                               "runs": report.runs}))
+    os.replace(tmp, path)
+
+
+def compile_kernel(name: str, text: str, soc: str, timeout: float = 120.0) -> KernelReport:
+    """bishengir's verdict on one kernel's module: from the disk cache, else compiled."""
+    if compiler() is None:
+        return KernelReport(name, False, REJECTED, "bishengir-compile is not installed")
+    path = _verdict_path(text, soc)
+    report = _cached(name, path)
+    if report is None:
+        report = _compile(name, text, soc, timeout)
+        _keep(report, path)
+    return report
+
+
+def _compile(name: str, text: str, soc: str, timeout: float) -> KernelReport:
+    """Run bishengir (retrying UB overflows with its UB options, and its nondeterministic
+    failures)."""
+    flags, runs, ub_options = (), 1, list(UB_FLAGS)
+    stage, hivm, log = _run(text, soc, flags, timeout)
+    while stage == REJECTED and runs < ATTEMPTS and ("ub overflow" in log and ub_options
+                                                      or any(m in log for m in NONDETERMINISTIC)):
+        if "ub overflow" in log:
+            flags = ub_options.pop(0)
+        runs += 1
+        stage, hivm, log = _run(text, soc, flags, timeout)
+    if stage == REJECTED:
+        return KernelReport(name, False, stage, _errors(log), flags, runs=runs)
+    return KernelReport(name, True, stage, "", flags, hivm, runs)
+
+
+if __name__ == "__main__":   # a reproducer's runner: python -m opgen.targets.mlir.bishengir FILE SOC
+    report = compile_kernel(Path(sys.argv[1]).stem, Path(sys.argv[1]).read_text(), sys.argv[2])
+    print(report.summary, report.error)

@@ -1,0 +1,428 @@
+"""TE stages as the named ops bishengir (Huawei's AscendNPU-IR compiler) accepts, split into
+the kernels it can fuse.
+
+bishengir's HFusion does not legalize a fused ``linalg.generic`` nor arith/math ops on
+tensors; it takes whole-tensor named ops: ``linalg.elemwise_binary``/``elemwise_unary``
+(one operand may be a scalar), ``linalg.broadcast``, ``linalg.transpose``, ``linalg.reduce``,
+``linalg.fill`` and ``hfusion.cast``. So each stage is printed over its whole iteration
+domain:
+  * the domain's axes are ordered like the stage's widest load (the data's layout: a
+    column sum over ``dy[j, c]`` iterates (j, c) and reduces axis 0, with no transpose);
+  * a load indexed by iterators is brought to the domain with ``linalg.transpose`` (only
+    when its order differs) and ``linalg.broadcast`` (the axes it lacks);
+  * a subexpression that no iterator reaches (``1 / (D*HW)``, ``eps[0]``) is a scalar,
+    printed with arith and passed as the scalar operand of the named op using it;
+  * a reduction ``acc = acc op E`` is E over the domain, then ``linalg.reduce`` over the
+    reduced axes from its init.
+
+bishengir cannot fuse a reduction over some axes with one over others into one kernel
+(measured: "Unknown kernel fusion kind"), so ``kernels`` splits the stage list by pattern:
+a kernel is a run of stages whose reductions all reduce the same axes of their data (all
+the trailing axes: a row pass; or the same leading ones: a column sum); an elementwise
+stage joins the run it follows. Values crossing a split travel through function results
+and arguments, which on the device is GM. Nothing here names an op.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from opgen.targets.mlir.exprs import MATH_CALLS, ExprPrinter, Values
+from opgen.targets.mlir.stages import LOADS, StageGraph, UnsupportedStage, kind, loaded, stage_graph
+from opgen.targets.mlir.text import VARS, Body, bits, dtype_of, element_type, float_literal, is_float, tensor_type
+
+BINARY_FN = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max_signed", "Min": "min_signed"}
+# Unary functions by dialect: linalg's where bishengir lowers them, HFusion's where it lowers
+# only its own (linalg's rsqrt aborted bishengir: "unsupported linalg unary operation kind").
+UNARY_FN = {"math.exp": "linalg.exp", "math.log": "linalg.log", "math.absf": "linalg.abs",
+            "math.sqrt": "hfusion.sqrt", "math.rsqrt": "hfusion.rsqrt", "math.tanh": "hfusion.tanh",
+            "math.erf": "hfusion.erf", "math.floor": "linalg.floor", "math.ceil": "linalg.ceil"}
+COMBINERS = {"Add": "arith.addf", "Max": "arith.maximumf", "Min": "arith.minimumf"}
+DEVICE_ENTRY = "attributes {hacc.entry, hacc.function_kind = #hacc.function_kind<DEVICE>}"
+
+
+# ---- which axes a stage iterates, in data order, and which it reduces ------------------
+
+def _iterator_names(indices) -> list | None:
+    names = [i.name if kind(i) in VARS else None for i in indices]
+    return None if None in names or len(set(names)) != len(names) else names
+
+
+def _loads(expr) -> list:
+    found: list = []
+
+    def visit(node):
+        if kind(node) in LOADS:
+            found.append(node)
+            return
+        if kind(node) == "Call":
+            for arg in node.args:
+                visit(arg)
+            return
+        for child in ("a", "b", "value", "condition", "true_value", "false_value"):
+            if hasattr(node, child):
+                visit(getattr(node, child))
+
+    visit(expr)
+    return found
+
+
+def domain_order(stage) -> list:
+    """The stage's iterators in the order of its widest load covering them all (the data's
+    layout), else in the block's order."""
+    by_name = {it.var.name: it for it in stage.iterators}
+    for load in sorted(_loads(stage.value), key=lambda n: -len(n.indices)):
+        names = _iterator_names(load.indices)
+        if names and set(names) == set(by_name):
+            return [by_name[n] for n in names]
+    return list(stage.iterators)
+
+
+def reduced_axes(stage) -> tuple:
+    """Positions of the reduced iterators in the stage's domain order ((): elementwise)."""
+    return tuple(k for k, it in enumerate(domain_order(stage)) if it.kind == "R")
+
+
+def fusion_class(stage) -> str | None:
+    """What bishengir must not mix in one kernel: "rows/<rank>" for a reduction over the
+    trailing axes of its rank-``rank`` data, "axes <k..>/<rank>" for one over others; None
+    for an elementwise stage. (Two row reductions of different ranks in one kernel:
+    measured "Unknown kernel fusion kind".)"""
+    axes = reduced_axes(stage)
+    if not axes:
+        return None
+    rank = len(stage.iterators)
+    if axes == tuple(range(rank - len(axes), rank)):
+        return f"rows/{rank}"
+    return f"axes {','.join(map(str, axes))}/{rank}"
+
+
+def is_rows(cls: str | None) -> bool:
+    return cls is not None and cls.startswith("rows/")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    stages: tuple
+    fusion: str | None
+
+
+@dataclass
+class _Group:
+    stages: list
+    fusion: str | None = None
+    reduced: set = field(default_factory=set)     # its buffers that carry one of its reductions
+    output_rank: int | None = None                # the rank of the op outputs it makes
+
+    def fits(self, stage, cls: str | None, is_output: bool) -> bool:
+        reads_reduction = bool(_reads(stage) & self.reduced)
+        if is_output and self.output_rank not in (None, len(stage.buffer.shape)):
+            return False
+        if cls is not None:
+            second_wide_column_sum = not is_rows(cls) and self.fusion == cls and len(stage.iterators) > 2
+            return self.fusion in (None, cls) and not reads_reduction and not second_wide_column_sum
+        return self.fusion is None or is_rows(self.fusion) or not reads_reduction
+
+    def add(self, stage, cls: str | None, is_output: bool) -> None:
+        if cls is not None or _reads(stage) & self.reduced:
+            self.reduced.add(stage.buffer.name)
+        self.stages.append(stage)
+        self.fusion = self.fusion or cls
+        if is_output:
+            self.output_rank = len(stage.buffer.shape)
+
+
+def kernels(graph: StageGraph) -> list[Kernel]:
+    """The stages split into kernels bishengir can fuse. Each stage, in program order,
+    joins the earliest kernel at or after those of the stages it reads where it fits,
+    else starts a new one. It does not fit a kernel when:
+      * it is a reduction of another class than the kernel's (rows vs other axes, or
+        another rank: measured "Unknown kernel fusion kind");
+      * it is a reduction reading a reduction result of the kernel (a chain: measured
+        "Unknown kernel fusion kind" and "operand does not dominate this use");
+      * the kernel reduces other axes than the rows and the stage reads its result (a
+        broadcast back over a column sum; the row pattern's broadcast back is fine);
+      * it makes an op output of another rank than the kernel's outputs (measured
+        "Failed to create and apply schedule" for a dx beside per-channel dweight);
+      * it is a second reduction over leading axes of rank-3+ data (GroupNorm's dgamma
+        and dbeta sums over N each reach HIVM alone, and fail to schedule together).
+    """
+    outputs = {b.name for b in graph.outputs}
+    groups: list[_Group] = []
+    home: dict = {}                       # buffer name -> index of the kernel making it
+    for stage in graph.stages:
+        cls, is_output = fusion_class(stage), stage.buffer.name in outputs
+        earliest = max((home[n] for n in _reads(stage) if n in home), default=0)
+        chosen = next((k for k in range(earliest, len(groups)) if groups[k].fits(stage, cls, is_output)), None)
+        if chosen is None:
+            groups.append(_Group([]))
+            chosen = len(groups) - 1
+        groups[chosen].add(stage, cls, is_output)
+        home[stage.buffer.name] = chosen
+    return [Kernel(tuple(g.stages), g.fusion) for g in groups]
+
+
+# ---- printing ---------------------------------------------------------------------------
+
+class _ScalarValues(Values):
+    """Leaves of a scalar subexpression: constants and sizes (no loads: see StagePrinter.load)."""
+
+    def load(self, node, body: Body) -> str:
+        raise UnsupportedStage(f"a scalar load {node} is printed as a tensor")
+
+    def size(self, var, body: Body) -> str:
+        return body.op(f"arith.index_cast {body.index(var)} : index to {element_type(dtype_of(var))}")
+
+
+def _is_scalar(node, names: set) -> bool:
+    """Whether ``node`` is the same for every point of the domain and reads no memory
+    (a constant, a size): then it prints as an arith scalar. A load, even at constant
+    indices, is a tensor: bishengir compiled a ``tensor.extract`` feeding vector ops
+    nondeterministically (6 of 12 runs of one file failed "operand #0 does not dominate
+    this use"; its broadcast failed 0 of 12)."""
+    return not _reaches(node, names)
+
+
+def _reaches(node, names: set) -> bool:
+    """Whether ``node`` reads memory or an iterator in ``names``."""
+    if kind(node) in VARS:
+        return node.name in names
+    if kind(node) in LOADS:
+        return True
+    children = list(node.args) if kind(node) == "Call" else \
+        [getattr(node, c) for c in ("a", "b", "value", "condition", "true_value", "false_value") if hasattr(node, c)]
+    return any(_reaches(c, names) for c in children)
+
+
+class StagePrinter:
+    """One stage as named ops on whole tensors of its domain."""
+
+    def __init__(self, body: Body, tensors: dict, stage):
+        self.body, self.tensors, self.stage = body, tensors, stage
+        self.domain = domain_order(stage)
+        self.position = {it.var.name: k for k, it in enumerate(self.domain)}
+        self.scalars = ExprPrinter(body, _ScalarValues())
+        self.printed: dict = {}      # expression text -> (ssa, is_tensor): each subexpression once
+
+    def typed(self, element: str, iterators=None) -> str:
+        return tensor_type([it.extent for it in (self.domain if iterators is None else iterators)], element)
+
+    def empty(self, element: str, iterators=None) -> str:
+        iterators = self.domain if iterators is None else iterators
+        sizes = ", ".join(self.body.dynamic_sizes([it.extent for it in iterators]))
+        return self.body.op(f"tensor.empty({sizes}) : {self.typed(element, iterators)}", "e")
+
+    def value(self, node) -> tuple[str, bool]:
+        """(SSA value, whether it is a tensor over the domain) of ``node``, printed once per
+        stage: TE repeats subexpressions (a square is ``(x - m) * (x - m)``), and every
+        named op is a whole-tensor buffer bishengir must fit in UB (GroupNorm's float16
+        sum of squares overflowed it until its difference was computed once)."""
+        key = str(node)
+        if key not in self.printed:
+            self.printed[key] = self._value(node)
+        return self.printed[key]
+
+    def _value(self, node) -> tuple[str, bool]:
+        if _is_scalar(node, set(self.position)):
+            return self.scalars.print(node), False
+        what = kind(node)
+        element = element_type(dtype_of(node))
+        if what in LOADS:
+            return self.load(node), True
+        if what == "Cast":
+            return self.cast(self.tensor(node.value), element_type(dtype_of(node.value)), element), True
+        if what in BINARY_FN:
+            return self.binary(BINARY_FN[what], node.a, node.b, element), True
+        if what == "Call":
+            return self.call(node, element), True
+        raise UnsupportedStage(f"stage {self.stage.name}: no named-op lowering for {what} on tensors")
+
+    def tensor(self, node) -> str:
+        """``node`` over the whole domain (a scalar is filled in)."""
+        value, is_tensor = self.value(node)
+        if is_tensor:
+            return value
+        element = element_type(dtype_of(node))
+        return self.body.op(f"linalg.fill ins({value} : {element}) outs({self.empty(element)} : "
+                            f"{self.typed(element)}) -> {self.typed(element)}", "f")
+
+    def load(self, node) -> str:
+        buf = loaded(node)
+        if all(kind(i) == "IntImm" for i in node.indices):
+            return self.element_load(node)
+        element = element_type(buf.dtype)
+        names = _iterator_names(node.indices)
+        if names is None or any(n not in self.position for n in names):
+            raise UnsupportedStage(f"stage {self.stage.name}: the load {node} is no broadcast of its domain")
+        value, in_order = self.tensors[buf.name], sorted(names, key=self.position.get)
+        iterators = [self.domain[self.position[n]] for n in names]
+        if names != in_order:   # a transpose into domain order first
+            perm = [names.index(n) for n in in_order]
+            iterators = [self.domain[self.position[n]] for n in in_order]
+            out = self.empty(element, iterators)
+            value = self.body.op(f"linalg.transpose ins({value} : {tensor_type(buf.shape, element)}) outs({out} : "
+                                 f"{self.typed(element, iterators)}) permutation = {perm}", "t")
+        return self.broadcast(value, iterators, element)
+
+    def element_load(self, node) -> str:
+        """One element (constant indices) over the whole domain: a one-element slice,
+        collapsed to rank 0, broadcast."""
+        buf = loaded(node)
+        element, source = element_type(buf.dtype), tensor_type(buf.shape, element_type(buf.dtype))
+        ones = ", ".join("1" for _ in node.indices)
+        offsets = ", ".join(str(int(i.value)) for i in node.indices)
+        piece = self.body.op(f"tensor.extract_slice {self.tensors[buf.name]}[{offsets}] [{ones}] [{ones}] : "
+                             f"{source} to tensor<{ones.replace(', ', 'x')}x{element}>", "s")
+        scalar = self.body.op(f"tensor.collapse_shape {piece} [] : tensor<{ones.replace(', ', 'x')}x{element}> "
+                              f"into tensor<{element}>", "s")
+        return self.broadcast(scalar, [], element)
+
+    def broadcast(self, value: str, iterators: list, element: str) -> str:
+        """``value`` (over ``iterators``, in domain order) over the whole domain."""
+        if len(iterators) == len(self.domain):
+            return value
+        present = {it.var.name for it in iterators}
+        missing = [k for k, it in enumerate(self.domain) if it.var.name not in present]
+        out = self.empty(element)
+        return self.body.op(f"linalg.broadcast ins({value} : {self.typed(element, iterators)}) outs({out} : "
+                            f"{self.typed(element)}) dimensions = {missing}", "b")
+
+    def cast(self, value: str, source: str, target: str) -> str:
+        if source == target:
+            return value
+        if is_float(source) and is_float(target) and bits(source) == bits(target):   # bf16 <-> f16
+            return self.cast(self.cast(value, source, "f32"), "f32", target)
+        mode = " {round_mode = #hfusion.round_mode<rint>}" if bits(target) < bits(source) else ""
+        return self.body.op(f"hfusion.cast{mode} ins({value} : {self.typed(source)}) outs({self.empty(target)} : "
+                            f"{self.typed(target)}) -> {self.typed(target)}", "cast")
+
+    def binary(self, fn: str, a, b, element: str) -> str:
+        (x, x_tensor), (y, y_tensor) = self.value(a), self.value(b)
+        types = [self.typed(element) if t else element for t in (x_tensor, y_tensor)]
+        return self.body.op(f"linalg.elemwise_binary {{fun = #linalg.binary_fn<{fn}>}} ins({x}, {y} : "
+                            f"{', '.join(types)}) outs({self.empty(element)} : {self.typed(element)}) -> "
+                            f"{self.typed(element)}", "w")
+
+    def unary(self, fn: str, value: str, element: str) -> str:
+        dialect, _, fn = fn.rpartition(".")
+        return self.body.op(f"{dialect}.elemwise_unary {{fun = #{dialect}.unary_fn<{fn}>}} ins({value} : "
+                            f"{self.typed(element)}) outs({self.empty(element)} : {self.typed(element)}) -> "
+                            f"{self.typed(element)}", "u")
+
+    def call(self, node, element: str) -> str:
+        name = node.op.name
+        if name == "tirx.sigmoid" and len(node.args) == 1:   # 1 / (1 + exp(-x))
+            one = self.body.constant(float_literal(1.0, element), element)
+            e = self.unary("linalg.exp", self.unary("linalg.negf", self.tensor(node.args[0]), element), element)
+            denominator = self.body.op(
+                f"linalg.elemwise_binary {{fun = #linalg.binary_fn<add>}} ins({e}, {one} : {self.typed(element)}, "
+                f"{element}) outs({self.empty(element)} : {self.typed(element)}) -> {self.typed(element)}", "w")
+            return self.body.op(
+                f"linalg.elemwise_binary {{fun = #linalg.binary_fn<div>}} ins({one}, {denominator} : {element}, "
+                f"{self.typed(element)}) outs({self.empty(element)} : {self.typed(element)}) -> "
+                f"{self.typed(element)}", "w")
+        fn = UNARY_FN.get(MATH_CALLS.get(name, ""))
+        if fn is None or len(node.args) != 1:
+            raise UnsupportedStage(f"stage {self.stage.name}: no named op for the call {name}")
+        return self.unary(fn, self.tensor(node.args[0]), element)
+
+    def print(self) -> str:
+        """The SSA tensor of the stage's buffer."""
+        stage, element = self.stage, element_type(self.stage.buffer.dtype)
+        spatial = [it for it in self.domain if it.kind == "S"]
+        store = _iterator_names(stage.store_indices)
+        if store != [it.var.name for it in spatial]:
+            raise UnsupportedStage(f"stage {stage.name}: stores in another order than its data's")
+        if stage.init is None:
+            value = self.tensor(stage.value)
+            if value.startswith("%") and value[1:] in self.tensors:   # a bare copy of an argument:
+                out = self.empty(element)                             # a kernel of no ops fails to schedule
+                value = self.body.op(f"linalg.copy ins({value} : {self.typed(element)}) outs({out} : "
+                                     f"{self.typed(element)}) -> {self.typed(element)}", "copy")
+            return value
+        combiner, update = self.reduction()
+        init = self.scalars.print(stage.init) if _is_scalar(stage.init, set(self.position)) else None
+        if init is None:
+            raise UnsupportedStage(f"stage {stage.name}: an init that varies over the domain")
+        start = self.body.op(f"linalg.fill ins({init} : {element}) outs({self.empty(element, spatial)} : "
+                             f"{self.typed(element, spatial)}) -> {self.typed(element, spatial)}", "f")
+        source = self.tensor(update)
+        a, b = self.body.fresh("in"), self.body.fresh("acc")
+        combined = self.body.fresh("r")
+        axes = [k for k, it in enumerate(self.domain) if it.kind == "R"]
+        name = self.body.fresh(stage.name)
+        self.body.emit(f"{name} = linalg.reduce ins({source} : {self.typed(element)}) outs({start} : "
+                       f"{self.typed(element, spatial)}) dimensions = {axes}")
+        self.body.emit(f"  ({a}: {element}, {b}: {element}) {{")
+        self.body.emit(f"    {combined} = {combiner} {a}, {b} : {element}")
+        self.body.emit(f"    linalg.yield {combined} : {element}")
+        self.body.emit("  }")
+        return name
+
+    def reduction(self) -> tuple[str, object]:
+        """(combiner op, E) of the update ``acc = acc op E``."""
+        value, stage = self.stage.value, self.stage
+        what = kind(value)
+        if what in COMBINERS:
+            for acc, other in ((value.a, value.b), (value.b, value.a)):
+                if kind(acc) in LOADS and loaded(acc).name == stage.buffer.name:
+                    return COMBINERS[what], other
+        raise UnsupportedStage(f"stage {stage.name}: no named reduction for the update {value}")
+
+
+def _reads(stage) -> set:
+    return {loaded(n).name for n in _loads(stage.value)} | \
+        ({loaded(n).name for n in _loads(stage.init)} if stage.init is not None else set())
+
+
+def print_kernel(symbol: str, graph: StageGraph, kernel: Kernel, later_reads: set) -> str:
+    """One kernel as a device function: it takes what it reads and earlier kernels (or the
+    caller) made, and returns the op outputs it makes plus what later kernels read."""
+    made = {s.buffer.name for s in kernel.stages}
+    buffers = {b.name: b for b in graph.params + graph.intermediates}
+    reads = sorted(set().union(*(_reads(s) for s in kernel.stages)) - made,
+                   key=lambda n: [b.name for b in graph.params + graph.intermediates].index(n))
+    outputs = {b.name for b in graph.outputs}
+    returns = [s.buffer for s in kernel.stages if s.buffer.name in outputs or s.buffer.name in later_reads]
+    body = Body("    ")
+    args = [f"%{n}: {tensor_type(buffers[n].shape, element_type(buffers[n].dtype))}" for n in reads]
+    _bind_sizes(body, [buffers[n] for n in reads], graph, args)
+    tensors = {n: f"%{n}" for n in reads}
+    for stage in kernel.stages:
+        tensors[stage.buffer.name] = StagePrinter(body, tensors, stage).print()
+    types = [tensor_type(b.shape, element_type(b.dtype)) for b in returns]
+    head = f"  func.func @{symbol}({', '.join(args)}) -> ({', '.join(types)}) {DEVICE_ENTRY} {{"
+    ret = f"    return {', '.join(tensors[b.name] for b in returns)} : {', '.join(types)}"
+    return "\n".join([head, *body.lines, ret, "  }"])
+
+
+def _bind_sizes(body: Body, arguments: list, graph: StageGraph, args: list) -> None:
+    """Sizes from ``tensor.dim`` of the kernel's tensor arguments; a size none of them
+    holds (a scalar stage dividing by D*HW) becomes an ``index`` argument of its own."""
+    bound = {}
+    for buf in arguments:
+        for axis, extent in enumerate(buf.shape):
+            if kind(extent) in VARS and extent.name not in bound:
+                dim = body.op(f"tensor.dim %{buf.name}, {body.index_constant(axis)} : "
+                              f"{tensor_type(buf.shape, element_type(buf.dtype))}", extent.name)
+                bound[extent.name] = dim
+                body.bind_size(extent.name, dim)
+    for name in graph.size_vars():
+        if name not in bound:
+            args.append(f"%size_{name}: index")
+            body.bind_size(name, f"%size_{name}")
+
+
+def print_kernels(symbol: str, graph: StageGraph, parts: list[Kernel]) -> list[tuple[str, str]]:
+    """[(kernel name, MLIR module text)] of ``graph`` split into ``parts`` (see ``kernels``):
+    one module each, so that bishengir's verdict is per kernel."""
+    printed = []
+    for k, kernel in enumerate(parts):
+        later = set().union(*(_reads(s) for p in parts[k + 1:] for s in p.stages)) if k + 1 < len(parts) else set()
+        name = f"{symbol}_k{k}"
+        printed.append((name, "module {\n" + print_kernel(name, graph, kernel, later) + "\n}\n"))
+    return printed
+
+
+def one_stage_each(kernel: Kernel) -> list[Kernel]:
+    """``kernel`` as one kernel per stage: what remains when bishengir cannot fuse a group."""
+    return [Kernel((stage,), fusion_class(stage)) for stage in kernel.stages]

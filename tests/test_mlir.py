@@ -1,0 +1,219 @@
+"""The MLIR path: TE stages printed as linalg (IREE) and as named ops (bishengir).
+
+Structural tests read the printed text and need neither compiler; the numeric tests run
+every op x combo on iree-cpu against the float64 reference and through the aclnn API; the
+bishengir tests check which kernels reach HIVM. The generic ``target`` fixture runs
+iree-cpu on the RmsNormGrad/GroupNorm matrices too (tests/test_kernels.py).
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tvm
+from tvm import te
+
+from aclnn_helpers import assert_matches, base_args, run_both
+from opgen import config, kernels, verify
+from opgen.ops import all_ops, get_op
+from opgen.targets import get_target
+from opgen.targets.mlir import linalg, named
+from opgen.targets.mlir.stages import UnsupportedStage, stage_graph
+
+IREE = get_target("iree-cpu")
+ASCEND_MLIR = get_target("ascend-mlir")
+needs_iree = pytest.mark.skipif(not IREE.can_build(), reason=f"{IREE.missing()}")
+needs_bishengir = pytest.mark.skipif(not ASCEND_MLIR.can_build(), reason=f"{ASCEND_MLIR.missing()}")
+ALL = [(op, combo) for op in all_ops() for combo in op.combos]
+ALL_IDS = [f"{op.name}-{combo.tag}" for op, combo in ALL]
+
+
+def _module(op, combo):
+    return tvm.IRModule({"k": kernels.prim_func(op, combo).with_attr("global_symbol", "k")})
+
+
+# ---- structure (no compiler needed) ---------------------------------------------------------
+
+@pytest.mark.parametrize("op,combo", ALL, ids=ALL_IDS)
+def test_one_generic_per_stage_with_its_iterator_kinds(op, combo):
+    graph = stage_graph(kernels.prim_func(op, combo))
+    text = linalg.print_module(_module(op, combo))
+    generics = re.findall(r"iterator_types = \[([^\]]*)\]", text)
+    non_constant_inits = sum(1 for s in graph.stages if s.init is not None and "Imm" not in type(s.init).__name__)
+    assert len(generics) == len(graph.stages) + non_constant_inits
+    kinds = ["".join("R" if t.strip() == '"reduction"' else "S" for t in g.split(",")) for g in generics]
+    assert kinds == [s.kinds for s in graph.stages]
+
+
+def test_maps_casts_and_accumulator_of_a_row_sum():
+    """bf16 RmsNormGrad: the row dot reads dy/x at (d0, d1) and gamma at (d1) (iterators
+    (r, k)), widens each bf16 element to f32, and adds into the output block argument."""
+    op = get_op("rms_norm_grad")
+    text = linalg.print_module(_module(op, op.combo("bf16-bf16")))
+    dot = text[:text.index("rms_norm_grad_coef")]
+    assert "affine_map<(d0, d1) -> (d0, d1)>" in dot and "affine_map<(d0, d1) -> (d1)>" in dot
+    assert "affine_map<(d0, d1) -> (d0)>" in dot                     # the output: one value per row
+    assert dot.count("arith.extf") == 3 and "bf16 to f32" in dot        # dy, gamma, x
+    acc = re.search(r"\^bb0\(.*(%acc\d+): f32\)", dot).group(1)
+    assert re.search(rf"arith\.addf {acc}, %v\d+ : f32|arith\.addf %v\d+, {acc} : f32", dot)
+    assert "arith.truncf" in text and "f32 to bf16" in text           # dx rounded once, at the store
+    assert "func.func @k(%dy: tensor<?x?xbf16>" in text and "tensor.dim %dy" in text
+
+
+@needs_iree
+def test_an_index_no_affine_map_spells_is_gathered(rng):
+    """``b[i // 2]`` is no affine map of the loop dims: the printer gathers it with
+    ``tensor.extract`` at ``linalg.index``-computed indices, and IREE runs it right."""
+    n, m = te.var("n"), te.var("m")
+    a, b = te.placeholder((n,), "float32", name="a"), te.placeholder((m,), "float32", name="b")
+    y = te.compute((n,), lambda i: a[i] * b[i // 2], name="y")
+    mod = tvm.IRModule({"gather": te.create_prim_func([a, b, y]).with_attr("global_symbol", "gather")})
+    module = IREE.build(mod)
+    assert "tensor.extract %b" in module.text and "arith.floordivsi" in module.text
+    av, bv = rng.standard_normal(7).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+    out = tvm.runtime.tensor(np.zeros(7, np.float32))
+    module["gather"](tvm.runtime.tensor(av), tvm.runtime.tensor(bv), out)
+    np.testing.assert_array_equal(out.numpy(), av * bv[np.arange(7) // 2])
+
+
+def test_an_expression_kind_without_a_lowering_is_refused_by_name():
+    from opgen.targets.mlir.exprs import ExprPrinter, Values
+    from opgen.targets.mlir.text import Body
+
+    with pytest.raises(UnsupportedStage, match="no MLIR lowering for Shuffle"):
+        ExprPrinter(Body(), Values()).print(tvm.tirx.Shuffle([tvm.tirx.IntImm("int32", 1)], [0]))
+
+
+def test_the_emitters_hold_no_op_names():
+    import opgen.targets.ascend_mlir as ascend_mlir_module
+    import opgen.targets.iree_cpu as iree_module
+
+    files = [*Path(linalg.__file__).parent.glob("*.py"), Path(ascend_mlir_module.__file__), Path(iree_module.__file__)]
+    sources = " ".join(p.read_text() for p in files)
+    for op in all_ops():
+        assert op.name not in sources, op.name
+
+
+@pytest.mark.parametrize("name,classes", [
+    ("rms_norm_grad", ["rows/2", "axes 0/2"]),              # the row pass; the column sum
+    ("rms_norm", ["rows/2", None]),                         # rstd (per row) apart from y: one output rank
+    ("layer_norm_backward", ["rows/2", "axes 0/2"]),
+])
+def test_kernels_split_by_pattern(name, classes):
+    op = get_op(name)
+    graph = stage_graph(kernels.prim_func(op, op.combo("f32-f32")))
+    assert [k.fusion for k in named.kernels(graph)] == classes
+
+
+def test_a_constant_index_load_is_a_broadcast_not_an_extract():
+    """bishengir compiled ``tensor.extract`` feeding vector ops nondeterministically."""
+    op = get_op("rms_norm")
+    graph = stage_graph(kernels.prim_func(op, op.combo("f32-f32")))
+    _, text = named.print_kernels("k", graph, named.kernels(graph))[0]
+    assert "tensor.extract " not in text and "tensor.collapse_shape" in text and "linalg.broadcast" in text
+
+
+# ---- IREE: numerics and the aclnn API -------------------------------------------------------
+
+@needs_iree
+@pytest.mark.parametrize("op,combo", ALL, ids=ALL_IDS)
+def test_iree_matches_the_reference_on_every_sample_problem(op, combo, rng):
+    kernel = kernels.get_kernel(op, combo, IREE)
+    for problem in op.problems:
+        comparisons, _ = verify.run_and_compare(kernel, problem, rng)
+        failed = [c for c in comparisons if not c.passed]
+        assert not failed, f"{problem}: {[(c.name, c.ratio) for c in failed]}"
+
+
+@needs_iree
+@pytest.mark.parametrize("op", all_ops(), ids=lambda op: op.name)
+def test_aclnn_runs_on_iree(op, rng):
+    with config.using_target("iree-cpu"):
+        for combo in op.combos[:2]:
+            problem = op.problems[1]
+            args, arrays = base_args(op, problem, combo, rng)
+            status, message = run_both(op, args)
+            assert status == 0, message
+            assert_matches(op, combo, problem, arrays, args)
+
+
+@needs_iree
+def test_iree_writes_strided_outputs_and_leaves_inputs_alone(rng):
+    op = get_op("rms_norm_grad")
+    combo = op.combo("f32-f32")
+    kernel = kernels.get_kernel(op, combo, IREE)
+    problem = op.problems[1]
+    arrays = op.random_inputs(problem, combo, rng)
+    before = {k: np.copy(v) for k, v in arrays.items()}
+    ref = op.reference(problem, arrays)
+    wide = np.full((ref["dx"].shape[0], 2 * ref["dx"].shape[1]), np.nan, np.float32)
+    outputs = {"dx": wide[:, ::2], "dgamma": np.full(ref["dgamma"].shape, np.nan, np.float32)}
+    kernel(op.kernel_args(problem, {**arrays, **outputs}))
+    for c in verify.compare_outputs(op, combo, outputs, ref):
+        assert c.passed, c
+    assert np.isnan(wide[:, 1::2]).all()
+    for k, v in arrays.items():
+        np.testing.assert_array_equal(v, before[k])
+
+
+# ---- bishengir --------------------------------------------------------------------------------
+
+@needs_bishengir
+@pytest.mark.parametrize("op,combo", ALL, ids=ALL_IDS)
+def test_bishengir_takes_every_kernel_to_hivm(op, combo):
+    """Every op x combo, split by pattern, reaches HIVM (verdicts come from the disk cache
+    that ``opgen generate`` fills, keyed by bishengir's version and the exact text)."""
+    module = ASCEND_MLIR.build(kernels.scheduled_module(op, combo, ASCEND_MLIR)[0])
+    assert module.reports and all(r.ok and r.stage in ("HIVM", "binary") for r in module.reports), \
+        [(r.arch, r.error) for r in module.reports]
+    assert all("hivm.hir" in r.hivm for r in module.reports)
+
+
+@needs_bishengir
+def test_a_kernel_bishengir_rejects_is_not_emitted_with_its_message(monkeypatch):
+    op = get_op("rms_norm")
+    mod = kernels.scheduled_module(op, op.combo("f32-f32"), ASCEND_MLIR)[0]
+    monkeypatch.setattr(named, "print_kernel", lambda *a: '  func.func @bad() {\n    "no.such_op"() : () -> ()\n  }')
+    with pytest.raises(NotImplementedError, match=r"bishengir rejected (\d) of \1 kernels"):
+        ASCEND_MLIR.build(mod)
+
+
+@needs_bishengir
+def test_a_verdict_is_kept_for_the_exact_text(tmp_path, monkeypatch):
+    from opgen.targets.mlir import bishengir
+
+    monkeypatch.setenv("OPGEN_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("OPGEN_DISK_CACHE", raising=False)
+    op = get_op("rms_norm")
+    graph = stage_graph(kernels.prim_func(op, op.combo("f32-f32")))
+    name, text = named.print_kernels("k", graph, named.kernels(graph))[0]
+    first = bishengir.compile_kernel(name, text, ASCEND_MLIR.soc)
+    assert first.ok and len(list((tmp_path / "bishengir").glob("*.json"))) == 1
+    monkeypatch.setattr(bishengir, "_compile", lambda *a: pytest.fail("compiled again"))
+    assert bishengir.compile_kernel(name, text, ASCEND_MLIR.soc) == first
+    with pytest.raises(pytest.fail.Exception, match="compiled again"):     # another text is compiled
+        bishengir.compile_kernel(name, text.replace("@k_k0", "@k_k1"), ASCEND_MLIR.soc)
+
+
+REPRODUCERS = Path(__file__).resolve().parents[1] / "docs" / "bishengir"
+
+
+@needs_bishengir
+@pytest.mark.parametrize("name,message", [
+    ("unknown_fusion_kind_two_row_sum_ranks", "Unknown kernel fusion kind"),
+    ("cannot_fuse_two_column_sums_rank3", "operations cannot be fused"),
+    ("ub_overflow_f16_sum_of_squares", "ub overflow"),
+])
+def test_the_documented_bishengir_limits_still_hold(name, message):
+    """docs/mlir.md lists these with their reproducers: a bishengir that lifts one fails
+    here, and the doc (and the workaround in named.py / bishengir.py) can go."""
+    from opgen.targets.mlir import bishengir
+
+    text = (REPRODUCERS / f"{name}.mlir").read_text()
+    stage, _, log = bishengir._run(text, ASCEND_MLIR.soc, (), 120.0)
+    assert stage == bishengir.REJECTED and message in log
+    if message == "ub overflow":    # the UB options opgen retries with take it to HIVM
+        stage, _, _ = bishengir._run(text, ASCEND_MLIR.soc, bishengir.UB_FLAGS[1], 120.0)
+        assert stage in (bishengir.HIVM, bishengir.BINARY)
