@@ -275,7 +275,8 @@ def against_target(target_name: str, library: str, op_names, tags, shapes, seed:
                 runs = {"opgen": baselines.opgen_call(op_name, problem, inputs),
                         "lib": baselines.on_target(baselines.opgen_call(op_name, problem, inputs), target_name)}
                 out, ms = _timed(runs, repeats)
-                rows += judge(op_name, tag, problem, inputs, out["lib"], library, out["opgen"], (ms["opgen"], ms["lib"]))
+                rows += judge(op_name, tag, problem, inputs, out["lib"], library, out["opgen"],
+                              (ms["opgen"], ms["lib"]))
     return rows
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 import tvm
 
 from opgen.targets.mlir import bishengir, named
+from opgen.targets.mlir.stages import UnsupportedStage, stage_graph
 from opgen.targets.spec import MODEL, TargetSpec
 
 # bishengir's --target per opgen product: a SoC of each family its --target list names
@@ -70,7 +71,7 @@ class AscendMlirTarget(TargetSpec):
     def build(self, mod):
         (gvar, func), = mod.functions.items()
         try:
-            graph = named.stage_graph(func)
+            graph = stage_graph(func)
             parts = named.kernels(graph)
             kernels, reports = self._compile(gvar.name_hint, graph, parts)
             unfused = [k for k, r in enumerate(reports) if not r.ok and bishengir.refused_fusion(r.error)
@@ -79,7 +80,7 @@ class AscendMlirTarget(TargetSpec):
                 parts = [p for k, part in enumerate(parts) for p in (named.one_stage_each(part) if k in unfused
                                                                       else [part])]
                 kernels, reports = self._compile(gvar.name_hint, graph, parts)
-        except named.UnsupportedStage as err:
+        except UnsupportedStage as err:
             raise NotImplementedError(f"ascend-mlir: {err}") from err
         rejected = [r for r in reports if not r.ok]
         if rejected:   # NOT EMITTED with bishengir's reason (docs/mlir.md lists the open ones)
@@ -103,4 +104,4 @@ class AscendMlirTarget(TargetSpec):
 
 
 TARGET = AscendMlirTarget(name="ascend-mlir",
-                          description="HFusion named-op MLIR for Ascend, compiled by bishengir up to HIVM (compile-only)")
+                          description="HFusion named-op MLIR for Ascend, lowered by bishengir to HIVM (compile-only)")

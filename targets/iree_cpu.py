@@ -35,7 +35,8 @@ class IreeTarget(TargetSpec):
 
     def run_place(self) -> str:
         if not self.runs_here:
-            return f"compiled only: IREE's {self.backend} backend ({' '.join(self.flags)}); nothing runs without the device"
+            return (f"compiled only: IREE's {self.backend} backend ({' '.join(self.flags)}); "
+                    "nothing runs without the device")
         return "IREE llvm-cpu, run by iree.runtime (local-task) on this CPU" if self.can_run() else \
             f"not here: {self.missing()}"
 
@@ -56,4 +57,5 @@ class IreeTarget(TargetSpec):
         return "kernel.mlir", module.text
 
 
-TARGET = IreeTarget(name="iree-cpu", description="MLIR linalg compiled and run by IREE on the host CPU (a second compiler)")
+TARGET = IreeTarget(name="iree-cpu",
+                    description="MLIR linalg compiled and run by IREE on the host CPU (a second compiler)")

@@ -17,7 +17,7 @@ op's inputs and returns its outputs in parameter order: IREE allocates the resul
 from __future__ import annotations
 
 from opgen.targets.mlir.exprs import ExprPrinter, Values
-from opgen.targets.mlir.stages import LOADS, StageGraph, UnsupportedStage, kind, loaded, stage_graph
+from opgen.targets.mlir.stages import LOADS, StageGraph, UnsupportedStage, kind, loaded, stage_graph, whole_extents
 from opgen.targets.mlir.text import INDEX_ARITH, VARS, Body, dtype_of, element_type, float_literal, tensor_type
 
 PARALLEL, REDUCTION = "parallel", "reduction"
@@ -127,16 +127,13 @@ class FunctionPrinter:
     def _bind_sizes(self) -> None:
         """Each size variable from ``tensor.dim`` of an input holding it as a whole extent
         (an output's size no input determines cannot be known before the call: refused)."""
-        graph = self.graph
-        inputs = {b.name for b in graph.inputs}
-        for name, (buf, axis) in graph.size_vars().items():
-            source = next(((b, a) for b in graph.inputs for a, e in enumerate(b.shape)
-                           if kind(e) in VARS and e.name == name), None) if buf.name not in inputs else (buf, axis)
-            if source is None:
+        readable = whole_extents(self.graph.inputs)
+        for name in self.graph.size_vars():
+            if name not in readable:
                 raise UnsupportedStage(f"size {name} appears in no input: the caller could not size the outputs")
-            b, a = source
-            self.body.bind_size(name, self.body.op(f"tensor.dim %{b.name}, {self.body.index_constant(a)} : "
-                                                   f"{buffer_type(b)}", name))
+            buf, axis = readable[name]
+            dim = f"tensor.dim %{buf.name}, {self.body.index_constant(axis)} : {buffer_type(buf)}"
+            self.body.bind_size(name, self.body.op(dim, name))
 
     def stage(self, stage) -> str:
         """The SSA tensor holding ``stage``'s buffer after it runs."""

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from opgen.targets.mlir.exprs import MATH_CALLS, ExprPrinter, Values
-from opgen.targets.mlir.stages import LOADS, StageGraph, UnsupportedStage, kind, loaded, stage_graph
+from opgen.targets.mlir.stages import LOADS, StageGraph, UnsupportedStage, kind, loaded, whole_extents
 from opgen.targets.mlir.text import VARS, Body, bits, dtype_of, element_type, float_literal, is_float, tensor_type
 
 BINARY_FN = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max_signed", "Min": "min_signed"}
@@ -398,16 +398,13 @@ def print_kernel(symbol: str, graph: StageGraph, kernel: Kernel, later_reads: se
 def _bind_sizes(body: Body, arguments: list, graph: StageGraph, args: list) -> None:
     """Sizes from ``tensor.dim`` of the kernel's tensor arguments; a size none of them
     holds (a scalar stage dividing by D*HW) becomes an ``index`` argument of its own."""
-    bound = {}
-    for buf in arguments:
-        for axis, extent in enumerate(buf.shape):
-            if kind(extent) in VARS and extent.name not in bound:
-                dim = body.op(f"tensor.dim %{buf.name}, {body.index_constant(axis)} : "
-                              f"{tensor_type(buf.shape, element_type(buf.dtype))}", extent.name)
-                bound[extent.name] = dim
-                body.bind_size(extent.name, dim)
+    readable = whole_extents(arguments)
     for name in graph.size_vars():
-        if name not in bound:
+        if name in readable:
+            buf, axis = readable[name]
+            body.bind_size(name, body.op(f"tensor.dim %{buf.name}, {body.index_constant(axis)} : "
+                                         f"{tensor_type(buf.shape, element_type(buf.dtype))}", name))
+        else:
             args.append(f"%size_{name}: index")
             body.bind_size(name, f"%size_{name}")
 

@@ -94,17 +94,23 @@ class StageGraph:
         """Each symbolic size (Var name) -> (parameter, axis) where it is a whole extent:
         where its value is read at run time. A size that is nowhere a whole extent has no
         such place and is refused."""
-        found: dict = {}
-        for buf in self.params:
-            for axis, extent in enumerate(buf.shape):
-                if kind(extent) in ("Var", "SizeVar") and extent.name not in found:
-                    found[extent.name] = (buf, axis)
+        found = whole_extents(self.params)
         for buf in self.params + self.intermediates:
             for extent in buf.shape:
                 for var in free_vars(extent):
                     if var.name not in found:
                         raise UnsupportedStage(f"size {var.name} is no parameter's whole extent")
         return found
+
+
+def whole_extents(buffers) -> dict:
+    """Size Var name -> (buffer, axis) of its first whole-extent appearance in ``buffers``."""
+    found: dict = {}
+    for buf in buffers:
+        for axis, extent in enumerate(buf.shape):
+            if kind(extent) in ("Var", "SizeVar") and extent.name not in found:
+                found[extent.name] = (buf, axis)
+    return found
 
 
 def free_vars(expr) -> list:
