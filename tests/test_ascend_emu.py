@@ -141,7 +141,7 @@ MODES = dict(OVER_UB=1, MISALIGNED_UB=2, RAGGED_DATACOPY=3, GM_OVERRUN=4, SETGLO
              WAR_MTE3_V=43, WAR_SYNCED=44, DATACOPY_ZERO=45, DATACOPYPAD_ZERO=46,
              ALLOC_ALL_IN_USE=47, DOUBLE_FREE=48, FOREIGN_FREE=49, TBUF_GET_OVER=50, TBUF_OFFSET_MISALIGNED=51,
              SUBTENSOR_OVER=52, SETVALUE_UNFLUSHED=53, SETVALUE_FLUSHED=54,
-             MTE2_OVERLAP=55, MTE2_OVERLAP_BARRIER=56, MTE3_OVERLAP=57, COPY_TWICE=99)
+             MTE2_OVERLAP=55, MTE2_OVERLAP_BARRIER=56, MTE3_OVERLAP=57, RAW_WORKSPACE=58, COPY_TWICE=99)
 
 
 def run_case(libs, mode: str, cores: int = 1, x=None, n: int = 256):
@@ -207,6 +207,8 @@ VIOLATIONS = [
                         r"PipeBarrier<PIPE_MTE2>"),
     ("MTE3_OVERLAP", 1, r"DataCopy UB->GM: writes GM bytes an earlier copy on the same pipe also wrote, with no "
                         r"PipeBarrier<PIPE_MTE3>"),
+    ("RAW_WORKSPACE", 1, r"SetGlobalBuffer: touches CANN's reserved system workspace \(16 MB in front of the user "
+                         r"workspace\): take the workspace with GetUserWorkspace\(workspace\)"),
     ("SYNCALL_MISMATCH", 4, r"core 0: SyncAll: 3 core\(s\) returned from the kernel without reaching this SyncAll"),
 ]
 

@@ -90,7 +90,8 @@ def kernel_file(k, pattern: str, body: list[str], members: list[str], modes: dic
     lines += [f"extern \"C\" __global__ __aicore__ void {k.symbol}({', '.join(f'GM_ADDR {a}' for a in args)}, "
               "GM_ADDR workspace, GM_ADDR tiling) {",
               f"    GET_TILING_DATA_WITH_STRUCT({k.struct}, t, tiling);", f"    {cls} op;",
-              f"    op.Init({', '.join(args)}, workspace, t);", "    op.Process();", "}", "",
+              "    // The user workspace sits behind CANN's system workspace (the host reserves both).",
+              f"    op.Init({', '.join(args)}, GetUserWorkspace(workspace), t);", "    op.Process();", "}", "",
               "#ifdef OPGEN_EMU", f"OPGEN_EMU_EXPORT({k.symbol}, {len(k.args) + 2})", "#endif", ""]
     return "\n".join(lines)
 

@@ -21,7 +21,7 @@ enum Mode {
     RESET_REUSE, STALE_AFTER_RESET, DATACOPY_PARAMS, FAIL_WHILE_OTHERS_WAIT, FAIL_WHILE_OTHERS_WORK,
     WAR_MTE3_V, WAR_SYNCED, DATACOPY_ZERO, DATACOPYPAD_ZERO, ALLOC_ALL_IN_USE, DOUBLE_FREE,
     FOREIGN_FREE, TBUF_GET_OVER, TBUF_OFFSET_MISALIGNED, SUBTENSOR_OVER, SETVALUE_UNFLUSHED,
-    SETVALUE_FLUSHED, MTE2_OVERLAP, MTE2_OVERLAP_BARRIER, MTE3_OVERLAP,
+    SETVALUE_FLUSHED, MTE2_OVERLAP, MTE2_OVERLAP_BARRIER, MTE3_OVERLAP, RAW_WORKSPACE,
 };
 
 struct Ctx {
@@ -472,7 +472,10 @@ extern "C" __global__ __aicore__ void emu_case(GM_ADDR in, GM_ADDR out, GM_ADDR 
     c.n = t.n;
     c.in.SetGlobalBuffer((__gm__ float*)in, t.n);
     c.out.SetGlobalBuffer((__gm__ float*)out);
-    c.ws.SetGlobalBuffer((__gm__ float*)ws);
+    // CANN's workspace argument starts with the system workspace: the user part comes from
+    // GetUserWorkspace (RAW_WORKSPACE binds the raw argument, as a kernel that forgets it would).
+    GM_ADDR user_ws = t.mode == RAW_WORKSPACE ? ws : GetUserWorkspace(ws);
+    if (user_ws) c.ws.SetGlobalBuffer((__gm__ float*)user_ws);
     TPipe pipe;
     switch (t.mode) {
         case OVER_UB: case TOO_MANY_BUFFERS: ub_violations(pipe, t.mode); break;

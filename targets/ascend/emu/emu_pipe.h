@@ -233,10 +233,10 @@ inline void SetAtomicAdd() {
 }
 inline void SetAtomicNone() { opgen_emu::core().atomic_type = ""; }
 
-// The user part of the workspace. The emulation reserves no system workspace: the launcher's
-// workspace argument is all user workspace.
-inline GM_ADDR GetUserWorkspace(GM_ADDR workspace) { return workspace; }
-inline GM_ADDR GetSysWorkSpacePtr() { return nullptr; }
+// The user part of the workspace: the launcher passes the kernel CANN's reserved system
+// workspace (opgen_emu::kSysWorkspaceBytes, any access fails) with the user part behind it.
+inline GM_ADDR GetUserWorkspace(GM_ADDR workspace) { return opgen_emu::user_workspace(workspace); }
+inline GM_ADDR GetSysWorkSpacePtr() { return opgen_emu::current_core()->launch->sys_ws; }
 
 }  // namespace AscendC
 

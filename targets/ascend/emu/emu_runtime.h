@@ -34,6 +34,11 @@ constexpr uint32_t kRepeatBytes = 256;  // one vector repeat
 constexpr int32_t kMaxRepeat = 255;
 constexpr uint32_t kMaxBuffers = OPGEN_MAX_BUFFERS;
 constexpr uint32_t kMaxCores = 255;     // the race shadow stores core ids in 8 bits
+// CANN's system workspace in front of the user workspace (ops-nn's tilings reserve 16 MB,
+// sys_work_space_size / GetLibApiWorkSpaceSize): the kernel's workspace argument points at it
+// and only GetUserWorkspace(workspace) yields the user part. Any access to it is an error.
+constexpr uint64_t kSysWorkspaceBytes = 16ull * 1024 * 1024;
+constexpr int kSysWorkspaceArg = -1;    // GmBuffer::arg of the reserved system workspace
 
 // A rule violation inside a kernel: caught by the core thread, reported by the launcher.
 struct EmuError : std::runtime_error {
@@ -81,6 +86,7 @@ struct GmBuffer {
     std::vector<uint32_t> write_tag, read_tag;
     // The workspace only: 1 where a byte was written during this launch (empty: all defined).
     std::vector<uint8_t> def;
+    bool system() const { return arg == kSysWorkspaceArg; }
     bool defined(uint64_t off, uint64_t bytes) const {
         return def.empty() || std::all_of(def.begin() + off, def.begin() + off + bytes, [](uint8_t v) { return v != 0; });
     }
@@ -114,6 +120,9 @@ struct Launch {
     std::atomic<uint64_t> gm_read{0}, gm_written{0}, vector_elems{0}, ub_peak{0};
     std::string first_error;
     int failing_core = -1;
+    // The workspace: the kernel is passed sys_ws (reserved), GetUserWorkspace maps it to user_ws.
+    uint8_t* sys_ws = nullptr;
+    uint8_t* user_ws = nullptr;
 
     GmBuffer* find_gm(const void* p, uint64_t bytes) {
         auto* b = static_cast<const uint8_t*>(p);
@@ -201,6 +210,14 @@ inline void poll_abort() {
 }
 
 // ---------------------------------------------------------------- GM access checks
+// The reserved system workspace belongs to CANN's runtime: a kernel that binds or copies it
+// took the raw workspace argument instead of GetUserWorkspace(workspace).
+inline void reject_system_workspace(const GmBuffer& g, const char* api) {
+    if (g.system())
+        fail(cat(api, ": touches CANN's reserved system workspace (", kSysWorkspaceBytes >> 20,
+                 " MB in front of the user workspace): take the workspace with GetUserWorkspace(workspace)"));
+}
+
 // The launcher-given buffer holding all of [p, p+bytes); an error naming the argument when the
 // range overruns it. Called with launch->gm_mutex held (gm_note_* then record the access).
 inline GmBuffer& gm_check(const void* p, uint64_t bytes, const char* api) {
@@ -214,6 +231,7 @@ inline GmBuffer& gm_check(const void* p, uint64_t bytes, const char* api) {
                      " overruns its ", s->size, " B"));
         fail(cat(api, ": GM address ", p, " is not inside any kernel argument buffer"));
     }
+    reject_system_workspace(*g, api);
     return *g;
 }
 
@@ -320,6 +338,33 @@ inline void poison_workspace(Launch& l, void* const* args, const uint64_t* sizes
     }
 }
 
+// One process-wide reserved block stands for every launch's system workspace: nothing may
+// read or write it (each access fails first), so its pages are never touched or shared.
+inline uint8_t* reserved_system_workspace() {
+    static uint8_t* block = new uint8_t[kSysWorkspaceBytes];
+    return block;
+}
+
+// The kernel's arguments with the workspace replaced by the system workspace in front of it;
+// the user workspace stays registered under its own argument index.
+inline std::vector<void*> with_system_workspace(Launch& l, void* const* args, uint32_t nargs) {
+    std::vector<void*> out(args, args + nargs);
+    if (nargs < 2) return out;
+    l.user_ws = static_cast<uint8_t*>(args[nargs - 2]);
+    l.sys_ws = reserved_system_workspace();
+    l.gm.push_back({l.sys_ws, kSysWorkspaceBytes, kSysWorkspaceArg, {}, {}, {}});
+    out[nargs - 2] = l.sys_ws;
+    return out;
+}
+
+// AscendC's GetUserWorkspace: the user part of the kernel's workspace argument.
+inline uint8_t* user_workspace(const void* workspace) {
+    Launch* l = current_core()->launch;
+    if (!l->sys_ws || workspace != l->sys_ws)
+        fail("GetUserWorkspace: the argument is not the kernel's workspace argument");
+    return l->user_ws;
+}
+
 inline void run_core(Launch* l, uint32_t idx, KernelThunk thunk, void* const* args) {
     CoreState core(l, idx);
     tls_core = &core;
@@ -377,9 +422,10 @@ inline int launch_cores(const char* kernel, uint32_t expected_nargs, KernelThunk
         l.gm.push_back({static_cast<uint8_t*>(args[i]), sizes[i], static_cast<int>(i), {}, {}, {}});
     }
     poison_workspace(l, args, sizes, nargs);
+    std::vector<void*> kernel_args = with_system_workspace(l, args, nargs);
     std::vector<std::thread> cores;
     try {
-        for (uint32_t i = 0; i < block_dim; ++i) cores.emplace_back(run_core, &l, i, thunk, args);
+        for (uint32_t i = 0; i < block_dim; ++i) cores.emplace_back(run_core, &l, i, thunk, kernel_args.data());
     } catch (const std::exception& e) {
         l.record_error(-1, cat("could not start core threads: ", e.what()));
     }

@@ -149,6 +149,7 @@ public:
         using namespace opgen_emu;
         Launch* l = current_core()->launch;
         GmBuffer* g = l->find_gm(buffer, bufferSize * sizeof(T));
+        if (GmBuffer* first = l->find_gm_start(buffer)) reject_system_workspace(*first, "SetGlobalBuffer");
         if (!g) {
             GmBuffer* s = l->find_gm_start(buffer);
             if (s)
@@ -164,6 +165,7 @@ public:
         using namespace opgen_emu;
         GmBuffer* g = current_core()->launch->find_gm_start(buffer);
         if (!g) fail("SetGlobalBuffer: address is not inside any kernel argument buffer");
+        reject_system_workspace(*g, "SetGlobalBuffer");
         uint64_t left = g->size - static_cast<uint64_t>(reinterpret_cast<uint8_t*>(buffer) - g->base);
         SetGlobalBuffer(buffer, left / sizeof(T));
     }

@@ -28,8 +28,9 @@
 // Tiling: the tiling argument points at a plain struct (POD) written by the host. Read it with
 //   GET_TILING_DATA_WITH_STRUCT(MyTilingData, t, tiling);  // MyTilingData t = copy from GM
 // or #define OPGEN_TILING_TYPE MyTilingData and GET_TILING_DATA(t, tiling). The copy is
-// bounds-checked against the tiling argument's size. GetUserWorkspace(workspace) returns the
-// workspace argument unchanged: the emulation has no system workspace.
+// bounds-checked against the tiling argument's size. The kernel's workspace argument is CANN's
+// system workspace (16 MB, reserved: any access is an error); GetUserWorkspace(workspace)
+// returns the user workspace behind it (the launcher's args[nargs-2]).
 //
 // ============================================================================ the launcher ABI
 //   extern "C" int opgen_emu_launch_<kernel>(uint32_t block_dim, void* const* args,
