@@ -123,6 +123,7 @@ struct Launch {
     // The workspace: the kernel is passed sys_ws (reserved), GetUserWorkspace maps it to user_ws.
     uint8_t* sys_ws = nullptr;
     uint8_t* user_ws = nullptr;
+    uint64_t tiling_key = 0;  // what the host's TilingFunc set (TILING_KEY_IS)
 
     GmBuffer* find_gm(const void* p, uint64_t bytes) {
         auto* b = static_cast<const uint8_t*>(p);
@@ -165,6 +166,11 @@ struct Slot {
     Pipe pending = Pipe::NONE;  // last unsynchronised writer pipe
     uint64_t pending_seq = 0;   // when it wrote (core's access counter), for SetFlag snapshots
     uint64_t read_seq[5] = {};  // per Pipe: when V / MTE3 last read it without sync (0: none)
+    // Event-level ordering: the pipes a SetFlag/WaitFlag<pending_X> made the pending write
+    // visible to (bit per Pipe), and per reader pipe those a WaitFlag<reader_X> ordered after
+    // its last read. A WaitFlag<MTE2_V> lets V read, not S or MTE3.
+    uint8_t synced = 0;
+    uint8_t war_synced[5] = {};
     std::string owner;          // "TQue 'inQueueX' (kernel.cpp:40) buffer 1/2"
 };
 
@@ -319,6 +325,9 @@ inline void sync_all_barrier() {
 
 // ---------------------------------------------------------------- the launcher
 inline thread_local std::string tls_last_error;
+// The tiling key of the next launch on this thread (opgen_emu_set_tiling_key).
+inline thread_local uint64_t tls_tiling_key = 0;
+inline uint64_t tiling_key() { return current_core()->launch->tiling_key; }
 // Of the last launch on this thread: GM bytes read by copies into UB, GM bytes written from UB
 // (atomic adds included), UB bytes allocated by the largest TPipe of any core, and vector
 // element operations (one per destination element of each vector or reduction call).
@@ -417,6 +426,7 @@ inline int launch_cores(const char* kernel, uint32_t expected_nargs, KernelThunk
     }
     Launch l;
     l.block_dim = block_dim;
+    l.tiling_key = tls_tiling_key;
     for (uint32_t i = 0; i < nargs; ++i) {
         if (!args[i] || !sizes[i]) continue;  // a null or empty argument: any access fails
         l.gm.push_back({static_cast<uint8_t*>(args[i]), sizes[i], static_cast<int>(i), {}, {}, {}});

@@ -51,6 +51,9 @@
 //     GM bytes read into UB, GM bytes written from UB, peak UB bytes allocated by one core's
 //     TPipe, vector element operations (to check a tiling's predicted traffic and footprint)
 //   extern "C" uint64_t opgen_emu_ub_bytes(void);       the OPGEN_UB_BYTES built in
+//   extern "C" void opgen_emu_set_tiling_key(uint64_t); the key TILING_KEY_IS(k) compares with
+//   The host side (emu/host/: gert::TilingContext, PlatformAscendC, OpDef/OP_ADD) adds
+//   opgen_emu_tiling(...) and opgen_emu_infer(...): see emu/host/register/op_def_registry.h.
 //   extern "C" int opgen_emu_has_datacopypad(void);     0 when built with OPGEN_NO_DATACOPYPAD
 // From Python (ctypes):
 //   lib.opgen_emu_launch_my_kernel.argtypes = [c_uint32, POINTER(c_void_p), POINTER(c_uint64), c_uint32]
@@ -115,6 +118,7 @@
 // have default visibility, and libraries built with other macros or another header version
 // must not bind to each other's copies (a kernel TU may hold user types that embed
 // emulation types, so the header cannot hide them).
+#include <type_traits>
 #include <utility>
 
 #include "emu_extra.h"
@@ -144,7 +148,21 @@ void call_kernel(K kernel, void* const* args, std::index_sequence<I...>) {
 #define GET_TILING_DATA_WITH_STRUCT(type, var, tiling) \
     type var;                                          \
     opgen_emu::copy_tiling(&var, sizeof(type), tiling)
+// REGISTER_TILING_DEFAULT(T) names the kernel's default tiling struct (a standard C++ struct the
+// host's TilingContext::GetTilingData<T>() fills); GET_TILING_DATA then reads it.
+#define REGISTER_TILING_DEFAULT(type)                                                              \
+    static_assert(std::is_trivially_copyable<type>::value, #type " must be a plain struct");      \
+    using OpgenDefaultTiling = type;                                                               \
+    static_assert(sizeof(OpgenDefaultTiling) > 0, "")
+#ifdef OPGEN_TILING_TYPE
 #define GET_TILING_DATA(var, tiling) GET_TILING_DATA_WITH_STRUCT(OPGEN_TILING_TYPE, var, tiling)
+#else
+#define GET_TILING_DATA(var, tiling) GET_TILING_DATA_WITH_STRUCT(OpgenDefaultTiling, var, tiling)
+#endif
+
+// TILING_KEY_IS(k): the launch's tiling key (set by the caller with opgen_emu_set_tiling_key, from
+// what the host's TilingFunc set through TilingContext::SetTilingKey) equals k.
+#define TILING_KEY_IS(k) (opgen_emu::tiling_key() == static_cast<uint64_t>(k))
 
 #define OPGEN_EMU_EXPORT(kernel, nargs)                                                            \
     static_assert(opgen_emu::kernel_arity(kernel) == (nargs), #kernel " does not take " #nargs     \
@@ -171,6 +189,10 @@ extern "C" __attribute__((weak, visibility("default"))) const char* opgen_emu_la
 // TPipe, vector element operations: of the last launch on the calling thread.
 extern "C" __attribute__((weak, visibility("default"))) void opgen_emu_last_stats(uint64_t* out) {
     for (int i = 0; i < 4; ++i) out[i] = opgen_emu::tls_last_stats[i];
+}
+// The tiling key TILING_KEY_IS sees in the next launch on the calling thread.
+extern "C" __attribute__((weak, visibility("default"))) void opgen_emu_set_tiling_key(uint64_t key) {
+    opgen_emu::tls_tiling_key = key;
 }
 extern "C" __attribute__((weak, visibility("default"))) uint64_t opgen_emu_ub_bytes(void) {
     return opgen_emu::kUbBytes;
