@@ -183,7 +183,10 @@ def _task_fns(k: GroupKernel) -> list[str]:
         out += copy_in(name, d, "g * t_.D", f"DataCopyExtParams(1, t_.D * sizeof({CPP_TYPE[d]}), 0, 0, 0)")
         out.append(as_float32(f"cf_{name}_", name, d, "t_.D"))
     out += scalar_reads_after_load(k.ops.chans_in)
-    out += [f"    for (int32_t i = 0; i < t_.D; ++i) chan_{s}_t_.SetValue(i, 0.0f);" for s in k.ops.chan_stages]
+    if k.ops.chan_stages:       # zero the per-channel sums with one vector op each, not D scalar stores
+        out.append(f"    {sync('S_V')}   // the scalar pipe's last accesses to them come first")
+        out += [f"    Duplicate(chan_{s}_t_, 0.0f, t_.D);" for s in k.ops.chan_stages]
+        out.append(f"    {sync('V_S')}   // the scalar pipe adds into them next")
     out += ["}", "__aicore__ inline void FreeTask() {"]
     out += [f"    in_{name}_.FreeTensor(q_{name}_);" for name, _ in k.ops.chans_in]
     out += ["}", "__aicore__ inline void TaskStages() {"]

@@ -104,7 +104,13 @@
 //   DMA pipe to overlapping UB (MTE2) or GM (MTE3) bytes without PipeBarrier<PIPE_MTE2/3>, a
 //   flag or a queue hand-over in between (the DMA engines may reorder them). Vector-pipe order
 //   (PipeBarrier<PIPE_V>) is left to the compiler's auto-sync, as in CANN custom-op projects.
-// - Workspace: SetAtomicAdd into never-written workspace; never-written workspace reaching an
+//   Events are checked per destination: WaitFlag<HardEvent::A_B> orders pipe B (only) after
+//   pipe A's earlier work, so a WaitFlag<MTE2_MTE3> does not let V read what MTE2 wrote, and
+//   GM written on MTE3 is released for MTE2/GetValue only by MTE3_MTE2 / MTE3_S (or PIPE_ALL,
+//   SyncAll).
+// - Workspace: the kernel's workspace argument is a reserved 16 MB system workspace (any
+//   access is an error): take the user part with GetUserWorkspace(workspace).
+//   SetAtomicAdd into never-written workspace; never-written workspace reaching an
 //   output (through UB) or GlobalTensor::GetValue. SetAtomicAdd still on at kernel end.
 // - GM data cache: DataCopy of GM bytes written with GlobalTensor::SetValue and not flushed with
 //   DataCacheCleanAndInvalid (by this core, or by another core before a SyncAll).
