@@ -166,3 +166,16 @@ def test_op_project_layout_parses_compiles_and_dispatches(tmp_path, rng):
         op_level(*ins, *outs["op"])           # the launch passes the tiling key the TilingFunc set
         for a, b in zip(outs["combo"], outs["op"]):
             np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_op_project_dtype_lists_follow_each_combo_by_canns_names():
+    """The OpDef's dtype list of an output comes from each combo (TE names its outputs
+    differently per combo: a rounded half dgamma is a cast stage, a float32 one the sum)."""
+    built = [(tag, kernels.get_kernel(GN, tag, EMU).module) for tag in ("f32-f32", "f16-f16")]
+    files = op_project("group_norm_backward", built, EMU.hardware)
+    opdef = files["op_host/group_norm_backward_def.cpp"]
+    for name in ("dy", "mean", "dx", "dgamma", "dbeta"):
+        assert re.search(rf"\"{name}\"\)\.ParamType\(REQUIRED\)\.DataType\(\{{ge::DT_FLOAT, ge::DT_FLOAT16\}}\)", opdef), name
+    proto = json.loads(files["GroupNormGrad.json"])[0]
+    assert [d["name"] for d in proto["input_desc"]] == ["dy", "mean", "rstd", "x", "gamma"]
+    assert proto["attr"][0] == {"name": "num_groups", "param_type": "required", "type": "int"}

@@ -94,7 +94,7 @@ def project(func, symbol: str, hw) -> tuple[object, dict]:
     kernel = print_kernel(k, hw)
     if not hw.data_copy_pad:
         kernel = without_data_copy_pad(kernel)
-    row = {p.tensor: p.dtype for p in k.face.entry}
+    row = {p.name: p.dtype for p in k.face.entry}
     files = {
         f"op_kernel/{symbol}.cpp": kernel,
         f"op_kernel/{symbol}_tiling_data.h": tiling_data_header(k),

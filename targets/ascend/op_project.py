@@ -42,7 +42,7 @@ def op_project(op_name: str, built: list, hw) -> dict:
         files[f"op_kernel/{sym}_impl.h"] = module.files[f"op_kernel/{sym}.cpp"]
         files[f"op_host/{sym}_tiling.h"] = module.files[f"op_host/{sym}_tiling.h"]
         files[f"op_host/{sym}_tiling_impl.h"] = module.files[f"op_host/{sym}_tiling.cpp"]
-    rows = [{p.tensor: p.dtype for p in m.kernel.k.face.entry} for _, m in built]
+    rows = [{p.name: p.dtype for p in m.kernel.k.face.entry} for _, m in built]   # by CANN name: TE names differ per combo
     files[f"op_host/{op_name}_tiling.h"] = _host_header(op_name)
     files[f"op_host/{op_name}_tiling.cpp"] = _host_tiling(op_name, built)
     files[f"op_host/{op_name}_def.cpp"] = _op_def(op_name, face, rows, hw)
@@ -102,7 +102,7 @@ def _op_def(op_name: str, face, rows: list, hw) -> str:
              f"class {face.op_type} : public OpDef {{", "public:",
              f"    explicit {face.op_type}(const char* name) : OpDef(name) {{"]
     for p in face.inputs + face.outputs:
-        dts = ", ".join(GE_DTYPE[r.get(p.tensor, p.dtype)] for r in rows)
+        dts = ", ".join(GE_DTYPE[r.get(p.name, p.dtype)] for r in rows)
         lines.append(f"        this->{'Output' if p.is_output else 'Input'}(\"{p.name}\").ParamType(REQUIRED)"
                      f".DataType({{{dts}}}).Format({{{fmt}}}).UnknownShapeFormat({{{fmt}}});")
     lines += [_attr_line(a) for a in face.attrs]
@@ -138,7 +138,7 @@ def _prototype(face, rows: list) -> str:
     """The op prototype JSON msopgen generates a project from."""
     def desc(p):
         return {"name": p.name, "param_type": "required", "format": ["ND"] * len(rows),
-                "type": [JSON_TYPE[r.get(p.tensor, p.dtype)] for r in rows]}
+                "type": [JSON_TYPE[r.get(p.name, p.dtype)] for r in rows]}
     attrs = []
     for a in face.attrs:
         entry = {"name": a["name"], "param_type": "required" if a.get("default") is None else "optional",
