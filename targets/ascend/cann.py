@@ -105,3 +105,25 @@ def face_of(func, k) -> CannFace:
         raise EmitError(f"{spec['name']}: kernel tensor(s) {stray} of {k.symbol} have no CANN name")
     return CannFace(spec["name"], inputs, extra, outputs, spec["attrs"], spec.get("source", ""),
                     dict(spec.get("round_modes", {})))
+
+
+def entry_lines(k, cls: str, arg_prefix: str = "") -> list[str]:
+    """The kernel entry CANN calls: its GM arguments in the OpDef's order (``k.face``), the
+    registered default tiling struct, the user workspace behind CANN's system workspace.
+    ``Run`` holds the body so that an op-level project (targets/ascend/op_project.py) can
+    include several dtype combos' files, with OPGEN_OP_PROJECT defined, under one entry."""
+    face = k.face
+    by_tensor = {p.tensor: f"{arg_prefix}{p.name}" for p in face.entry}
+    params = ", ".join(f"GM_ADDR {arg_prefix}{p.name}" for p in face.entry)
+    names = ", ".join(f"{arg_prefix}{p.name}" for p in face.entry)
+    init = ", ".join(by_tensor[n] for n, _, _ in k.args)
+    return [f"__aicore__ inline void Run({params}, GM_ADDR workspace, GM_ADDR tiling) {{",
+            f"    REGISTER_TILING_DEFAULT({k.struct});",
+            f"    GET_TILING_DATA_WITH_STRUCT({k.struct}, t, tiling);", f"    {cls} op;",
+            "    // The user workspace sits behind CANN's system workspace (the host reserves both).",
+            f"    op.Init({init}, GetUserWorkspace(workspace), t);", "    op.Process();", "}", "",
+            "#ifndef OPGEN_OP_PROJECT",
+            f"extern \"C\" __global__ __aicore__ void {k.symbol}({params}, GM_ADDR workspace, GM_ADDR tiling) {{",
+            f"    Run({names}, workspace, tiling);", "}", "",
+            "#ifdef OPGEN_EMU", f"OPGEN_EMU_EXPORT({k.symbol}, {len(face.entry) + 2})", "#endif",
+            "#endif  // OPGEN_OP_PROJECT", ""]
