@@ -24,6 +24,7 @@ from opgen import kernels
 from opgen.ops import get_op
 from opgen.targets import get_target
 from opgen.targets.ascend import build as emu_build
+from opgen.targets.ascend.host_context import SOCS
 from opgen.targets.ascend.op_project import op_project
 
 EMU = get_target("ascend-emu")
@@ -53,8 +54,7 @@ def test_kernel_entry_and_opdef_follow_canns_names_and_order():
     assert names == ["dy", "mean", "rstd", "x", "gamma", "dx", "dgamma", "dbeta"]
     attrs = re.findall(r"this->Attr\(\"(\w+)\"\)", opdef)
     assert attrs == ["num_groups", "data_format", "dx_is_require", "dgamma_is_require", "dbeta_is_require"]
-    assert re.findall(r"AddConfig\(\"(\w+)\"\)", opdef) == [EMU.hardware.soc.lower().replace("-", "")] or \
-        len(re.findall(r"AddConfig\(", opdef)) == 1
+    assert re.findall(r"AddConfig\(\"(\w+)\"\)", opdef) == [SOCS[EMU.hardware.product]]
     # The tiling struct lives beside the kernel, not in op_host/.
     assert f"op_kernel/{sym}_tiling_data.h" in module.files
     assert not any(rel.startswith("op_host/") and "TilingData {" in text for rel, text in module.files.items())
@@ -179,3 +179,21 @@ def test_op_project_dtype_lists_follow_each_combo_by_canns_names():
     proto = json.loads(files["GroupNormGrad.json"])[0]
     assert [d["name"] for d in proto["input_desc"]] == ["dy", "mean", "rstd", "x", "gamma"]
     assert proto["attr"][0] == {"name": "num_groups", "param_type": "required", "type": "int"}
+
+
+def test_opgen_generate_writes_the_op_project_for_the_product_asked(tmp_path, capsys):
+    """opgen generate --target ascend-emu --product AtlasA2: the op's project under
+    <op>/project/, AddConfig and the presets naming Atlas A2's SoC (not the default
+    product's); an unknown product is one line on stderr."""
+    from opgen import cli
+    status = cli.main(["generate", "--op", "group_norm_backward", "--target", "ascend-emu", "--product", "AtlasA2",
+                       "--out", str(tmp_path)])
+    assert status == 0, capsys.readouterr().out
+    root = tmp_path / "ascend-emu" / "group_norm_backward" / "project"
+    opdef = (root / "op_host" / "group_norm_backward_def.cpp").read_text()
+    assert re.findall(r"AddConfig\(\"(\w+)\"\)", opdef) == ["ascend910b"]
+    presets = json.loads((root / "CMakePresets.json").read_text())
+    assert presets["configurePresets"][0]["cacheVariables"]["ASCEND_COMPUTE_UNIT"]["value"] == "ascend910b"
+    assert cli.main(["generate", "--target", "ascend-emu", "--product", "Nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown product 'Nope'" in err[0]
