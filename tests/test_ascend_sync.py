@@ -83,3 +83,11 @@ def test_a_missing_event_is_caught_by_the_emulation(event, rng):
     arrays = (dy, x, np.ones(3, np.float32), np.ones(12290, np.float32), dx, np.zeros(12290, np.float32))
     with pytest.raises(RuntimeError, match=FAULTS[event]):
         faulty(*[tvm.runtime.tensor(a) for a in arrays])
+
+
+def test_whole_group_tasks_issue_the_next_tasks_copy_in_before_the_compute():
+    module = kernels.scheduled_module(GN, GN.combo("f32-f32"), EMU)
+    _, files = emu_build.project(module[0][module[1]], module[1], EMU.hardware)
+    body = files[f"op_kernel/{module[1]}.cpp"].split("void Task(int64_t task)")[1]
+    take, issue, stage = body.index("TakeTiles(n);"), body.index("IssueTiles(task + 1"), body.index("TaskStages();")
+    assert take < issue < stage

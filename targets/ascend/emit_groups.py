@@ -137,12 +137,22 @@ def _copy(k_rows: str, length: str, itemsize: str, to_ub: bool) -> str:
 
 
 def _tile_fns(k: GroupKernel) -> list[str]:
-    out = ["__aicore__ inline void LoadTiles(int64_t task, int64_t d0, int32_t n, int64_t h0, int32_t len) {",
-           "    const int32_t P = t_.pitch;"]
+    # IssueTiles starts a pass's copy-in, TakeTiles waits for it: the whole-group modes issue
+    # the next task's tiles before computing this one (double buffering).
+    out = ["__aicore__ inline void IssueTiles(int64_t task, int64_t d0, int32_t n, int64_t h0, int32_t len) {",
+           "    const int32_t P = t_.pitch; (void)P;"]
     for name, d in k.ops.tiles_in:
-        out += copy_in(name, d, "(task * t_.D + d0) * t_.HW + h0", _copy("n", "len", f"sizeof({CPP_TYPE[d]})", True))
+        ty = CPP_TYPE[d]
+        out += [f"    {{ LocalTensor<{ty}> a = in_{name}_.AllocTensor<{ty}>();",
+                f"      DataCopyPad(a, g_{name}_[(task * t_.D + d0) * t_.HW + h0], "
+                f"{_copy('n', 'len', f'sizeof({ty})', True)}, DataCopyPadExtParams<{ty}>(false, 0, 0, 0));",
+                f"      in_{name}_.EnQue(a); }}"]
+    out += ["}", "__aicore__ inline void TakeTiles(int32_t n) {", "    const int32_t P = t_.pitch; (void)P; (void)n;"]
+    for name, d in k.ops.tiles_in:
+        out.append(f"    q_{name}_ = in_{name}_.DeQue<{CPP_TYPE[d]}>();")
         out.append(as_float32(f"v_{name}_", name, d, "n * P"))
-    out += ["}", "__aicore__ inline void FreeTiles() {"]
+    out += ["}", "__aicore__ inline void LoadTiles(int64_t task, int64_t d0, int32_t n, int64_t h0, int32_t len) {",
+            "    IssueTiles(task, d0, n, h0, len);", "    TakeTiles(n);", "}", "__aicore__ inline void FreeTiles() {"]
     out += [f"    in_{name}_.FreeTensor(q_{name}_);" for name, _ in k.ops.tiles_in]
     out.append("}")
     tile_blk = next(b for _, r, b in k.stages if r == "tile")

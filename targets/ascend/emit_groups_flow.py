@@ -127,7 +127,9 @@ def _process(k: GroupKernel) -> list[str]:
     body = (["__aicore__ inline void Task(int64_t task) {", "    const int64_t g = task % t_.G;",
              "    LoadTask(task, g);", f"    if (t_.mode == {GROUP_MODES['group']} || t_.mode == {GROUP_MODES['hw1']}) {{",
              "        const int64_t d0 = 0, h0 = 0; const int32_t n = t_.D, len = t_.HW;",
-             "        LoadTiles(task, d0, n, h0, len);"]
+             "        if (BUFFER_NUM == 1 || task == task0_) IssueTiles(task, d0, n, h0, len);",
+             "        TakeTiles(n);",
+             "        if (BUFFER_NUM > 1 && task + 1 < task0_ + ntasks_) IssueTiles(task + 1, d0, n, h0, len);"]
             + [f"        {c}" for c in chan_calls] + ["        TaskStages();", "        Outputs(task, d0, n, h0, len);",
                                                      "        FreeTiles();", "    } else {"]
             + [f"        {line}" for line in loop] + [f"                {c}" for c in chan_calls]
