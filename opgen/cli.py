@@ -76,7 +76,18 @@ def verify_kernel(kernel, rng: np.random.Generator) -> tuple[float, str]:
     return worst, where
 
 
-def generate_one(op, combo, target, out_root: Path, rng) -> Row:
+def write_op_project(target, op, built: list, out_root: Path) -> None:
+    """The target's files of the whole op (Ascend: its CANN project) under <target>/<op>/project/."""
+    files = target.op_artifacts(op, built) if built else {}
+    for rel, text in files.items():
+        path = out_root / target.name / op.name / "project" / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def generate_one(op, combo, target, out_root: Path, rng, built: list | None = None) -> Row:
+    """Build, write and verify one kernel; a built module is appended to ``built`` as
+    (combo tag, module) for the op-level artifacts."""
     start = time.perf_counter()
     try:
         kernel = kernels.get_kernel(op, combo, target)
@@ -87,6 +98,8 @@ def generate_one(op, combo, target, out_root: Path, rng) -> Row:
         return Row(op.name, combo.tag, target.name, (time.perf_counter() - start) * 1e3, False, None,
                    "FAIL", f"build: {type(err).__name__}: {err}")
     build_ms = kernel.build_seconds * 1e3
+    if built is not None:
+        built.append((combo.tag, kernel.module))
     out_dir = out_root / target.name / op.name / combo.tag
     write_artifacts(kernel, out_dir)
     compiled, note = compile_check(kernel, out_dir)
@@ -161,10 +174,20 @@ def cmd_generate(args) -> int:
     targets = requested_targets(args.target)
     if targets is None:
         return 2
+    if args.product is not None:
+        from opgen import config
+        if args.product not in config.PRODUCTS:
+            return usage_error("generate", f"unknown product {args.product!r}; known: {', '.join(config.PRODUCTS)}")
+        targets = [t.for_product(args.product) for t in targets]
     rng = np.random.default_rng(args.seed)
     out_root = Path(args.out)
-    rows = [generate_one(op, combo, target, out_root, rng) if target.can_build() else not_run(op, combo, target)
-            for op in ops for combo in op.combos for target in targets]
+    rows = []
+    for target in targets:
+        for op in ops:
+            built: list = []
+            rows += [generate_one(op, combo, target, out_root, rng, built) if target.can_build()
+                     else not_run(op, combo, target) for combo in op.combos]
+            write_op_project(target, op, built, out_root)
     print_table(rows)
     print(f"artifacts: {out_root.resolve()}")
     return 0 if all(r.verdict != "FAIL" for r in rows) else 1
@@ -342,6 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--target", action="append", help="only this target (repeatable)")
     gen.add_argument("--fresh", action="store_true", help="ignore the kernel disk cache (time real builds)")
     gen.add_argument("--seed", type=int, default=0, help="seed of the verification inputs")
+    gen.add_argument("--product", default=None, help="product whose rules and hardware apply (ascend-emu: the "
+                     "SoC of the CANN project's AddConfig and presets; default: opgen's current product)")
     gen.set_defaults(func=cmd_generate)
     exp = sub.add_parser("export", help="GPU kernels as device code + JSON launch plans that run without TVM "
                          "(opgen.runtime; docs/launch-plan.md)")

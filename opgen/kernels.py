@@ -178,6 +178,8 @@ def scheduled_module(op: OpSpec, combo: DtypeCombo, target: TargetSpec, variant:
     rule applied once, at ``knobs`` (validated, defaults filled in)."""
     symbol = kernel_symbol(op, combo, variant)
     func = prim_func(op, combo).with_attr("global_symbol", symbol)
+    if op.cann is not None:      # CANN's names and order, for targets that print a CANN project
+        func = func.with_attr("opgen.cann", op.cann.to_json(op.inputs + op.outputs))
     rule = matching_rule(op, combo, target)
     if rule is None:   # the target's compiler schedules for itself, intermediates included
         return tvm.IRModule({symbol: declare_element_alignment(func)}), symbol

@@ -142,6 +142,11 @@ class TargetSpec:
         """Further generated files, relative path -> text (Ascend: a CANN op project)."""
         return {}
 
+    def op_artifacts(self, op, built: list) -> dict:
+        """Files of one op across its dtype combos, relative path -> text, from ``built`` =
+        [(combo tag, module)] (Ascend: the op's CANN custom-op project); {} for none."""
+        return {}
+
     def scratch_of(self, module):
         """The module's own scratch buffers (``Scratch``), or None when its
         scratch is the TIR's hoisted pass buffers (every TVM-built target)."""

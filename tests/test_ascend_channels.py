@@ -92,8 +92,8 @@ def test_the_channel_rule_matches_and_the_target_builds_it():
     module, symbol, _ = build_toy(channel_pass(), EMU)
     assert module.kernel.k.pattern == "channels" and module.kernel.k.workspace_floats(None) == 0
     files = module.files
-    assert set(files) == {f"op_kernel/{symbol}.cpp", f"op_host/{symbol}_tiling.h", f"op_host/{symbol}_tiling.cpp",
-                          f"op_host/{symbol}_def.cpp"}
+    assert set(files) == {f"op_kernel/{symbol}.cpp", f"op_kernel/{symbol}_tiling_data.h", f"op_host/{symbol}_tiling.h",
+                          f"op_host/{symbol}_tiling.cpp", f"op_host/{symbol}_def.cpp"}
     src = files[f"op_kernel/{symbol}.cpp"]
     assert "(channel pattern)" in src and "SyncAll" not in src and "SetAtomicAdd" not in src
     for pattern in ("DataCopyPad(", "EnQue(", "DeQue<", "FreeTensor(", "ReduceSum<float>", "WholeReduceSum<float>",

@@ -141,7 +141,8 @@ MODES = dict(OVER_UB=1, MISALIGNED_UB=2, RAGGED_DATACOPY=3, GM_OVERRUN=4, SETGLO
              WAR_MTE3_V=43, WAR_SYNCED=44, DATACOPY_ZERO=45, DATACOPYPAD_ZERO=46,
              ALLOC_ALL_IN_USE=47, DOUBLE_FREE=48, FOREIGN_FREE=49, TBUF_GET_OVER=50, TBUF_OFFSET_MISALIGNED=51,
              SUBTENSOR_OVER=52, SETVALUE_UNFLUSHED=53, SETVALUE_FLUSHED=54,
-             MTE2_OVERLAP=55, MTE2_OVERLAP_BARRIER=56, MTE3_OVERLAP=57, COPY_TWICE=99)
+             MTE2_OVERLAP=55, MTE2_OVERLAP_BARRIER=56, MTE3_OVERLAP=57, RAW_WORKSPACE=58,
+             WRONG_EVENT=59, WRONG_EVENT_WAR=60, MTE3_V_THEN_MTE2_GM=61, COPY_TWICE=99)
 
 
 def run_case(libs, mode: str, cores: int = 1, x=None, n: int = 256):
@@ -207,6 +208,13 @@ VIOLATIONS = [
                         r"PipeBarrier<PIPE_MTE2>"),
     ("MTE3_OVERLAP", 1, r"DataCopy UB->GM: writes GM bytes an earlier copy on the same pipe also wrote, with no "
                         r"PipeBarrier<PIPE_MTE3>"),
+    ("RAW_WORKSPACE", 1, r"SetGlobalBuffer: touches CANN's reserved system workspace \(16 MB in front of the user "
+                         r"workspace\): take the workspace with GetUserWorkspace\(workspace\)"),
+    # Event-level ordering: a WaitFlag orders only its own destination pipe.
+    ("WRONG_EVENT", 1, r"Muls: reads TBuf 'buf' .* on pipe V \(vector\) right after a write on MTE2"),
+    ("WRONG_EVENT_WAR", 1, r"DataCopy GM->UB: writes TBuf 'buf' .* on pipe MTE2 \(GM->UB copy\) while pipe V "
+                           r"\(vector\) may still be reading it"),
+    ("MTE3_V_THEN_MTE2_GM", 1, r"DataCopy GM->UB: reads GM this core wrote by a UB->GM copy \(MTE3\)"),
     ("SYNCALL_MISMATCH", 4, r"core 0: SyncAll: 3 core\(s\) returned from the kernel without reaching this SyncAll"),
 ]
 

@@ -133,8 +133,8 @@ def test_emitted_project_layout_and_patterns(tmp_path):
     kernel = kernels.get_kernel(RMS, "bf16-bf16", EMU)
     files = kernel.module.files
     stem = "rms_norm_grad_bf16_bf16"
-    assert set(files) == {f"op_kernel/{stem}.cpp", f"op_host/{stem}_tiling.h", f"op_host/{stem}_tiling.cpp",
-                          f"op_host/{stem}_def.cpp"}
+    assert set(files) == {f"op_kernel/{stem}.cpp", f"op_kernel/{stem}_tiling_data.h", f"op_host/{stem}_tiling.h",
+                          f"op_host/{stem}_tiling.cpp", f"op_host/{stem}_def.cpp"}
     src = files[f"op_kernel/{stem}.cpp"]
     for pattern in ("DataCopyPad(", "EnQue(", "DeQue<", "FreeTensor(", "Cast(o, ", "RoundMode::CAST_RINT",
                     "WholeReduceSum<float>", "ReduceSum<float>", "SyncAll()", "GetBlockIdx()", "TBuf<TPosition::VECCALC>"):

@@ -149,6 +149,61 @@ class TrailingAxesProblem(ProblemBase):
 
 
 @dataclass(frozen=True)
+class CannAttr:
+    """One attribute of CANN's OpDef: ``kind`` is the OpAttrDef setter (Int, Float, Bool,
+    String, ListBool), ``default`` its value (None: REQUIRED). ``tensor``: the opgen kernel
+    tensor that carries the same value (a GM scalar here, an attribute in CANN), if any."""
+
+    name: str
+    kind: str
+    default: Any = None
+    tensor: str | None = None
+
+    def __post_init__(self):
+        if self.kind not in ("Int", "Float", "Bool", "String", "ListBool"):
+            raise ValueError(f"CANN attribute {self.name}: unknown kind {self.kind!r}")
+
+
+@dataclass(frozen=True)
+class CannOp:
+    """CANN's own definition of the op (ops-nn norm/<op>/op_host/<op>_def.cpp): its OpDef
+    name, its inputs and outputs in CANN's order and names, each as (CANN name, opgen tensor),
+    and its attributes. What an Ascend project prints instead of opgen's own names."""
+
+    name: str
+    inputs: tuple[tuple[str, str], ...]
+    outputs: tuple[tuple[str, str], ...]
+    attrs: tuple[CannAttr, ...] = ()
+    source: str = ""              # where the facts were read
+    # How CANN's kernel rounds a float32 result into a narrower output: (dtype, RoundMode),
+    # e.g. ("bfloat16", "CAST_ROUND"); unlisted dtypes round to nearest even (CAST_RINT).
+    round_modes: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self):
+        bad = [m for _, m in self.round_modes if m not in ("CAST_RINT", "CAST_ROUND", "CAST_NONE")]
+        if bad:
+            raise ValueError(f"CANN op {self.name}: unknown round mode(s) {bad}")
+        if not self.name.isidentifier() or not self.name[0].isupper():
+            raise ValueError(f"CANN op name {self.name!r} must be a CamelCase identifier")
+        names = [n for n, _ in self.inputs + self.outputs] + [a.name for a in self.attrs]
+        if len(set(names)) != len(names):
+            raise ValueError(f"CANN op {self.name}: duplicate input/output/attribute name in {names}")
+
+    def tensor_names(self) -> dict:
+        """{opgen tensor: CANN name} of every input, output and tensor-carried attribute."""
+        named = {t: n for n, t in self.inputs + self.outputs}
+        named.update({a.tensor: a.name for a in self.attrs if a.tensor})
+        return named
+
+    def to_json(self, tensors: tuple = ()) -> str:
+        """The facts as JSON; ``tensors``: the op's tensors in kernel parameter order (inputs
+        then outputs), so that a target can map them onto the function's parameters."""
+        import json
+        return json.dumps({"name": self.name, "inputs": self.inputs, "outputs": self.outputs, "tensors": tensors, "round_modes": dict(self.round_modes),
+                           "attrs": [dataclasses.asdict(a) for a in self.attrs], "source": self.source})
+
+
+@dataclass(frozen=True)
 class Peer:
     """Another implementation of the op's backward, to compare with and time against.
 
@@ -219,6 +274,7 @@ class OpSpec:
     cases: Cases = Cases()
     package: str = ""             # the op's package (__name__): where optional parts live, e.g.
                                   # torch_module.py, the torch.nn modules opgen.torch exports
+    cann: CannOp | None = None    # CANN's OpDef of the op (Ascend projects print its names)
 
     def __post_init__(self):
         if not self.name.isidentifier():
@@ -231,6 +287,10 @@ class OpSpec:
             if stray:
                 raise ValueError(f"{self.name}/{product}: combos {stray} not in the op's combos")
         tensors = self.inputs + self.outputs
+        if self.cann is not None:
+            stray = sorted(set(self.cann.tensor_names()) - set(tensors))
+            if stray:
+                raise ValueError(f"{self.name}: CANN op {self.cann.name} maps unknown tensors {stray}")
         for combo in self.combos:
             if tuple(n for n, _ in combo.dtypes) != tensors:
                 raise ValueError(f"{self.name}: combo {combo.tag} does not list {tensors}")

@@ -29,6 +29,7 @@ from opgen.targets.ascend.build import EmuKernel, EmuModule, compile_project, em
 from opgen.targets.ascend.costmodel import AscendEmulated
 from opgen.targets.ascend.exprs import EmitError
 from opgen.targets.ascend.hardware import AscendHardware, describe
+from opgen.targets.ascend.op_project import op_project
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,13 @@ class AscendEmuTarget(TargetSpec):
         """The emulation's modelled time of the largest launch so far (opgen generate's rows)."""
         modelled = module.kernel.largest_timing()
         return None if modelled is None else modelled.summary()
+
+    def op_artifacts(self, op, built: list) -> dict:
+        """The op's CANN custom-op project (targets/ascend/op_project.py) over the combos the
+        target's product documents for it."""
+        documented = {c.tag for c in op.products.get(self.hardware.product, ())}
+        mine = [(tag, m) for tag, m in built if tag in documented and isinstance(m, EmuModule)]
+        return op_project(op.name, mine, self.hardware) if mine else {}
 
     def scratch_of(self, module):
         """One GM workspace sized by the host tiling (the TIR's hoisted buffers are unused)."""

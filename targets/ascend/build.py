@@ -24,18 +24,23 @@ import numpy as np
 from opgen import diskcache
 from opgen.targets.spec import Scratch
 from opgen.targets.ascend.emit_channels import read_channel_kernel
-from opgen.targets.ascend.emit_channels_flow import (channel_kernel_source, channel_tiling_header,
-                                                     channel_tiling_source)
+from opgen.targets.ascend.cann import GE_CODE, face_of
+from opgen.targets.ascend.emit_channels_flow import channel_kernel_source, channel_tiling_source
 from opgen.targets.ascend.emit_flow import kernel_source
 from opgen.targets.ascend.emit_groups import read_group_kernel
-from opgen.targets.ascend.emit_groups_flow import group_kernel_source, group_tiling_header, group_tiling_source
+from opgen.targets.ascend.emit_groups_flow import group_kernel_source, group_tiling_source
 from opgen.targets.ascend.emitter import read_row_kernel
 from opgen.targets.ascend.exprs import EmitError
-from opgen.targets.ascend.host import FIELDS, def_source, tiling_header, tiling_source
+from opgen.targets.ascend.host import FIELDS, tiling_source
+from opgen.targets.ascend.host_context import def_cpp, host_header, tiling_cpp, tiling_data_header
 from opgen.targets.ascend import timing as pipe_timing
 
 EMU_DIR = Path(__file__).parent / "emu"
-CXXFLAGS = ("-std=c++17", "-O1", "-pthread", "-shared", "-fPIC", "-Wall", "-Werror")
+SYSTEM_WORKSPACE_BYTES = 16 * 1024 * 1024   # CANN's system workspace (platform_ascendc.h, emu_runtime.h)
+# -fno-gnu-unique: the host emulation's OpDef registry is an inline function's static; as a
+# GNU unique symbol glibc would share it between every loaded kernel library (RTLD_LOCAL or
+# not), and one library's TilingFunc would answer for another's op of the same name.
+CXXFLAGS = ("-std=c++17", "-O1", "-pthread", "-shared", "-fPIC", "-Wall", "-Werror", "-fno-gnu-unique")
 
 
 def emulation_available() -> bool:
@@ -77,27 +82,26 @@ def project(func, symbol: str, hw) -> tuple[object, dict]:
     """(the kernel description, {relative path: text}) of the CANN layout, by the pattern the
     schedule recorded (EmitError for a pattern without a printer)."""
     pattern, knobs = _pattern(func)
-    if pattern == "groups":
-        k = read_group_kernel(func, symbol, knobs)
-        k.pad = hw.data_copy_pad
-        kernel, header, tiling = group_kernel_source(k, hw), group_tiling_header(k), group_tiling_source(k, hw)
-    elif pattern == "channels":
-        k = read_channel_kernel(func, symbol, knobs)
-        k.pad = hw.data_copy_pad
-        kernel, header, tiling = channel_kernel_source(k, hw), channel_tiling_header(k), channel_tiling_source(k, hw)
-    elif pattern == "rows":
-        k = read_row_kernel(func, symbol)
-        k.pad = hw.data_copy_pad
-        kernel, header, tiling = kernel_source(k, hw), tiling_header(k), tiling_source(k, hw)
-    else:
+    readers = {"groups": (read_group_kernel, group_kernel_source, group_tiling_source),
+               "channels": (read_channel_kernel, channel_kernel_source, channel_tiling_source),
+               "rows": (lambda f, s, _: read_row_kernel(f, s), kernel_source, tiling_source)}
+    if pattern not in readers:
         raise EmitError(f"no AscendC printer for the schedule pattern {pattern!r} of {symbol}")
+    read, print_kernel, print_tiling = readers[pattern]
+    k = read(func, symbol, knobs)
+    k.pad = hw.data_copy_pad
+    k.buffers = list(func.params)
+    k.face = face_of(func, k)
+    kernel = print_kernel(k, hw)
     if not hw.data_copy_pad:
         kernel = without_data_copy_pad(kernel)
+    row = {p.name: p.dtype for p in k.face.entry}
     files = {
         f"op_kernel/{symbol}.cpp": kernel,
-        f"op_host/{symbol}_tiling.h": header,
-        f"op_host/{symbol}_tiling.cpp": tiling,
-        f"op_host/{symbol}_def.cpp": def_source(k, {hw.product: None}),
+        f"op_kernel/{symbol}_tiling_data.h": tiling_data_header(k),
+        f"op_host/{symbol}_tiling.h": host_header(k),
+        f"op_host/{symbol}_tiling.cpp": tiling_cpp(k, k.face, print_tiling(k, hw)),
+        f"op_host/{symbol}_def.cpp": def_cpp(k, k.face, {hw.product: [row]}),
     }
     return k, files
 
@@ -116,6 +120,11 @@ def emu_flags(hw) -> list[str]:
     return flags + ([] if hw.data_copy_pad else ["-DOPGEN_NO_DATACOPYPAD"])
 
 
+def include_flags(root: Path) -> list[str]:
+    """The emulation's kernel and host headers, then the project's own folders."""
+    return [f"-I{EMU_DIR}", f"-I{EMU_DIR / 'host'}", f"-I{root / 'op_kernel'}", f"-I{root / 'op_host'}"]
+
+
 def _library_dir() -> Path:
     """Where built emulation libraries go: the disk cache when opgen may load code from it
     (opgen.diskcache's checks), else a private temporary directory of this process."""
@@ -129,7 +138,7 @@ def _library_dir() -> Path:
 def compile_project(files: dict, symbol: str, hw, extra_flags=()) -> Path:
     """The shared library of kernel + host tiling (built once per distinct source and flags)."""
     flags = list(CXXFLAGS) + emu_flags(hw) + list(extra_flags)
-    header_text = "".join(p.read_text() for p in sorted(EMU_DIR.glob("*.h")))
+    header_text = "".join(p.read_text() for p in sorted(EMU_DIR.rglob("*.h")))
     digest = hashlib.sha256("\0".join([*sorted(files.items()).__repr__(), *flags, header_text]).encode()).hexdigest()
     lib = _library_dir() / f"{symbol}-{digest[:20]}.so"
     if diskcache.loadable(lib):
@@ -137,9 +146,9 @@ def compile_project(files: dict, symbol: str, hw, extra_flags=()) -> Path:
     with tempfile.TemporaryDirectory() as tmp:
         write_project(files, Path(tmp))
         out = Path(tmp) / "lib.so"
-        cmd = ["g++", *flags, f"-I{EMU_DIR}", f"-I{Path(tmp) / 'op_host'}",
-               str(Path(tmp) / f"op_kernel/{symbol}.cpp"), str(Path(tmp) / f"op_host/{symbol}_tiling.cpp"),
-               "-o", str(out)]
+        root = Path(tmp)
+        sources = [root / rel for rel in sorted(files) if rel.endswith(".cpp")]
+        cmd = ["g++", *flags, *include_flags(root), *map(str, sources), "-o", str(out)]
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode:
             raise RuntimeError(f"g++ failed on the emitted {symbol}:\n{done.stderr[-4000:]}")
@@ -164,7 +173,9 @@ Tiling = tiling_struct(FIELDS)
 
 
 class EmuKernel:
-    """One emitted kernel in a loaded library: call it with TVM tensors in parameter order."""
+    """One emitted kernel in a loaded library: call it with TVM tensors in parameter order.
+    The tiling comes from the project's own TilingFunc, run through the emulation's
+    TilingContext (``tiling``); the launch passes the buffers in the kernel entry's order."""
 
     def __init__(self, lib_path: Path, kernel, hw):
         self.lib = ctypes.CDLL(str(lib_path))
@@ -174,28 +185,59 @@ class EmuKernel:
                                 ctypes.c_uint32]
         self.launch.restype = ctypes.c_int
         self.lib.opgen_emu_last_error.restype = ctypes.c_char_p
+        self.lib.opgen_emu_host_last_error.restype = ctypes.c_char_p
         self.struct = tiling_struct(kernel.fields)
-        self.tiling_fn = getattr(self.lib, f"{kernel.symbol}_tiling")
-        self.tiling_fn.restype = ctypes.c_int
         self.timings = []       # ModelledTime of each launch: the emulation's timing model
         self.last_timing = None
+        self.tiling_key = 0
+
+    def _context_inputs(self, shapes: dict) -> tuple:
+        """(ranks, flat dims, ge dtype codes) of the entry's inputs: a shape the caller did
+        not give is left rank 0 (the TilingFunc reads only the tile input)."""
+        ins = self.k.face.inputs + self.k.face.extra
+        dims = [tuple(int(v) for v in shapes.get(p.tensor, ())) for p in ins]
+        ranks = (ctypes.c_uint32 * max(1, len(ins)))(*[len(d) for d in dims])
+        flat = [v for d in dims for v in d]
+        flat_arr = (ctypes.c_int64 * max(1, len(flat)))(*flat)
+        codes = (ctypes.c_int32 * max(1, len(ins)))(*[GE_CODE[p.dtype] for p in ins])
+        return len(ins), ranks, flat_arr, codes
+
+    def run_tiling(self, shapes: dict):
+        """The TilingFunc's (tiling struct, tiling key, workspace bytes) for the kernel tensors'
+        ``shapes`` (by name), on the product's platform (its vector cores and usable UB)."""
+        n_in, ranks, dims, codes = self._context_inputs(shapes)
+        t = self.struct()
+        key, block_dim, ws, nbytes = ctypes.c_uint64(), ctypes.c_uint32(), ctypes.c_uint64(), ctypes.c_uint64()
+        none32 = (ctypes.c_uint32 * 1)()
+        status = self.lib.opgen_emu_tiling(
+            self.k.face.op_type.encode(), ctypes.c_uint32(n_in), ranks, dims, codes, ctypes.c_uint32(0), none32,
+            (ctypes.c_int64 * 1)(), (ctypes.c_int32 * 1)(), None, ctypes.c_uint32(self.hw.vector_cores),
+            ctypes.c_uint64(self.hw.usable_ub_bytes), self.hw.soc.encode(), ctypes.byref(key),
+            ctypes.byref(block_dim), ctypes.byref(ws), ctypes.byref(t), ctypes.c_uint64(ctypes.sizeof(t)),
+            ctypes.byref(nbytes))
+        if status:
+            why = self.lib.opgen_emu_host_last_error().decode(errors="replace")
+            raise RuntimeError(f"{self.k.symbol}: the host tiling refused {dict(shapes)} on {self.hw.product}: {why}")
+        if nbytes.value != ctypes.sizeof(t) or block_dim.value != t.block_dim:
+            raise RuntimeError(f"{self.k.symbol}: the TilingFunc set {nbytes.value} B of tiling data and block dim "
+                               f"{block_dim.value}; the struct has {ctypes.sizeof(t)} B and block_dim {t.block_dim}")
+        return t, int(key.value), int(ws.value)
 
     def tiling(self, *sizes: int):
-        """The host tiling function's result for ``sizes`` (rows, cols / N, G, D, HW / N, C, HW)."""
-        t = self.struct()
-        args = [ctypes.c_int64(int(v)) for v in (*sizes, self.hw.vector_cores, self.hw.usable_ub_bytes)]
-        status = self.tiling_fn(*args, ctypes.byref(t))
-        if status == 2:
-            raise RuntimeError(f"{self.k.symbol}: sizes {sizes}: copied rows are not whole 32-byte blocks and "
-                               f"{self.hw.product} has no DataCopyPad")
-        if status:
-            raise RuntimeError(f"{self.k.symbol}: sizes {sizes} do not fit the UB of {self.hw.product}")
+        """The host tiling for ``sizes`` (the tile input's shape: rows, cols / N, G, D, HW / N, C, HW)."""
+        tile = next(name for name, _, role in self.k.args if role == "tile")
+        t, key, ws = self.run_tiling({tile: sizes})
+        user = ws - SYSTEM_WORKSPACE_BYTES
+        if user != self.k.workspace_floats(t) * 4:
+            raise RuntimeError(f"{self.k.symbol}: the TilingFunc asks for {user} B of user workspace, the kernel "
+                               f"uses {self.k.workspace_floats(t) * 4}")
+        self.tiling_key = key
         return t
 
     def workspace_shape(self, shapes: dict) -> tuple:
-        """The GM workspace (float32 elements) the host tiling asks for, given the kernel
+        """The GM user workspace (float32 elements) the host tiling asks for, given the kernel
         shapes by tensor name: the aclnn layer gives it a slot of the caller's workspace,
-        as CANN's GetWorkspaceSize does."""
+        as CANN's GetWorkspaceSize does (the system part is the emulation's own)."""
         tile = next(name for name, _, role in self.k.args if role == "tile")
         return (max(1, self.k.workspace_floats(self.tiling(*(int(v) for v in shapes[tile])))),)
 
@@ -218,16 +260,17 @@ class EmuKernel:
             ws_ptr, ws_bytes = own.ctypes.data, own.nbytes
         tiling = np.frombuffer(bytes(t), np.uint8).copy()
         ptrs, sizes = [], []
-        for name, dtype, _ in self.k.args:
-            arr = by_name[name]
-            ptrs.append(arr.data_ptr())
-            sizes.append(int(np.prod(arr.shape)) * (2 if dtype != "float32" else 4))
+        for p in self.k.face.entry:          # CANN's order: inputs, attribute tensors, outputs
+            arr = by_name.get(p.tensor)
+            ptrs.append(arr.data_ptr() if arr is not None else None)
+            sizes.append(int(np.prod(arr.shape)) * (2 if p.dtype != "float32" else 4) if arr is not None else 0)
         ptrs += [ws_ptr, tiling.ctypes.data]
         sizes += [ws_bytes, tiling.nbytes]
         ptrs = [p if s else None for p, s in zip(ptrs, sizes)]
         argv = (ctypes.c_void_p * len(ptrs))(*ptrs)
         sizev = (ctypes.c_uint64 * len(sizes))(*sizes)
         pipe_timing.configure(self.lib, self.hw.timing)
+        self.lib.opgen_emu_set_tiling_key(ctypes.c_uint64(self.tiling_key))   # what TILING_KEY_IS sees
         rc = self.launch(t.block_dim, argv, sizev, len(ptrs))
         if rc:
             raise RuntimeError(f"AscendC emulation: {self.lib.opgen_emu_last_error().decode(errors='replace')}")

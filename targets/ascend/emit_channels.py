@@ -27,8 +27,9 @@ from tvm import s_tir
 
 from opgen.schedules.ascend import ChannelTiles
 from opgen.schedules.ascend_tiling import TEMP_TILES
-from opgen.targets.ascend.emitter import CPP_TYPE, as_float32, camel, copy_in, load_scalars, recorded_stages
-from opgen.targets.ascend.exprs import Context, EmitError, Value, emit_expr, reduction_body, row_sums, stored_value
+from opgen.targets.ascend.emitter import CPP_TYPE, as_float32, camel, copy_in, copy_out, load_scalars, recorded_stages
+from opgen.targets.ascend.emit_groups import scalar_reads_after_load
+from opgen.targets.ascend.exprs import Context, EmitError, Value, emit_expr, reduction_body, row_sums, stored_value, sync
 
 CHANNEL_FIELDS = ("N", "C", "HW", "tasks", "block_dim", "block_factor", "ub_rows", "ub_cols", "pitch", "mode",
                   "ub_chans", "work")
@@ -47,6 +48,7 @@ class ChannelKernel:
     pad: bool = True           # the product has DataCopyPad (else per-call values are GM reads)
     fields = CHANNEL_FIELDS
     pattern = "channels"
+    modes = CHANNEL_MODES
 
     @property
     def struct(self) -> str:
@@ -164,14 +166,19 @@ def tile_fns(k: ChannelKernel) -> list[str]:
             raise EmitError(f"{name}: an elementwise output of the channel pattern that is not a tile")
         target, ty = blk.body.buffer.name, CPP_TYPE[dtype]
         out += [f"    {line}" for line in ctx.lines]
-        out += [f"    {{ LocalTensor<{ty}> o = out_{target}_.AllocTensor<{ty}>();",
-                f"      DataCopy(o, {value.text}, n * P);" if dtype == "float32" else
-                f"      Cast(o, {value.text}, RoundMode::CAST_RINT, n * P);",
-                f"      out_{target}_.EnQue(o); o = out_{target}_.DeQue<{ty}>();",
-                f"      DataCopyPad(g_{target}_[{GM_AT}], o, {_copy('n', 'len', f'sizeof({ty})', False)});",
-                f"      out_{target}_.FreeTensor(o); }}"]
+        out += copy_out(value.text, dtype, f"out_{target}_", f"g_{target}_[{GM_AT}]",
+                        _copy('n', 'len', f'sizeof({ty})', False), "n * P", k.face.round_mode(dtype))
     out.append("}")
     return out
+
+
+def _store_events(k, when: str) -> list[str]:
+    """The events around StoreChans: before, the copy-out (MTE3) of float32 outputs and the
+    Cast (V) of the others wait for the scalar pipe's SetValue; after, the next chunk's
+    SetValue waits for them."""
+    dtypes = {d for _, d in k.ops.chan_outs}
+    pipes = (["MTE3"] if "float32" in dtypes else []) + (["V"] if dtypes - {"float32"} else [])
+    return [f"S_{p}" if when == "S" else f"{p}_S" for p in pipes]
 
 
 def chan_fns(k: ChannelKernel) -> list[str]:
@@ -183,10 +190,11 @@ def chan_fns(k: ChannelKernel) -> list[str]:
     for name, d in k.ops.chans_in:
         out += copy_in(name, d, "c0", f"DataCopyExtParams(1, nc * sizeof({CPP_TYPE[d]}), 0, 0, 0)")
         out.append(as_float32(f"cf_{name}_", name, d, "nc"))
-    out += ["    PipeBarrier<PIPE_ALL>();", "    (void)c0; (void)nc;", "}", "__aicore__ inline void FreeChans() {"]
+    out += scalar_reads_after_load(k.ops.chans_in)
+    out += ["    (void)c0; (void)nc;", "}", "__aicore__ inline void FreeChans() {"]
     out += [f"    in_{name}_.FreeTensor(q_{name}_);" for name, _ in k.ops.chans_in]
     out += ["}", "__aicore__ inline void StoreChans(int64_t c0, int32_t nc) {",
-            "    PipeBarrier<PIPE_ALL>();    // the channels' SetValue (S) before the copy-out or Cast",
+            f"    {sync(*_store_events(k, 'S'))}   // the channels' SetValue (S) before the copy-out or Cast",
             "    (void)c0; (void)nc;"]
     for name, d in k.ops.chan_outs:
         ty, one = CPP_TYPE[d], f"DataCopyExtParams(1, nc * sizeof({CPP_TYPE[d]}), 0, 0, 0)"
@@ -194,11 +202,11 @@ def chan_fns(k: ChannelKernel) -> list[str]:
             out.append(f"    DataCopyPad(g_{name}_[c0], co_{name}_t_, {one});")
             continue
         out += [f"    {{ LocalTensor<{ty}> o = out_{name}_.AllocTensor<{ty}>();",
-                f"      Cast(o, co_{name}_t_, RoundMode::CAST_RINT, nc);",
+                f"      Cast(o, co_{name}_t_, RoundMode::{k.face.round_mode(d)}, nc);",
                 f"      out_{name}_.EnQue(o); o = out_{name}_.DeQue<{ty}>();",
                 f"      DataCopyPad(g_{name}_[c0], o, {one});", f"      out_{name}_.FreeTensor(o); }}"]
     # The copy-out (MTE3) reads the staging vectors the next chunk's SetValue (S) overwrites.
-    out += ["    PipeBarrier<PIPE_ALL>();", "}", "__aicore__ inline void BeginChannel(int32_t i) {", "    (void)i;"]
+    out += [f"    {sync(*_store_events(k, 'after'))}", "}", "__aicore__ inline void BeginChannel(int32_t i) {", "    (void)i;"]
     out += [f"    s_{name} = cf_{name}_.GetValue(i);" for name, _ in k.ops.chans_in]
     out += [f"    s_{name} = 0.0f;" for name in k.ops.sums]
     out += ["}", "__aicore__ inline void EndChannel(int32_t i) {", "    (void)i;"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from opgen.schedules.ascend_tiling import row_buffers
 from opgen.targets.ascend.emitter import (CPP_TYPE, MODES, RowKernel, _column_sum_fns, _init, _load_fns,
                                           _members, _outputs_fn, _row_stage_fn, kernel_file)
-from opgen.targets.ascend.exprs import Context, emit_expr
+from opgen.targets.ascend.exprs import Context, emit_expr, sync
 
 ONE = "DataCopyExtParams(1, len * 4, 0, 0, 0)"
 
@@ -32,7 +32,7 @@ def _begin_sums(k: RowKernel) -> list[str]:
         out.append(f"    Duplicate(acc_{n}_t_, 0.0f, P);")
     if not k.ops.col_sums:
         return out + ["    (void)split_d; (void)P;", "}"]
-    out.append("    PipeBarrier<PIPE_ALL>();")
+    out.append(f"    {sync('V_MTE3')}   // the zeros are copied out below")
     if k.knobs.get("sums") == "atomic":
         out.append("    if (core_ == 0) {")
         out.append("        for (int64_t c0 = 0; c0 < t_.cols; c0 += P) { int32_t len = t_.cols - c0 < P ? t_.cols - c0 : P;")
@@ -52,7 +52,7 @@ def _end_sums(k: RowKernel) -> list[str]:
     out = ["__aicore__ inline void EndSums(bool split_d) {", "    const int32_t P = t_.pitch; (void)P; (void)split_d;"]
     if not k.ops.col_sums:
         return out + ["}"]
-    out.append("    PipeBarrier<PIPE_ALL>();")
+    out.append(f"    {sync('V_MTE3')}   // the copy-out reads the accumulators the vector pipe added")
     if k.knobs.get("sums") == "atomic":
         out += ["    if (!split_d) {", "        const int32_t len = t_.cols;", "        SetAtomicAdd<float>();"]
         out += [f"        DataCopyPad({_atomic_target(k, n, '0')}, acc_{n}_t_, {ONE});" for n, _ in k.ops.col_sums]
@@ -69,7 +69,7 @@ def _final_sums(k: RowKernel) -> list[str]:
     """The final pass: core c owns a slice of the columns and, per column sum, adds the
     block_dim partials of its slice in core order (the same order on every run and machine;
     atomic: reads the one workspace row of each accumulator), then writes the sum's outputs:
-    the sum itself, or each cast's output rounded from it (CAST_RINT, as TVM rounds)."""
+    the sum itself, or each cast's output rounded from it (in the op's CANN round mode: CannFace.round_mode)."""
     atomic = k.knobs.get("sums") == "atomic"
     summed = [(n, d) for n, d in k.ops.col_sums if not atomic or n in k.ops.accumulators]
     if not summed:
@@ -83,21 +83,21 @@ def _final_sums(k: RowKernel) -> list[str]:
     for n, d in summed:
         out += ["        Duplicate(tmp0_t_, 0.0f, P);",
                 f"        for (int64_t c = 0; c < {'1' if atomic else 't_.block_dim'}; ++c) {{",
-                "            PipeBarrier<PIPE_ALL>();",
+                f"            {sync('V_MTE2')}   // the copy-in overwrites what the last Add read",
                 f"            DataCopyPad(tmp1_t_, g_ws_[{k.ws_row(n, 'c')} * t_.ws_pitch + c0], {ONE}, "
                 "DataCopyPadExtParams<float>(false, 0, 0, 0));",
-                "            PipeBarrier<PIPE_ALL>();",
+                f"            {sync('MTE2_V')}",
                 "            Add(tmp0_t_, tmp0_t_, tmp1_t_, len);",
-                "        }",
-                "        PipeBarrier<PIPE_ALL>();"]
+                "        }"]
         outputs = casts.get(n, []) if n in k.ops.accumulators else [(n, d)]
         for target, dtype in outputs:
             if dtype == "float32":   # the copy-out reads tmp0 before the next column chunk reuses it
-                out += [f"        DataCopyPad(g_{target}_[c0], tmp0_t_, {ONE});", "        PipeBarrier<PIPE_ALL>();"]
+                out += [f"        {sync('V_MTE3')}", f"        DataCopyPad(g_{target}_[c0], tmp0_t_, {ONE});",
+                        f"        {sync('MTE3_V')}"]
                 continue
             ty = CPP_TYPE[dtype]
             out += [f"        {{ LocalTensor<{ty}> o = out_{target}_.AllocTensor<{ty}>();",
-                    "          Cast(o, tmp0_t_, RoundMode::CAST_RINT, P);",
+                    f"          Cast(o, tmp0_t_, RoundMode::{k.face.round_mode(dtype)}, P);",
                     f"          out_{target}_.EnQue(o); o = out_{target}_.DeQue<{ty}>();",
                     f"          DataCopyPad(g_{target}_[c0], o, DataCopyExtParams(1, len * sizeof({ty}), 0, 0, 0));",
                     f"          out_{target}_.FreeTensor(o); }}"]
@@ -133,13 +133,20 @@ def _tail_calls(k: RowKernel, direct: str) -> list[str]:
 
 
 def _process(k: RowKernel) -> list[str]:
+    # Double buffering: with two buffers per tile queue, pass p+1's copy-in (MTE2) is issued
+    # before pass p's compute (V), so the two overlap; with one, after pass p frees it.
     split_n = ["__aicore__ inline void SplitN() {", "    BeginSums(false);", "    LoadCols(0, t_.cols);",
+               "    if (nrows_ > 0) IssueTiles(row0_, 0, nrows_ < t_.ub_rows ? nrows_ : t_.ub_rows, t_.cols);",
                "    for (int64_t p = 0; p < nrows_; p += t_.ub_rows) {",
                "        const int32_t n = nrows_ - p < t_.ub_rows ? nrows_ - p : t_.ub_rows;",
-               "        const int64_t r0 = row0_ + p, c0 = 0;", "        const int32_t len = t_.cols;",
-               "        LoadRows(r0, n); LoadTiles(r0, 0, n, len);"]
+               "        const int64_t r0 = row0_ + p, c0 = 0, pn = p + t_.ub_rows;",
+               "        const int32_t len = t_.cols, nn = nrows_ - pn < t_.ub_rows ? nrows_ - pn : t_.ub_rows;",
+               "        LoadRows(r0, n); TakeTiles(n);",
+               "        if (BUFFER_NUM > 1 && pn < nrows_) IssueTiles(row0_ + pn, 0, nn, len);"]
     split_n += [f"        {c}" for c in _stage_calls(k, False) + _tail_calls(k, "false")]
-    split_n += ["        FreeTiles(); FreeRows();", "    }", "    FreeCols();", "    EndSums(false);", "}"]
+    split_n += ["        FreeTiles(); FreeRows();",
+                "        if (BUFFER_NUM == 1 && pn < nrows_) IssueTiles(row0_ + pn, 0, nn, len);", "    }",
+                "    FreeCols();", "    EndSums(false);", "}"]
     split_d = ["__aicore__ inline void SplitD() {", "    BeginSums(true);",
                "    for (int64_t r0 = row0_; r0 < row0_ + nrows_; ++r0) {", "        const int32_t n = 1;",
                "        LoadRows(r0, n);"]

@@ -22,9 +22,9 @@ from tvm import s_tir
 
 from opgen.schedules.ascend import GroupTiles
 from opgen.schedules.ascend_tiling import TEMP_TILES
-from opgen.targets.ascend.emitter import CPP_TYPE, as_float32, camel, copy_in, copy_params, recorded_stages
+from opgen.targets.ascend.emitter import CPP_TYPE, as_float32, camel, copy_in, copy_out, copy_params, recorded_stages
 from opgen.targets.ascend.exprs import (Context, EmitError, Value, emit_expr, load_name, reduction_body, row_sums,
-                                        stored_value)
+                                        stored_value, sync)
 
 GROUP_FIELDS = ("N", "G", "D", "HW", "tasks", "block_dim", "block_factor", "ub_rows", "ub_cols", "pitch", "mode",
                 "ws_pitch", "work")
@@ -43,6 +43,7 @@ class GroupKernel:
     pad: bool = True           # the product has DataCopyPad (else per-task values are GM reads)
     fields = GROUP_FIELDS
     pattern = "groups"
+    modes = GROUP_MODES
 
     @property
     def struct(self) -> str:
@@ -136,12 +137,22 @@ def _copy(k_rows: str, length: str, itemsize: str, to_ub: bool) -> str:
 
 
 def _tile_fns(k: GroupKernel) -> list[str]:
-    out = ["__aicore__ inline void LoadTiles(int64_t task, int64_t d0, int32_t n, int64_t h0, int32_t len) {",
-           "    const int32_t P = t_.pitch;"]
+    # IssueTiles starts a pass's copy-in, TakeTiles waits for it: the whole-group modes issue
+    # the next task's tiles before computing this one (double buffering).
+    out = ["__aicore__ inline void IssueTiles(int64_t task, int64_t d0, int32_t n, int64_t h0, int32_t len) {",
+           "    const int32_t P = t_.pitch; (void)P;"]
     for name, d in k.ops.tiles_in:
-        out += copy_in(name, d, "(task * t_.D + d0) * t_.HW + h0", _copy("n", "len", f"sizeof({CPP_TYPE[d]})", True))
+        ty = CPP_TYPE[d]
+        out += [f"    {{ LocalTensor<{ty}> a = in_{name}_.AllocTensor<{ty}>();",
+                f"      DataCopyPad(a, g_{name}_[(task * t_.D + d0) * t_.HW + h0], "
+                f"{_copy('n', 'len', f'sizeof({ty})', True)}, DataCopyPadExtParams<{ty}>(false, 0, 0, 0));",
+                f"      in_{name}_.EnQue(a); }}"]
+    out += ["}", "__aicore__ inline void TakeTiles(int32_t n) {", "    const int32_t P = t_.pitch; (void)P; (void)n;"]
+    for name, d in k.ops.tiles_in:
+        out.append(f"    q_{name}_ = in_{name}_.DeQue<{CPP_TYPE[d]}>();")
         out.append(as_float32(f"v_{name}_", name, d, "n * P"))
-    out += ["}", "__aicore__ inline void FreeTiles() {"]
+    out += ["}", "__aicore__ inline void LoadTiles(int64_t task, int64_t d0, int32_t n, int64_t h0, int32_t len) {",
+            "    IssueTiles(task, d0, n, h0, len);", "    TakeTiles(n);", "}", "__aicore__ inline void FreeTiles() {"]
     out += [f"    in_{name}_.FreeTensor(q_{name}_);" for name, _ in k.ops.tiles_in]
     out.append("}")
     tile_blk = next(b for _, r, b in k.stages if r == "tile")
@@ -154,13 +165,16 @@ def _tile_fns(k: GroupKernel) -> list[str]:
     target, ty = tile_blk.body.buffer.name, CPP_TYPE[dtype]
     out += ["__aicore__ inline void Outputs(int64_t task, int64_t d0, int32_t n, int64_t h0, int32_t len) {",
             "    const int32_t P = t_.pitch;"] + [f"    {line}" for line in ctx.lines]
-    out += [f"    LocalTensor<{ty}> o = out_{target}_.AllocTensor<{ty}>();",
-            f"    DataCopy(o, {value.text}, n * P);" if dtype == "float32" else
-            f"    Cast(o, {value.text}, RoundMode::CAST_RINT, n * P);",
-            f"    out_{target}_.EnQue(o); o = out_{target}_.DeQue<{ty}>();",
-            f"    DataCopyPad(g_{target}_[(task * t_.D + d0) * t_.HW + h0], o, {_copy('n', 'len', f'sizeof({ty})', False)});",
-            f"    out_{target}_.FreeTensor(o);", "}"]
+    out += copy_out(value.text, dtype, f"out_{target}_", f"g_{target}_[(task * t_.D + d0) * t_.HW + h0]",
+                    _copy('n', 'len', f'sizeof({ty})', False), "n * P", k.face.round_mode(dtype)) + ["}"]
     return out
+
+
+def scalar_reads_after_load(chans_in) -> list[str]:
+    """The scalar pipe reads the loaded channel vectors (GetValue): wait for the copy-in
+    (MTE2) of float32 ones, read in place, and for the Cast (V) of the others."""
+    events = sorted({"MTE2_S" if d == "float32" else "V_S" for _, d in chans_in})
+    return [f"    {sync(*events)}   // the scalar pipe reads the loaded channels"] if events else []
 
 
 def _task_fns(k: GroupKernel) -> list[str]:
@@ -178,8 +192,11 @@ def _task_fns(k: GroupKernel) -> list[str]:
     for name, d in k.ops.chans_in:
         out += copy_in(name, d, "g * t_.D", f"DataCopyExtParams(1, t_.D * sizeof({CPP_TYPE[d]}), 0, 0, 0)")
         out.append(as_float32(f"cf_{name}_", name, d, "t_.D"))
-    out.append("    PipeBarrier<PIPE_ALL>();")
-    out += [f"    for (int32_t i = 0; i < t_.D; ++i) chan_{s}_t_.SetValue(i, 0.0f);" for s in k.ops.chan_stages]
+    out += scalar_reads_after_load(k.ops.chans_in)
+    if k.ops.chan_stages:       # zero the per-channel sums with one vector op each, not D scalar stores
+        out.append(f"    {sync('S_V')}   // the scalar pipe's last accesses to them come first")
+        out += [f"    Duplicate(chan_{s}_t_, 0.0f, t_.D);" for s in k.ops.chan_stages]
+        out.append(f"    {sync('V_S')}   // the scalar pipe adds into them next")
     out += ["}", "__aicore__ inline void FreeTask() {"]
     out += [f"    in_{name}_.FreeTensor(q_{name}_);" for name, _ in k.ops.chans_in]
     out += ["}", "__aicore__ inline void TaskStages() {"]

@@ -8,10 +8,10 @@ schedules/ascend_tiling.plan_groups, compared with it by the tests).
 from __future__ import annotations
 
 from opgen.schedules.ascend_tiling import group_buffers, itemsize
-from opgen.targets.ascend.emit_groups import (GROUP_FIELDS, GROUP_MODES, GroupKernel, _chan_stage_fn, _context,
+from opgen.targets.ascend.emit_groups import (GROUP_MODES, GroupKernel, _chan_stage_fn, _context,
                                               _names, _task_fns, _tile_fns)
 from opgen.targets.ascend.emitter import CPP_TYPE, kernel_file
-from opgen.targets.ascend.exprs import EmitError, emit_expr, load_name, reduction_body
+from opgen.targets.ascend.exprs import EmitError, emit_expr, load_name, reduction_body, sync
 
 GM_SIZE = {"tile": "t_.N * t_.G * t_.D * t_.HW", "task": "t_.N * t_.G", "chan": "t_.G * t_.D"}
 
@@ -67,9 +67,10 @@ def _sum_fns(k: GroupKernel) -> list[str]:
         acc = f"acc_{blk.body.buffer.name}_t_"
         row = f"({index} * t_.G + g)" if atomic else f"({index} * t_.tasks + task)"
         out += [f"    for (int32_t i = 0; i < t_.D; ++i) {acc}.SetValue(i, {value.text});",
-                "    PipeBarrier<PIPE_ALL>();"]
+                f"    {sync('S_MTE3')}   // the copy-out reads what the scalar pipe wrote"]
         copy = f"DataCopyPad(g_ws_[{row} * t_.ws_pitch], {acc}, DataCopyExtParams(1, t_.D * 4, 0, 0, 0));"
         out += (["    SetAtomicAdd<float>();", f"    {copy}", "    SetAtomicNone();"] if atomic else [f"    {copy}"])
+        out.append(f"    {sync('MTE3_S')}   // the next task's SetValue overwrites what the copy-out read")
         index += 1
     out.append("}")
     return out + _final_fn(k, atomic)
@@ -93,21 +94,22 @@ def _final_fn(k: GroupKernel, atomic: bool) -> list[str]:
         # The previous group's copy-out (MTE3) still reads the accumulator the Duplicate (V)
         # overwrites: a core with more than one group, and no partial rows in between (N
         # of 0, an empty HxW) to put a barrier there, raced (the emulation's WAR check).
-        out += ["        PipeBarrier<PIPE_ALL>();",
+        out += [f"        {sync('MTE3_V')}",
                 f"        Duplicate({acc}, 0.0f, t_.D);",
                 f"        for (int64_t r = 0; r < {rows}; ++r) {{",
-                "            PipeBarrier<PIPE_ALL>();",
+                f"            {sync('V_MTE2')}   // the copy-in overwrites what the last Add read",
                 f"            DataCopyPad({part}, g_ws_[{row} * t_.ws_pitch], DataCopyExtParams(1, t_.D * 4, 0, 0, 0), "
                 "DataCopyPadExtParams<float>(false, 0, 0, 0));",
-                "            PipeBarrier<PIPE_ALL>();",
+                f"            {sync('MTE2_V')}",
                 f"            Add({acc}, {acc}, {part}, t_.D);",
-                "        }", "        PipeBarrier<PIPE_ALL>();"]
+                "        }", f"        {sync('V_MTE3')}   // the copy-out reads the sum"]
         if name in arg_names:
             out.append(f"        DataCopyPad(g_{name}_[g * t_.D], {acc}, DataCopyExtParams(1, t_.D * 4, 0, 0, 0));")
         for target in casts.get(name, []):
-            ty = CPP_TYPE[dict((n, d) for n, d, _ in k.args)[target]]
+            dtype = dict((n, d) for n, d, _ in k.args)[target]
+            ty = CPP_TYPE[dtype]
             out += [f"        {{ LocalTensor<{ty}> o = out_{target}_.AllocTensor<{ty}>();",
-                    f"          Cast(o, {acc}, RoundMode::CAST_RINT, t_.D);",
+                    f"          Cast(o, {acc}, RoundMode::{k.face.round_mode(dtype)}, t_.D);",
                     f"          out_{target}_.EnQue(o); o = out_{target}_.DeQue<{ty}>();",
                     f"          DataCopyPad(g_{target}_[g * t_.D], o, DataCopyExtParams(1, t_.D * sizeof({ty}), 0, 0, 0));",
                     f"          out_{target}_.FreeTensor(o); }}"]
@@ -125,7 +127,9 @@ def _process(k: GroupKernel) -> list[str]:
     body = (["__aicore__ inline void Task(int64_t task) {", "    const int64_t g = task % t_.G;",
              "    LoadTask(task, g);", f"    if (t_.mode == {GROUP_MODES['group']} || t_.mode == {GROUP_MODES['hw1']}) {{",
              "        const int64_t d0 = 0, h0 = 0; const int32_t n = t_.D, len = t_.HW;",
-             "        LoadTiles(task, d0, n, h0, len);"]
+             "        if (BUFFER_NUM == 1 || task == task0_) IssueTiles(task, d0, n, h0, len);",
+             "        TakeTiles(n);",
+             "        if (BUFFER_NUM > 1 && task + 1 < task0_ + ntasks_) IssueTiles(task + 1, d0, n, h0, len);"]
             + [f"        {c}" for c in chan_calls] + ["        TaskStages();", "        Outputs(task, d0, n, h0, len);",
                                                      "        FreeTiles();", "    } else {"]
             + [f"        {line}" for line in loop] + [f"                {c}" for c in chan_calls]
@@ -137,9 +141,9 @@ def _process(k: GroupKernel) -> list[str]:
     if atomic:
         zero = ["    if (core_ == 0) {", "        for (int64_t g = 0; g < t_.G; ++g) {"]
         for index, (name, _) in enumerate(k.ops.chan_sums):
-            zero += [f"            Duplicate(acc_{name}_t_, 0.0f, t_.D);", "            PipeBarrier<PIPE_ALL>();",
+            zero += [f"            Duplicate(acc_{name}_t_, 0.0f, t_.D);", f"            {sync('V_MTE3')}",
                      f"            DataCopyPad(g_ws_[({index} * t_.G + g) * t_.ws_pitch], acc_{name}_t_, "
-                     "DataCopyExtParams(1, t_.D * 4, 0, 0, 0));"]
+                     "DataCopyExtParams(1, t_.D * 4, 0, 0, 0));", f"            {sync('MTE3_V')}"]
         zero += ["        }", "    }", "    SyncAll();"]
     main = (["__aicore__ inline void Process() {"] + zero
             + ["    for (int64_t task = task0_; task < task0_ + ntasks_; ++task) Task(task);",
@@ -193,15 +197,6 @@ extern "C" int KERNEL_tiling(int64_t N, int64_t G, int64_t D, int64_t HW, int64_
     return 0;
 }
 """
-
-
-def group_tiling_header(k: GroupKernel) -> str:
-    guard = f"OPGEN_{k.symbol.upper()}_TILING_H"
-    fields = "\n".join(f"    int64_t {f};" for f in GROUP_FIELDS)
-    return (f"// Generated by opgen: the tiling of {k.symbol} (group pattern). Do not edit.\n"
-            f"#ifndef {guard}\n#define {guard}\n#include <cstdint>\n\nstruct {k.struct} {{\n{fields}\n}};\n\n"
-            f"extern \"C\" int {k.symbol}_tiling(int64_t N, int64_t G, int64_t D, int64_t HW, int64_t cores,\n"
-            f"                                  int64_t ub_bytes, {k.struct}* t);\n\n#endif  // {guard}\n")
 
 
 def group_tiling_source(k: GroupKernel, hw) -> str:

@@ -233,16 +233,28 @@ def stored_value(store) -> tuple[object, str]:
     return value, str(store.buffer.dtype)
 
 
+def sync(*events: str) -> str:
+    """One SetFlag/WaitFlag pair per HardEvent name ("V_S": the scalar pipe waits for the
+    vector pipe's earlier work): the printed kernels synchronise exactly the pipes that
+    depend on each other (OpgenSync is defined in every kernel file, targets/ascend/emitter.py)."""
+    return " ".join(f"OpgenSync<HardEvent::{e}>();" for e in events)
+
+
+# Before a row reduction: the tile it reads was computed by earlier vector ops (in-order on
+# the V pipe, ordered explicitly as CANN's kernels do) and per-row values the scalar pipe set.
+BEFORE_REDUCE = "PipeBarrier<PIPE_V>(); " + "OpgenSync<HardEvent::S_V>();"
+
+
 def row_extremes(tile: str, kind: str, fold) -> list[str]:
     """Like row_sums for max/min: one ReduceMax/ReduceMin per row (the value at [0] of
     reduce_work_t_, its index unused; partials in reduce_work_t_[8..])."""
     api = "ReduceMax" if kind == "max" else "ReduceMin"
-    return ["PipeBarrier<PIPE_ALL>();",
+    return [BEFORE_REDUCE,
             "for (int32_t i = 0; i < n; ++i) {",
             f"    {api}<float>(reduce_work_t_, {tile}[i * P], reduce_work_t_[8], len);",
-            "    PipeBarrier<PIPE_ALL>();",
+            f"    {sync('V_S')}   // the scalar pipe reads the result",
             f"    {fold('i', 'reduce_work_t_.GetValue(0)')}",
-            "    PipeBarrier<PIPE_ALL>();",
+            f"    {sync('S_V')}   // the next reduction overwrites what the scalar pipe read",
             "}"]
 
 
@@ -253,21 +265,21 @@ def row_sums(tile: str, add_to) -> list[str]:
     WholeReduceSum, one repeat per row and at most 255 repeats per call; longer rows through
     ReduceSum, one call per row (its per-repeat partials in reduce_work_t_[8..])."""
     return [
-        "PipeBarrier<PIPE_ALL>();",
+        BEFORE_REDUCE,
         "if (P * 4 <= 256) {",
         "    for (int32_t r0 = 0; r0 < n; r0 += 255) {",
         "        const int32_t m = n - r0 < 255 ? n - r0 : 255;",
         f"        WholeReduceSum<float>(reduce_work_t_, {tile}[r0 * P], len, m, 1, 1, P / 8);",
-        "        PipeBarrier<PIPE_ALL>();",
+        f"        {sync('V_S')}   // the scalar pipe reads the sums",
         f"        for (int32_t j = 0; j < m; ++j) {{ {add_to('r0 + j', 'reduce_work_t_.GetValue(j)')} }}",
-        "        PipeBarrier<PIPE_ALL>();",
+        f"        {sync('S_V')}   // the next reduction overwrites what the scalar pipe read",
         "    }",
         "} else {",
         "    for (int32_t i = 0; i < n; ++i) {",
         f"        ReduceSum<float>(reduce_work_t_, {tile}[i * P], reduce_work_t_[8], len);",
-        "        PipeBarrier<PIPE_ALL>();",
+        f"        {sync('V_S')}   // the scalar pipe reads the sum",
         f"        {add_to('i', 'reduce_work_t_.GetValue(0)')}",
-        "        PipeBarrier<PIPE_ALL>();",
+        f"        {sync('S_V')}   // the next reduction overwrites what the scalar pipe read",
         "    }",
         "}",
     ]

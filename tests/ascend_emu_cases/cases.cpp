@@ -21,7 +21,8 @@ enum Mode {
     RESET_REUSE, STALE_AFTER_RESET, DATACOPY_PARAMS, FAIL_WHILE_OTHERS_WAIT, FAIL_WHILE_OTHERS_WORK,
     WAR_MTE3_V, WAR_SYNCED, DATACOPY_ZERO, DATACOPYPAD_ZERO, ALLOC_ALL_IN_USE, DOUBLE_FREE,
     FOREIGN_FREE, TBUF_GET_OVER, TBUF_OFFSET_MISALIGNED, SUBTENSOR_OVER, SETVALUE_UNFLUSHED,
-    SETVALUE_FLUSHED, MTE2_OVERLAP, MTE2_OVERLAP_BARRIER, MTE3_OVERLAP,
+    SETVALUE_FLUSHED, MTE2_OVERLAP, MTE2_OVERLAP_BARRIER, MTE3_OVERLAP, RAW_WORKSPACE,
+    WRONG_EVENT, WRONG_EVENT_WAR, MTE3_V_THEN_MTE2_GM,
 };
 
 struct Ctx {
@@ -151,7 +152,35 @@ static void vector_violations(TPipe& pipe, Ctx& c, int mode) {
     } else if (mode == MISSING_PIPE_SYNC) {
         DataCopy(t, c.in, c.n);  // MTE2 writes, V reads: needs SetFlag/WaitFlag<MTE2_V>
         Muls(t, t, 2.0f, c.n);
+    } else if (mode == WRONG_EVENT) {
+        DataCopy(t, c.in, c.n);  // MTE2 writes; the event orders MTE3, not V, after it
+        SetFlag<HardEvent::MTE2_MTE3>(0);
+        WaitFlag<HardEvent::MTE2_MTE3>(0);
+        Muls(t, t, 2.0f, c.n);
+    } else if (mode == WRONG_EVENT_WAR) {
+        SetFlag<HardEvent::MTE2_V>(0);
+        WaitFlag<HardEvent::MTE2_V>(0);
+        Muls(t, t, 2.0f, c.n);   // V reads t; the event orders MTE3 (not MTE2) after the read
+        SetFlag<HardEvent::V_MTE3>(0);
+        WaitFlag<HardEvent::V_MTE3>(0);
+        DataCopy(t, c.in, c.n);
     }
+}
+
+// MTE3 writes GM, then MTE2 reads it back into another buffer after a WaitFlag<MTE3_V>: the
+// event orders V, not MTE2, after the write (the read-back needs MTE3_MTE2).
+static void gm_readback_wrong_event(TPipe& pipe, Ctx& c) {
+    TBuf<TPosition::VECCALC> a, b;
+    pipe.InitBuffer(a, c.n * sizeof(float));
+    pipe.InitBuffer(b, c.n * sizeof(float));
+    LocalTensor<float> ta = a.Get<float>(), tb = b.Get<float>();
+    DataCopy(ta, c.in, c.n);
+    SetFlag<HardEvent::MTE2_MTE3>(0);
+    WaitFlag<HardEvent::MTE2_MTE3>(0);
+    DataCopy(c.out, ta, c.n);
+    SetFlag<HardEvent::MTE3_V>(0);
+    WaitFlag<HardEvent::MTE3_V>(0);
+    DataCopy(tb, c.out, c.n);
 }
 
 static void ub_violations(TPipe& pipe, int mode) {
@@ -472,13 +501,18 @@ extern "C" __global__ __aicore__ void emu_case(GM_ADDR in, GM_ADDR out, GM_ADDR 
     c.n = t.n;
     c.in.SetGlobalBuffer((__gm__ float*)in, t.n);
     c.out.SetGlobalBuffer((__gm__ float*)out);
-    c.ws.SetGlobalBuffer((__gm__ float*)ws);
+    // CANN's workspace argument starts with the system workspace: the user part comes from
+    // GetUserWorkspace (RAW_WORKSPACE binds the raw argument, as a kernel that forgets it would).
+    GM_ADDR user_ws = t.mode == RAW_WORKSPACE ? ws : GetUserWorkspace(ws);
+    if (user_ws) c.ws.SetGlobalBuffer((__gm__ float*)user_ws);
     TPipe pipe;
     switch (t.mode) {
         case OVER_UB: case TOO_MANY_BUFFERS: ub_violations(pipe, t.mode); break;
         case MISALIGNED_UB: case RAGGED_DATACOPY: case GM_OVERRUN: case SETGLOBAL_OVERRUN: case DATACOPY_ZERO:
         case DATACOPYPAD_ZERO:
             copy_violations(pipe, c, t.mode); break;
+        case MTE3_V_THEN_MTE2_GM: gm_readback_wrong_event(pipe, c); break;
+        case WRONG_EVENT: case WRONG_EVENT_WAR:
         case REPEAT_OVER_255: case MISSING_PIPE_SYNC: case REPEAT_STRIDE_OVERRUN: case PARTIAL_OVERLAP:
         case DOUBLE_WRITE: case MASK_RANGE: case CAST_BAD_MODE: vector_violations(pipe, c, t.mode); break;
         case HALF_FORMS: half_forms(pipe, c); break;

@@ -38,7 +38,16 @@ from opgen.ops.batch_norm_backward.kernel import (  # noqa: F401  (re-exported)
     output_shapes, random_inputs)
 from opgen.ops.batch_norm_backward.model import MODEL
 from opgen.ops.batch_norm_backward.peers import CASES, PEERS
-from opgen.ops.spec import OpSpec
+from opgen.ops.spec import CannAttr, CannOp, OpSpec
+
+# CANN's OpDef of this op: names, order and attributes as ops-nn defines them.
+CANN = CannOp("BatchNormGradV3",
+              inputs=(("dy", "dy"), ("x", "x"), ("weight", "weight"), ("running_mean", "running_mean"),
+                      ("running_var", "running_var"), ("save_mean", "save_mean"), ("save_rstd", "save_invstd")),
+              outputs=(("dx", "dx"), ("dweight", "dweight"), ("dbias", "dbias")),
+              attrs=(CannAttr("is_training", "Bool", True, tensor="training"),
+                     CannAttr("epsilon", "Float", 1e-5, tensor="eps"), CannAttr("version", "Int", 0)),
+              source="ops-nn norm/batch_norm_grad_v3/op_host/batch_norm_grad_v3_def.cpp")
 
 SPEC = OpSpec(
     name="batch_norm_backward",
@@ -60,5 +69,6 @@ SPEC = OpSpec(
     peers=PEERS,
     cases=CASES,
     package=__name__,
+    cann=CANN,
     flops_per_element=10,   # counted from the TE stages: two channel sums (1 + 3), dx (6)
 )

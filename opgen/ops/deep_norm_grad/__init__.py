@@ -39,7 +39,14 @@ from opgen.ops.deep_norm_grad.kernel import (  # noqa: F401  (re-exported)
     kernel_shapes, output_shapes, random_inputs)
 from opgen.ops.deep_norm_grad.model import MODEL
 from opgen.ops.deep_norm_grad.peers import CASES, PEERS
-from opgen.ops.spec import OpSpec
+from opgen.ops.spec import CannAttr, CannOp, OpSpec
+
+# CANN's OpDef of this op: names, order and attributes as ops-nn defines them.
+CANN = CannOp("DeepNormGrad",
+              inputs=(("dy", "dy"), ("x", "x"), ("gx", "gx"), ("gamma", "gamma"), ("mean", "mean"), ("rstd", "rstd")),
+              outputs=(("dx", "dx"), ("dgx", "dgx"), ("dbeta", "dbeta"), ("dgamma", "dgamma")),
+              attrs=(CannAttr("alpha", "Float", 0.3, tensor="alpha"),),
+              source="ops-nn norm/deep_norm_grad/op_host/deep_norm_grad_def.cpp")
 
 SPEC = OpSpec(
     name="deep_norm_grad",
@@ -61,6 +68,7 @@ SPEC = OpSpec(
     peers=PEERS,
     cases=CASES,
     package=__name__,
+    cann=CANN,
     # counted from the TE stages per element of dy, tmpone and tmptwo formed once: tmpone (1),
     # tmptwo (3), the two row sums (3), dgx (4), dx (1), dbeta (1), dgamma (3)
     flops_per_element=16,

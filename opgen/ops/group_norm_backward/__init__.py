@@ -36,7 +36,17 @@ from opgen.ops.group_norm_backward.kernel import (  # noqa: F401  (re-exported)
     kernel_args, kernel_shapes, output_shapes, random_inputs)
 from opgen.ops.group_norm_backward.model import MODEL
 from opgen.ops.group_norm_backward.peers import CASES, PEERS
-from opgen.ops.spec import OpSpec
+from opgen.ops.spec import CannAttr, CannOp, OpSpec
+
+# CANN's OpDef of this op: names, order and attributes as ops-nn defines them.
+CANN = CannOp("GroupNormGrad",
+              inputs=(("dy", "dy"), ("mean", "mean"), ("rstd", "rstd"), ("x", "x"), ("gamma", "gamma")),
+              outputs=(("dx", "dx"), ("dgamma", "dgamma"), ("dbeta", "dbeta")),
+              attrs=(CannAttr("num_groups", "Int"), CannAttr("data_format", "String", "NCHW"),
+                     CannAttr("dx_is_require", "Bool", True), CannAttr("dgamma_is_require", "Bool", True),
+                     CannAttr("dbeta_is_require", "Bool", True)),
+              round_modes=(("bfloat16", "CAST_ROUND"), ("float16", "CAST_ROUND")),   # group_norm_grad.h Custom_DataCopy_Out
+              source="ops-nn norm/group_norm_grad/op_host/group_norm_grad_def.cpp")
 
 SPEC = OpSpec(
     name="group_norm_backward",
@@ -57,5 +67,6 @@ SPEC = OpSpec(
     peers=PEERS,
     cases=CASES,
     package=__name__,
+    cann=CANN,
     flops_per_element=7,    # counted from the TE stages: the channel sums, dx's terms, dgamma/dbeta
 )

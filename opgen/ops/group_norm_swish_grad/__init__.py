@@ -44,7 +44,18 @@ from opgen.ops.group_norm_swish_grad.kernel import (  # noqa: F401  (re-exported
     kernel_shapes, output_shapes, random_inputs)
 from opgen.ops.group_norm_swish_grad.model import MODEL
 from opgen.ops.group_norm_swish_grad.peers import CASES, PEERS
-from opgen.ops.spec import OpSpec
+from opgen.ops.spec import CannAttr, CannOp, OpSpec
+
+# CANN's OpDef of this op: names, order and attributes as ops-nn defines them.
+CANN = CannOp("GroupNormSwishGrad",
+              inputs=(("dy", "dy"), ("mean", "mean"), ("rstd", "rstd"), ("x", "x"), ("gamma", "gamma"),
+                      ("beta", "beta")),
+              outputs=(("dx", "dx"), ("dgamma", "dgamma"), ("dbeta", "dbeta")),
+              attrs=(CannAttr("num_groups", "Int"), CannAttr("data_format", "String", "NCHW"),
+                     CannAttr("swish_scale", "Float", 1.0, tensor="swish_scale"),
+                     CannAttr("dgamma_is_require", "Bool", True), CannAttr("dbeta_is_require", "Bool", True)),
+              round_modes=(("bfloat16", "CAST_ROUND"), ("float16", "CAST_ROUND")),   # group_norm_swish_grad.h
+              source="ops-nn norm/group_norm_swish_grad/op_host/group_norm_swish_grad_def.cpp")
 
 SPEC = OpSpec(
     name="group_norm_swish_grad",
@@ -66,5 +77,6 @@ SPEC = OpSpec(
     peers=PEERS,
     cases=CASES,
     package=__name__,
+    cann=CANN,
     flops_per_element=22,   # from the TE stages: dy_eff 14 (y 4, z 1, sigmoid 4, the rest 5), ds and db 3, dx 5
 )

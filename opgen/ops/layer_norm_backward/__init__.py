@@ -39,7 +39,15 @@ from opgen.ops.layer_norm_backward.kernel import (  # noqa: F401  (re-exported)
     kernel_shapes, output_shapes, random_inputs)
 from opgen.ops.layer_norm_backward.model import MODEL
 from opgen.ops.layer_norm_backward.peers import CASES, PEERS
-from opgen.ops.spec import OpSpec
+from opgen.ops.spec import CannAttr, CannOp, OpSpec
+
+# CANN's OpDef of this op: names, order and attributes as ops-nn defines them.
+CANN = CannOp("LayerNormGradV3",
+              inputs=(("dy", "dy"), ("x", "x"), ("rstd", "rstd"), ("mean", "mean"), ("gamma", "gamma")),
+              outputs=(("pd_x", "dx"), ("pd_gamma", "dgamma"), ("pd_beta", "dbeta")),
+              attrs=(CannAttr("output_mask", "ListBool", (True, True, True)),),
+              round_modes=(("bfloat16", "CAST_ROUND"),),   # layer_norm_grad_v3_common.h b16RoundMode
+              source="ops-nn norm/layer_norm_grad_v3/op_host/layer_norm_grad_v3_def.cpp")
 
 SPEC = OpSpec(
     name="layer_norm_backward",
@@ -61,5 +69,6 @@ SPEC = OpSpec(
     peers=PEERS,
     cases=CASES,
     package=__name__,
+    cann=CANN,
     flops_per_element=17,   # counted from the TE stages: the two row sums (2 + 4), dx (6), dgamma (4), dbeta (1)
 )

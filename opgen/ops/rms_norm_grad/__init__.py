@@ -27,7 +27,12 @@ from opgen.ops.rms_norm_grad.kernel import (  # noqa: F401  (re-exported)
     kernel_shapes, output_shapes, random_inputs)
 from opgen.ops.rms_norm_grad.model import MODEL
 from opgen.ops.rms_norm_grad.peers import CASES, PEERS
-from opgen.ops.spec import OpSpec
+from opgen.ops.spec import CannOp, OpSpec
+
+# CANN's OpDef of this op: names, order and attributes as ops-nn defines them.
+CANN = CannOp("RmsNormGrad", inputs=(("dy", "dy"), ("x", "x"), ("rstd", "rstd"), ("gamma", "gamma")),
+              outputs=(("dx", "dx"), ("dgamma", "dgamma")),
+              source="ops-nn norm/rms_norm_grad/op_host/rms_norm_grad_def.cpp")
 
 SPEC = OpSpec(
     name="rms_norm_grad",
@@ -48,5 +53,6 @@ SPEC = OpSpec(
     peers=PEERS,
     cases=CASES,
     package=__name__,
+    cann=CANN,
     flops_per_element=10,   # counted from the TE stages: the row dot, dx's terms and dgamma's
 )

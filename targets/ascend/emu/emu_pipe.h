@@ -137,6 +137,18 @@ inline TPipe* GetTPipePtr() {
 
 // ---------------------------------------------------------------- synchronisation
 namespace detail {
+// The pipe that waits in event e (its second half: MTE2_V -> V).
+inline opgen_emu::Pipe event_target(HardEvent e) {
+    using opgen_emu::Pipe;
+    switch (e) {
+        case HardEvent::MTE2_V: case HardEvent::MTE3_V: case HardEvent::S_V: return Pipe::V;
+        case HardEvent::V_MTE2: case HardEvent::MTE3_MTE2: case HardEvent::S_MTE2: return Pipe::MTE2;
+        case HardEvent::V_MTE3: case HardEvent::MTE2_MTE3: case HardEvent::S_MTE3: return Pipe::MTE3;
+        case HardEvent::V_S: case HardEvent::MTE2_S: case HardEvent::MTE3_S: return Pipe::S;
+        case HardEvent::V_V: return Pipe::V;
+        default: return Pipe::NONE;
+    }
+}
 inline opgen_emu::Pipe event_source(HardEvent e) {
     using opgen_emu::Pipe;
     switch (e) {
@@ -185,9 +197,11 @@ inline void WaitFlag(int32_t eventId) {
     uint64_t upto = it->seq;
     opgen_emu::core().clock.wait_flag(detail::event_dest(evt), it->time);
     f.erase(it);
-    opgen_emu::Pipe src = detail::event_source(evt);
-    opgen_emu::clear_pending(src, upto);
-    if (src == opgen_emu::Pipe::MTE3) opgen_emu::core().gm_pending.clear();
+    opgen_emu::Pipe src = detail::event_source(evt), dst = detail::event_target(evt);
+    opgen_emu::clear_pending(src, upto, dst);  // only `dst` is ordered after src's earlier work
+    // GM this core wrote on MTE3 may be read back by MTE2 (or GetValue) once they waited for it.
+    if (src == opgen_emu::Pipe::MTE3 && (dst == opgen_emu::Pipe::MTE2 || dst == opgen_emu::Pipe::S))
+        opgen_emu::core().gm_pending.clear();
 }
 
 template <pipe_t p>
@@ -252,10 +266,10 @@ inline void SetAtomicAdd() {
 }
 inline void SetAtomicNone() { opgen_emu::core().atomic_type = ""; }
 
-// The user part of the workspace. The emulation reserves no system workspace: the launcher's
-// workspace argument is all user workspace.
-inline GM_ADDR GetUserWorkspace(GM_ADDR workspace) { return workspace; }
-inline GM_ADDR GetSysWorkSpacePtr() { return nullptr; }
+// The user part of the workspace: the launcher passes the kernel CANN's reserved system
+// workspace (opgen_emu::kSysWorkspaceBytes, any access fails) with the user part behind it.
+inline GM_ADDR GetUserWorkspace(GM_ADDR workspace) { return opgen_emu::user_workspace(workspace); }
+inline GM_ADDR GetSysWorkSpacePtr() { return opgen_emu::current_core()->launch->sys_ws; }
 
 }  // namespace AscendC
 

@@ -36,6 +36,11 @@ constexpr uint32_t kRepeatBytes = 256;  // one vector repeat
 constexpr int32_t kMaxRepeat = 255;
 constexpr uint32_t kMaxBuffers = OPGEN_MAX_BUFFERS;
 constexpr uint32_t kMaxCores = 255;     // the race shadow stores core ids in 8 bits
+// CANN's system workspace in front of the user workspace (ops-nn's tilings reserve 16 MB,
+// sys_work_space_size / GetLibApiWorkSpaceSize): the kernel's workspace argument points at it
+// and only GetUserWorkspace(workspace) yields the user part. Any access to it is an error.
+constexpr uint64_t kSysWorkspaceBytes = 16ull * 1024 * 1024;
+constexpr int kSysWorkspaceArg = -1;    // GmBuffer::arg of the reserved system workspace
 
 // A rule violation inside a kernel: caught by the core thread, reported by the launcher.
 struct EmuError : std::runtime_error {
@@ -83,6 +88,7 @@ struct GmBuffer {
     std::vector<uint32_t> write_tag, read_tag;
     // The workspace only: 1 where a byte was written during this launch (empty: all defined).
     std::vector<uint8_t> def;
+    bool system() const { return arg == kSysWorkspaceArg; }
     bool defined(uint64_t off, uint64_t bytes) const {
         return def.empty() || std::all_of(def.begin() + off, def.begin() + off + bytes, [](uint8_t v) { return v != 0; });
     }
@@ -117,6 +123,10 @@ struct Launch {
     LaunchTiming timing;  // the pipe-level timing model (emu_timing.h)
     std::string first_error;
     int failing_core = -1;
+    // The workspace: the kernel is passed sys_ws (reserved), GetUserWorkspace maps it to user_ws.
+    uint8_t* sys_ws = nullptr;
+    uint8_t* user_ws = nullptr;
+    uint64_t tiling_key = 0;  // what the host's TilingFunc set (TILING_KEY_IS)
 
     GmBuffer* find_gm(const void* p, uint64_t bytes) {
         auto* b = static_cast<const uint8_t*>(p);
@@ -159,6 +169,11 @@ struct Slot {
     Pipe pending = Pipe::NONE;  // last unsynchronised writer pipe
     uint64_t pending_seq = 0;   // when it wrote (core's access counter), for SetFlag snapshots
     uint64_t read_seq[5] = {};  // per Pipe: when V / MTE3 last read it without sync (0: none)
+    // Event-level ordering: the pipes a SetFlag/WaitFlag<pending_X> made the pending write
+    // visible to (bit per Pipe), and per reader pipe those a WaitFlag<reader_X> ordered after
+    // its last read. A WaitFlag<MTE2_V> lets V read, not S or MTE3.
+    uint8_t synced = 0;
+    uint8_t war_synced[5] = {};
     std::string owner;          // "TQue 'inQueueX' (kernel.cpp:40) buffer 1/2"
     double enq_time = 0;        // timing: when its EnQue's producer pipe was done
     double free_time = 0;       // timing: when its FreeTensor's consumer pipe was done
@@ -209,6 +224,14 @@ inline void poll_abort() {
 }
 
 // ---------------------------------------------------------------- GM access checks
+// The reserved system workspace belongs to CANN's runtime: a kernel that binds or copies it
+// took the raw workspace argument instead of GetUserWorkspace(workspace).
+inline void reject_system_workspace(const GmBuffer& g, const char* api) {
+    if (g.system())
+        fail(cat(api, ": touches CANN's reserved system workspace (", kSysWorkspaceBytes >> 20,
+                 " MB in front of the user workspace): take the workspace with GetUserWorkspace(workspace)"));
+}
+
 // The launcher-given buffer holding all of [p, p+bytes); an error naming the argument when the
 // range overruns it. Called with launch->gm_mutex held (gm_note_* then record the access).
 inline GmBuffer& gm_check(const void* p, uint64_t bytes, const char* api) {
@@ -222,6 +245,7 @@ inline GmBuffer& gm_check(const void* p, uint64_t bytes, const char* api) {
                      " overruns its ", s->size, " B"));
         fail(cat(api, ": GM address ", p, " is not inside any kernel argument buffer"));
     }
+    reject_system_workspace(*g, api);
     return *g;
 }
 
@@ -309,6 +333,9 @@ inline void sync_all_barrier() {
 
 // ---------------------------------------------------------------- the launcher
 inline thread_local std::string tls_last_error;
+// The tiling key of the next launch on this thread (opgen_emu_set_tiling_key).
+inline thread_local uint64_t tls_tiling_key = 0;
+inline uint64_t tiling_key() { return current_core()->launch->tiling_key; }
 // Of the last launch on this thread: GM bytes read by copies into UB, GM bytes written from UB
 // (atomic adds included), UB bytes allocated by the largest TPipe of any core, and vector
 // element operations (one per destination element of each vector or reduction call).
@@ -326,6 +353,33 @@ inline void poison_workspace(Launch& l, void* const* args, const uint64_t* sizes
         std::fill(g.base, g.base + g.size, 0xFF);
         g.def.assign(g.size, 0);
     }
+}
+
+// One process-wide reserved block stands for every launch's system workspace: nothing may
+// read or write it (each access fails first), so its pages are never touched or shared.
+inline uint8_t* reserved_system_workspace() {
+    static uint8_t* block = new uint8_t[kSysWorkspaceBytes];
+    return block;
+}
+
+// The kernel's arguments with the workspace replaced by the system workspace in front of it;
+// the user workspace stays registered under its own argument index.
+inline std::vector<void*> with_system_workspace(Launch& l, void* const* args, uint32_t nargs) {
+    std::vector<void*> out(args, args + nargs);
+    if (nargs < 2) return out;
+    l.user_ws = static_cast<uint8_t*>(args[nargs - 2]);
+    l.sys_ws = reserved_system_workspace();
+    l.gm.push_back({l.sys_ws, kSysWorkspaceBytes, kSysWorkspaceArg, {}, {}, {}});
+    out[nargs - 2] = l.sys_ws;
+    return out;
+}
+
+// AscendC's GetUserWorkspace: the user part of the kernel's workspace argument.
+inline uint8_t* user_workspace(const void* workspace) {
+    Launch* l = current_core()->launch;
+    if (!l->sys_ws || workspace != l->sys_ws)
+        fail("GetUserWorkspace: the argument is not the kernel's workspace argument");
+    return l->user_ws;
 }
 
 inline void run_core(Launch* l, uint32_t idx, KernelThunk thunk, void* const* args) {
@@ -381,15 +435,17 @@ inline int launch_cores(const char* kernel, uint32_t expected_nargs, KernelThunk
     }
     Launch l;
     l.block_dim = block_dim;
+    l.tiling_key = tls_tiling_key;
     for (uint32_t i = 0; i < nargs; ++i) {
         if (!args[i] || !sizes[i]) continue;  // a null or empty argument: any access fails
         l.gm.push_back({static_cast<uint8_t*>(args[i]), sizes[i], static_cast<int>(i), {}, {}, {}});
     }
     poison_workspace(l, args, sizes, nargs);
     l.timing.begin(tls_timing_params, block_dim);
+    std::vector<void*> kernel_args = with_system_workspace(l, args, nargs);
     std::vector<std::thread> cores;
     try {
-        for (uint32_t i = 0; i < block_dim; ++i) cores.emplace_back(run_core, &l, i, thunk, args);
+        for (uint32_t i = 0; i < block_dim; ++i) cores.emplace_back(run_core, &l, i, thunk, kernel_args.data());
     } catch (const std::exception& e) {
         l.record_error(-1, cat("could not start core threads: ", e.what()));
     }

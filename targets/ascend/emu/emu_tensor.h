@@ -75,12 +75,17 @@ inline bool needs_sync(Pipe first, Pipe second) {
 
 // Read after write: a read by `pipe` of a slot last written by another pipe without sync.
 // The read is recorded for the write-after-read check (S reads complete in program order).
+inline uint8_t pipe_bit(Pipe p) { return static_cast<uint8_t>(1u << static_cast<int>(p)); }
+
 inline void check_sync_read(Slot* s, Pipe pipe, const char* api) {
-    if (needs_sync(s->pending, pipe))
+    if (needs_sync(s->pending, pipe) && !(s->synced & pipe_bit(pipe)))
         fail(cat(api, ": reads ", s->owner, " on pipe ", pipe_name(pipe), " right after a write on ",
                  pipe_name(s->pending), " with no synchronisation (EnQue/DeQue, SetFlag/WaitFlag or ",
                  "PipeBarrier<PIPE_ALL>)"));
-    if (pipe == Pipe::V || pipe == Pipe::MTE3) s->read_seq[static_cast<int>(pipe)] = ++core().seq;
+    if (pipe == Pipe::V || pipe == Pipe::MTE3) {
+        s->read_seq[static_cast<int>(pipe)] = ++core().seq;
+        s->war_synced[static_cast<int>(pipe)] = 0;
+    }
 }
 
 // Write after read: the asynchronous V and MTE3 pipes may still be reading what another pipe
@@ -93,7 +98,8 @@ constexpr bool kCheckWar = false;
 inline void check_war(Slot* s, Pipe pipe, const char* api) {
     if (!kCheckWar) return;
     for (Pipe r : {Pipe::V, Pipe::MTE3})
-        if (s->read_seq[static_cast<int>(r)] && needs_sync(r, pipe))
+        if (s->read_seq[static_cast<int>(r)] && needs_sync(r, pipe) &&
+            !(s->war_synced[static_cast<int>(r)] & pipe_bit(pipe)))
             fail(cat(api, ": writes ", s->owner, " on pipe ", pipe_name(pipe), " while pipe ", pipe_name(r),
                      " may still be reading it (write after read with no SetFlag/WaitFlag or ",
                      "PipeBarrier<PIPE_ALL> in between)"));
@@ -103,19 +109,29 @@ inline void mark_write(Slot* s, Pipe pipe, const char* api) {
     check_war(s, pipe, api);
     s->pending = pipe;
     s->pending_seq = ++core().seq;
+    s->synced = 0;
 }
 
 inline void reset_sync(Slot* s) {
     s->pending = Pipe::NONE;
+    s->synced = 0;
     std::fill(std::begin(s->read_seq), std::end(s->read_seq), 0);
+    std::fill(std::begin(s->war_synced), std::end(s->war_synced), 0);
 }
 
 // Synchronise accesses by `from` (every pipe for NONE) made up to access number `upto`.
-inline void clear_pending(Pipe from, uint64_t upto = ~uint64_t(0)) {
+// With `to` (a WaitFlag<from_to>), only pipe `to` is ordered after them: event-level ordering.
+inline void clear_pending(Pipe from, uint64_t upto = ~uint64_t(0), Pipe to = Pipe::NONE) {
     for (auto& s : core().slots) {
-        if ((from == Pipe::NONE || s.pending == from) && s.pending_seq <= upto) s.pending = Pipe::NONE;
-        for (int r = 0; r < 5; ++r)
-            if ((from == Pipe::NONE || static_cast<int>(from) == r) && s.read_seq[r] <= upto) s.read_seq[r] = 0;
+        if ((from == Pipe::NONE || s.pending == from) && s.pending_seq <= upto) {
+            if (to == Pipe::NONE) s.pending = Pipe::NONE;
+            else s.synced |= pipe_bit(to);
+        }
+        for (int r = 0; r < 5; ++r) {
+            if (!((from == Pipe::NONE || static_cast<int>(from) == r) && s.read_seq[r] <= upto)) continue;
+            if (to == Pipe::NONE) s.read_seq[r] = 0;
+            else s.war_synced[r] |= pipe_bit(to);
+        }
     }
 }
 
@@ -149,6 +165,7 @@ public:
         using namespace opgen_emu;
         Launch* l = current_core()->launch;
         GmBuffer* g = l->find_gm(buffer, bufferSize * sizeof(T));
+        if (GmBuffer* first = l->find_gm_start(buffer)) reject_system_workspace(*first, "SetGlobalBuffer");
         if (!g) {
             GmBuffer* s = l->find_gm_start(buffer);
             if (s)
@@ -164,6 +181,7 @@ public:
         using namespace opgen_emu;
         GmBuffer* g = current_core()->launch->find_gm_start(buffer);
         if (!g) fail("SetGlobalBuffer: address is not inside any kernel argument buffer");
+        reject_system_workspace(*g, "SetGlobalBuffer");
         uint64_t left = g->size - static_cast<uint64_t>(reinterpret_cast<uint8_t*>(buffer) - g->base);
         SetGlobalBuffer(buffer, left / sizeof(T));
     }

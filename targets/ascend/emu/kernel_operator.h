@@ -33,8 +33,9 @@
 // Tiling: the tiling argument points at a plain struct (POD) written by the host. Read it with
 //   GET_TILING_DATA_WITH_STRUCT(MyTilingData, t, tiling);  // MyTilingData t = copy from GM
 // or #define OPGEN_TILING_TYPE MyTilingData and GET_TILING_DATA(t, tiling). The copy is
-// bounds-checked against the tiling argument's size. GetUserWorkspace(workspace) returns the
-// workspace argument unchanged: the emulation has no system workspace.
+// bounds-checked against the tiling argument's size. The kernel's workspace argument is CANN's
+// system workspace (16 MB, reserved: any access is an error); GetUserWorkspace(workspace)
+// returns the user workspace behind it (the launcher's args[nargs-2]).
 //
 // ============================================================================ the launcher ABI
 //   extern "C" int opgen_emu_launch_<kernel>(uint32_t block_dim, void* const* args,
@@ -55,6 +56,9 @@
 //     GM bytes read into UB, GM bytes written from UB, peak UB bytes allocated by one core's
 //     TPipe, vector element operations (to check a tiling's predicted traffic and footprint)
 //   extern "C" uint64_t opgen_emu_ub_bytes(void);       the OPGEN_UB_BYTES built in
+//   extern "C" void opgen_emu_set_tiling_key(uint64_t); the key TILING_KEY_IS(k) compares with
+//   The host side (emu/host/: gert::TilingContext, PlatformAscendC, OpDef/OP_ADD) adds
+//   opgen_emu_tiling(...) and opgen_emu_infer(...): see emu/host/register/op_def_registry.h.
 //   extern "C" int opgen_emu_has_datacopypad(void);     0 when built with OPGEN_NO_DATACOPYPAD
 // From Python (ctypes):
 //   lib.opgen_emu_launch_my_kernel.argtypes = [c_uint32, POINTER(c_void_p), POINTER(c_uint64), c_uint32]
@@ -106,7 +110,13 @@
 //   DMA pipe to overlapping UB (MTE2) or GM (MTE3) bytes without PipeBarrier<PIPE_MTE2/3>, a
 //   flag or a queue hand-over in between (the DMA engines may reorder them). Vector-pipe order
 //   (PipeBarrier<PIPE_V>) is left to the compiler's auto-sync, as in CANN custom-op projects.
-// - Workspace: SetAtomicAdd into never-written workspace; never-written workspace reaching an
+//   Events are checked per destination: WaitFlag<HardEvent::A_B> orders pipe B (only) after
+//   pipe A's earlier work, so a WaitFlag<MTE2_MTE3> does not let V read what MTE2 wrote, and
+//   GM written on MTE3 is released for MTE2/GetValue only by MTE3_MTE2 / MTE3_S (or PIPE_ALL,
+//   SyncAll).
+// - Workspace: the kernel's workspace argument is a reserved 16 MB system workspace (any
+//   access is an error): take the user part with GetUserWorkspace(workspace).
+//   SetAtomicAdd into never-written workspace; never-written workspace reaching an
 //   output (through UB) or GlobalTensor::GetValue. SetAtomicAdd still on at kernel end.
 // - GM data cache: DataCopy of GM bytes written with GlobalTensor::SetValue and not flushed with
 //   DataCacheCleanAndInvalid (by this core, or by another core before a SyncAll).
@@ -120,6 +130,7 @@
 // have default visibility, and libraries built with other macros or another header version
 // must not bind to each other's copies (a kernel TU may hold user types that embed
 // emulation types, so the header cannot hide them).
+#include <type_traits>
 #include <utility>
 
 #include "emu_extra.h"
@@ -149,7 +160,21 @@ void call_kernel(K kernel, void* const* args, std::index_sequence<I...>) {
 #define GET_TILING_DATA_WITH_STRUCT(type, var, tiling) \
     type var;                                          \
     opgen_emu::copy_tiling(&var, sizeof(type), tiling)
+// REGISTER_TILING_DEFAULT(T) names the kernel's default tiling struct (a standard C++ struct the
+// host's TilingContext::GetTilingData<T>() fills); GET_TILING_DATA then reads it.
+#define REGISTER_TILING_DEFAULT(type)                                                              \
+    static_assert(std::is_trivially_copyable<type>::value, #type " must be a plain struct");      \
+    using OpgenDefaultTiling = type;                                                               \
+    static_assert(sizeof(OpgenDefaultTiling) > 0, "")
+#ifdef OPGEN_TILING_TYPE
 #define GET_TILING_DATA(var, tiling) GET_TILING_DATA_WITH_STRUCT(OPGEN_TILING_TYPE, var, tiling)
+#else
+#define GET_TILING_DATA(var, tiling) GET_TILING_DATA_WITH_STRUCT(OpgenDefaultTiling, var, tiling)
+#endif
+
+// TILING_KEY_IS(k): the launch's tiling key (set by the caller with opgen_emu_set_tiling_key, from
+// what the host's TilingFunc set through TilingContext::SetTilingKey) equals k.
+#define TILING_KEY_IS(k) (opgen_emu::tiling_key() == static_cast<uint64_t>(k))
 
 #define OPGEN_EMU_EXPORT(kernel, nargs)                                                            \
     static_assert(opgen_emu::kernel_arity(kernel) == (nargs), #kernel " does not take " #nargs     \
@@ -187,6 +212,10 @@ extern "C" __attribute__((weak, visibility("default"))) void opgen_emu_set_timin
 }
 extern "C" __attribute__((weak, visibility("default"))) void opgen_emu_last_timing(double* out) {
     for (int i = 0; i < opgen_emu::kTimingOut; ++i) out[i] = opgen_emu::tls_last_timing[i];
+}
+// The tiling key TILING_KEY_IS sees in the next launch on the calling thread.
+extern "C" __attribute__((weak, visibility("default"))) void opgen_emu_set_tiling_key(uint64_t key) {
+    opgen_emu::tls_tiling_key = key;
 }
 extern "C" __attribute__((weak, visibility("default"))) uint64_t opgen_emu_ub_bytes(void) {
     return opgen_emu::kUbBytes;
