@@ -185,12 +185,16 @@ def _elementwise(tensors: dict) -> list:
     return [t for t in tensors.values() if t.numel() == largest and t.dtype.is_floating_point]
 
 
+def _all_targets() -> list:
+    from opgen.targets import all_targets
+
+    return all_targets()
+
+
 def peer_compilers(skip=()) -> list:
     """Targets that are second compilers of the same formulas (``TargetSpec.peer_name``)
     and run here, unless skipped by their peer name."""
-    from opgen.targets import all_targets
-
-    return [t for t in all_targets() if t.peer_name and t.peer_name not in skip and t.can_run()]
+    return [t for t in _all_targets() if t.peer_name and t.peer_name not in skip and t.can_run()]
 
 
 def contenders(case: Case, rng, skip=()) -> tuple[dict, int]:
@@ -362,7 +366,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--repeats", type=int, help="interleaved rounds, median taken (default 15; --quick 5)")
     parser.add_argument("--no-tiny", action="store_true", help="leave out the per-call cost rows")
     parser.add_argument("--skip", action="append", default=[],
-                        choices=sorted({p.name for op in all_ops() for p in op.peers} | set(FIXED_CONTENDERS)),
+                        choices=sorted({p.name for op in all_ops() for p in op.peers} | set(FIXED_CONTENDERS)
+                                       | {t.peer_name for t in _all_targets() if t.peer_name}),
                         help="leave out a baseline (repeatable)")
     parser.add_argument("--omp-wait", choices=("passive", "default", "inherit"), default="passive",
                         help="OMP_WAIT_POLICY for the run (see the module doc)")

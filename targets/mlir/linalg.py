@@ -17,7 +17,7 @@ op's inputs and returns its outputs in parameter order: IREE allocates the resul
 from __future__ import annotations
 
 from opgen.targets.mlir.exprs import ExprPrinter, Values
-from opgen.targets.mlir.stages import LOADS, StageGraph, UnsupportedStage, kind, loaded, stage_graph, whole_extents
+from opgen.targets.mlir.stages import StageGraph, UnsupportedStage, kind, loaded, loads, stage_graph, whole_extents
 from opgen.targets.mlir.text import INDEX_ARITH, VARS, Body, dtype_of, element_type, float_literal, tensor_type
 
 PARALLEL, REDUCTION = "parallel", "reduction"
@@ -42,28 +42,6 @@ def affine_map(indices, dims: dict) -> str | None:
         return None
     names = ", ".join(f"d{k}" for k in range(len(dims)))
     return f"affine_map<({names}) -> ({', '.join(results)})>"
-
-
-def _loads(expr) -> list:
-    """The BufferLoads of ``expr`` in first-use order."""
-    found: list = []
-
-    def visit(node):
-        if kind(node) in LOADS:
-            found.append(node)
-            for i in node.indices:
-                visit(i)
-            return
-        if kind(node) == "Call":
-            for arg in node.args:
-                visit(arg)
-            return
-        for child in ("a", "b", "value", "condition", "true_value", "false_value"):
-            if hasattr(node, child):
-                visit(getattr(node, child))
-
-    visit(expr)
-    return found
 
 
 class _StageValues(Values):
@@ -162,7 +140,7 @@ class FunctionPrinter:
         operands, maps, arguments = [], [], {}
         region = self.body.region()
         block_args = []
-        for load in _loads(value):
+        for load in loads(value):
             key = _load_key(load)
             if key in arguments:
                 continue

@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from opgen.targets.mlir.exprs import MATH_CALLS, ExprPrinter, Values
-from opgen.targets.mlir.stages import LOADS, StageGraph, UnsupportedStage, kind, loaded, whole_extents
+from opgen.targets.mlir.stages import LOADS, StageGraph, UnsupportedStage, kind, loaded, loads, whole_extents
 from opgen.targets.mlir.text import VARS, Body, bits, dtype_of, element_type, float_literal, is_float, tensor_type
 
 BINARY_FN = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max_signed", "Min": "min_signed"}
@@ -47,30 +47,11 @@ def _iterator_names(indices) -> list | None:
     return None if None in names or len(set(names)) != len(names) else names
 
 
-def _loads(expr) -> list:
-    found: list = []
-
-    def visit(node):
-        if kind(node) in LOADS:
-            found.append(node)
-            return
-        if kind(node) == "Call":
-            for arg in node.args:
-                visit(arg)
-            return
-        for child in ("a", "b", "value", "condition", "true_value", "false_value"):
-            if hasattr(node, child):
-                visit(getattr(node, child))
-
-    visit(expr)
-    return found
-
-
 def domain_order(stage) -> list:
     """The stage's iterators in the order of its widest load covering them all (the data's
     layout), else in the block's order."""
     by_name = {it.var.name: it for it in stage.iterators}
-    for load in sorted(_loads(stage.value), key=lambda n: -len(n.indices)):
+    for load in sorted(loads(stage.value), key=lambda n: -len(n.indices)):
         names = _iterator_names(load.indices)
         if names and set(names) == set(by_name):
             return [by_name[n] for n in names]
@@ -370,8 +351,8 @@ class StagePrinter:
 
 
 def _reads(stage) -> set:
-    return {loaded(n).name for n in _loads(stage.value)} | \
-        ({loaded(n).name for n in _loads(stage.init)} if stage.init is not None else set())
+    return {loaded(n).name for n in loads(stage.value)} | \
+        ({loaded(n).name for n in loads(stage.init)} if stage.init is not None else set())
 
 
 def print_kernel(symbol: str, graph: StageGraph, kernel: Kernel, later_reads: set) -> str:

@@ -131,6 +131,28 @@ def free_vars(expr) -> list:
     return out
 
 
+def loads(expr) -> list:
+    """The loads of ``expr`` in first-use order (those inside another load's indices too)."""
+    found: list = []
+
+    def visit(node):
+        if kind(node) in LOADS:
+            found.append(node)
+            for i in node.indices:
+                visit(i)
+            return
+        if kind(node) == "Call":
+            for arg in node.args:
+                visit(arg)
+            return
+        for child in ("a", "b", "value", "condition", "true_value", "false_value"):
+            if hasattr(node, child):
+                visit(getattr(node, child))
+
+    visit(expr)
+    return found
+
+
 def _blocks(stmt) -> list:
     """The blocks under ``stmt`` in program order (loops and sequences only: unscheduled)."""
     if kind(stmt) == "SBlockRealize":
