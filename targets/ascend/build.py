@@ -101,7 +101,7 @@ def project(func, symbol: str, hw) -> tuple[object, dict]:
         f"op_kernel/{symbol}_tiling_data.h": tiling_data_header(k),
         f"op_host/{symbol}_tiling.h": host_header(k),
         f"op_host/{symbol}_tiling.cpp": tiling_cpp(k, k.face, print_tiling(k, hw)),
-        f"op_host/{symbol}_def.cpp": def_cpp(k, k.face, {hw.product: [row]}),
+        f"op_host/{symbol}_def.cpp": def_cpp(k.symbol, k.face, {hw.product: [row]}, f" ({k.symbol})"),
     }
     return k, files
 
