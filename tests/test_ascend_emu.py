@@ -58,6 +58,17 @@ class EmuLib:
         return status, self.lib.opgen_emu_last_error().decode()
 
 
+def build_libs(source: pathlib.Path, builds: dict, out: pathlib.Path) -> dict[str, EmuLib]:
+    """``source`` compiled once per entry of ``builds`` (name -> extra g++ flags), in parallel."""
+    procs = {name: subprocess.Popen([CXX, *CXXFLAGS, f"-I{EMU}", *flags, str(source), "-o", str(out / f"{name}.so")],
+                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for name, flags in builds.items()}
+    for name, p in procs.items():
+        log, _ = p.communicate()
+        assert p.returncode == 0, f"g++ failed on {source.name} ({name}):\n{log[-4000:]}"
+    return {name: EmuLib(out / f"{name}.so") for name in builds}
+
+
 @pytest.fixture(scope="session")
 def libs(tmp_path_factory) -> dict[str, EmuLib]:
     out = tmp_path_factory.mktemp("ascend_emu")

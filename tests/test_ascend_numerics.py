@@ -12,12 +12,11 @@ Cost: two g++ runs (~12 s of CPU, concurrent), then a few tiny launches.
 """
 from __future__ import annotations
 
-import subprocess
 
 import numpy as np
 import pytest
 
-from test_ascend_emu import CASES, CXX, CXXFLAGS, EMU, EmuLib
+from test_ascend_emu import CASES, CXX, EmuLib, build_libs
 
 pytestmark = pytest.mark.skipif(CXX is None, reason="g++ not found: the AscendC emulation needs a C++17 compiler")
 
@@ -28,13 +27,7 @@ TWO24 = 2.0 ** 24
 def libs(tmp_path_factory) -> dict:
     out = tmp_path_factory.mktemp("ascend_numerics")
     builds = {"device": [], "exact": ["-DOPGEN_EMU_EXACT"]}
-    procs = {name: subprocess.Popen([CXX, *CXXFLAGS, f"-I{EMU}", *flags, str(CASES / "numerics.cpp"), "-o",
-                                     str(out / f"{name}.so")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True) for name, flags in builds.items()}
-    for name, p in procs.items():
-        log, _ = p.communicate()
-        assert p.returncode == 0, log[-4000:]
-    return {name: EmuLib(out / f"{name}.so") for name in builds}
+    return build_libs(CASES / "numerics.cpp", builds, out)
 
 
 def launch(lib: EmuLib, kernel: str, x: np.ndarray, n: int, mode: int, out_len: int, out_dtype) -> np.ndarray:

@@ -11,13 +11,12 @@ Cost: one g++ run (~6 s of CPU), then a dozen tiny launches.
 from __future__ import annotations
 
 import ctypes
-import subprocess
 from dataclasses import dataclass, astuple
 
 import numpy as np
 import pytest
 
-from test_ascend_emu import CASES, CXX, CXXFLAGS, EMU, EmuLib
+from test_ascend_emu import CASES, CXX, EmuLib, build_libs
 
 pytestmark = pytest.mark.skipif(CXX is None, reason="g++ not found: the AscendC emulation needs a C++17 compiler")
 
@@ -50,13 +49,7 @@ def libs(tmp_path_factory) -> dict:
     """The model, and (a positive control) the model with its ordering ablated."""
     out = tmp_path_factory.mktemp("ascend_timing")
     builds = {"model": [], "blind": ["-DOPGEN_EMU_TIMING_IGNORE_SYNC"]}
-    procs = {name: subprocess.Popen([CXX, *CXXFLAGS, f"-I{EMU}", *flags, str(CASES / "timing.cpp"), "-o",
-                                     str(out / f"{name}.so")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                    text=True) for name, flags in builds.items()}
-    for name, p in procs.items():
-        log, _ = p.communicate()
-        assert p.returncode == 0, log[-4000:]
-    return {name: EmuLib(out / f"{name}.so") for name in builds}
+    return build_libs(CASES / "timing.cpp", builds, out)
 
 
 @pytest.fixture(scope="module")
