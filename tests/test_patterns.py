@@ -129,6 +129,29 @@ def test_column_sums_rounded_by_casts_run_correctly(target_name, dtype, rng):
     check_rounded_sums(target, build_toy(row_pass_rounded_column_sums(dtype), target), rng, dtype)
 
 
+def assert_infer_shape_sizes_column_sums(kernel, rows: int = 5, cols: int = 7) -> None:
+    """The emitted InferShape gives each output its extents, axis by axis from the inputs
+    where no input has its shape (the column sums here: (cols,) from a (rows, cols) input)."""
+    import ctypes
+
+    sizes = {"rows": rows, "cols": cols}
+    shapes = {b.name: [sizes.get(str(e), e) for e in b.shape] for b in kernel.k.buffers}
+    face = kernel.k.face
+    ins = face.inputs + face.extra
+    dims = [int(v) for p in ins for v in shapes[p.tensor]]
+    n_out = len(face.outputs)
+    out_ranks, out_dims = (ctypes.c_uint32 * n_out)(), (ctypes.c_int64 * (8 * n_out))()
+    out_dt = (ctypes.c_int32 * n_out)()
+    status = kernel.lib.opgen_emu_infer(face.op_type.encode(), len(ins),
+                                        (ctypes.c_uint32 * len(ins))(*[len(shapes[p.tensor]) for p in ins]),
+                                        (ctypes.c_int64 * len(dims))(*dims), (ctypes.c_int32 * len(ins))(),
+                                        n_out, None, out_ranks, out_dims, out_dt)
+    assert status == 0
+    for j, out in enumerate(face.outputs):
+        want = [int(v) for v in shapes[out.tensor]]
+        assert list(out_dims[8 * j:8 * j + out_ranks[j]]) == want, out.name
+
+
 @pytest.mark.parametrize("product, dtype, knobs", [
     ("AtlasA2", "float32", {}),
     ("Ascend950", "float16", {}),
@@ -145,6 +168,7 @@ def test_column_sums_rounded_by_casts_are_emitted_for_ascend(product, dtype, kno
     func = row_pass_rounded_column_sums(dtype)
     built = build_toy(func, target, knobs)
     check_rounded_sums(target, built, rng, dtype)
+    assert_infer_shape_sizes_column_sums(built[0].kernel)
     rule = schedules.match(func, target)   # the host tiling (C++, with the casts' buffers) is the plan's
     for rows, cols in ROUNDED_SIZES:
         plan = rule.tiling(func, target, {**schedules.default_knobs(rule, target), **knobs}, [(rows, cols)])

@@ -112,19 +112,36 @@ namespace optiling {
 """
 
 
+def _shape_from_axes(j: int, out, ins: list, shapes: dict, face: CannFace) -> list[str]:
+    """InferShape lines giving output ``j`` the extents of the input axes with the same
+    extents in the TIR (a (cols,) sum over a (rows, cols) input: the input's axis 1)."""
+    lines = [f"    context->GetOutputShape({j})->SetDimNum({len(shapes.get(out.tensor, []))});   // {out.name}"]
+    for axis, extent in enumerate(shapes.get(out.tensor, [])):
+        found = next(((i, a) for i, p in enumerate(ins) for a, e in enumerate(shapes.get(p.tensor, []))
+                      if e == extent), None)
+        if found is None:
+            raise EmitError(f"{face.op_type}: no input axis has extent {extent} of output {out.name} (InferShape)")
+        i, a = found
+        lines.append(f"    context->GetOutputShape({j})->SetDim({axis}, context->GetInputShape({i})->GetDim({a}));")
+    return lines
+
+
 def _infer_lines(k, face: CannFace) -> list[str]:
     """InferShape: each output takes the shape of the input the TIR gives the same extents
-    (dx like x, dgamma like gamma); InferDataType: the kernel's dtype of each output."""
+    (dx like x, dgamma like gamma), else its extents axis by axis from inputs holding them;
+    InferDataType: the kernel's dtype of each output."""
     shapes = {b.name: [str(e) for e in b.shape] for b in k.buffers} if hasattr(k, "buffers") else {}
     lines = ["namespace ge {", "::ge::graphStatus InferShape(::gert::InferShapeContext* context) {"]
     ins = face.inputs + face.extra
     for j, out in enumerate(face.outputs):
         src = next((i for i, p in enumerate(ins) if shapes.get(p.tensor) == shapes.get(out.tensor)
                     and p.tensor in shapes), None)
-        if src is None:
-            raise EmitError(f"{face.op_type}: no input has the shape of output {out.name} (InferShape)")
-        lines.append(f"    *context->GetOutputShape({j}) = *context->GetInputShape({src});   "
-                     f"// {out.name} like {ins[src].name}")
+        if src is not None:
+            lines.append(f"    *context->GetOutputShape({j}) = *context->GetInputShape({src});   "
+                         f"// {out.name} like {ins[src].name}")
+        else:   # a column sum with no input of its shape: each extent from an input axis holding it
+            lines += _shape_from_axes(j, out, ins, shapes, face)
+
     lines += ["    return ::ge::GRAPH_SUCCESS;", "}", "", "::ge::graphStatus InferDataType(::gert::InferDataTypeContext* context) {"]
     lines += [f"    context->SetOutputDataType({j}, {QUALIFIED[p.dtype]});" for j, p in enumerate(face.outputs)]
     return lines + ["    return ::ge::GRAPH_SUCCESS;", "}", "}  // namespace ge", ""]
