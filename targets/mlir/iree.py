@@ -19,6 +19,7 @@ import threading
 import numpy as np
 
 from opgen.targets.mlir import linalg
+from opgen.targets.mlir.stages import stage_graph
 
 
 def iree_missing() -> str | None:
@@ -107,6 +108,6 @@ def build(mod, backend: str, flags: tuple, runs_here: bool) -> IreeModule:
     """Print ``mod``'s single kernel as linalg and compile it with IREE."""
     (gvar, func), = mod.functions.items()
     symbol = gvar.name_hint
-    text = linalg.print_module(mod)
-    graph_inputs = len(linalg.stage_graph(func).inputs)
-    return IreeModule(symbol, text, compile_text(text, backend, flags), graph_inputs, runs_here)
+    graph = stage_graph(func)                         # read once: printed, and counted for the call
+    text = "module {\n" + linalg.FunctionPrinter(symbol, graph).print() + "\n}\n"
+    return IreeModule(symbol, text, compile_text(text, backend, flags), len(graph.inputs), runs_here)
