@@ -428,8 +428,45 @@ def apply_policy(args, module: str = "opgen.bench", argv: list[str] | None = Non
     return subprocess.run([sys.executable, "-m", module, *argv], env=env).returncode
 
 
+def check_arguments(args) -> str | None:
+    """The first problem with the command line, as one line, or None: checked before any
+    timing, so that a misspelt value costs a message, not a traceback or a silently empty
+    table."""
+    from opgen.targets import get_target
+
+    for option, least in (("repeats", 1), ("steps", 1)):
+        value = getattr(args, option)
+        if value is not None and value < least:
+            return f"--{option} wants a number >= {least}, got {value}"
+    if args.target:
+        try:
+            get_target(args.target)
+        except KeyError as err:
+            return str(err.args[0])
+    chosen = [op for op in all_ops() if op.cases.bench and (not args.op or op.name in args.op)]
+    for item in args.shape or ():
+        op_name, equals, shape = item.partition("=")
+        if not equals:
+            return f"--shape {item}: wants OP=SHAPE, e.g. rms_norm_grad=4096x4096"
+        if op_name not in {op.name for op in chosen}:
+            return f"--shape {item}: {op_name!r} is not a benchmarked op of this run " \
+                   f"({', '.join(op.name for op in chosen)})"
+        try:
+            B.parse_problem(op_name, shape)
+        except (ValueError, TypeError) as err:
+            return f"--shape {item}: {err}"
+    for tag in args.dtypes or ():
+        if not any(tag in {c.tag for c in op.combos} for op in chosen):
+            return f"--dtypes {tag}: no combo of {', '.join(op.name for op in chosen)}"
+    return None
+
+
 def main(args) -> int:
     """The ``opgen bench`` command."""
+    problem = check_arguments(args)
+    if problem is not None:
+        print(f"opgen bench: {problem}", file=sys.stderr)
+        return 2
     rerun = apply_policy(args)
     if rerun is not None:
         return rerun

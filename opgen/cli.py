@@ -176,8 +176,10 @@ def cmd_generate(args) -> int:
         return 2
     if args.product is not None:
         from opgen import config
-        if args.product not in config.PRODUCTS:
-            return usage_error("generate", f"unknown product {args.product!r}; known: {', '.join(config.PRODUCTS)}")
+        try:
+            config.check_product(args.product)
+        except ValueError as err:
+            return usage_error("generate", str(err))
         targets = [t.for_product(args.product) for t in targets]
     rng = np.random.default_rng(args.seed)
     out_root = Path(args.out)
@@ -247,9 +249,7 @@ def cmd_explain(args) -> int:
     try:
         combo = op.combo(args.dtype) if args.dtype else op.combos[0]
         target = get_target(args.target or config.get_target())
-        product = args.product or config.get_product()
-        if product not in config.PRODUCTS:
-            raise ValueError(f"unknown product {product!r}; known: {', '.join(config.PRODUCTS)}")
+        product = config.check_product(args.product or config.get_product())
         problem = parse_problem(op, args.shape)
     except (KeyError, ValueError) as err:
         return usage_error("explain", str(err.args[0] if isinstance(err, KeyError) else err))

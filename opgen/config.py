@@ -36,10 +36,16 @@ def _environment(name: str) -> str | None:
 _state: dict[str, str | None] = {"product": None, "target": None}
 
 
-def set_product(name: str) -> None:
-    """Select the product whose documented dtype and shape rules the aclnn layer enforces."""
+def check_product(name: str) -> str:
+    """``name`` when it is a known product; ValueError naming the known ones otherwise."""
     if name not in PRODUCTS:
         raise ValueError(f"unknown product {name!r}; known: {', '.join(PRODUCTS)}")
+    return name
+
+
+def set_product(name: str) -> None:
+    """Select the product whose documented dtype and shape rules the aclnn layer enforces."""
+    check_product(name)
     with _lock:
         _state["product"] = name
 

@@ -297,6 +297,27 @@ def test_the_cli_answers_bad_names_in_one_line_and_has_a_version(capsys):
     assert stop.value.code == 0 and capsys.readouterr().out.startswith("opgen ")
 
 
+@pytest.mark.parametrize("argv,expected", [
+    (["bench", "--target", "tpu"], "unknown target 'tpu'"),
+    (["bench", "--op", "rms_norm_grad", "--dtypes", "f8"], "--dtypes f8: no combo of rms_norm_grad"),
+    (["bench", "--shape", "rms_norm_grad=abc"], "--shape rms_norm_grad=abc: cannot read 'abc'"),
+    (["bench", "--shape", "nosuch=4x4"], "'nosuch' is not a benchmarked op"),
+    (["bench", "--shape", "4x4"], "wants OP=SHAPE"),
+    (["bench", "--repeats", "0"], "--repeats wants a number >= 1, got 0"),
+    (["bench", "--training", "--steps", "0"], "--steps wants a number >= 1"),
+    (["tune", "rms_norm_grad", "--shape", "4x4", "--product", "X"], "unknown product 'X'"),
+    (["explain", "rms_norm_grad", "--shape", "4x4", "--product", "X"], "unknown product 'X'"),
+    (["generate", "--op", "rms_norm_grad", "--product", "X"], "unknown product 'X'"),
+])
+def test_every_command_refuses_a_bad_value_in_one_line_before_running(argv, expected, capsys):
+    """Each refusal comes before any build or timing: a misspelt value used to cost a
+    traceback (bench --target), a silently empty table (bench --dtypes, --shape OP=) or a
+    run that ignored it (tune --product)."""
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert expected in err and err.count("\n") == 1, err
+
+
 def test_opgen_targets_lists_every_target_with_what_it_can_do(capsys):
     assert cli.main(["targets"]) == 0
     out = capsys.readouterr().out.splitlines()

@@ -266,7 +266,7 @@ def _resolve(args):
         op = get_op(args.op)
         combo = op.combo(args.dtype)
         target = get_target(args.target or config.get_target())
-        target = target.for_product(args.product) if args.product else target
+        target = target.for_product(config.check_product(args.product)) if args.product else target
     except KeyError as err:
         raise ValueError(err.args[0] if err.args else str(err)) from err
     try:
