@@ -23,13 +23,29 @@ def _case(op, tag, shape, rng):
     return problem, inputs
 
 
-@pytest.mark.parametrize("op,shape", [("rms_norm_grad", "64x256"), ("group_norm_backward", "2,32,8x8,8")])
+@pytest.mark.parametrize("op,shape", [("rms_norm_grad", "64x256"), ("group_norm_backward", "2,32,8x8,8"),
+                                      ("rms_norm", "64x256"), ("group_norm", "2,32,8x8,8")])
 def test_passes_against_aten(op, shape):
     pytest.importorskip("torch")
     rows = compare.against_aten([op], {op: ("f32-f32", "bf16-bf16")}, {op: (shape,)}, seed=1, repeats=1)
     assert {r.output for r in rows} == set(compare.get_op(op).outputs)
     failed = [r.as_dict() for r in rows if not r.passed]
     assert not failed
+
+
+@pytest.mark.parametrize("op,shape", [("rms_norm", "7x33"), ("group_norm", "3,6,5x7,3")])
+def test_every_forward_peer_computes_the_op(op, shape, rng):
+    """The forward ops' peers (the library of opgen compare, the contenders of opgen bench)
+    meet the standards against the reference themselves: a peer computing something else
+    would make every ratio and speedup against it meaningless."""
+    pytest.importorskip("torch")
+    for tag in ("f32-f32", "bf16-bf16"):
+        problem, inputs = _case(op, tag, shape, rng)
+        for peer in compare.get_op(op).peers:
+            theirs = peer.make(problem, {k: baselines.to_torch(v) for k, v in inputs.items()})()
+            rows = compare.judge(op, tag, problem, inputs, theirs, peer.name)
+            assert {r.output for r in rows} == set(theirs) and "y" in theirs
+            assert all(r.theirs.dt_pass and r.theirs.mm_pass for r in rows), (peer.name, tag)
 
 
 def test_one_percent_on_dgamma_fails_f32(rng):
