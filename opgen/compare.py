@@ -186,8 +186,10 @@ def add_arguments(parser) -> None:
     parser.add_argument("--op", action="append", choices=[op.name for op in all_ops() if op.cases.compare],
                         help="only this op (repeatable)")
     parser.add_argument("--dtypes", action="append", help="only this dtype combo, e.g. bf16-f32 (repeatable)")
-    parser.add_argument("--shape", action="append", help="a shape in the op's Problem spelling (fields joined by "
-                        "commas, dims by 'x': 4096x4096, 2,320,64x64,32); kept for the ops it fits")
+    parser.add_argument("--shape", action="append", metavar="[OP=]SHAPE",
+                        help="a shape in the op's Problem spelling (fields joined by commas, dims by 'x': "
+                        "rms_norm_grad=4096x4096, group_norm_backward=2,320,64x64,32; repeatable); a bare SHAPE "
+                        "needs --op and is kept for the named ops it fits")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per side (median)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", help="also write the rows to FILE.json or FILE.csv")
@@ -280,11 +282,35 @@ def against_target(target_name: str, library: str, op_names, tags, shapes, seed:
     return rows
 
 
+def _targeted_shapes(values, op_names) -> tuple[dict, list]:
+    """``OP=SHAPE`` values by op (each must name a chosen op and parse), and the bare ones.
+    A bare shape with no --op is refused: it would apply to every op whose spelling happens
+    to read it (4096x4096 reads as a GroupNorm of N=16777216, C=1)."""
+    targeted, bare = {}, []
+    for value in values or ():
+        op_name, equals, text = value.partition("=")
+        if not equals:
+            bare.append(value)
+            continue
+        if op_name not in op_names:
+            raise ValueError(f"--shape {value}: {op_name!r} is not among the compared ops ({', '.join(op_names)})")
+        try:
+            baselines.parse_problem(op_name, text)
+        except (TypeError, ValueError) as err:
+            raise ValueError(f"--shape {value}: {err}") from err
+        targeted.setdefault(op_name, []).append(text)
+    return targeted, bare
+
+
 def _selection(args, op_names) -> tuple[dict, dict]:
     """(shapes, dtype tags) per op from --shape/--dtypes; a value no op accepts is an error."""
-    shapes = _for_ops(args.shape, op_names, baselines.parse_problem)
+    targeted, bare = _targeted_shapes(args.shape, op_names)
+    if bare and not args.op:
+        raise ValueError(f"--shape {bare[0]}: say which op it is for: --shape OP={bare[0]} or --op OP")
+    shapes = _for_ops(bare, op_names, baselines.parse_problem)
+    shapes = {op: (*targeted.get(op, ()), *picked) for op, picked in shapes.items()}
     tags = _for_ops(args.dtypes, op_names, lambda op, tag: get_op(op).combo(tag))
-    for flag, given, picked in (("--shape", args.shape, shapes), ("--dtypes", args.dtypes, tags)):
+    for flag, given, picked in (("--shape", bare, shapes), ("--dtypes", args.dtypes, tags)):
         unused = [v for v in given or () if not any(v in p for p in picked.values())]
         if unused:
             raise ValueError(f"{flag} {', '.join(unused)}: not valid for {', '.join(op_names)}")

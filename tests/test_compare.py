@@ -48,6 +48,20 @@ def test_every_forward_peer_computes_the_op(op, shape, rng):
             assert all(r.theirs.dt_pass and r.theirs.mm_pass for r in rows), (peer.name, tag)
 
 
+@pytest.mark.parametrize("op", [op.name for op in all_ops() if op.cases.compare])
+def test_the_compare_library_runs_every_combo(op, rng):
+    """``opgen compare`` runs every combo the product documents: ATen's CPU kernel refused 9
+    of LayerNormBackward's 13 mixed-dtype combos until its peer upcast them."""
+    pytest.importorskip("torch")
+    spec = compare.get_op(op)
+    library = next(peer for peer in spec.peers if peer.compare)
+    problem = spec.problems[0]
+    for combo in spec.combos:
+        inputs = baselines.random_inputs(op, combo.tag, problem, rng)
+        theirs = library.make(problem, {k: baselines.to_torch(v) for k, v in inputs.items()})()
+        assert set(theirs) <= set(spec.outputs) and theirs, (op, combo.tag)
+
+
 def test_one_percent_on_dgamma_fails_f32(rng):
     """The issue's example: every dgamma element 1% off fails DT, MERE/MARE and the double benchmark."""
     problem, inputs = _case("rms_norm_grad", "f32-f32", "32x128", rng)
@@ -197,8 +211,17 @@ def test_perturbed_library_and_perturbed_opgen(tmp_path, monkeypatch, capsys):
 
 
 def test_cli_refuses_bad_arguments_clearly(tmp_path, capfd):
-    assert cli_main(["compare", "--shape", "4096*4096", "--omp-wait", "inherit"]) == 2
-    names = ", ".join(op.name for op in all_ops() if op.cases.compare)
-    assert f"--shape 4096*4096: not valid for {names}" in capfd.readouterr().err
+    names = [op.name for op in all_ops() if op.cases.compare]
+    chosen = sum((["--op", name] for name in names), [])
+    assert cli_main(["compare", *chosen, "--shape", "4096*4096", "--omp-wait", "inherit"]) == 2
+    assert f"--shape 4096*4096: not valid for {', '.join(names)}" in capfd.readouterr().err
+    # a bare shape with no --op would run every op whose spelling reads it (a GroupNorm of N=16M)
+    assert cli_main(["compare", "--shape", "4096x4096", "--omp-wait", "inherit"]) == 2
+    assert "say which op it is for: --shape OP=4096x4096 or --op OP" in capfd.readouterr().err
+    for value, why in (("nosuch=4x4", "'nosuch' is not among the compared ops"),
+                       ("rms_norm_grad=4*4", "--shape rms_norm_grad=4*4: cannot read")):
+        assert cli_main(["compare", "--shape", value, "--omp-wait", "inherit"]) == 2
+        err = capfd.readouterr().err
+        assert why in err and err.count("\n") == 1, err
     assert cli_main(["compare", "--against", str(tmp_path), "--omp-wait", "inherit"]) == 2
     assert f"{tmp_path}: no manifest.json" in capfd.readouterr().err

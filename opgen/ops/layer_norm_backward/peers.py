@@ -7,7 +7,9 @@ even when they are not input's statistics. Two of its habits are met here: it ra
 "tensor does not have a device" for a null weight when grad_weight is asked for, or a null
 bias when grad_bias is (it allocates those outputs like them), so ones and zeros stand in,
 as CANN's op_api builds them. The op's kernel has no bias tensor (aclnn's biasOptional is
-validated only), so the peers always get zeros in the weight's dtype and shape.
+validated only), so the peers always get zeros in the weight's dtype and shape. ATen's CPU
+kernel takes mixed dtypes only as half data with float32 statistics and weight, so the other
+mixed combos reach it with their statistics and weight upcast to float32 (exactly).
 """
 from __future__ import annotations
 
@@ -23,8 +25,13 @@ def _native(problem, t: dict):
     x = t["x"]
     weight = t.get("gamma")
     weight = torch.ones(shape, dtype=x.dtype, device=x.device) if weight is None else weight
-    bias = torch.zeros(shape, dtype=weight.dtype, device=x.device)
     dy, mean, rstd = t["dy"], t["mean"], t["rstd"]
+    if {mean.dtype, rstd.dtype, weight.dtype} != {x.dtype}:
+        # ATen's CPU kernel takes one dtype throughout, or half data with float32 statistics
+        # and weight ("expected scalar type Float but found Half" otherwise: 9 of the 13
+        # combos). Upcasting the statistics and weight to float32 is exact and keeps it.
+        mean, rstd, weight = mean.float(), rstd.float(), weight.float()
+    bias = torch.zeros(shape, dtype=weight.dtype, device=x.device)
 
     def run():
         dx, dgamma, dbeta = torch.ops.aten.native_layer_norm_backward(dy, x, shape, mean, rstd, weight, bias,
