@@ -77,9 +77,7 @@ class AscendMlirTarget(TargetSpec):
             unfused = [k for k, r in enumerate(reports) if not r.ok and bishengir.refused_fusion(r.error)
                        and len(parts[k].stages) > 1]
             if unfused:   # bishengir cannot fuse (or buffer) what the patterns grouped: its stages one by one
-                parts = [p for k, part in enumerate(parts) for p in (named.one_stage_each(part) if k in unfused
-                                                                      else [part])]
-                kernels, reports = self._compile(gvar.name_hint, graph, parts)
+                kernels, reports = self._split(gvar.name_hint, graph, parts, unfused, (kernels, reports))
         except UnsupportedStage as err:
             raise NotImplementedError(f"ascend-mlir: {err}") from err
         rejected = [r for r in reports if not r.ok]
@@ -91,6 +89,17 @@ class AscendMlirTarget(TargetSpec):
     def _compile(self, symbol: str, graph, parts: list) -> tuple[list, list]:
         kernels = named.print_kernels(symbol, graph, parts)
         return kernels, [bishengir.compile_kernel(name, text, self.soc) for name, text in kernels]
+
+    def _split(self, symbol: str, graph, parts: list, unfused: list, first: tuple) -> tuple[list, list]:
+        """The kernels again with the ``unfused`` ones one stage each (kernel k's stages
+        named k_0, k_1, ...). The others keep their names and so their texts, and a kernel
+        whose text is what ``first`` (kernels, reports) compiled keeps its report: splitting
+        one kernel used to renumber and recompile them all, seconds of bishengir each."""
+        labelled = [(str(k) if k not in unfused else f"{k}_{j}", piece) for k, part in enumerate(parts)
+                    for j, piece in enumerate(named.one_stage_each(part) if k in unfused else [part])]
+        kernels = named.print_kernels(symbol, graph, [piece for _, piece in labelled], [lab for lab, _ in labelled])
+        compiled = dict(zip(first[0], first[1]))        # (name, text) -> report
+        return kernels, [compiled.get(kernel) or bishengir.compile_kernel(*kernel, self.soc) for kernel in kernels]
 
     def source_of(self, module):
         return "kernel.mlir", module.text

@@ -202,6 +202,34 @@ def test_a_verdict_is_kept_for_the_exact_text(tmp_path, monkeypatch):
         bishengir.compile_kernel(name, text.replace("@k_k0", "@k_k1"), ASCEND_MLIR.soc)
 
 
+def test_splitting_a_kernel_bishengir_cannot_fuse_recompiles_only_its_stages(monkeypatch):
+    """The fallback splits only the refused kernel into one kernel per stage; the others
+    keep their names and texts, and are not compiled again (they were renumbered and all
+    recompiled before). Runs without bishengir: its verdicts are faked."""
+    from opgen.targets.mlir import bishengir
+
+    op = get_op("rms_norm_grad")
+    mod = kernels.scheduled_module(op, op.combo("f32-f32"), ASCEND_MLIR)[0]
+    parts = named.kernels(stage_graph(next(iter(mod.functions.values()))))
+    refused = next(k for k, part in enumerate(parts) if len(part.stages) > 1)
+    calls = []
+
+    def verdict(name, text, soc):
+        calls.append((name, text))
+        ok = not name.endswith(f"_k{refused}")
+        return bishengir.KernelReport(name, ok, "HIVM" if ok else "rejected",
+                                      "" if ok else "error: Unknown kernel fusion kind")
+    monkeypatch.setattr(bishengir, "compile_kernel", verdict)
+    module = ASCEND_MLIR.build(mod)
+    names = [r.arch for r in module.reports]
+    assert len(calls) == len(set(calls)), "a kernel text was compiled twice"
+    assert len(calls) == len(parts) + len(parts[refused].stages)
+    symbol = names[0].rsplit("_k", 1)[0]
+    assert names == [f"{symbol}_k{k}" for k in range(refused)] \
+        + [f"{symbol}_k{refused}_{j}" for j in range(len(parts[refused].stages))] \
+        + [f"{symbol}_k{k}" for k in range(refused + 1, len(parts))]
+
+
 REPRODUCERS = Path(__file__).resolve().parents[1] / "docs" / "bishengir"
 
 

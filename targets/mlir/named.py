@@ -390,13 +390,15 @@ def _bind_sizes(body: Body, arguments: list, graph: StageGraph, args: list) -> N
             body.bind_size(name, f"%size_{name}")
 
 
-def print_kernels(symbol: str, graph: StageGraph, parts: list[Kernel]) -> list[tuple[str, str]]:
+def print_kernels(symbol: str, graph: StageGraph, parts: list[Kernel], labels=None) -> list[tuple[str, str]]:
     """[(kernel name, MLIR module text)] of ``graph`` split into ``parts`` (see ``kernels``):
-    one module each, so that bishengir's verdict is per kernel."""
+    one module each, so that bishengir's verdict is per kernel. Kernel k is named
+    ``{symbol}_k{labels[k]}`` (default: k), so a caller that splits one part can keep the
+    others' names, and with them their texts and cached verdicts."""
     printed = []
     for k, kernel in enumerate(parts):
         later = set().union(*(_reads(s) for p in parts[k + 1:] for s in p.stages)) if k + 1 < len(parts) else set()
-        name = f"{symbol}_k{k}"
+        name = f"{symbol}_k{k if labels is None else labels[k]}"
         printed.append((name, "module {\n" + print_kernel(name, graph, kernel, later) + "\n}\n"))
     return printed
 
