@@ -43,39 +43,56 @@ PRODUCTS = {
 }
 
 
-def compute(combo: DtypeCombo) -> list[te.Tensor]:
-    """TE of the forward over symbolic (N, G, D, HW); returns x, gamma, beta, eps, y, mean, rstd."""
-    n, g, d, hw = (te.var(v, "int64") for v in ("N", "G", "D", "HW"))
-    x = te.placeholder((n, g, d, hw), combo["x"], name="x")
-    gamma = te.placeholder((g, d), combo["gamma"], name="gamma")
-    beta = te.placeholder((g, d), combo["beta"], name="beta")
-    eps = te.placeholder((1,), combo["eps"], name="eps")
+def normalization(x: te.Tensor, gamma: te.Tensor, beta: te.Tensor, eps: te.Tensor, stage: str) -> tuple:
+    """The float32 stages of GroupNorm over x (N, G, D, HW), named ``{stage}_*`` (see the
+    package docstring): returns (mean32, rstd32, scale, shift), so that y = x * scale +
+    shift. aclnnGroupNormSwish builds on the same stages."""
+    n, g, d, hw = x.shape
     f32 = as_float32
     m = (d * hw).astype("float32")   # divided by per group, not multiplied by 1 / M: a GPU's host
     # code would compute a hoisted 1 / M, which is 1 / 0 for an empty group
 
     k = te.reduce_axis((0, hw), name="k")
-    part = te.compute((n, g, d), lambda a, b, c: te.sum(f32(x[a, b, c, k]), axis=k), name=f"{STAGE}_sum")
+    part = te.compute((n, g, d), lambda a, b, c: te.sum(f32(x[a, b, c, k]), axis=k), name=f"{stage}_sum")
     e = te.reduce_axis((0, d), name="e")
-    total = te.compute((n, g), lambda a, b: te.sum(part[a, b, e], axis=e), name=f"{STAGE}_total")
-    mean = te.compute((n, g), lambda a, b: total[a, b] / m, name=f"{STAGE}_mean32")
+    total = te.compute((n, g), lambda a, b: te.sum(part[a, b, e], axis=e), name=f"{stage}_total")
+    mean = te.compute((n, g), lambda a, b: total[a, b] / m, name=f"{stage}_mean32")
 
     def centered(a, b, c, i):
         return f32(x[a, b, c, i]) - mean[a, b]
     k2 = te.reduce_axis((0, hw), name="k")
     sq = te.compute((n, g, d), lambda a, b, c: te.sum(centered(a, b, c, k2) * centered(a, b, c, k2), axis=k2),
-                    name=f"{STAGE}_sq")
+                    name=f"{stage}_sq")
     e2 = te.reduce_axis((0, d), name="e")
-    sq_total = te.compute((n, g), lambda a, b: te.sum(sq[a, b, e2], axis=e2), name=f"{STAGE}_sq_total")
-    rstd = te.compute((n, g), lambda a, b: te.rsqrt(sq_total[a, b] / m + eps[0]), name=f"{STAGE}_rstd32")
-    scale = te.compute((n, g, d), lambda a, b, c: rstd[a, b] * f32(gamma[b, c]), name=f"{STAGE}_scale")
+    sq_total = te.compute((n, g), lambda a, b: te.sum(sq[a, b, e2], axis=e2), name=f"{stage}_sq_total")
+    rstd = te.compute((n, g), lambda a, b: te.rsqrt(sq_total[a, b] / m + eps[0]), name=f"{stage}_rstd32")
+    scale = te.compute((n, g, d), lambda a, b, c: rstd[a, b] * f32(gamma[b, c]), name=f"{stage}_scale")
     shift = te.compute((n, g, d), lambda a, b, c: f32(beta[b, c]) - mean[a, b] * scale[a, b, c],
-                       name=f"{STAGE}_shift")
-    y = te.compute((n, g, d, hw), lambda a, b, c, i: (f32(x[a, b, c, i]) * scale[a, b, c] + shift[a, b, c])
+                       name=f"{stage}_shift")
+    return mean, rstd, scale, shift
+
+
+def placeholders(combo: DtypeCombo) -> tuple:
+    """x (N, G, D, HW), gamma and beta (G, D) and eps (1,) over symbolic sizes."""
+    n, g, d, hw = (te.var(v, "int64") for v in ("N", "G", "D", "HW"))
+    return (te.placeholder((n, g, d, hw), combo["x"], name="x"), te.placeholder((g, d), combo["gamma"], name="gamma"),
+            te.placeholder((g, d), combo["beta"], name="beta"), te.placeholder((1,), combo["eps"], name="eps"))
+
+
+def statistics_out(mean: te.Tensor, rstd: te.Tensor, combo: DtypeCombo, stage: str) -> tuple:
+    """mean32 and rstd32 rounded once to the statistics' dtype: the outputs mean and rstd."""
+    def rounded(t: te.Tensor, name: str) -> te.Tensor:
+        return te.compute(t.shape, lambda a, b: t[a, b].astype(combo[name]), name=f"{stage}_{name}")
+    return rounded(mean, "mean"), rounded(rstd, "rstd")
+
+
+def compute(combo: DtypeCombo) -> list[te.Tensor]:
+    """TE of the forward over symbolic (N, G, D, HW); returns x, gamma, beta, eps, y, mean, rstd."""
+    x, gamma, beta, eps = placeholders(combo)
+    mean, rstd, scale, shift = normalization(x, gamma, beta, eps, STAGE)
+    y = te.compute(x.shape, lambda a, b, c, i: (as_float32(x[a, b, c, i]) * scale[a, b, c] + shift[a, b, c])
                    .astype(combo["y"]), name=f"{STAGE}_y")
-    mean_out = te.compute((n, g), lambda a, b: mean[a, b].astype(combo["mean"]), name=f"{STAGE}_mean")
-    rstd_out = te.compute((n, g), lambda a, b: rstd[a, b].astype(combo["rstd"]), name=f"{STAGE}_rstd")
-    return [x, gamma, beta, eps, y, mean_out, rstd_out]
+    return [x, gamma, beta, eps, y, *statistics_out(mean, rstd, combo, STAGE)]
 
 
 @dataclass(frozen=True)

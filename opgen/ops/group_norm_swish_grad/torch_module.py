@@ -1,8 +1,9 @@
 """opgen.torch's GroupNormSwish: GroupNorm followed by Swish (y * sigmoid(swish_scale * y)),
-whose backward is this op's kernel.
+whose forward is opgen's aclnnGroupNormSwish kernel and whose backward is this op's.
 
-Imported by opgen.torch (it needs torch and ``torch.ops.opgen.group_norm_swish_grad``,
-which opgen.torch registers first); ``MODULES`` lists what it exports.
+Imported by opgen.torch (it needs torch and ``torch.ops.opgen.group_norm_swish`` /
+``torch.ops.opgen.group_norm_swish_grad``, which opgen.torch registers first); ``MODULES``
+lists what it exports.
 """
 from __future__ import annotations
 
@@ -11,27 +12,24 @@ from torch import Tensor, nn
 
 
 class _GroupNormSwishFunction(torch.autograd.Function):
-    """GroupNorm + Swish of x (N, C, *): the forward in torch (float32 statistics, saved in
-    x's dtype, as aclnnGroupNormSwish saves them: one dtype for every tensor of the
-    backward), the backward is opgen's aclnnGroupNormSwishGrad."""
+    """GroupNorm + Swish of x (N, C, *): the forward is opgen's aclnnGroupNormSwish kernel
+    (opgen.ops.group_norm_swish), the backward opgen's aclnnGroupNormSwishGrad, which takes
+    every tensor in x's dtype: the statistics and parameters (C and N x G elements) are
+    cast to it when the module's parameters are float32 and x is half; x and y never are."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, groups: int, eps: float, scale: float):
-        n, c = x.shape[0], x.shape[1]
-        xf = x.float().reshape(n, groups, -1)
-        mean = xf.mean(dim=-1)
-        rstd = torch.rsqrt(xf.var(dim=-1, unbiased=False) + eps)
+        c = x.shape[1]
         gamma = weight if weight is not None else x.new_ones(c)
         beta = bias if bias is not None else x.new_zeros(c)
-        shape = (1, c) + (1,) * (x.dim() - 2)
-        y = ((xf - mean[..., None]) * rstd[..., None]).reshape(x.shape) * gamma.float().reshape(shape) \
-            + beta.float().reshape(shape)
-        out = y * torch.sigmoid(scale * y)
+        param = gamma.dtype if gamma.dtype in (x.dtype, torch.float32) and beta.dtype == gamma.dtype else x.dtype
+        out, mean, rstd = torch.ops.opgen.group_norm_swish(x, gamma.to(param), beta.to(param), groups, None, eps,
+                                                           True, scale)
         ctx.save_for_backward(x, mean.to(x.dtype), rstd.to(x.dtype), gamma.to(x.dtype), beta.to(x.dtype))
         ctx.groups, ctx.scale = groups, scale
         ctx.affine = (weight is not None, bias is not None)
         ctx.param_dtypes = (gamma.dtype, beta.dtype)
-        return out.to(x.dtype)
+        return out
 
     @staticmethod
     def backward(ctx, dy):
