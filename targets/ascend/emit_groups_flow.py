@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from opgen.schedules.ascend_tiling import group_buffers, itemsize
 from opgen.targets.ascend.emit_groups import (GROUP_MODES, GroupKernel, _chan_stage_fn, _context,
-                                              _names, _task_fns, _tile_fns)
-from opgen.targets.ascend.emitter import CPP_TYPE, kernel_file
+                                              _names, _task_fns, _tile_fns, phases)
+from opgen.targets.ascend.emitter import CPP_TYPE, kernel_file, load_scalars
 from opgen.targets.ascend.exprs import EmitError, emit_expr, load_name, reduction_body, sync
 
-GM_SIZE = {"tile": "t_.N * t_.G * t_.D * t_.HW", "task": "t_.N * t_.G", "chan": "t_.G * t_.D"}
+GM_SIZE = {"tile": "t_.N * t_.G * t_.D * t_.HW", "task": "t_.N * t_.G", "chan": "t_.G * t_.D", "scalar": "1"}
 
 
 def _buffers(k: GroupKernel, hw):
@@ -27,7 +27,8 @@ def _members_init(k: GroupKernel, hw) -> tuple[list[str], list[str]]:
     members += [f"LocalTensor<{CPP_TYPE[d]}> q_{n}_;" for n, d in k.ops.tiles_in + k.ops.tasks_in + k.ops.chans_in]
     members += [f"LocalTensor<float> v_{n}_;" for n, _ in k.ops.tiles_in]
     members += [f"LocalTensor<float> cf_{n}_;" for n, _ in k.ops.chans_in]
-    members += [f"float s_{n} = 0.0f;" for n, _ in k.ops.tasks_in] + [f"float s_{s} = 0.0f;" for s in k.ops.task_stages]
+    members += [f"float s_{n} = 0.0f;" for n, _ in k.ops.tasks_in + k.ops.scalars_in]
+    members += [f"float s_{s} = 0.0f;" for s in k.ops.task_stages]
     params = ", ".join(f"GM_ADDR {n}" for n, _, _ in k.args)
     init = [f"__aicore__ inline void Init({params}, GM_ADDR workspace, const {k.struct}& t) {{",
             "    t_ = t;", "    core_ = GetBlockIdx();", "    task0_ = core_ * t_.block_factor;",
@@ -118,25 +119,33 @@ def _final_fn(k: GroupKernel, atomic: bool) -> list[str]:
 
 def _process(k: GroupKernel) -> list[str]:
     atomic = k.knobs.get("sums") == "atomic"
-    chan_calls = [f"Chan_{name}(d0, n, len);" for name, role, _ in k.stages if role == "channel_sum"]
+    steps = phases(k)
+    chan_calls = lambda p: [f"Chan_{name}(d0, n, len);" for name in steps[p][0]]  # noqa: E731
     loop = ["for (int64_t d0 = 0; d0 < t_.D; d0 += t_.ub_rows) {",
             "    const int32_t n = t_.D - d0 < t_.ub_rows ? t_.D - d0 : t_.ub_rows;",
             "    for (int64_t h0 = 0; h0 < t_.HW; h0 += t_.ub_cols) {",
             "        const int32_t len = t_.HW - h0 < t_.ub_cols ? t_.HW - h0 : t_.ub_cols;",
             "        LoadTiles(task, d0, n, h0, len);"]
+    whole = []
+    for p in range(len(steps)):
+        whole += [f"        {c}" for c in chan_calls(p)] + [f"        TaskStages{p}();"]
+    passes = []
+    for p in range(len(steps)):
+        if steps[p][0]:        # a pass over the task's data for this phase's sums
+            passes += ([f"        {line}" for line in loop] + [f"                {c}" for c in chan_calls(p)]
+                       + ["                FreeTiles();", "            }", "        }"])
+        passes.append(f"        TaskStages{p}();")
     body = (["__aicore__ inline void Task(int64_t task) {", "    const int64_t g = task % t_.G;",
              "    LoadTask(task, g);", f"    if (t_.mode == {GROUP_MODES['group']} || t_.mode == {GROUP_MODES['hw1']}) {{",
              "        const int64_t d0 = 0, h0 = 0; const int32_t n = t_.D, len = t_.HW;",
              "        if (BUFFER_NUM == 1 || task == task0_) IssueTiles(task, d0, n, h0, len);",
              "        TakeTiles(n);",
              "        if (BUFFER_NUM > 1 && task + 1 < task0_ + ntasks_) IssueTiles(task + 1, d0, n, h0, len);"]
-            + [f"        {c}" for c in chan_calls] + ["        TaskStages();", "        Outputs(task, d0, n, h0, len);",
-                                                     "        FreeTiles();", "    } else {"]
-            + [f"        {line}" for line in loop] + [f"                {c}" for c in chan_calls]
-            + ["                FreeTiles();", "            }", "        }", "        TaskStages();"]
+            + whole + ["        Outputs(task, d0, n, h0, len);", "        FreeTiles();", "    } else {"]
+            + passes
             + [f"        {line}" for line in loop]
             + ["                Outputs(task, d0, n, h0, len);", "                FreeTiles();", "            }", "        }",
-               "    }", "    ColumnSums(task, g);", "    FreeTask();", "}"])
+               "    }", "    StoreTask(task);", "    ColumnSums(task, g);", "    FreeTask();", "}"])
     zero = []
     if atomic:
         zero = ["    if (core_ == 0) {", "        for (int64_t g = 0; g < t_.G; ++g) {"]
@@ -145,15 +154,15 @@ def _process(k: GroupKernel) -> list[str]:
                      f"            DataCopyPad(g_ws_[({index} * t_.G + g) * t_.ws_pitch], acc_{name}_t_, "
                      "DataCopyExtParams(1, t_.D * 4, 0, 0, 0));", f"            {sync('MTE3_V')}"]
         zero += ["        }", "    }", "    SyncAll();"]
-    main = (["__aicore__ inline void Process() {"] + zero
-            + ["    for (int64_t task = task0_; task < task0_ + ntasks_; ++task) Task(task);",
-               "    SyncAll();", "    FinalSums();", "}"])
+    main = (["__aicore__ inline void Process() {", "    LoadScalars();"] + zero
+            + ["    for (int64_t task = task0_; task < task0_ + ntasks_; ++task) Task(task);"]
+            + (["    SyncAll();", "    FinalSums();"] if k.ops.chan_sums else []) + ["    FlushStats();", "}"])
     return main + body
 
 
 def group_kernel_source(k: GroupKernel, hw) -> str:
     members, init = _members_init(k, hw)
-    body = init + _tile_fns(k) + _task_fns(k) + _sum_fns(k) + _process(k)
+    body = init + _tile_fns(k) + _task_fns(k) + _sum_fns(k) + _process(k) + load_scalars(k.ops.scalars_in, k.pad)
     for name, role, blk in k.stages:
         if role == "channel_sum":
             body += _chan_stage_fn(k, name, blk)
