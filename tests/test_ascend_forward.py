@@ -63,6 +63,7 @@ def test_rms_norm_forward_writes_rstd_per_pass(product, combo, rng):
     kernel = kernels.get_kernel(RMS, combo, target)
     src = kernel.module.files[f"op_kernel/{kernel.module.kernel.k.symbol}.cpp"]
     assert "StoreRows(r0, n);" in src and "PIPE_ALL" not in src
+    _same_tiling_in_cpp(RMS, combo, target, kernel, sizes + [(100000, 64), (4, 6200)])
     for shape in RMS_SHAPES:
         assert _worst(kernel, RmsProblem(shape), rng) <= 1.0, (product, combo, shape)
 
@@ -73,8 +74,22 @@ def test_group_norm_forward_writes_mean_and_rstd_per_tasks(product, combo, rng):
     sizes = [(n, g, c // g, hw) for n, c, hw, g in GN_SHAPES]
     assert {"group", "hw1", "channels", "hw-chunk", "empty"} <= _modes(GN, combo, target, sizes)
     kernel = kernels.get_kernel(GN, combo, target)
+    _same_tiling_in_cpp(GN, combo, target, kernel, sizes + [(12, 32, 2, 16384), (1, 71, 30, 1664)])
     for shape in GN_SHAPES:
         assert _worst(kernel, GnProblem(*shape), rng) <= 1.0, (product, combo, shape)
+
+
+def _same_tiling_in_cpp(op, combo, target, kernel, sizes) -> None:
+    """The emitted host tiling (its UB budget counts the statistics' buffers) and
+    schedules/ascend_tiling give the same tiling."""
+    func = te.create_prim_func(op.compute(op.combo(combo)))
+    rule, _ = schedule_with_rule(func, target)
+    for size in sizes:
+        mine = rule.tiling(func, target, default_knobs(rule, target), [size])
+        got = kernel.module.kernel.tiling(*size).as_dict()
+        want = {"block_dim": mine.block_dim, "block_factor": mine.block_factor, "ub_rows": mine.ub_rows,
+                "ub_cols": mine.ub_cols, "pitch": mine.pitch}
+        assert {k: got[k] for k in want} == want, (combo, size)
 
 
 def test_products_without_data_copy_pad_write_statistics_as_scalars(rng):
