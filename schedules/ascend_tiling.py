@@ -412,6 +412,14 @@ def plan_groups(hw, ops: GroupOperands, n: int, g: int, d: int, hw_elems: int, k
     sums = knobs["sums"] if ops.chan_sums else "none"
     fields = {"N": n, "G": g, "D": d, "HW": hw_elems, "tasks": tasks}
     if tasks == 0 or d == 0 or hw_elems == 0:
+        if ops.tasks_out and tasks:
+            # Empty groups still have their per-task outputs (the mean of nothing is NaN):
+            # the tasks over the cores as usual, no pass over data (EmptyTask).
+            pitch = pitch_of(hw, 1, ops.dtypes)
+            buffers = tuple(group_buffers(hw, ops, 1, pitch, knobs["buffer_num"], d))
+            check_budget(hw, buffers, f"empty groups at N={n} G={g} D={d} HxW={hw_elems}")
+            return Tiling("groups", "empty", block_dim, block_factor, 1, 0, pitch, buffers, sums, 0,
+                          sum(tasks * itemsize(t) for _, t in ops.tasks_out), fields)
         # Sums over no batch (or of no elements) are zeros: one core writes them.
         if not (ops.chan_sums and g * d):
             return Tiling("groups", "empty", 0, 0, 0, 0, 0, (), sums, 0, 0, fields)

@@ -37,9 +37,9 @@ RmsProblem, GnProblem = type(RMS.problems[0]), type(GN.problems[0])
 # 1x1, small-D ragged, split-N ragged, split-D (float32) ragged, rank 3, no rows.
 RMS_SHAPES = ((1, 1), (7, 33), (3, 941), (2, 12290), (2, 3, 40), (0, 16))
 # (N, C, HxW, G): one element, group, ragged group, more than TASKS_PER_STORE tasks per core,
-# channels, hw-chunk, empty batch.
+# channels, hw-chunk, empty batch, empty groups (HxW 0; C 0): their statistics are NaN.
 GN_SHAPES = ((1, 1, 1, 1), (2, 4, 5, 2), (3, 6, 49, 3), (200, 64, 3, 32), (1, 60, 2000, 2), (2, 4, 20000, 2),
-             (0, 4, 5, 2))
+             (0, 4, 5, 2), (2, 4, 0, 2), (2, 0, 5, 2))
 
 
 def _worst(kernel, problem, rng) -> float:
@@ -77,6 +77,20 @@ def test_group_norm_forward_writes_mean_and_rstd_per_tasks(product, combo, rng):
     _same_tiling_in_cpp(GN, combo, target, kernel, sizes + [(12, 32, 2, 16384), (1, 71, 30, 1664)])
     for shape in GN_SHAPES:
         assert _worst(kernel, GnProblem(*shape), rng) <= 1.0, (product, combo, shape)
+    for shape in ((2, 4, 0, 2), (2, 0, 5, 2)):   # written, not left as they were (verify fills NaN first)
+        mean, rstd = _run(GN, combo, kernel, GnProblem(*shape), rng, fill=0.0)[1:]
+        assert mean.shape == (2, 2) and np.isnan(mean).all() and np.isnan(rstd).all(), shape
+
+
+def _run(spec, combo, kernel, problem, rng, fill):
+    """The kernel's outputs for ``problem`` with outputs filled with ``fill`` beforehand."""
+    from opgen.dtypes import numpy_dtype
+    arrays = spec.kernel_args(problem, spec.random_inputs(problem, spec.combo(combo), rng))
+    outs = [np.full(_kernel_shape(spec, problem, name), fill, numpy_dtype(spec.combo(combo)[name]))
+            for name in spec.outputs]
+    args = [tvm.runtime.tensor(arrays[name]) for name in spec.inputs] + [tvm.runtime.tensor(a) for a in outs]
+    kernel.module.kernel(*args)
+    return [a.numpy() for a in args[len(spec.inputs):]]
 
 
 def _same_tiling_in_cpp(op, combo, target, kernel, sizes) -> None:

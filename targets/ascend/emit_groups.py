@@ -180,8 +180,22 @@ def scalar_reads_after_load(chans_in) -> list[str]:
     return [f"    {sync(*events)}   // the scalar pipe reads the loaded channels"] if events else []
 
 
-def _task_fns(k: GroupKernel) -> list[str]:
-    out = ["__aicore__ inline void LoadTask(int64_t task, int64_t g) {"]
+def _empty_task_fn(k: GroupKernel) -> list[str]:
+    """EmptyTask(task): a task of no elements (HxW or D of 0) still has its per-task outputs
+    (a forward norm's mean of nothing is NaN, as the reference says): its channel sums are
+    zeros, its task stages run, its outputs are stored. Only for kernels with such outputs."""
+    out = ["__aicore__ inline void EmptyTask(int64_t task) {", "    (void)task;"]
+    out += [line for line in _task_input_lines(k)]
+    if k.ops.chan_stages:
+        out += ["    if (t_.D > 0) {", f"        {sync('S_V')}"]
+        out += [f"        Duplicate(chan_{s}_t_, 0.0f, t_.D);" for s in k.ops.chan_stages]
+        out += [f"        {sync('V_S')}   // the task stages read them", "    }"]
+    out += [f"    TaskStages{p}();" for p in range(len(phases(k)))]
+    return out + ["    StoreTask(task);", "}"]
+
+
+def _task_input_lines(k: GroupKernel) -> list[str]:
+    out = []
     for name, d in k.ops.tasks_in:
         ty = CPP_TYPE[d]
         if not k.pad:
@@ -192,6 +206,12 @@ def _task_fns(k: GroupKernel) -> list[str]:
                 f"DataCopyPadExtParams<{ty}>(false, 0, 0, 0));",
                 f"      in_{name}_.EnQue(a); q_{name}_ = in_{name}_.DeQue<{ty}>(); s_{name} = {_f32(name, d)};",
                 f"      in_{name}_.FreeTensor(q_{name}_); }}"]
+    return out
+
+
+def _task_fns(k: GroupKernel) -> list[str]:
+    out = ["__aicore__ inline void LoadTask(int64_t task, int64_t g) {"]
+    out += _task_input_lines(k)
     for name, d in k.ops.chans_in:
         out += copy_in(name, d, "g * t_.D", f"DataCopyExtParams(1, t_.D * sizeof({CPP_TYPE[d]}), 0, 0, 0)")
         out.append(as_float32(f"cf_{name}_", name, d, "t_.D"))
@@ -203,6 +223,8 @@ def _task_fns(k: GroupKernel) -> list[str]:
     out += ["}", "__aicore__ inline void FreeTask() {"]
     out += [f"    in_{name}_.FreeTensor(q_{name}_);" for name, _ in k.ops.chans_in]
     out.append("}")
+    if k.ops.tasks_out:
+        out += _empty_task_fn(k)
     for p, (_, stages) in enumerate(phases(k)):
         out.append(f"__aicore__ inline void TaskStages{p}() {{")
         for name in stages:

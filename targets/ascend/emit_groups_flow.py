@@ -33,7 +33,8 @@ def _members_init(k: GroupKernel, hw) -> tuple[list[str], list[str]]:
     init = [f"__aicore__ inline void Init({params}, GM_ADDR workspace, const {k.struct}& t) {{",
             "    t_ = t;", "    core_ = GetBlockIdx();", "    task0_ = core_ * t_.block_factor;",
             "    ntasks_ = task0_ < t_.tasks ? (t_.tasks - task0_ < t_.block_factor ? t_.tasks - task0_ : t_.block_factor) : 0;",
-            "    if (t_.mode == MODE_EMPTY) ntasks_ = 0;"]
+            "    if (t_.mode == MODE_EMPTY) ntasks_ = 0;" if not k.ops.tasks_out else
+            "    // empty groups (HxW or D of 0) still store their per-task outputs (EmptyTask)"]
     for n, d, role in k.args:
         init.append(f"    if ({GM_SIZE[role]} > 0) g_{n}_.SetGlobalBuffer((__gm__ {CPP_TYPE[d]}*){n}, {GM_SIZE[role]});")
     rows = "t_.tasks" if k.knobs.get("sums") != "atomic" else "t_.G"
@@ -41,6 +42,8 @@ def _members_init(k: GroupKernel, hw) -> tuple[list[str], list[str]]:
     for b in _buffers(k, hw):
         size = b.expr.replace("ub_rows", "t_.ub_rows").replace("pitch", "t_.pitch").replace("work", "t_.work")
         size = size.replace("D", "t_.D")
+        if k.ops.tasks_out and "t_.D" in size:   # empty groups of D = 0 run EmptyTask: no 0-byte buffer
+            size = f"(t_.D > 0 ? ({size}) : 1)"
         if b.position == "VECCALC":
             members.append(f"TBuf<TPosition::VECCALC> {b.name}_;")
             members.append(f"LocalTensor<float> {b.name}_t_;")
@@ -135,7 +138,8 @@ def _process(k: GroupKernel) -> list[str]:
             passes += ([f"        {line}" for line in loop] + [f"                {c}" for c in chan_calls(p)]
                        + ["                FreeTiles();", "            }", "        }"])
         passes.append(f"        TaskStages{p}();")
-    body = (["__aicore__ inline void Task(int64_t task) {", "    const int64_t g = task % t_.G;",
+    empty = (["    if (t_.mode == MODE_EMPTY) { EmptyTask(task); return; }"] if k.ops.tasks_out else [])
+    body = (["__aicore__ inline void Task(int64_t task) {"] + empty + ["    const int64_t g = task % t_.G;",
              "    LoadTask(task, g);", f"    if (t_.mode == {GROUP_MODES['group']} || t_.mode == {GROUP_MODES['hw1']}) {{",
              "        const int64_t d0 = 0, h0 = 0; const int32_t n = t_.D, len = t_.HW;",
              "        if (BUFFER_NUM == 1 || task == task0_) IssueTiles(task, d0, n, h0, len);",
@@ -176,6 +180,13 @@ extern "C" int KERNEL_tiling(int64_t N, int64_t G, int64_t D, int64_t HW, int64_
     t->N = N; t->G = G; t->D = D; t->HW = HW; t->tasks = N * G; t->ws_pitch = D;
     if (t->tasks == 0 || D == 0 || HW == 0) {
         t->mode = MODE_EMPTY;
+        if (HAS_TASK_OUTS && t->tasks > 0) {            // empty groups still store their statistics
+            t->block_factor = CeilDiv(t->tasks, cores);
+            t->block_dim = CeilDiv(t->tasks, t->block_factor);
+            t->ub_rows = 1; t->pitch = PitchOf(1);
+            t->work = Work(1, t->pitch);
+            return Fits(1, t->pitch, D, ub_bytes) ? 0 : 1;
+        }
         if (!(HAS_SUMS && G * D > 0)) return 0;
         if (!HAS_PAD && D % PitchOf(1)) return 2;       // whole 32-byte blocks without DataCopyPad
         t->block_dim = 1; t->ub_rows = 1; t->pitch = PitchOf(1);
@@ -222,6 +233,7 @@ def group_tiling_source(k: GroupKernel, hw) -> str:
             f"constexpr int64_t REPEAT_ELEMS = {pr};\nconstexpr int64_t MAX_BUFFERS = {hw.max_buffers};\n"
             f"constexpr int64_t MAX_BURSTS = {hw.max_bursts};\n"
             f"constexpr bool HAS_SUMS = {'true' if k.ops.chan_sums else 'false'};\nconstexpr int64_t {modes};\n"
+            f"constexpr bool HAS_TASK_OUTS = {'true' if k.ops.tasks_out else 'false'};\n"
             f"constexpr bool HAS_PAD = {'true' if hw.data_copy_pad else 'false'};\n"
             "int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }\n"
             f"int64_t AlignUp(int64_t v, int64_t a = {hw.block_bytes}) {{ return CeilDiv(v, a) * a; }}\n"
