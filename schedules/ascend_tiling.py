@@ -253,6 +253,15 @@ def _rows_empty(hw, ops, rows, cols, knobs, sums) -> Tiling:
     """No rows or no columns: nothing to launch, except column sums of no rows, which are
     zeros: one core runs the split-D structure over no rows (its zero partials are summed)."""
     fields = {"rows": rows, "cols": cols, "tasks": rows, "ub_loops": 0, "ub_tail": 0}
+    if ops.rows_out and rows:
+        # Rows of no columns still have their per-row outputs (the mean of nothing is NaN):
+        # the rows over the cores as usual, the split-D structure with no column chunk.
+        block_factor, block_dim = split_cores(rows, hw.vector_cores)
+        pitch = pitch_of(hw, 1, ops.dtypes)
+        buffers = tuple(row_buffers(hw, ops, 1, pitch, knobs["buffer_num"]))
+        check_budget(hw, buffers, f"empty rows at {rows} x {cols}")
+        return Tiling("rows", "empty", block_dim, block_factor, 1, 0, pitch, buffers, sums, 0,
+                      sum(rows * itemsize(d) for _, d in ops.rows_out + ops.rows_in), fields)
     if not (ops.col_sums and cols):
         return Tiling("rows", "empty", 0, 0, 0, 0, 0, (), sums, 0, 0, fields)
     check_whole_blocks(hw, ops.dtypes, {"cols": cols})

@@ -34,8 +34,8 @@ EMU = get_target("ascend-emu")
 pytestmark = pytest.mark.skipif(not EMU.can_build(), reason="g++ or the AscendC emulation header is missing")
 RMS, GN = get_op("rms_norm"), get_op("group_norm")
 RmsProblem, GnProblem = type(RMS.problems[0]), type(GN.problems[0])
-# 1x1, small-D ragged, split-N ragged, split-D (float32) ragged, rank 3, no rows.
-RMS_SHAPES = ((1, 1), (7, 33), (3, 941), (2, 12290), (2, 3, 40), (0, 16))
+# 1x1, small-D ragged, split-N ragged, split-D (float32) ragged, rank 3, no rows, no columns.
+RMS_SHAPES = ((1, 1), (7, 33), (3, 941), (2, 12290), (2, 3, 40), (0, 16), (4, 0))
 # (N, C, HxW, G): one element, group, ragged group, more than TASKS_PER_STORE tasks per core,
 # channels, hw-chunk, empty batch, empty groups (HxW 0; C 0): their statistics are NaN.
 GN_SHAPES = ((1, 1, 1, 1), (2, 4, 5, 2), (3, 6, 49, 3), (200, 64, 3, 32), (1, 60, 2000, 2), (2, 4, 20000, 2),
@@ -66,6 +66,8 @@ def test_rms_norm_forward_writes_rstd_per_pass(product, combo, rng):
     _same_tiling_in_cpp(RMS, combo, target, kernel, sizes + [(100000, 64), (4, 6200)])
     for shape in RMS_SHAPES:
         assert _worst(kernel, RmsProblem(shape), rng) <= 1.0, (product, combo, shape)
+    rstd = _run(RMS, combo, kernel, RmsProblem((4, 0)), rng, fill=0.0)[1]   # written, not left as it was
+    assert rstd.shape == (4,) and np.isnan(rstd).all()
 
 
 @pytest.mark.parametrize("product,combo", [("AtlasA2", "f16-f16"), ("Ascend950", "f32-f32")])
@@ -122,7 +124,7 @@ def test_products_without_data_copy_pad_write_statistics_as_scalars(rng):
 def test_two_row_statistics_of_a_toy_are_stored_whatever_the_rows_per_pass(rng):
     """A LayerNorm-like op defined in the tests: two per-row outputs (mean float32, rstd
     float16 rounded from the float32 rstd y reads), several passes per core (rows_per_pass=2:
-    the next pass's copy-in overlaps this pass's stores) and split-D."""
+    the next pass's copy-in overlaps this pass's stores), split-D, and rows of no columns."""
     target = EMU.for_product("AtlasA2")
     cases = (({}, ((1, 1), (7, 33), (3, 941), (2, 12290), (0, 16))),
              ({"rows_per_pass": 2}, ((7, 33), (200, 64), (3, 941))))
@@ -136,6 +138,10 @@ def test_two_row_statistics_of_a_toy_are_stored_whatever_the_rows_per_pass(rng):
                                           (2e-3, 1e-5, 2e-3)):
                 g = g.astype(np.float64)
                 assert np.all(np.abs(g - want) <= tol + tol * np.abs(want)), (name, knobs, rows, cols)
+    # Rows of no columns: mean and rstd of nothing are NaN, written (the outputs start at 0).
+    _, mean, rstd = run_toy(target, built, [np.zeros((3, 0), np.float16), np.zeros(0, np.float16)],
+                            [np.float16, np.float32, np.float16], fill=0.0)
+    assert np.isnan(mean).all() and np.isnan(rstd).all()
 
 
 @pytest.mark.parametrize("op,names", [

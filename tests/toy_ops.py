@@ -127,9 +127,9 @@ def build_toy(func, target, knobs: dict | None = None):
     return target.build(tvm.IRModule({symbol: lowered})), symbol, lowered.params
 
 
-def run_toy(target, built, inputs: list, output_dtypes: list):
-    """Run a built toy on numpy ``inputs``; returns the outputs (NaN-filled before, so a
-    skipped element shows). Scratch (hoisted buffers) is sized from the inputs' extents,
+def run_toy(target, built, inputs: list, output_dtypes: list, fill=float("nan")):
+    """Run a built toy on numpy ``inputs``; returns the outputs (filled with ``fill`` before,
+    NaN by default, so a skipped element shows). Scratch (hoisted buffers) is sized from the inputs' extents,
     unless the target sizes its own (ascend-emu)."""
     import numpy as np
     import tvm
@@ -149,7 +149,7 @@ def run_toy(target, built, inputs: list, output_dtypes: list):
         return [int(analyzer.simplify(e)) for e in buf.shape]
     n_out = len(output_dtypes)
     out_params = params[len(inputs):len(inputs) + n_out]
-    outputs = [np.full(concrete(b), np.nan, dt) for b, dt in zip(out_params, output_dtypes)]
+    outputs = [np.full(concrete(b), fill, dt) for b, dt in zip(out_params, output_dtypes)]
     args = [tvm.runtime.tensor(a, dev) for a in list(inputs) + outputs]
     if target.scratch_of(module) is None:
         args += [tvm.runtime.empty(concrete(b), str(b.dtype), dev) for b in params[len(inputs) + n_out:]]
