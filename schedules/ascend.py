@@ -5,10 +5,12 @@ Three pattern rules (never op names; the same patterns as the CPU and GPU rules)
 * ``RowTiles``: an elementwise output over (rows, cols) fed by per-row stages (row
   reductions, per-row scalars) and maybe column sums over the rows, each an output or a
   float32 accumulator rounded by a cast (RmsNorm-like; LayerNorm's half weights; a row
-  softmax or RmsNorm's forward match too). Rows are split over the vector cores; each core
+  softmax or RmsNorm's forward match too, per-row stages that are outputs stored per pass). Rows are split over the vector cores; each core
   streams UB tiles of whole rows (split-N / small-D) or column chunks of one row (split-D).
 * ``GroupTiles``: reductions over the innermost axis of (outer..., inner) tensors, per-group
-  scalars, an elementwise output, and column sums over the first axis (GroupNorm-like).
+  scalars, an elementwise output, and column sums over the first axis (GroupNorm-like);
+  or, without column sums, per-group scalars that are outputs and sums that read them
+  (GroupNorm's forward: mean and rstd stored, the centred sum a second phase).
   The (n, g) tasks are split over the cores; each task streams its group, a few channels,
   one channel or HxW chunks of one channel.
 * ``ChannelTiles``: per-channel sums of (N, C, HW) tensors over N and HW, per-channel
@@ -157,14 +159,10 @@ class RowTiles(PatternRule):
         return tiling_refusal(self, func, target, knobs, shapes)
 
     def match(self, infos: list[Block]):
-        """The row pattern, except per-row outputs (a forward norm's rstd): the emitter
-        writes the tiles and the column sums only, and left such an output unwritten
-        (seen with RmsNorm's forward: y right, rstd never stored). Unsupported then
-        refuses the function by name instead of emitting a kernel with a missing output."""
-        matched = patterns.row_pass(infos, need_column_sums=False)
-        if matched is None or any(b.writes_output for b in matched[2]):
-            return None
-        return matched
+        """The row pattern (patterns.row_pass), column sums optional. A per-row stage may be
+        an output (a forward norm's rstd, or mean and rstd): the kernel computes it in UB
+        like any row stage and stores each pass's values to GM (RowOperands.rows_out)."""
+        return patterns.row_pass(infos, need_column_sums=False)
 
     def operands(self, func) -> RowOperands:
         sch = pattern_schedule(func)
@@ -174,11 +172,13 @@ class RowTiles(PatternRule):
             # stages' buffers parameters, so read the roles the schedule recorded instead
             out = next(b for b in infos if roles[b.name] == "tile")
             column_sums = [b for b in infos if roles[b.name] == "column_sum"]
-            row_stages = [b for b in infos if roles[b.name] == "row_stage"]
+            row_stages = [b for b in infos if roles[b.name] in ("row_stage", "row_output")]
             casts = [b for b in infos if roles[b.name] == "cast"]
+            stored = [b for b in row_stages if roles[b.name] == "row_output"]
         else:
             outs, column_sums, row_stages, casts = self.match(infos)
             out = outs[0]
+            stored = [b for b in row_stages if b.writes_output]
         rows, cols = out.extents
         params, written = _param_roles(func, infos)
         pick = lambda pred: tuple((n, d) for n, (d, s) in params.items() if pred(n, s))  # noqa: E731
@@ -194,11 +194,13 @@ class RowTiles(PatternRule):
             col_outs=pick(lambda n, s: any(n in b.writes for b in casts)),
             accumulators=tuple(n for n, _ in sums if any(n in b.reads for b in casts)),
             row_stages=tuple(b.name for b in row_stages),
-            row_reductions=tuple(b.name for b in row_stages if "R" in b.kinds))
+            row_reductions=tuple(b.name for b in row_stages if "R" in b.kinds),
+            rows_out=tuple((n, params[n][0]) for b in stored for n in sorted(b.writes)),
+            row_out_stages=tuple(b.name for b in stored for _ in b.writes))
 
     def schedule(self, sch, matched, target, knobs):
         outs, column_sums, row_stages, casts = matched
-        roles = {b.name: "row_stage" for b in row_stages}
+        roles = {b.name: "row_output" if b.writes_output else "row_stage" for b in row_stages}
         roles.update({b.name: "column_sum" for b in column_sums})
         roles.update({b.name: "cast" for b in casts})
         roles.update({b.name: "tile" for b in outs})
@@ -210,6 +212,19 @@ class RowTiles(PatternRule):
         sizes = bind_sizes(func, shapes)
         rows, cols = (_value(e, sizes) for e in out.extents)
         return plan_rows(target.hardware, self.operands(func), rows, cols, knobs)
+
+
+def sum_passes(sums: list[Block], stages: list[Block]) -> int:
+    """Passes over a task's data for its channel sums, in program order: a sum after a
+    stage it may read (a per-task value: a centred variance after its mean) starts another."""
+    names = {b.name for b in sums}
+    passes, seen_stage = 0, True
+    for b in sorted(sums + stages, key=lambda b: b.order):
+        if b.name in names and seen_stage:
+            passes, seen_stage = passes + 1, False
+        elif b.name not in names:
+            seen_stage = True
+    return max(passes, 1)
 
 
 @dataclass(frozen=True)
@@ -229,14 +244,27 @@ class GroupTiles(PatternRule):
         return tiling_refusal(self, func, target, knobs, shapes)
 
     def match(self, infos: list[Block]):
-        """The grouped pattern, except group stages that are outputs (a forward norm's mean
-        and rstd): the emitter writes the tiles and per-channel outputs only, and has no UB
-        home for per-(batch, group, channel) stages (seen with GroupNorm's forward). Such a
-        function goes to Unsupported, which refuses it by name."""
+        """The grouped pattern (patterns.grouped_pass) as the kernel runs it: (out, row sums,
+        task stages, column sums, casts, per-channel stages). A group stage that sums a
+        channel over HxW after reading a per-task value (a centred variance: the data's sum
+        of (x - mean)^2) is a channel sum of a later pass over the data; one computed per
+        (batch, group, channel) without a reduction (a forward norm's scale and shift) is
+        inlined into its readers by ``schedule``; per-task stages may be outputs (a forward
+        norm's mean and rstd), stored per TASKS_PER_STORE tasks. Anything else: None."""
         matched = patterns.grouped_pass(infos)
-        if matched is None or any(b.writes_output for b in matched[3]):
+        if matched is None:
             return None
-        return (matched[0], *matched[2:])
+        out, outer, row_sums, group_stages, column_sums, casts = matched
+        chan = "S" * (len(out.kinds) - 1)
+        per_chan = lambda b: all(same_extent(a, e) for a, e in zip(b.extents, out.extents[:-1]))  # noqa: E731
+        later_sums = [b for b in group_stages if b.kinds == chan + "R" and per_chan(b) and not b.writes_output]
+        inlined = [b for b in group_stages if b.kinds == chan and per_chan(b) and not b.writes_output]
+        tasks = [b for b in group_stages if b not in later_sums and b not in inlined]
+        if any(len(b.kinds) > outer + 1 or (len(b.kinds) == outer + 1 and not b.kinds.endswith("R"))
+               or (b.writes_output and (column_sums or len(b.kinds) != outer)) for b in tasks):
+            return None
+        sums = sorted(row_sums + later_sums, key=lambda b: b.order)
+        return out, sums, tasks, column_sums, casts, inlined
 
     def operands(self, func) -> GroupOperands:
         sch = pattern_schedule(func)
@@ -245,10 +273,13 @@ class GroupTiles(PatternRule):
         if roles:   # scheduled (and maybe hoisted): the recorded roles, as in RowTiles.operands
             by_role = lambda role: [b for b in infos if roles[b.name] == role]  # noqa: E731
             out = by_role("tile")[0]
-            row_sums, group_stages = by_role("channel_sum"), by_role("task_stage")
+            row_sums = by_role("channel_sum")
+            group_stages = [b for b in infos if roles[b.name] in ("task_stage", "task_output")]
+            stored = by_role("task_output")
             column_sums, casts = by_role("column_sum"), by_role("cast")
         else:
-            out, row_sums, group_stages, column_sums, casts = self.match(infos)
+            out, row_sums, group_stages, column_sums, casts, _ = self.match(infos)
+            stored = [b for b in group_stages if b.writes_output]
         n, g, d, _ = out.extents
         params, written = _param_roles(func, infos)
         pick = lambda pred: tuple((nm, t) for nm, (t, s) in params.items() if pred(nm, s))  # noqa: E731
@@ -257,15 +288,21 @@ class GroupTiles(PatternRule):
             tiles_out=pick(lambda nm, s: nm in written and _shape_is(s, out.extents)),
             tasks_in=pick(lambda nm, s: nm not in written and _shape_is(s, (n, g))),
             chans_in=pick(lambda nm, s: nm not in written and _shape_is(s, (g, d))),
+            scalars_in=pick(lambda nm, s: nm not in written and _shape_is(s, (1,))),
             chan_sums=tuple((next(iter(b.writes)), "float32") for b in column_sums),
             chan_outs=pick(lambda nm, s: any(nm in b.writes for b in casts)),
             chan_stages=tuple(b.name for b in row_sums),
-            task_stages=tuple(b.name for b in group_stages))
+            task_stages=tuple(b.name for b in group_stages),
+            tasks_out=tuple((nm, params[nm][0]) for b in stored for nm in sorted(b.writes)),
+            task_out_stages=tuple(b.name for b in stored for _ in b.writes),
+            sum_passes=sum_passes(row_sums, group_stages))
 
     def schedule(self, sch, matched, target, knobs):
-        out, row_sums, group_stages, column_sums, casts = matched
+        out, row_sums, group_stages, column_sums, casts, inlined = matched
+        for info in reversed(inlined):
+            sch.compute_inline(sch.get_sblock(info.name))
         roles = {b.name: "channel_sum" for b in row_sums}
-        roles.update({b.name: "task_stage" for b in group_stages})
+        roles.update({b.name: "task_output" if b.writes_output else "task_stage" for b in group_stages})
         roles.update({b.name: "column_sum" for b in column_sums})
         roles.update({b.name: "cast" for b in casts})
         roles[out.name] = "tile"

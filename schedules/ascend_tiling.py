@@ -170,6 +170,8 @@ class RowOperands:
     accumulators: tuple = ()   # names of the col_sums that are accumulators (no output of their own)
     row_stages: tuple = ()     # names of per-row intermediate values (float32)
     row_reductions: tuple = () # the row stages that reduce over the columns
+    rows_out: tuple = ()       # (rows,) outputs: row stages stored per pass (a forward norm's rstd)
+    row_out_stages: tuple = () # the row stage that computes each of rows_out, in the same order
 
     @property
     def dtypes(self) -> set:
@@ -196,6 +198,8 @@ def row_buffers(hw, ops: RowOperands, ub_rows: int, pitch: int, nbuf: int) -> li
     if hw.data_copy_pad:   # else per-call values are scalar GM reads
         bufs += [UbBuffer(f"in_{n}", "VECIN", 1, 1, d, "1") for n, d in ops.scalars_in]
     bufs += [UbBuffer(f"out_{n}", "VECOUT", nbuf, tile, d, t_expr) for n, d in ops.tiles_out]
+    if hw.data_copy_pad:   # a narrower per-row output is Cast into its queue (else scalar GM writes)
+        bufs += [UbBuffer(f"out_{n}", "VECOUT", 1, ub_rows, d, "ub_rows") for n, d in ops.rows_out if d != FLOAT32]
     bufs += [UbBuffer(f"acc_{n}", "VECCALC", 1, pitch, FLOAT32, "pitch") for n, _ in ops.col_sums]
     bufs += [UbBuffer(f"out_{n}", "VECOUT", 1, pitch, d, "pitch") for n, d in ops.col_sums + ops.col_outs
              if d != FLOAT32]
@@ -249,6 +253,15 @@ def _rows_empty(hw, ops, rows, cols, knobs, sums) -> Tiling:
     """No rows or no columns: nothing to launch, except column sums of no rows, which are
     zeros: one core runs the split-D structure over no rows (its zero partials are summed)."""
     fields = {"rows": rows, "cols": cols, "tasks": rows, "ub_loops": 0, "ub_tail": 0}
+    if ops.rows_out and rows:
+        # Rows of no columns still have their per-row outputs (the mean of nothing is NaN):
+        # the rows over the cores as usual, the split-D structure with no column chunk.
+        block_factor, block_dim = split_cores(rows, hw.vector_cores)
+        pitch = pitch_of(hw, 1, ops.dtypes)
+        buffers = tuple(row_buffers(hw, ops, 1, pitch, knobs["buffer_num"]))
+        check_budget(hw, buffers, f"empty rows at {rows} x {cols}")
+        return Tiling("rows", "empty", block_dim, block_factor, 1, 0, pitch, buffers, sums, 0,
+                      sum(rows * itemsize(d) for _, d in ops.rows_out + ops.rows_in), fields)
     if not (ops.col_sums and cols):
         return Tiling("rows", "empty", 0, 0, 0, 0, 0, (), sums, 0, 0, fields)
     check_whole_blocks(hw, ops.dtypes, {"cols": cols})
@@ -311,6 +324,7 @@ def plan_rows(hw, ops: RowOperands, rows: int, cols: int, knobs: dict) -> Tiling
     gm = sum(reread * rows * cols * size[n] for n, _ in ops.tiles_in)
     gm += sum(block_dim * size[n] for n, _ in ops.scalars_in)      # read once per core
     gm += sum(rows * cols * size[n] for n, _ in ops.tiles_out) + sum(rows * size[n] for n, _ in ops.rows_in)
+    gm += sum(rows * itemsize(d) for _, d in ops.rows_out)
     gm += sum((block_dim if split_n else reread * rows) * cols * size[n] for n, _ in ops.cols_in)
     gm += _column_sum_traffic(ops, rows, cols, block_dim, sums, bool(split_n), size)
     workspace = _workspace_bytes(ops, cols, block_dim, sums)
@@ -333,10 +347,20 @@ class GroupOperands:
     chan_outs: tuple = ()      # (G, D) outputs rounded from an accumulator
     chan_stages: tuple = ()    # per-(n, g, d) reductions over HW (float32, D per task)
     task_stages: tuple = ()    # per-(n, g) scalars
+    scalars_in: tuple = ()     # (1,) inputs: one value per call (an attribute passed as data)
+    tasks_out: tuple = ()      # (N, G) outputs: task stages stored per TASKS_PER_STORE tasks
+    task_out_stages: tuple = ()  # the task stage that computes each of tasks_out, in the same order
+    sum_passes: int = 1        # passes over a task's data for its channel sums (a sum that reads
+                               # a per-task value of an earlier sum, a centred variance, needs two)
 
     @property
     def dtypes(self) -> set:
         return {d for _, d in self.tiles_in + self.tiles_out} | {FLOAT32}
+
+
+# Per-task outputs (a forward norm's mean and rstd) collect in UB for this many tasks of a
+# core, then go to GM in one copy (a multiple of every dtype's elements per 32-byte block).
+TASKS_PER_STORE = 64
 
 
 def group_buffers(hw, ops: GroupOperands, channels: int, pitch: int, nbuf: int, d: int) -> list[UbBuffer]:
@@ -347,7 +371,7 @@ def group_buffers(hw, ops: GroupOperands, channels: int, pitch: int, nbuf: int, 
     bufs = [UbBuffer(f"in_{n}", "VECIN", nbuf, tile, t, t_expr) for n, t in ops.tiles_in]
     bufs += [UbBuffer(f"out_{n}", "VECOUT", nbuf, tile, t, t_expr) for n, t in ops.tiles_out]
     if hw.data_copy_pad:   # else per-task values are scalar GM reads
-        bufs += [UbBuffer(f"in_{n}", "VECIN", 1, 1, t, "1") for n, t in ops.tasks_in]
+        bufs += [UbBuffer(f"in_{n}", "VECIN", 1, 1, t, "1") for n, t in ops.tasks_in + ops.scalars_in]
     bufs += [UbBuffer(f"in_{n}", "VECIN", 1, d, t, "D") for n, t in ops.chans_in]
     bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, tile, FLOAT32, t_expr) for n, t in ops.tiles_in if t != FLOAT32]
     bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, d, FLOAT32, "D") for n, t in ops.chans_in if t != FLOAT32]
@@ -355,6 +379,10 @@ def group_buffers(hw, ops: GroupOperands, channels: int, pitch: int, nbuf: int, 
     bufs += [UbBuffer(f"chan_{s}", "VECCALC", 1, d, FLOAT32, "D") for s in ops.chan_stages]
     bufs += [UbBuffer(f"acc_{n}", "VECCALC", 1, d, FLOAT32, "D") for n, _ in ops.chan_sums]
     bufs += [UbBuffer(f"out_{n}", "VECOUT", 1, d, t, "D") for n, t in ops.chan_outs]
+    if hw.data_copy_pad:   # else per-task outputs are scalar GM writes
+        store = str(TASKS_PER_STORE)
+        bufs += [UbBuffer(f"stat_{n}", "VECCALC", 1, TASKS_PER_STORE, FLOAT32, store) for n, _ in ops.tasks_out]
+        bufs += [UbBuffer(f"out_{n}", "VECOUT", 1, TASKS_PER_STORE, t, store) for n, t in ops.tasks_out if t != FLOAT32]
     bufs.append(UbBuffer("reduce_work", "VECCALC", 1, reduce_work_elements(hw, channels, pitch), FLOAT32, "work"))
     return bufs
 
@@ -393,6 +421,14 @@ def plan_groups(hw, ops: GroupOperands, n: int, g: int, d: int, hw_elems: int, k
     sums = knobs["sums"] if ops.chan_sums else "none"
     fields = {"N": n, "G": g, "D": d, "HW": hw_elems, "tasks": tasks}
     if tasks == 0 or d == 0 or hw_elems == 0:
+        if ops.tasks_out and tasks:
+            # Empty groups still have their per-task outputs (the mean of nothing is NaN):
+            # the tasks over the cores as usual, no pass over data (EmptyTask).
+            pitch = pitch_of(hw, 1, ops.dtypes)
+            buffers = tuple(group_buffers(hw, ops, 1, pitch, knobs["buffer_num"], d))
+            check_budget(hw, buffers, f"empty groups at N={n} G={g} D={d} HxW={hw_elems}")
+            return Tiling("groups", "empty", block_dim, block_factor, 1, 0, pitch, buffers, sums, 0,
+                          sum(tasks * itemsize(t) for _, t in ops.tasks_out), fields)
         # Sums over no batch (or of no elements) are zeros: one core writes them.
         if not (ops.chan_sums and g * d):
             return Tiling("groups", "empty", 0, 0, 0, 0, 0, (), sums, 0, 0, fields)
@@ -407,9 +443,10 @@ def plan_groups(hw, ops: GroupOperands, n: int, g: int, d: int, hw_elems: int, k
     buffers = tuple(group_buffers(hw, ops, channels, pitch, knobs["buffer_num"], d))
     check_budget(hw, buffers, f"{mode} at N={n} G={g} D={d} HxW={hw_elems}")
     size = {nm: itemsize(t) for nm, t in ops.tiles_in + ops.tiles_out + ops.tasks_in + ops.chans_in + ops.chan_outs}
-    reread = 1 if mode in ("group", "hw1") else 2
+    reread = 1 if mode in ("group", "hw1") else 1 + ops.sum_passes
     elems = tasks * d * hw_elems
     gm = sum(reread * elems * size[nm] for nm, _ in ops.tiles_in) + sum(elems * size[nm] for nm, _ in ops.tiles_out)
+    gm += sum(tasks * itemsize(t) for _, t in ops.tasks_out) + sum(block_dim * itemsize(t) for _, t in ops.scalars_in)
     gm += sum(tasks * size[nm] for nm, _ in ops.tasks_in) + sum(tasks * d * size[nm] for nm, _ in ops.chans_in)
     partials = tasks * d * 4 * len(ops.chan_sums)
     final = g * d * 4 * len(ops.chan_sums) + sum(g * d * size[nm] for nm, _ in ops.chan_outs)

@@ -89,5 +89,5 @@ def test_whole_group_tasks_issue_the_next_tasks_copy_in_before_the_compute():
     module = kernels.scheduled_module(GN, GN.combo("f32-f32"), EMU)
     _, files = emu_build.project(module[0][module[1]], module[1], EMU.hardware)
     body = files[f"op_kernel/{module[1]}.cpp"].split("void Task(int64_t task)")[1]
-    take, issue, stage = body.index("TakeTiles(n);"), body.index("IssueTiles(task + 1"), body.index("TaskStages();")
+    take, issue, stage = body.index("TakeTiles(n);"), body.index("IssueTiles(task + 1"), body.index("TaskStages0();")
     assert take < issue < stage

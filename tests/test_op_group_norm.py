@@ -9,7 +9,7 @@ independent truths:
 * the aclnn API: a literal call with null gamma/beta, the documented errors, the
   statistics' dtype by product;
 * the sympy proof, and a flipped sign in the TE fails it;
-* the CPU schedule is one parallel grouped pass; ascend-emu refuses the forward by name.
+* the CPU schedule is one parallel grouped pass; ascend-emu schedules it with the group rule.
 """
 from __future__ import annotations
 
@@ -113,6 +113,15 @@ def test_proof_holds_and_a_flipped_sign_fails_it(flip_stage):
     assert {m.split("[")[0] for m in report.cases[0].mismatches} == {"group_norm_y"}
 
 
-def test_ascend_emu_refuses_the_forward_by_name():
-    with pytest.raises(NotImplementedError, match="group_norm_f32_f32"):
-        kernels.scheduled_module(OP, OP.combo("f32-f32"), get_target("ascend-emu"))
+def test_ascend_emu_schedules_the_forward_as_group_tiles_storing_mean_and_rstd():
+    """The group rule takes the forward: mean and rstd per-task outputs, the centred sum a
+    channel sum of a second phase, scale and shift inlined into y (tests/test_ascend_forward.py
+    builds and runs it on the emulation)."""
+    from tvm import s_tir
+    mod, symbol = kernels.scheduled_module(OP, OP.combo("f32-f32"), get_target("ascend-emu"))
+    sch = s_tir.Schedule(mod[symbol])
+    roles = {b.name_hint: str(b.annotations["ascend.role"])
+             for b in map(sch.get, sch.get_child_blocks(sch.get_sblock("root")))}
+    assert roles["group_norm_mean"] == roles["group_norm_rstd"] == "task_output"
+    assert roles["group_norm_sq"] == roles["group_norm_sum"] == "channel_sum"
+    assert "group_norm_scale" not in roles and "group_norm_shift" not in roles

@@ -8,7 +8,8 @@ independent truths:
   equals the backward fed the float64 statistics;
 * the aclnn API: a literal call, the rstdOut shape rule, epsilon per call, a refused dtype;
 * the sympy proof, and a flipped sign in the TE fails it;
-* ascend-emu refuses the forward by name (its emitter does not write per-row outputs).
+* ascend-emu schedules it with the row rule, rstd a per-row output (built and run in
+  tests/test_ascend_forward.py).
 """
 from __future__ import annotations
 
@@ -91,9 +92,19 @@ def test_proof_holds_and_a_flipped_sign_fails_it(flip_stage):
     assert any(m.startswith("rms_norm_rstd") for m in report.cases[0].mismatches)
 
 
-def test_ascend_emu_refuses_the_forward_by_name():
-    with pytest.raises(NotImplementedError, match="rms_norm_f32_f32"):
-        kernels.scheduled_module(OP, OP.combo("f32-f32"), get_target("ascend-emu"))
+def test_ascend_emu_schedules_the_forward_as_row_tiles_storing_rstd():
+    """The row rule takes the forward, rstd a per-row output (tests/test_ascend_forward.py
+    builds and runs it on the emulation)."""
+    mod, symbol = kernels.scheduled_module(OP, OP.combo("f32-f32"), get_target("ascend-emu"))
+    func = mod[symbol]
+    roles = {b.name_hint: str(b.annotations["ascend.role"]) for b in _child_blocks(func)}
+    assert roles["rms_norm_rstd"] == "row_output" and roles["rms_norm_y"] == "tile"
+
+
+def _child_blocks(func):
+    from tvm import s_tir
+    sch = s_tir.Schedule(func)
+    return [sch.get(rv) for rv in sch.get_child_blocks(sch.get_sblock("root"))]
 
 
 def test_outputs_have_the_documented_dtypes():

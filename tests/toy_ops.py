@@ -127,9 +127,9 @@ def build_toy(func, target, knobs: dict | None = None):
     return target.build(tvm.IRModule({symbol: lowered})), symbol, lowered.params
 
 
-def run_toy(target, built, inputs: list, output_dtypes: list):
-    """Run a built toy on numpy ``inputs``; returns the outputs (NaN-filled before, so a
-    skipped element shows). Scratch (hoisted buffers) is sized from the inputs' extents,
+def run_toy(target, built, inputs: list, output_dtypes: list, fill=float("nan")):
+    """Run a built toy on numpy ``inputs``; returns the outputs (filled with ``fill`` before,
+    NaN by default, so a skipped element shows). Scratch (hoisted buffers) is sized from the inputs' extents,
     unless the target sizes its own (ascend-emu)."""
     import numpy as np
     import tvm
@@ -149,7 +149,7 @@ def run_toy(target, built, inputs: list, output_dtypes: list):
         return [int(analyzer.simplify(e)) for e in buf.shape]
     n_out = len(output_dtypes)
     out_params = params[len(inputs):len(inputs) + n_out]
-    outputs = [np.full(concrete(b), np.nan, dt) for b, dt in zip(out_params, output_dtypes)]
+    outputs = [np.full(concrete(b), fill, dt) for b, dt in zip(out_params, output_dtypes)]
     args = [tvm.runtime.tensor(a, dev) for a in list(inputs) + outputs]
     if target.scratch_of(module) is None:
         args += [tvm.runtime.empty(concrete(b), str(b.dtype), dev) for b in params[len(inputs) + n_out:]]
@@ -316,3 +316,34 @@ def check_blended(target, built, rng, shape, dtype, training: bool) -> float:
         assert result.passed, (shape, training, result)
         worst = max(worst, result.ratio)
     return worst
+
+
+def row_statistics_forward():
+    """A LayerNorm-like forward with two per-row outputs: mean (float32) and rstd (float16,
+    rounded in a stage of its own from the float32 rstd the elementwise output reads):
+    sum[r] = sum_c x; mean[r] = sum / cols; sq[r] = sum_c (x - mean)^2;
+    rstd32[r] = 1 / sqrt(sq / cols + 1e-5); rstd[r] = float16(rstd32);
+    y = float16((x - mean) * rstd32 * gamma). Returns the PrimFunc (inputs x, gamma)."""
+    rows, cols = te.var("rows", "int64"), te.var("cols", "int64")
+    x = te.placeholder((rows, cols), "float16", name="x")
+    gamma = te.placeholder((cols,), "float16", name="gamma")
+    f32 = lambda v: v.astype("float32")  # noqa: E731
+    k = te.reduce_axis((0, cols), name="k")
+    total = te.compute((rows,), lambda r: te.sum(f32(x[r, k]), axis=k), name="stat_sum")
+    mean = te.compute((rows,), lambda r: total[r] / cols.astype("float32"), name="stat_mean")
+    k2 = te.reduce_axis((0, cols), name="k2")
+    sq = te.compute((rows,), lambda r: te.sum((f32(x[r, k2]) - mean[r]) * (f32(x[r, k2]) - mean[r]), axis=k2),
+                    name="stat_sq")
+    rstd32 = te.compute((rows,), lambda r: te.rsqrt(sq[r] / cols.astype("float32") + 1e-5), name="stat_rstd32")
+    rstd = te.compute((rows,), lambda r: rstd32[r].astype("float16"), name="stat_rstd")
+    y = te.compute((rows, cols), lambda r, c: ((f32(x[r, c]) - mean[r]) * rstd32[r] * f32(gamma[c]))
+                   .astype("float16"), name="stat_y")
+    return te.create_prim_func([x, gamma, y, mean, rstd]).with_attr("global_symbol", "test_row_statistics")
+
+
+def row_statistics_forward_reference(x, gamma) -> list:
+    """[y, mean, rstd] in float64."""
+    x, gamma = x.astype(np.float64), gamma.astype(np.float64)
+    mean = x.mean(axis=1)
+    rstd = 1.0 / np.sqrt(((x - mean[:, None]) ** 2).mean(axis=1) + 1e-5)
+    return [(x - mean[:, None]) * rstd[:, None] * gamma, mean, rstd]

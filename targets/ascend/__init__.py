@@ -13,9 +13,15 @@ emulated cores. It needs g++ and the emulation header (targets/ascend/emu/); wit
 the target neither builds nor runs. The three schedule patterns (rows, groups, channels)
 have printers; a function no pattern matches, or a pattern without a printer, raises
 NotImplementedError naming it: ``opgen generate`` reports such a row as NOT EMITTED
-instead of failing it. On products without DataCopyPad (Atlas training,
-Atlas inference) the copies are whole-block DataCopy and the host tiling refuses shapes
-whose rows are not whole 32-byte blocks.
+instead of failing it. Statistics that are outputs (a forward norm's per-row rstd, or mean
+and rstd; per-(n, group) mean and rstd) are found by the stage graph (a row or task stage
+that writes a parameter): the row kernel stores each UB pass's values with one copy per
+output (split-N, small-D and split-D alike), the group kernel collects them in UB and
+stores every TASKS_PER_STORE tasks; a sum over the data that reads such a per-task value
+(a centred variance) is a second phase over the task's data. On products without
+DataCopyPad (Atlas training, Atlas inference) the copies are whole-block DataCopy, the
+host tiling refuses shapes whose rows are not whole 32-byte blocks, and output statistics
+are scalar GM writes flushed from the data cache once per core.
 """
 from __future__ import annotations
 

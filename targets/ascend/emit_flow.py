@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from opgen.schedules.ascend_tiling import row_buffers
 from opgen.targets.ascend.emitter import (CPP_TYPE, MODES, RowKernel, _column_sum_fns, _init, _load_fns,
-                                          _members, _outputs_fn, _row_stage_fn, kernel_file)
+                                          _members, _outputs_fn, _row_stage_fn, _store_rows_fn, kernel_file)
 from opgen.targets.ascend.exprs import Context, emit_expr, sync
 
 ONE = "DataCopyExtParams(1, len * 4, 0, 0, 0)"
@@ -110,7 +110,7 @@ def _stage_calls(k: RowKernel, split_d: bool) -> list[str]:
     over the column chunks (it may depend on an earlier stage's per-row value)."""
     out = []
     for name, role, blk in k.stages:
-        if role != "row_stage":
+        if role not in ("row_stage", "row_output"):
             continue
         reduction = len(blk.iter_vars) == 2
         if reduction:
@@ -123,6 +123,8 @@ def _stage_calls(k: RowKernel, split_d: bool) -> list[str]:
                     f"    Stage_{name}(n, len);", "    FreeTiles(); FreeCols();", "}"]
         else:
             out.append(f"Stage_{name}(n, {'t_.cols' if not split_d else '0'});")
+    if k.ops.rows_out:
+        out.append("StoreRows(r0, n);")
     return out
 
 
@@ -158,7 +160,8 @@ def _process(k: RowKernel) -> list[str]:
     split_d += ["            FreeTiles(); FreeCols();", "        }", "        FreeRows();", "    }",
                 "    EndSums(true);", "}"]
     main = ["__aicore__ inline void Process() {", "    LoadScalars();",
-            f"    if (t_.mode == {MODES['split-D']} || t_.mode == {MODES['empty']}) SplitD(); else SplitN();", "}"]
+            f"    if (t_.mode == {MODES['split-D']} || t_.mode == {MODES['empty']}) SplitD(); else SplitN();",
+            "    FlushRows();", "}"]
     return main + split_n + split_d
 
 
@@ -167,7 +170,7 @@ def kernel_source(k: RowKernel, hw) -> str:
     buffers = row_buffers(hw, k.ops, 1, 16, int(k.knobs.get("buffer_num", 2)))
     body = (_init(k, buffers) + _load_fns(k) + _process(k) + _begin_sums(k) + _end_sums(k) + _final_sums(k))
     for name, role, blk in k.stages:
-        if role == "row_stage":
+        if role in ("row_stage", "row_output"):
             body += _row_stage_fn(k, name, blk)
-    body += _outputs_fn(k) + _column_sum_fns(k)
+    body += _store_rows_fn(k) + _outputs_fn(k) + _column_sum_fns(k)
     return kernel_file(k, "row", body, _members(k, buffers))

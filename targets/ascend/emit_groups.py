@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from tvm import s_tir
 
 from opgen.schedules.ascend import GroupTiles
-from opgen.schedules.ascend_tiling import TEMP_TILES
+from opgen.schedules.ascend_tiling import TASKS_PER_STORE, TEMP_TILES
 from opgen.targets.ascend.emitter import CPP_TYPE, as_float32, camel, copy_in, copy_out, copy_params, recorded_stages
 from opgen.targets.ascend.exprs import (Context, EmitError, Value, emit_expr, load_name, reduction_body, row_sums,
                                         stored_value, sync)
@@ -67,7 +67,8 @@ def read_group_kernel(func, symbol: str, knobs: dict) -> GroupKernel:
     cast_reads = {load_name(b.body.value.value if _is_cast(b.body.value) else b.body.value)
                   for _, r, b in stages if r == "cast"}
     role = {n: "tile" for n, _ in ops.tiles_in + ops.tiles_out}
-    role.update({n: "task" for n, _ in ops.tasks_in})
+    role.update({n: "task" for n, _ in ops.tasks_in + ops.tasks_out})
+    role.update({n: "scalar" for n, _ in ops.scalars_in})
     role.update({n: "chan" for n, _ in ops.chans_in + ops.chan_outs})
     role.update({n: "chan" for n, _ in ops.chan_sums if n not in cast_reads})
     args = [(b.name, str(b.dtype), role[b.name]) for b in func.params if b.name in role]
@@ -92,6 +93,8 @@ def _context(k: GroupKernel, blk, axes: dict, row_index: str | None) -> Context:
         loads[(name, (a["n"], a["g"]))] = Value("scalar", f"s_{name}")
     for stage in k.ops.task_stages:
         loads[(stage, (a["n"], a["g"]))] = Value("scalar", f"s_{stage}")
+    for name, _ in k.ops.scalars_in:
+        loads[(name, ("0",))] = Value("scalar", f"s_{name}")
     for name, _ in k.ops.chans_in:
         loads[(name, (a["g"], a["d"]))] = Value("row", f"cf_{name}_.GetValue({row_index})")
     for stage in k.ops.chan_stages:
@@ -125,7 +128,7 @@ def _task_stage_lines(k: GroupKernel, name: str, blk) -> list[str]:
             raise EmitError(f"{name}: a per-task sum must be scalar code")
         return [f"{{ float acc = 0.0f; for (int32_t i = 0; i < t_.D; ++i) acc += {value.text}; s_{name} = acc; }}"]
     ctx = _context(k, blk, {"n": names[0], "g": names[1], "d": "-"}, "i")
-    value = emit_expr(blk.body.value, ctx)
+    value = emit_expr(stored_value(blk.body)[0], ctx)   # an output's rounding: at its store
     if value.kind != "scalar" or ctx.lines:
         raise EmitError(f"{name}: a per-task stage must be scalar code")
     return [f"s_{name} = {value.text};"]
@@ -177,8 +180,22 @@ def scalar_reads_after_load(chans_in) -> list[str]:
     return [f"    {sync(*events)}   // the scalar pipe reads the loaded channels"] if events else []
 
 
-def _task_fns(k: GroupKernel) -> list[str]:
-    out = ["__aicore__ inline void LoadTask(int64_t task, int64_t g) {"]
+def _empty_task_fn(k: GroupKernel) -> list[str]:
+    """EmptyTask(task): a task of no elements (HxW or D of 0) still has its per-task outputs
+    (a forward norm's mean of nothing is NaN, as the reference says): its channel sums are
+    zeros, its task stages run, its outputs are stored. Only for kernels with such outputs."""
+    out = ["__aicore__ inline void EmptyTask(int64_t task) {", "    (void)task;"]
+    out += [line for line in _task_input_lines(k)]
+    if k.ops.chan_stages:
+        out += ["    if (t_.D > 0) {", f"        {sync('S_V')}"]
+        out += [f"        Duplicate(chan_{s}_t_, 0.0f, t_.D);" for s in k.ops.chan_stages]
+        out += [f"        {sync('V_S')}   // the task stages read them", "    }"]
+    out += [f"    TaskStages{p}();" for p in range(len(phases(k)))]
+    return out + ["    StoreTask(task);", "}"]
+
+
+def _task_input_lines(k: GroupKernel) -> list[str]:
+    out = []
     for name, d in k.ops.tasks_in:
         ty = CPP_TYPE[d]
         if not k.pad:
@@ -189,6 +206,12 @@ def _task_fns(k: GroupKernel) -> list[str]:
                 f"DataCopyPadExtParams<{ty}>(false, 0, 0, 0));",
                 f"      in_{name}_.EnQue(a); q_{name}_ = in_{name}_.DeQue<{ty}>(); s_{name} = {_f32(name, d)};",
                 f"      in_{name}_.FreeTensor(q_{name}_); }}"]
+    return out
+
+
+def _task_fns(k: GroupKernel) -> list[str]:
+    out = ["__aicore__ inline void LoadTask(int64_t task, int64_t g) {"]
+    out += _task_input_lines(k)
     for name, d in k.ops.chans_in:
         out += copy_in(name, d, "g * t_.D", f"DataCopyExtParams(1, t_.D * sizeof({CPP_TYPE[d]}), 0, 0, 0)")
         out.append(as_float32(f"cf_{name}_", name, d, "t_.D"))
@@ -199,9 +222,69 @@ def _task_fns(k: GroupKernel) -> list[str]:
         out.append(f"    {sync('V_S')}   // the scalar pipe adds into them next")
     out += ["}", "__aicore__ inline void FreeTask() {"]
     out += [f"    in_{name}_.FreeTensor(q_{name}_);" for name, _ in k.ops.chans_in]
-    out += ["}", "__aicore__ inline void TaskStages() {"]
-    for name, role, blk in k.stages:
-        if role == "task_stage":
-            out += [f"    {line}" for line in _task_stage_lines(k, name, blk)]
     out.append("}")
-    return out
+    if k.ops.tasks_out:
+        out += _empty_task_fn(k)
+    for p, (_, stages) in enumerate(phases(k)):
+        out.append(f"__aicore__ inline void TaskStages{p}() {{")
+        for name in stages:
+            blk = next(b for n, _, b in k.stages if n == name)
+            out += [f"    {line}" for line in _task_stage_lines(k, name, blk)]
+        out.append("}")
+    return out + _store_task_fns(k)
+
+
+def phases(k: GroupKernel) -> list[tuple[list, list]]:
+    """[(channel sums, task stages)] in program order: each phase's sums read the task's
+    data once (a pass over it, or the tile already in UB), then its task stages run in
+    registers; a sum after a task stage (a centred variance after its mean) starts a phase."""
+    result: list = []
+    for name, role, _ in k.stages:
+        if role == "channel_sum":
+            if not result or result[-1][1]:
+                result.append(([], []))
+            result[-1][0].append(name)
+        elif role in ("task_stage", "task_output"):
+            if not result:
+                result.append(([], []))
+            result[-1][1].append(name)
+    return result or [([], [])]
+
+
+def _store_task_fns(k: GroupKernel) -> list[str]:
+    """StoreTask(task): each per-task output's value (a task stage's register) into its UB
+    vector; every TASKS_PER_STORE tasks of a core, and after its last, FlushTasks copies them
+    to GM in one copy per output (a narrower dtype Cast into its queue first). Without
+    DataCopyPad each value is a scalar GM write, flushed from the data cache by FlushStats."""
+    out = ["__aicore__ inline void StoreTask(int64_t task) {", "    (void)task;"]
+    if k.ops.tasks_out and not k.pad:
+        for (target, dtype), stage in zip(k.ops.tasks_out, k.ops.task_out_stages):
+            ty = CPP_TYPE[dtype]
+            value = f"s_{stage}" if dtype == "float32" else f"static_cast<{ty}>(s_{stage})"
+            out.append(f"    g_{target}_.SetValue(task, {value});")
+    elif k.ops.tasks_out:
+        out.append(f"    const int64_t j = (task - task0_) % {TASKS_PER_STORE};")
+        out += [f"    stat_{target}_t_.SetValue(j, s_{stage});"
+                for (target, _), stage in zip(k.ops.tasks_out, k.ops.task_out_stages)]
+        out.append(f"    if (j == {TASKS_PER_STORE - 1} || task + 1 == task0_ + ntasks_) FlushTasks(task - j, j + 1);")
+    out += ["}", "__aicore__ inline void FlushTasks(int64_t first, int32_t n) {", "    (void)first; (void)n;"]
+    for target, dtype in (k.ops.tasks_out if k.pad else ()):
+        ty, src = CPP_TYPE[dtype], f"stat_{target}_t_"
+        params = f"DataCopyExtParams(1, n * sizeof({ty}), 0, 0, 0)"
+        if dtype == "float32":
+            out += [f"    {sync('S_MTE3')}   // the copy-out reads what the scalar pipe set",
+                    f"    DataCopyPad(g_{target}_[first], {src}, {params});",
+                    f"    {sync('MTE3_S')}   // the next tasks' values overwrite what the copy-out read"]
+            continue
+        out += [f"    {sync('S_V')}   // the Cast reads what the scalar pipe set",
+                f"    {{ LocalTensor<{ty}> o = out_{target}_.AllocTensor<{ty}>();",
+                f"      Cast(o, {src}, RoundMode::{k.face.round_mode(dtype)}, n);",
+                f"      out_{target}_.EnQue(o); o = out_{target}_.DeQue<{ty}>();",
+                f"      DataCopyPad(g_{target}_[first], o, {params});",
+                f"      out_{target}_.FreeTensor(o); }}",
+                f"    {sync('V_S')}   // the next tasks' values overwrite what the Cast read"]
+    out += ["}", "__aicore__ inline void FlushStats() {"]
+    if k.ops.tasks_out and not k.pad:
+        name, dtype = k.ops.tasks_out[0]
+        out.append(f"    if (ntasks_ > 0) DataCacheCleanAndInvalid<{CPP_TYPE[dtype]}, CacheLine::ENTIRE_DATA_CACHE>(g_{name}_);")
+    return out + ["}"]

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from opgen.schedules.ascend_tiling import group_buffers, itemsize
 from opgen.targets.ascend.emit_groups import (GROUP_MODES, GroupKernel, _chan_stage_fn, _context,
-                                              _names, _task_fns, _tile_fns)
-from opgen.targets.ascend.emitter import CPP_TYPE, kernel_file
+                                              _names, _task_fns, _tile_fns, phases)
+from opgen.targets.ascend.emitter import CPP_TYPE, kernel_file, load_scalars
 from opgen.targets.ascend.exprs import EmitError, emit_expr, load_name, reduction_body, sync
 
-GM_SIZE = {"tile": "t_.N * t_.G * t_.D * t_.HW", "task": "t_.N * t_.G", "chan": "t_.G * t_.D"}
+GM_SIZE = {"tile": "t_.N * t_.G * t_.D * t_.HW", "task": "t_.N * t_.G", "chan": "t_.G * t_.D", "scalar": "1"}
 
 
 def _buffers(k: GroupKernel, hw):
@@ -27,12 +27,14 @@ def _members_init(k: GroupKernel, hw) -> tuple[list[str], list[str]]:
     members += [f"LocalTensor<{CPP_TYPE[d]}> q_{n}_;" for n, d in k.ops.tiles_in + k.ops.tasks_in + k.ops.chans_in]
     members += [f"LocalTensor<float> v_{n}_;" for n, _ in k.ops.tiles_in]
     members += [f"LocalTensor<float> cf_{n}_;" for n, _ in k.ops.chans_in]
-    members += [f"float s_{n} = 0.0f;" for n, _ in k.ops.tasks_in] + [f"float s_{s} = 0.0f;" for s in k.ops.task_stages]
+    members += [f"float s_{n} = 0.0f;" for n, _ in k.ops.tasks_in + k.ops.scalars_in]
+    members += [f"float s_{s} = 0.0f;" for s in k.ops.task_stages]
     params = ", ".join(f"GM_ADDR {n}" for n, _, _ in k.args)
     init = [f"__aicore__ inline void Init({params}, GM_ADDR workspace, const {k.struct}& t) {{",
             "    t_ = t;", "    core_ = GetBlockIdx();", "    task0_ = core_ * t_.block_factor;",
             "    ntasks_ = task0_ < t_.tasks ? (t_.tasks - task0_ < t_.block_factor ? t_.tasks - task0_ : t_.block_factor) : 0;",
-            "    if (t_.mode == MODE_EMPTY) ntasks_ = 0;"]
+            "    if (t_.mode == MODE_EMPTY) ntasks_ = 0;" if not k.ops.tasks_out else
+            "    // empty groups (HxW or D of 0) still store their per-task outputs (EmptyTask)"]
     for n, d, role in k.args:
         init.append(f"    if ({GM_SIZE[role]} > 0) g_{n}_.SetGlobalBuffer((__gm__ {CPP_TYPE[d]}*){n}, {GM_SIZE[role]});")
     rows = "t_.tasks" if k.knobs.get("sums") != "atomic" else "t_.G"
@@ -40,6 +42,8 @@ def _members_init(k: GroupKernel, hw) -> tuple[list[str], list[str]]:
     for b in _buffers(k, hw):
         size = b.expr.replace("ub_rows", "t_.ub_rows").replace("pitch", "t_.pitch").replace("work", "t_.work")
         size = size.replace("D", "t_.D")
+        if k.ops.tasks_out and "t_.D" in size:   # empty groups of D = 0 run EmptyTask: no 0-byte buffer
+            size = f"(t_.D > 0 ? ({size}) : 1)"
         if b.position == "VECCALC":
             members.append(f"TBuf<TPosition::VECCALC> {b.name}_;")
             members.append(f"LocalTensor<float> {b.name}_t_;")
@@ -118,25 +122,34 @@ def _final_fn(k: GroupKernel, atomic: bool) -> list[str]:
 
 def _process(k: GroupKernel) -> list[str]:
     atomic = k.knobs.get("sums") == "atomic"
-    chan_calls = [f"Chan_{name}(d0, n, len);" for name, role, _ in k.stages if role == "channel_sum"]
+    steps = phases(k)
+    chan_calls = lambda p: [f"Chan_{name}(d0, n, len);" for name in steps[p][0]]  # noqa: E731
     loop = ["for (int64_t d0 = 0; d0 < t_.D; d0 += t_.ub_rows) {",
             "    const int32_t n = t_.D - d0 < t_.ub_rows ? t_.D - d0 : t_.ub_rows;",
             "    for (int64_t h0 = 0; h0 < t_.HW; h0 += t_.ub_cols) {",
             "        const int32_t len = t_.HW - h0 < t_.ub_cols ? t_.HW - h0 : t_.ub_cols;",
             "        LoadTiles(task, d0, n, h0, len);"]
-    body = (["__aicore__ inline void Task(int64_t task) {", "    const int64_t g = task % t_.G;",
+    whole = []
+    for p in range(len(steps)):
+        whole += [f"        {c}" for c in chan_calls(p)] + [f"        TaskStages{p}();"]
+    passes = []
+    for p in range(len(steps)):
+        if steps[p][0]:        # a pass over the task's data for this phase's sums
+            passes += ([f"        {line}" for line in loop] + [f"                {c}" for c in chan_calls(p)]
+                       + ["                FreeTiles();", "            }", "        }"])
+        passes.append(f"        TaskStages{p}();")
+    empty = (["    if (t_.mode == MODE_EMPTY) { EmptyTask(task); return; }"] if k.ops.tasks_out else [])
+    body = (["__aicore__ inline void Task(int64_t task) {"] + empty + ["    const int64_t g = task % t_.G;",
              "    LoadTask(task, g);", f"    if (t_.mode == {GROUP_MODES['group']} || t_.mode == {GROUP_MODES['hw1']}) {{",
              "        const int64_t d0 = 0, h0 = 0; const int32_t n = t_.D, len = t_.HW;",
              "        if (BUFFER_NUM == 1 || task == task0_) IssueTiles(task, d0, n, h0, len);",
              "        TakeTiles(n);",
              "        if (BUFFER_NUM > 1 && task + 1 < task0_ + ntasks_) IssueTiles(task + 1, d0, n, h0, len);"]
-            + [f"        {c}" for c in chan_calls] + ["        TaskStages();", "        Outputs(task, d0, n, h0, len);",
-                                                     "        FreeTiles();", "    } else {"]
-            + [f"        {line}" for line in loop] + [f"                {c}" for c in chan_calls]
-            + ["                FreeTiles();", "            }", "        }", "        TaskStages();"]
+            + whole + ["        Outputs(task, d0, n, h0, len);", "        FreeTiles();", "    } else {"]
+            + passes
             + [f"        {line}" for line in loop]
             + ["                Outputs(task, d0, n, h0, len);", "                FreeTiles();", "            }", "        }",
-               "    }", "    ColumnSums(task, g);", "    FreeTask();", "}"])
+               "    }", "    StoreTask(task);", "    ColumnSums(task, g);", "    FreeTask();", "}"])
     zero = []
     if atomic:
         zero = ["    if (core_ == 0) {", "        for (int64_t g = 0; g < t_.G; ++g) {"]
@@ -145,15 +158,15 @@ def _process(k: GroupKernel) -> list[str]:
                      f"            DataCopyPad(g_ws_[({index} * t_.G + g) * t_.ws_pitch], acc_{name}_t_, "
                      "DataCopyExtParams(1, t_.D * 4, 0, 0, 0));", f"            {sync('MTE3_V')}"]
         zero += ["        }", "    }", "    SyncAll();"]
-    main = (["__aicore__ inline void Process() {"] + zero
-            + ["    for (int64_t task = task0_; task < task0_ + ntasks_; ++task) Task(task);",
-               "    SyncAll();", "    FinalSums();", "}"])
+    main = (["__aicore__ inline void Process() {", "    LoadScalars();"] + zero
+            + ["    for (int64_t task = task0_; task < task0_ + ntasks_; ++task) Task(task);"]
+            + (["    SyncAll();", "    FinalSums();"] if k.ops.chan_sums else []) + ["    FlushStats();", "}"])
     return main + body
 
 
 def group_kernel_source(k: GroupKernel, hw) -> str:
     members, init = _members_init(k, hw)
-    body = init + _tile_fns(k) + _task_fns(k) + _sum_fns(k) + _process(k)
+    body = init + _tile_fns(k) + _task_fns(k) + _sum_fns(k) + _process(k) + load_scalars(k.ops.scalars_in, k.pad)
     for name, role, blk in k.stages:
         if role == "channel_sum":
             body += _chan_stage_fn(k, name, blk)
@@ -167,6 +180,13 @@ extern "C" int KERNEL_tiling(int64_t N, int64_t G, int64_t D, int64_t HW, int64_
     t->N = N; t->G = G; t->D = D; t->HW = HW; t->tasks = N * G; t->ws_pitch = D;
     if (t->tasks == 0 || D == 0 || HW == 0) {
         t->mode = MODE_EMPTY;
+        if (HAS_TASK_OUTS && t->tasks > 0) {            // empty groups still store their statistics
+            t->block_factor = CeilDiv(t->tasks, cores);
+            t->block_dim = CeilDiv(t->tasks, t->block_factor);
+            t->ub_rows = 1; t->pitch = PitchOf(1);
+            t->work = Work(1, t->pitch);
+            return Fits(1, t->pitch, D, ub_bytes) ? 0 : 1;
+        }
         if (!(HAS_SUMS && G * D > 0)) return 0;
         if (!HAS_PAD && D % PitchOf(1)) return 2;       // whole 32-byte blocks without DataCopyPad
         t->block_dim = 1; t->ub_rows = 1; t->pitch = PitchOf(1);
@@ -213,6 +233,7 @@ def group_tiling_source(k: GroupKernel, hw) -> str:
             f"constexpr int64_t REPEAT_ELEMS = {pr};\nconstexpr int64_t MAX_BUFFERS = {hw.max_buffers};\n"
             f"constexpr int64_t MAX_BURSTS = {hw.max_bursts};\n"
             f"constexpr bool HAS_SUMS = {'true' if k.ops.chan_sums else 'false'};\nconstexpr int64_t {modes};\n"
+            f"constexpr bool HAS_TASK_OUTS = {'true' if k.ops.tasks_out else 'false'};\n"
             f"constexpr bool HAS_PAD = {'true' if hw.data_copy_pad else 'false'};\n"
             "int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }\n"
             f"int64_t AlignUp(int64_t v, int64_t a = {hw.block_bytes}) {{ return CeilDiv(v, a) * a; }}\n"

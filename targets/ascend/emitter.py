@@ -203,9 +203,9 @@ def read_row_kernel(func, symbol: str) -> RowKernel:
     tile_out = next(b for n, r, b in stages if r == "tile")
     rows, cols = (iv.dom.extent for iv in tile_out.iter_vars)
     sizes = {str(rows): "t_.rows", str(cols): "t_.cols"}
-    scratch = set(ops.row_stages) | set(ops.accumulators)
+    scratch = (set(ops.row_stages) - {n for n, _ in ops.rows_out}) | set(ops.accumulators)
     role = {n: "tile" for n, _ in ops.tiles_in + ops.tiles_out}
-    role.update({n: "row" for n, _ in ops.rows_in})
+    role.update({n: "row" for n, _ in ops.rows_in + ops.rows_out})
     role.update({n: "col" for n, _ in ops.cols_in + ops.col_sums + ops.col_outs if n not in scratch})
     role.update({n: "scalar" for n, _ in ops.scalars_in})
     homeless = [f"{b.name}{tuple(b.shape)}" for b in func.params if b.name not in role and b.name not in scratch]
@@ -337,12 +337,46 @@ def _row_stage_fn(k: RowKernel, name: str, blk) -> list[str]:
             out += [f"    {line}" for line in row_extremes(value.text, kind, fold)]
     else:
         ctx = _context(k, blk, 0, None)
-        value = emit_expr(blk.body.value, ctx)
+        value = emit_expr(stored_value(blk.body)[0], ctx)   # an output's rounding: at its store
         if value.kind not in ("row", "scalar") or ctx.lines:
             raise EmitError(f"{name}: a per-row stage must be scalar code")
         out.append(f"    for (int32_t i = 0; i < n; ++i) r_{name}_.SetValue(i, {value.text});")
     out.append("}")
     return out
+
+
+def _store_rows_fn(k: RowKernel) -> list[str]:
+    """StoreRows(r0, n): the pass's per-row outputs (row stages that are outputs) to GM, one
+    copy of n values per output: a float32 one straight from its row buffer, a narrower one
+    Cast into its queue first. The scalar pipe set the values (S before MTE3 or V); the next
+    pass's scalar code overwrites them after the copy or the Cast read them. Without
+    DataCopyPad (a ragged copy of n values) each value is a scalar GM write, flushed from the
+    data cache at the end of Process (FlushRows)."""
+    out = ["__aicore__ inline void StoreRows(int64_t r0, int32_t n) {", "    (void)r0; (void)n;"]
+    for (target, dtype), stage in zip(k.ops.rows_out, k.ops.row_out_stages):
+        ty, src = CPP_TYPE[dtype], f"r_{stage}_"
+        if not k.pad:
+            value = f"{src}.GetValue(i)" if dtype == "float32" else f"static_cast<{ty}>({src}.GetValue(i))"
+            out.append(f"    for (int32_t i = 0; i < n; ++i) g_{target}_.SetValue(r0 + i, {value});")
+            continue
+        params = f"DataCopyExtParams(1, n * sizeof({ty}), 0, 0, 0)"
+        if dtype == "float32":
+            out += [f"    {sync('S_MTE3')}   // the copy-out reads what the scalar pipe set",
+                    f"    DataCopyPad(g_{target}_[r0], {src}, {params});",
+                    f"    {sync('MTE3_S')}   // the next pass's scalar code overwrites the row buffer"]
+            continue
+        out += [f"    {sync('S_V')}   // the Cast reads what the scalar pipe set",
+                f"    {{ LocalTensor<{ty}> o = out_{target}_.AllocTensor<{ty}>();",
+                f"      Cast(o, {src}, RoundMode::{k.face.round_mode(dtype)}, n);",
+                f"      out_{target}_.EnQue(o); o = out_{target}_.DeQue<{ty}>();",
+                f"      DataCopyPad(g_{target}_[r0], o, {params});",
+                f"      out_{target}_.FreeTensor(o); }}",
+                f"    {sync('V_S')}   // the next pass's scalar code overwrites what the Cast read"]
+    out += ["}", "__aicore__ inline void FlushRows() {"]
+    if not k.pad:
+        out += [f"    if (nrows_ > 0) DataCacheCleanAndInvalid<{CPP_TYPE[d]}, CacheLine::ENTIRE_DATA_CACHE>(g_{n}_);"
+                for n, d in k.ops.rows_out[:1]]
+    return out + ["}"]
 
 
 def _outputs_fn(k: RowKernel) -> list[str]:

@@ -67,6 +67,13 @@ extern "C" int KERNEL_tiling(int64_t rows, int64_t cols, int64_t cores, int64_t 
     t->ws_pitch = cols;                             // GM rows need no alignment for DataCopyPad; without it cols is whole blocks
     if (rows == 0 || cols == 0) {                       // empty: only column sums of no rows (zeros)
         t->mode = MODE_EMPTY;
+        if (HAS_ROW_OUTS && rows > 0) {                 // rows of no columns still store their statistics
+            t->block_factor = CeilDiv(rows, cores);
+            t->block_dim = CeilDiv(rows, t->block_factor);
+            t->ub_rows = 1; t->pitch = PitchOf(1);
+            t->work = Work(1, t->pitch);
+            return Fits(1, t->pitch, ub_bytes) ? 0 : 1;
+        }
         if (!(HAS_COL_SUMS && cols)) return 0;
         if (!HAS_PAD && cols % PitchOf(1)) return 2;    // whole 32-byte blocks without DataCopyPad
         t->block_dim = 1; t->ub_rows = 1;
@@ -114,6 +121,7 @@ def tiling_source(k, hw) -> str:
         f"constexpr int64_t MAX_BUFFERS = {hw.max_buffers};",
         f"constexpr int64_t MAX_BURSTS = {hw.max_bursts};",
         f"constexpr bool HAS_COL_SUMS = {'true' if k.ops.col_sums else 'false'};",
+        f"constexpr bool HAS_ROW_OUTS = {'true' if k.ops.rows_out else 'false'};",
         f"constexpr bool HAS_PAD = {'true' if hw.data_copy_pad else 'false'};",
         "constexpr int64_t MODE_SPLIT_N = 0, MODE_SMALL_D = 1, MODE_SPLIT_D = 2, MODE_EMPTY = 3;",
     ]

@@ -26,7 +26,15 @@ from opgen.ops.group_norm.kernel import (  # noqa: F401  (re-exported)
     kernel_args, kernel_shapes, output_shapes, random_inputs)
 from opgen.ops.group_norm.model import MODEL
 from opgen.ops.group_norm.peers import CASES, PEERS
-from opgen.ops.spec import OpSpec
+from opgen.ops.spec import CannAttr, CannOp, OpSpec
+
+# CANN's OpDef of the op aclnnGroupNorm's outputs match (y, mean, rstd: GroupNormV2; GroupNorm's
+# own OpDef returns a variance): names, order and attributes as ops-nn defines them.
+CANN = CannOp("GroupNormV2", inputs=(("x", "x"), ("gamma", "gamma"), ("beta", "beta")),
+              outputs=(("y", "y"), ("mean", "mean"), ("rstd", "rstd")),
+              attrs=(CannAttr("num_groups", "Int"), CannAttr("data_format", "String", "NHWC"),
+                     CannAttr("eps", "Float", 1e-5, tensor="eps"), CannAttr("is_training", "Bool", True)),
+              source="ops-nn norm/group_norm_v2/op_host/group_norm_v2_def.cpp")
 
 SPEC = OpSpec(
     name="group_norm",
@@ -48,5 +56,6 @@ SPEC = OpSpec(
     peers=PEERS,
     cases=CASES,
     package=__name__,
+    cann=CANN,
     flops_per_element=6,    # counted from the TE stages: the sum (1), the centred square sum (3), x*scale+shift (2)
 )

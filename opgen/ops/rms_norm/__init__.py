@@ -24,7 +24,13 @@ from opgen.ops.rms_norm.kernel import (  # noqa: F401  (re-exported)
     kernel_args, kernel_shapes, output_shapes, random_inputs)
 from opgen.ops.rms_norm.model import MODEL
 from opgen.ops.rms_norm.peers import CASES, PEERS
-from opgen.ops.spec import OpSpec
+from opgen.ops.spec import CannAttr, CannOp, OpSpec
+
+# CANN's OpDef of this op: names, order and attributes as ops-nn defines them (epsilon is the
+# (1,) float32 kernel input eps here).
+CANN = CannOp("RmsNorm", inputs=(("x", "x"), ("gamma", "gamma")), outputs=(("y", "y"), ("rstd", "rstd")),
+              attrs=(CannAttr("epsilon", "Float", 1e-6, tensor="eps"),),
+              source="ops-nn norm/rms_norm/op_host/rms_norm_def.cpp")
 
 SPEC = OpSpec(
     name="rms_norm",
@@ -46,5 +52,6 @@ SPEC = OpSpec(
     peers=PEERS,
     cases=CASES,
     package=__name__,
+    cann=CANN,
     flops_per_element=4,    # counted from the TE stages: x^2 summed (2), x * rstd * gamma (2)
 )
