@@ -21,7 +21,17 @@ from opgen.ops.group_norm_swish.kernel import (  # noqa: F401  (re-exported)
     kernel_args, kernel_shapes, output_shapes, random_inputs)
 from opgen.ops.group_norm_swish.model import MODEL
 from opgen.ops.group_norm_swish.peers import CASES, PEERS
-from opgen.ops.spec import OpSpec
+from opgen.ops.spec import CannAttr, CannOp, OpSpec
+
+# CANN's OpDef (names, order, attributes as ops-nn defines them); activate_swish and
+# swish_scale reach opgen's kernel as (1,) float32 GM scalars.
+CANN = CannOp("GroupNormSwish", inputs=(("x", "x"), ("gamma", "gamma"), ("beta", "beta")),
+              outputs=(("y", "y"), ("mean", "mean"), ("rstd", "rstd")),
+              attrs=(CannAttr("num_groups", "Int"), CannAttr("data_format", "String", "NCHW"),
+                     CannAttr("eps", "Float", 1e-5, tensor="eps"),
+                     CannAttr("activate_swish", "Bool", True, tensor="swish_on"),
+                     CannAttr("swish_scale", "Float", 1.0, tensor="swish_scale")),
+              source="ops-nn norm/group_norm_swish/op_host/group_norm_swish_def.cpp")
 
 SPEC = OpSpec(
     name="group_norm_swish",
@@ -43,5 +53,6 @@ SPEC = OpSpec(
     peers=PEERS,
     cases=CASES,
     package=__name__,
+    cann=CANN,
     flops_per_element=10,   # counted from the TE stages: GroupNorm's 6, the swish's s*z, on*sig + (1-on), z*(...)
 )
