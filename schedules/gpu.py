@@ -65,7 +65,7 @@ from dataclasses import dataclass
 
 from tvm.s_tir import dlight
 
-from opgen.schedules import Block, Knob, PatternRule, ScheduleRule, patterns
+from opgen.schedules import VECTOR_LANES, Block, Knob, PatternRule, ScheduleRule, blocks, pattern_schedule, patterns
 from opgen.schedules.llvm import _merge_nests
 
 THREADS = Knob(
@@ -110,6 +110,14 @@ SEVERAL_SUMS_ROWS_PER_BLOCK = 8
 # to the ``threads`` knob. ptxas's choice is not monotone in the accumulators (4 + 3 and
 # 4 + 4 are clean): tests/test_patterns.py pins the measured shapes.
 PERSISTENT_ACCUMULATORS = 2
+VECTOR = Knob(
+    "vector", (False, True), False,
+    "the vector variant: each thread owns `lanes` consecutive columns (16 bytes of the "
+    "narrowest row tensor: 8 x f16/bf16, 4 x f32) and moves them with 128-bit loads and stores "
+    "through registers; the row's scalars read once per row. Only for rows whose length the "
+    "lanes divide and tensors 16-byte aligned: chosen per call (knobs_for_call), never tuned")
+VECTOR_BYTES = 16
+COMPUTE_LANES = 4      # float32 lanes of the vector variant's arithmetic (128 bits)
 COLUMN_THREADS = Knob(
     "column_threads", (32, 64, 128, 256, 512, 1024), 256,
     "threads per block of the fixed-order column sums (a thread per column)")
@@ -161,18 +169,185 @@ def final_column_sum(sch, block, threads: int, casts=(), scratch: bool = False) 
     sch.decompose_reduction(block, sch.get_loops(block)[-1])
 
 
+def _params(sch) -> list:
+    return list(sch.mod["main"].params)
+
+
+def _column_params(func, outs: list[Block]) -> list:
+    """The parameters whose innermost extent is the row length of the elementwise ``outs``."""
+    by_name = {p.name: p for p in func.params}
+    cols = by_name[next(iter(outs[0].writes))].shape[-1]
+    return [p for p in func.params if p.shape and p.shape[-1].same_as(cols)]
+
+
+def vector_lanes(func, outs: list[Block]) -> int:
+    """Columns per thread in the vector variant: 16 bytes of the narrowest row tensor."""
+    return VECTOR_BYTES // min(p.dtype.bits // 8 for p in _column_params(func, outs))
+
+
+def _vector_copy(sch, block, lanes: int) -> None:
+    """The loops of a cache block under its thread loop fused and vectorized by 16 bytes of
+    its dtype (a 128-bit access each; two for f32 at 8 lanes), the rest unrolled."""
+    loops = sch.get_loops(block)
+    inner = [lp for lp in loops if sch.get(lp).kind == 0 and sch.get(lp).thread_binding is None]
+    fused = sch.fuse(*inner[-2:]) if len(inner) > 1 and _unit(sch, inner[-2]) else inner[-1]
+    buffer = sch.get(block).writes[0].source
+    width = min(lanes, VECTOR_BYTES // (buffer.dtype.bits // 8))
+    outer, vec = sch.split(fused, [None, width])
+    sch.vectorize(vec)
+    sch.unroll(outer)
+
+
+def _unit(sch, loop) -> bool:
+    extent = sch.get(loop).extent
+    return getattr(extent, "value", None) == 1
+
+
+def _cached_reads(sch, blocks: list, at, lanes: int, columns: set, rows: set) -> None:
+    """Each column tensor the ``blocks`` only read (not write), copied once per thread step
+    into registers with 128-bit loads at loop ``at`` (shared by all ``blocks``); ``rows``:
+    per-row tensors, cached the same way by the caller at the row loop."""
+    seen = set()
+    for rv in blocks:
+        block = sch.get(rv)
+        written = {r.source.name for r in block.writes}
+        for index, region in enumerate(block.reads):
+            name = region.source.name
+            if name in seen or name in written or name not in columns:
+                continue
+            seen.add(name)
+            readers = [b for b in blocks if name in {r.source.name for r in sch.get(b).reads}]
+            cache = sch.cache_read(rv, index, "local", consumer_blocks=readers)
+            sch.compute_at(cache, at, preserve_unit_loops=True)
+            _vector_copy(sch, cache, lanes)
+
+
+def _split_columns(sch, loop, lanes: int, threads: int):
+    """(thread loop, lane loop) of a column loop: ``lanes`` consecutive columns per thread,
+    threads striding. The lanes split carries no guard: the variant is built for row lengths
+    they divide (the buffers' declared strides make TVM check it per call)."""
+    vectors, lane = sch.split(loop, [None, lanes], disable_predication=True)
+    _, thread = sch.split(vectors, [None, threads])
+    sch.bind(thread, "threadIdx.x")
+    sch.unroll(lane)
+    return thread, lane
+
+
+def _vector_row_reductions(sch, row_stages, lanes: int, threads: int, columns: set) -> None:
+    """Each row reduction strided over the threads, ``lanes`` columns per thread read from
+    registers filled by 128-bit loads (a cross-thread reduction after the in-thread one)."""
+    for info in row_stages:
+        if "R" not in info.kinds:
+            continue
+        rv = sch.get_sblock(info.name)
+        thread, _ = _split_columns(sch, sch.get_loops(rv)[-1], lanes, threads)
+        _cached_reads(sch, [rv], thread, lanes, columns, set())
+
+
+def _vector_nest(sch, names: list, out_names: list, lanes: int, threads: int, columns: set):
+    """The elementwise nest (its first block ``names[0]``, the others merged into it)
+    split into ``lanes`` columns per thread; its column inputs read into registers with
+    128-bit loads, its elementwise outputs (``out_names``) written from registers with
+    128-bit stores. Returns the thread loop."""
+    stores = [sch.cache_write(sch.get_sblock(name), 0, "local") for name in out_names]
+    main = sch.get_sblock(names[0])
+    thread, lane = _split_columns(sch, sch.get_loops(main)[-1], lanes, threads)
+    rvs = [sch.get_sblock(n) for n in names]
+    _cached_reads(sch, rvs, thread, lanes, columns, set())
+    # The arithmetic as float32x4 (TVM 0.27's CUDA code generator cannot print float32x8:
+    # it made a ulonglong4 of eight floats), which also moves the column partials the nest
+    # adds into (a read-modify-write of global memory) 128 bits at a time.
+    if lanes > COMPUTE_LANES:
+        sch.vectorize(sch.split(lane, [None, COMPUTE_LANES])[1])
+    else:
+        sch.vectorize(lane)
+    for store in stores:
+        sch.reverse_compute_at(store, thread, preserve_unit_loops=True)
+        _vector_copy(sch, store, lanes)
+    return thread
+
+
+def _row_scalars_in_registers(sch, blocks: list, row_loop, per_row: set) -> None:
+    """Per-row inputs (rstd) read once per row into a register, not once per element."""
+    seen = set()
+    for rv in blocks:
+        for index, region in enumerate(sch.get(rv).reads):
+            name = region.source.name
+            if name in seen or name not in per_row:
+                continue
+            seen.add(name)
+            readers = [b for b in blocks if name in {r.source.name for r in sch.get(b).reads}]
+            cache = sch.cache_read(rv, index, "local", consumer_blocks=readers)
+            sch.compute_at(cache, row_loop, preserve_unit_loops=True)
+
+
+def _tensor_sets(sch, outs: list[Block]) -> tuple[set, set]:
+    """(names of the column parameters, names of the per-row input parameters)."""
+    func = sch.mod["main"]
+    columns = {p.name for p in _column_params(func, outs)}
+    rows = sch.get(sch.get_sblock(outs[0].name)).iter_vars[0].dom.extent
+    per_row = {p.name for p in func.params if len(p.shape) == 1 and p.shape[0].same_as(rows)}
+    return columns, per_row
+
+
+def _promise(sch, outs: list[Block], lanes: int) -> None:
+    """Record on the root block what the variant needs of its buffers (schedules.VECTOR_LANES)."""
+    sch.annotate(sch.get_sblock("root"), VECTOR_LANES, {"lanes": lanes, "axis": next(iter(outs[0].writes))})
+
+
+def vector_defaults(func, matched, shapes: dict, alignments: dict | None) -> dict:
+    """{"vector": True} when the call can take the vector variant: rows and columns not
+    empty, the row length a multiple of the lanes, every row tensor 16-byte aligned as the
+    kernel receives it, and the element count within 32-bit range of the index types TVM
+    keeps (a bound the variant's callers rely on nowhere else)."""
+    if not shapes or alignments is None:
+        return {}
+    outs = matched[0]
+    name = next(iter(outs[0].writes))
+    shape = shapes.get(name)
+    if not shape or any(int(e) == 0 for e in shape):
+        return {}
+    lanes = vector_lanes(func, outs)
+    if int(shape[-1]) % lanes:
+        return {}
+    columns = [p.name for p in _column_params(func, outs)]
+    if any(alignments.get(n, 0) < VECTOR_BYTES for n in columns if n in shapes):
+        return {}
+    return {"vector": True}
+
+
+def check_vector(knobs: dict, target, shapes, func, matched) -> str | None:
+    """Why ``vector`` cannot be set for this problem (its row length not a multiple of the lanes)."""
+    if not knobs.get("vector") or not shapes or func is None or matched is None:
+        return None
+    outs = matched[0]
+    shape = shapes.get(next(iter(outs[0].writes)))
+    lanes = vector_lanes(func, outs)
+    if shape and int(shape[-1]) % lanes:
+        return f"vector needs a row length that is a multiple of {lanes}, not {shape[-1]}"
+    return None
+
+
 @dataclass(frozen=True)
 class GpuRowPass(PatternRule):
     """Knobs: ``threads``, ``partials`` (the row pass's grid) or ``rows_per_block``,
     ``column_threads``."""
 
     def knobs(self, target) -> tuple:
-        return (THREADS, PARTIALS, ROWS_PER_BLOCK, COLUMN_THREADS)
+        return (THREADS, PARTIALS, ROWS_PER_BLOCK, COLUMN_THREADS, VECTOR)
+
+    def call_knobs(self, target) -> tuple:
+        return ("vector",)
+
+    def knobs_for_call(self, target, shapes, func=None, alignments=None) -> dict:
+        matched = self.match(blocks(pattern_schedule(func))) if func is not None else None
+        return vector_defaults(func, matched, shapes, alignments) if matched is not None else {}
 
     def check_knobs(self, knobs: dict, target, shapes=None, func=None) -> str | None:
         if knobs.get("rows_per_block", 0) and knobs.get("partials", PARTIALS.default) != PARTIALS.default:
             return "partials is unused when rows_per_block is set (the same kernel as the default partials)"
-        return check_threads(knobs, target)
+        matched = self.match(blocks(pattern_schedule(func))) if func is not None and knobs.get("vector") else None
+        return check_threads(knobs, target) or check_vector(knobs, target, shapes, func, matched)
 
     def match(self, infos: list[Block]):
         return patterns.row_pass(infos)
@@ -187,16 +362,32 @@ class GpuRowPass(PatternRule):
         chunk_loop, row_loop, finals = patterns.fuse_row_pass(sch, outs, column_sums, row_stages, factors)
         main = sch.get_sblock(outs[0].name)
         sch.bind(chunk_loop, "blockIdx.x")
-        bind_threads(sch, sch.get_loops(main)[2], threads)
-        patterns.zero_partials(sch, finals, row_loop)
+        if knobs.get("vector"):
+            self._vector(sch, outs, row_stages, finals, row_loop, threads)
+        else:
+            bind_threads(sch, sch.get_loops(main)[2], threads)
+            patterns.zero_partials(sch, finals, row_loop)
         for info in row_stages:
-            if "R" in info.kinds:
+            if "R" in info.kinds and not knobs.get("vector"):
                 reduce_across_threads(sch, info.name, threads)
             sch.set_scope(sch.get_sblock(info.name), 0, "local")
         for info, (block, _) in zip(column_sums, finals):
             rounding = [sch.get_sblock(c.name) for c in casts if c.reads & info.writes]
             final_column_sum(sch, block, int(knobs["column_threads"]), rounding, not info.writes_output)
         return sch
+
+    @staticmethod
+    def _vector(sch, outs, row_stages, finals, row_loop, threads: int) -> None:
+        """The vector variant of the row pass (knob ``vector``): see VECTOR."""
+        lanes = vector_lanes(sch.mod["main"], outs)
+        columns, per_row = _tensor_sets(sch, outs)
+        nest = [o.name for o in outs] + [sch.get(rf).name_hint for _, rf in finals]
+        stage_rvs = [sch.get_sblock(b.name) for b in row_stages]
+        _row_scalars_in_registers(sch, stage_rvs + [sch.get_sblock(n) for n in nest], row_loop, per_row)
+        _vector_nest(sch, nest, [o.name for o in outs], lanes, threads, columns)
+        patterns.zero_partials(sch, finals, row_loop)
+        _vector_row_reductions(sch, row_stages, lanes, threads, columns)
+        _promise(sch, outs, lanes)
 
 
 @dataclass(frozen=True)
@@ -209,10 +400,18 @@ class GpuRowReduce(PatternRule):
     such as Oclgrind reports). Knob: ``threads``."""
 
     def knobs(self, target) -> tuple:
-        return (THREADS,)
+        return (THREADS, VECTOR)
+
+    def call_knobs(self, target) -> tuple:
+        return ("vector",)
+
+    def knobs_for_call(self, target, shapes, func=None, alignments=None) -> dict:
+        matched = self.match(blocks(pattern_schedule(func))) if func is not None else None
+        return vector_defaults(func, matched, shapes, alignments) if matched is not None else {}
 
     def check_knobs(self, knobs: dict, target, shapes=None, func=None) -> str | None:
-        return check_threads(knobs, target)
+        matched = self.match(blocks(pattern_schedule(func))) if func is not None and knobs.get("vector") else None
+        return check_threads(knobs, target) or check_vector(knobs, target, shapes, func, matched)
 
     def match(self, infos: list[Block]):
         matched = patterns.row_pass(infos, need_column_sums=False)
@@ -230,12 +429,22 @@ class GpuRowReduce(PatternRule):
                 stores.append(sch.cache_write(block, 0, "local", consumer_blocks=users))
         row_loop = patterns.fuse_row_stages(sch, outs, row_stages)
         sch.bind(row_loop, "blockIdx.x")
+        vector = knobs.get("vector")
+        if vector:
+            lanes = vector_lanes(sch.mod["main"], outs)
+            columns, per_row = _tensor_sets(sch, outs)
+            _row_scalars_in_registers(sch, [sch.get_sblock(b.name) for b in row_stages + list(outs)], row_loop,
+                                      per_row)
+            _vector_row_reductions(sch, row_stages, lanes, threads, columns)
+            for out in outs:
+                _vector_nest(sch, [out.name], [out.name], lanes, threads, columns)
+            _promise(sch, outs, lanes)
         for info in row_stages:
-            if "R" in info.kinds:
+            if "R" in info.kinds and not vector:
                 reduce_across_threads(sch, info.name, threads)
             if not info.writes_output:
                 sch.set_scope(sch.get_sblock(info.name), 0, "local")
-        for out in outs:
+        for out in ([] if vector else outs):
             bind_threads(sch, sch.get_loops(sch.get_sblock(out.name))[-1], threads)
         for store in stores:
             sch.reverse_compute_at(store, row_loop)

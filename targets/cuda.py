@@ -32,7 +32,8 @@ from pathlib import Path
 
 import tvm
 
-from opgen.targets.gpu_launch import UnsupportedHostCode, compile_capturing_split, guard_empty_launches, launch_plan
+from opgen.targets.gpu_launch import (UnsupportedHostCode, compile_capturing_split, config_for, guard_empty_launches,
+                                      launch_plan)
 from opgen.targets.spec import GpuTargetSpec
 
 BUILD_CONFIG = {"tirx.disable_storage_rewrite": True}
@@ -196,7 +197,7 @@ class CudaTarget(GpuTargetSpec):
                 return CudaSource(source, {}, str(err))
             return CudaSource(source, plans)
         os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")   # UNTESTED here (no GPU)
-        with target, tvm.transform.PassContext(config=BUILD_CONFIG):
+        with target, tvm.transform.PassContext(config=config_for(mod, BUILD_CONFIG)):
             return tvm.compile(mod, target=target).mod
 
     def source_of(self, module) -> tuple[str, str]:

@@ -257,6 +257,19 @@ def launch_plan(split_mod, symbol: str) -> LaunchPlan:
     return LaunchPlan(tuple(launches), tuple(shape_vars), tuple(binds), shapes)
 
 
+def config_for(mod, config: dict) -> dict:
+    """The build config of ``mod``: ``config``, with TVM's common-subexpression elimination
+    off for a module holding a vector variant (a PrimFunc with ``schedules.VECTOR_LANES``).
+    CSE binds a vector access's index to a variable, and TVM 0.27's code generator then no
+    longer sees the ramp it vectorizes: it gathered element by element (seen in the CUDA
+    source: make_float4 of four loads). nvcc and the OpenCL compilers eliminate common
+    subexpressions themselves."""
+    from opgen.schedules import VECTOR_LANES
+    if any(func.attrs is not None and VECTOR_LANES in func.attrs for func in mod.functions.values()):
+        return {**config, "tirx.disable_cse_tir": True}
+    return config
+
+
 def compile_capturing_split(mod, target, config: dict):
     """``tvm.compile(mod, target)`` under ``config``; returns (executable, module right after
     SplitHostDevice)."""
@@ -268,7 +281,7 @@ def compile_capturing_split(mod, target, config: dict):
             if info.name == "tirx.SplitHostDevice":
                 captured["mod"] = module
 
-    with tvm.transform.PassContext(config=config, instruments=[_Capture()]):
+    with tvm.transform.PassContext(config=config_for(mod, config), instruments=[_Capture()]):
         executable = tvm.compile(mod, target=target)
     return executable, captured["mod"]
 
