@@ -295,7 +295,17 @@ def _promise(sch, outs: list[Block], lanes: int) -> None:
     sch.annotate(sch.get_sblock("root"), VECTOR_LANES, {"lanes": lanes, "axis": next(iter(outs[0].writes))})
 
 
-def vector_defaults(func, matched, shapes: dict, alignments: dict | None) -> dict:
+def vector_refusal(func, outs: list[Block], target) -> str | None:
+    """Why the target cannot take the vector variant of ``func`` (a row tensor's dtype it
+    cannot carry in vector registers: GpuTargetSpec.vector_dtypes), or None."""
+    allowed = target.vector_dtypes() if hasattr(target, "vector_dtypes") else None
+    if allowed is None:
+        return None
+    refused = sorted({str(p.dtype) for p in _column_params(func, outs)} - allowed)
+    return f"{target.name} cannot carry {', '.join(refused)} rows in vector registers" if refused else None
+
+
+def vector_defaults(func, matched, shapes: dict, alignments: dict | None, target=None) -> dict:
     """{"vector": True} when the call can take the vector variant: rows and columns not
     empty, the row length a multiple of the lanes, every row tensor 16-byte aligned as the
     kernel receives it, and the element count within 32-bit range of the index types TVM
@@ -303,25 +313,34 @@ def vector_defaults(func, matched, shapes: dict, alignments: dict | None) -> dic
     if not shapes or alignments is None:
         return {}
     outs = matched[0]
-    name = next(iter(outs[0].writes))
-    shape = shapes.get(name)
+    shape = by_param(func, shapes).get(next(iter(outs[0].writes)))
     if not shape or any(int(e) == 0 for e in shape):
         return {}
     lanes = vector_lanes(func, outs)
-    if int(shape[-1]) % lanes:
+    if int(shape[-1]) % lanes or vector_refusal(func, outs, target):
         return {}
-    columns = [p.name for p in _column_params(func, outs)]
-    if any(alignments.get(n, 0) < VECTOR_BYTES for n in columns if n in shapes):
+    aligned = by_param(func, {n: alignments.get(n, 0) for n in shapes})
+    if any(aligned.get(p.name, 0) < VECTOR_BYTES for p in _column_params(func, outs)):
         return {}
     return {"vector": True}
 
 
+def by_param(func, per_tensor: dict) -> dict:
+    """``per_tensor`` (keyed by the kernel's tensor names, in parameter order: the
+    convention of ``shapes`` throughout the rules) keyed by parameter name instead."""
+    return dict(zip((p.name for p in func.params), per_tensor.values()))
+
+
 def check_vector(knobs: dict, target, shapes, func, matched) -> str | None:
-    """Why ``vector`` cannot be set for this problem (its row length not a multiple of the lanes)."""
-    if not knobs.get("vector") or not shapes or func is None or matched is None:
+    """Why ``vector`` cannot be set for this problem (its row length not a multiple of the
+    lanes) or on this target (``vector_refusal``)."""
+    if not knobs.get("vector") or func is None or matched is None:
         return None
     outs = matched[0]
-    shape = shapes.get(next(iter(outs[0].writes)))
+    refusal = vector_refusal(func, outs, target)
+    if refusal or not shapes:
+        return refusal
+    shape = by_param(func, shapes).get(next(iter(outs[0].writes)))
     lanes = vector_lanes(func, outs)
     if shape and int(shape[-1]) % lanes:
         return f"vector needs a row length that is a multiple of {lanes}, not {shape[-1]}"
@@ -341,7 +360,7 @@ class GpuRowPass(PatternRule):
 
     def knobs_for_call(self, target, shapes, func=None, alignments=None) -> dict:
         matched = self.match(blocks(pattern_schedule(func))) if func is not None else None
-        return vector_defaults(func, matched, shapes, alignments) if matched is not None else {}
+        return vector_defaults(func, matched, shapes, alignments, target) if matched is not None else {}
 
     def check_knobs(self, knobs: dict, target, shapes=None, func=None) -> str | None:
         if knobs.get("rows_per_block", 0) and knobs.get("partials", PARTIALS.default) != PARTIALS.default:
@@ -407,7 +426,7 @@ class GpuRowReduce(PatternRule):
 
     def knobs_for_call(self, target, shapes, func=None, alignments=None) -> dict:
         matched = self.match(blocks(pattern_schedule(func))) if func is not None else None
-        return vector_defaults(func, matched, shapes, alignments) if matched is not None else {}
+        return vector_defaults(func, matched, shapes, alignments, target) if matched is not None else {}
 
     def check_knobs(self, knobs: dict, target, shapes=None, func=None) -> str | None:
         matched = self.match(blocks(pattern_schedule(func))) if func is not None and knobs.get("vector") else None
