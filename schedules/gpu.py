@@ -61,6 +61,7 @@ point of the current space.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from tvm.s_tir import dlight
@@ -117,6 +118,7 @@ VECTOR = Knob(
     "through registers; the row's scalars read once per row. Only for rows whose length the "
     "lanes divide and tensors 16-byte aligned: chosen per call (knobs_for_call), never tuned")
 VECTOR_BYTES = 16
+INT32_INDEX = 1 << 31  # the vector variant indexes in int32: problems past it take the generic one
 COMPUTE_LANES = 4      # float32 lanes of the vector variant's arithmetic (128 bits)
 COLUMN_THREADS = Knob(
     "column_threads", (32, 64, 128, 256, 512, 1024), 256,
@@ -319,6 +321,10 @@ def vector_defaults(func, matched, shapes: dict, alignments: dict | None, target
     lanes = vector_lanes(func, outs)
     if int(shape[-1]) % lanes or vector_refusal(func, outs, target):
         return {}
+    rows, cols = math.prod(int(e) for e in shape[:-1]), int(shape[-1])
+    if (max(rows, max(PARTIALS.values)) + 1) * (cols + VECTOR_BYTES * max(THREADS.values)) >= INT32_INDEX:
+        return {}     # its indices are int32 (targets/gpu_launch.with_32_bit_indices): the row
+                      # tensors, the column partials and the loops' last strides must fit
     aligned = by_param(func, {n: alignments.get(n, 0) for n in shapes})
     if any(aligned.get(p.name, 0) < VECTOR_BYTES for p in _column_params(func, outs)):
         return {}
