@@ -50,23 +50,49 @@ thread rewrote the value the others were still reading (seen in the emitted Open
 
 Tails: every split is guarded (TVM predicates), so any extent works, 0 included.
 
-Not here yet, and why: 128-bit vector loads. The kernels are shape-symbolic, and TVM 0.27
-scalarizes a vectorized loop whose tail guard it cannot prove away (a bf16 x8 probe on
-symbolic columns emitted 8 scalar loads under an ``if``); a vector load is also only
-legal when every row starts 16-byte aligned, i.e. cols % 8 == 0 for bf16. Both call for a
-second kernel per op specialised to divisible columns and chosen per call, not a knob of
-this one. Several rows per block on threadIdx.y (a warp per short row) needs the column
-partials split per warp as well; ``threads=32`` with more ``partials`` is the nearest
-point of the current space.
+The vector variant (knob ``vector`` of GpuRowPass and GpuRowReduce; chosen per call by
+``knobs_for_call``, never by a tuned record): for rows whose length the lanes divide (16
+bytes of the narrowest row tensor: 8 x f16/bf16, 4 x f32), tensors 16-byte aligned as the
+kernel receives them (opgen.executor.kernel_alignments) and index values within int32. Each
+thread owns ``lanes`` consecutive columns: its row tensors are copied into registers with
+128-bit loads, the arithmetic runs as float32x4 (which also moves the column partials 128
+bits at a time), the elementwise outputs go back with 128-bit stores (bf16/f16 outputs: nvcc
+splits them into two 64-bit stores), and per-row inputs (rstd) are read once per row. What
+made TVM 0.27 emit it (each measured in the emitted CUDA):
+  * the lanes split carries no guard (``disable_predication``); the body's row length is
+    ``cols // lanes * lanes`` and the parameters declare the promise (strides, element
+    offsets a multiple of the lanes, 16-byte alignment: opgen.kernels.declare_vector_alignment),
+    which TVM's argument binder checks per call; without it TVM scalarized the loop under
+    the tail guard, and its code generator gathered element by element any ramp whose base
+    it could not prove a multiple of the lanes (a free element offset, a symbolic stride);
+  * common-subexpression elimination off (it bound the ramps to variables: gathers again)
+    and the index arithmetic forced to int32 (targets/gpu_launch.py);
+  * float32x8 cannot be printed for CUDA (a ulonglong4 of eight floats), hence the x4
+    arithmetic; the register caches get a constant extent (CompactBufferAllocation clamped
+    them to min(cols, lanes), which CUDA cannot allocate).
+SASS instructions per element of the row pass's elementwise loop (targets/cuda_sass.py,
+CUDA 13.0, rms_norm_grad, default knobs, sm_80 / sm_90): bf16-f32 generic 41.5 / 40.0,
+vector 13.6 / 13.5; f32-f32 generic 37.5 / 36.8, vector 15.4 / 16.0
+(benchmarks/sass_per_element.py).
+
+Not here yet: the column partials of the row pass are still a read-modify-write of global
+memory per row (in 128-bit pieces in the vector variant), summed over ``partials`` rows by a
+thread per column; the grid is the fixed ``partials`` knob, not sized from the device's SM
+count. Several rows per block on threadIdx.y (a warp per short row) needs the column
+partials split per warp as well; ``threads=32`` with more ``partials`` is the nearest point
+of the current space.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from tvm.s_tir import dlight
 
-from opgen.schedules import VECTOR_LANES, Block, Knob, PatternRule, ScheduleRule, blocks, pattern_schedule, patterns
+from opgen.schedules import Block, Knob, PatternRule, ScheduleRule, blocks, pattern_schedule, patterns
+from opgen.schedules import gpu_vector
+from opgen.schedules.gpu_vector import (VECTOR, _row_scalars_in_registers, _tensor_sets, _vector_nest,
+                                        _vector_row_reductions, _promise, check_vector, vector_defaults,
+                                        vector_lanes)
 from opgen.schedules.llvm import _merge_nests
 
 THREADS = Knob(
@@ -111,18 +137,13 @@ SEVERAL_SUMS_ROWS_PER_BLOCK = 8
 # to the ``threads`` knob. ptxas's choice is not monotone in the accumulators (4 + 3 and
 # 4 + 4 are clean): tests/test_patterns.py pins the measured shapes.
 PERSISTENT_ACCUMULATORS = 2
-VECTOR = Knob(
-    "vector", (False, True), False,
-    "the vector variant: each thread owns `lanes` consecutive columns (16 bytes of the "
-    "narrowest row tensor: 8 x f16/bf16, 4 x f32) and moves them with 128-bit loads and stores "
-    "through registers; the row's scalars read once per row. Only for rows whose length the "
-    "lanes divide and tensors 16-byte aligned: chosen per call (knobs_for_call), never tuned")
-VECTOR_BYTES = 16
-INT32_INDEX = 1 << 31  # the vector variant indexes in int32: problems past it take the generic one
-COMPUTE_LANES = 4      # float32 lanes of the vector variant's arithmetic (128 bits)
 COLUMN_THREADS = Knob(
     "column_threads", (32, 64, 128, 256, 512, 1024), 256,
     "threads per block of the fixed-order column sums (a thread per column)")
+
+
+# The vector variant's int32 bound assumes no more partial rows nor threads than these.
+assert max(PARTIALS.values) <= gpu_vector.INDEX_ROWS and max(THREADS.values) <= gpu_vector.INDEX_THREADS
 
 
 def check_threads(knobs: dict, target) -> str | None:
@@ -169,188 +190,6 @@ def final_column_sum(sch, block, threads: int, casts=(), scratch: bool = False) 
     if casts and scratch:
         sch.set_scope(block, 0, "local")
     sch.decompose_reduction(block, sch.get_loops(block)[-1])
-
-
-def _params(sch) -> list:
-    return list(sch.mod["main"].params)
-
-
-def _column_params(func, outs: list[Block]) -> list:
-    """The parameters whose innermost extent is the row length of the elementwise ``outs``."""
-    by_name = {p.name: p for p in func.params}
-    cols = by_name[next(iter(outs[0].writes))].shape[-1]
-    return [p for p in func.params if p.shape and p.shape[-1].same_as(cols)]
-
-
-def vector_lanes(func, outs: list[Block]) -> int:
-    """Columns per thread in the vector variant: 16 bytes of the narrowest row tensor."""
-    return VECTOR_BYTES // min(p.dtype.bits // 8 for p in _column_params(func, outs))
-
-
-def _vector_copy(sch, block, lanes: int) -> None:
-    """The loops of a cache block under its thread loop fused and vectorized by 16 bytes of
-    its dtype (a 128-bit access each; two for f32 at 8 lanes), the rest unrolled."""
-    loops = sch.get_loops(block)
-    inner = [lp for lp in loops if sch.get(lp).kind == 0 and sch.get(lp).thread_binding is None]
-    fused = sch.fuse(*inner[-2:]) if len(inner) > 1 and _unit(sch, inner[-2]) else inner[-1]
-    buffer = sch.get(block).writes[0].source
-    width = min(lanes, VECTOR_BYTES // (buffer.dtype.bits // 8))
-    outer, vec = sch.split(fused, [None, width])
-    sch.vectorize(vec)
-    sch.unroll(outer)
-
-
-def _unit(sch, loop) -> bool:
-    extent = sch.get(loop).extent
-    return getattr(extent, "value", None) == 1
-
-
-def _cached_reads(sch, blocks: list, at, lanes: int, columns: set, rows: set) -> None:
-    """Each column tensor the ``blocks`` only read (not write), copied once per thread step
-    into registers with 128-bit loads at loop ``at`` (shared by all ``blocks``); ``rows``:
-    per-row tensors, cached the same way by the caller at the row loop."""
-    seen = set()
-    for rv in blocks:
-        block = sch.get(rv)
-        written = {r.source.name for r in block.writes}
-        for index, region in enumerate(block.reads):
-            name = region.source.name
-            if name in seen or name in written or name not in columns:
-                continue
-            seen.add(name)
-            readers = [b for b in blocks if name in {r.source.name for r in sch.get(b).reads}]
-            cache = sch.cache_read(rv, index, "local", consumer_blocks=readers)
-            sch.compute_at(cache, at, preserve_unit_loops=True)
-            _vector_copy(sch, cache, lanes)
-
-
-def _split_columns(sch, loop, lanes: int, threads: int):
-    """(thread loop, lane loop) of a column loop: ``lanes`` consecutive columns per thread,
-    threads striding. The lanes split carries no guard: the variant is built for row lengths
-    they divide (the buffers' declared strides make TVM check it per call)."""
-    vectors, lane = sch.split(loop, [None, lanes], disable_predication=True)
-    _, thread = sch.split(vectors, [None, threads])
-    sch.bind(thread, "threadIdx.x")
-    sch.unroll(lane)
-    return thread, lane
-
-
-def _vector_row_reductions(sch, row_stages, lanes: int, threads: int, columns: set) -> None:
-    """Each row reduction strided over the threads, ``lanes`` columns per thread read from
-    registers filled by 128-bit loads (a cross-thread reduction after the in-thread one)."""
-    for info in row_stages:
-        if "R" not in info.kinds:
-            continue
-        rv = sch.get_sblock(info.name)
-        thread, _ = _split_columns(sch, sch.get_loops(rv)[-1], lanes, threads)
-        _cached_reads(sch, [rv], thread, lanes, columns, set())
-
-
-def _vector_nest(sch, names: list, out_names: list, lanes: int, threads: int, columns: set):
-    """The elementwise nest (its first block ``names[0]``, the others merged into it)
-    split into ``lanes`` columns per thread; its column inputs read into registers with
-    128-bit loads, its elementwise outputs (``out_names``) written from registers with
-    128-bit stores. Returns the thread loop."""
-    stores = [sch.cache_write(sch.get_sblock(name), 0, "local") for name in out_names]
-    main = sch.get_sblock(names[0])
-    thread, lane = _split_columns(sch, sch.get_loops(main)[-1], lanes, threads)
-    rvs = [sch.get_sblock(n) for n in names]
-    _cached_reads(sch, rvs, thread, lanes, columns, set())
-    # The arithmetic as float32x4 (TVM 0.27's CUDA code generator cannot print float32x8:
-    # it made a ulonglong4 of eight floats), which also moves the column partials the nest
-    # adds into (a read-modify-write of global memory) 128 bits at a time.
-    if lanes > COMPUTE_LANES:
-        sch.vectorize(sch.split(lane, [None, COMPUTE_LANES])[1])
-    else:
-        sch.vectorize(lane)
-    for store in stores:
-        sch.reverse_compute_at(store, thread, preserve_unit_loops=True)
-        _vector_copy(sch, store, lanes)
-    return thread
-
-
-def _row_scalars_in_registers(sch, blocks: list, row_loop, per_row: set) -> None:
-    """Per-row inputs (rstd) read once per row into a register, not once per element."""
-    seen = set()
-    for rv in blocks:
-        for index, region in enumerate(sch.get(rv).reads):
-            name = region.source.name
-            if name in seen or name not in per_row:
-                continue
-            seen.add(name)
-            readers = [b for b in blocks if name in {r.source.name for r in sch.get(b).reads}]
-            cache = sch.cache_read(rv, index, "local", consumer_blocks=readers)
-            sch.compute_at(cache, row_loop, preserve_unit_loops=True)
-
-
-def _tensor_sets(sch, outs: list[Block]) -> tuple[set, set]:
-    """(names of the column parameters, names of the per-row input parameters)."""
-    func = sch.mod["main"]
-    columns = {p.name for p in _column_params(func, outs)}
-    rows = sch.get(sch.get_sblock(outs[0].name)).iter_vars[0].dom.extent
-    per_row = {p.name for p in func.params if len(p.shape) == 1 and p.shape[0].same_as(rows)}
-    return columns, per_row
-
-
-def _promise(sch, outs: list[Block], lanes: int) -> None:
-    """Record on the root block what the variant needs of its buffers (schedules.VECTOR_LANES)."""
-    sch.annotate(sch.get_sblock("root"), VECTOR_LANES, {"lanes": lanes, "axis": next(iter(outs[0].writes))})
-
-
-def vector_refusal(func, outs: list[Block], target) -> str | None:
-    """Why the target cannot take the vector variant of ``func`` (a row tensor's dtype it
-    cannot carry in vector registers: GpuTargetSpec.vector_dtypes), or None."""
-    allowed = target.vector_dtypes() if hasattr(target, "vector_dtypes") else None
-    if allowed is None:
-        return None
-    refused = sorted({str(p.dtype) for p in _column_params(func, outs)} - allowed)
-    return f"{target.name} cannot carry {', '.join(refused)} rows in vector registers" if refused else None
-
-
-def vector_defaults(func, matched, shapes: dict, alignments: dict | None, target=None) -> dict:
-    """{"vector": True} when the call can take the vector variant: rows and columns not
-    empty, the row length a multiple of the lanes, every row tensor 16-byte aligned as the
-    kernel receives it, and the element count within 32-bit range of the index types TVM
-    keeps (a bound the variant's callers rely on nowhere else)."""
-    if not shapes or alignments is None:
-        return {}
-    outs = matched[0]
-    shape = by_param(func, shapes).get(next(iter(outs[0].writes)))
-    if not shape or any(int(e) == 0 for e in shape):
-        return {}
-    lanes = vector_lanes(func, outs)
-    if int(shape[-1]) % lanes or vector_refusal(func, outs, target):
-        return {}
-    rows, cols = math.prod(int(e) for e in shape[:-1]), int(shape[-1])
-    if (max(rows, max(PARTIALS.values)) + 1) * (cols + VECTOR_BYTES * max(THREADS.values)) >= INT32_INDEX:
-        return {}     # its indices are int32 (targets/gpu_launch.with_32_bit_indices): the row
-                      # tensors, the column partials and the loops' last strides must fit
-    aligned = by_param(func, {n: alignments.get(n, 0) for n in shapes})
-    if any(aligned.get(p.name, 0) < VECTOR_BYTES for p in _column_params(func, outs)):
-        return {}
-    return {"vector": True}
-
-
-def by_param(func, per_tensor: dict) -> dict:
-    """``per_tensor`` (keyed by the kernel's tensor names, in parameter order: the
-    convention of ``shapes`` throughout the rules) keyed by parameter name instead."""
-    return dict(zip((p.name for p in func.params), per_tensor.values()))
-
-
-def check_vector(knobs: dict, target, shapes, func, matched) -> str | None:
-    """Why ``vector`` cannot be set for this problem (its row length not a multiple of the
-    lanes) or on this target (``vector_refusal``)."""
-    if not knobs.get("vector") or func is None or matched is None:
-        return None
-    outs = matched[0]
-    refusal = vector_refusal(func, outs, target)
-    if refusal or not shapes:
-        return refusal
-    shape = by_param(func, shapes).get(next(iter(outs[0].writes)))
-    lanes = vector_lanes(func, outs)
-    if shape and int(shape[-1]) % lanes:
-        return f"vector needs a row length that is a multiple of {lanes}, not {shape[-1]}"
-    return None
 
 
 @dataclass(frozen=True)
