@@ -21,6 +21,7 @@ the seeds document none:
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import keyword
 import operator
@@ -33,7 +34,8 @@ from opgen.apispec import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ACL
                            ACLNN_ERR_INNER_TILING_ERROR, ACLNN_SUCCESS, ATTR, INPUT, MASK, OUTPUT, STATUS_NAMES,
                            ArgError, Call)
 from opgen.binding import KINDS, NotReadable, aliased_outputs, kind_of, no_overlap, overlapping_outputs, value_key
-from opgen.executor import Executor, make_plan
+from opgen.executor import Executor, kernel_alignments, make_plan
+from opgen.memory import is_host
 from opgen.ops import all_ops
 from opgen.targets import get_target
 from opgen.tensorarg import TensorArg, describe
@@ -139,10 +141,11 @@ def _combo(call: Call):
     raise ArgError(ACLNN_ERR_PARAM_INVALID, f"no {call.product} dtype combination matches {given}")
 
 
-def _kernel(op, combo, product: str, shapes: dict):
-    """The kernel for this call and its device, chosen by opgen.selection: the schedule
-    rule's defaults and problem-size defaults, overridden by the best valid tuned record of
-    the call's shape bucket where the tuning database has one."""
+def _kernel(op, combo, product: str, shapes: dict, call=None, aliased=frozenset()):
+    """(kernel, device, selection) for this call, chosen by opgen.selection: the schedule
+    rule's defaults and per-call defaults (problem size, and the alignment of the addresses
+    the kernel will be handed: opgen.executor.kernel_alignments), overridden by the best
+    valid tuned record of the call's shape bucket where the tuning database has one."""
     try:
         target = get_target(config.get_target()).for_product(product)
     except KeyError as exc:
@@ -150,7 +153,10 @@ def _kernel(op, combo, product: str, shapes: dict):
     if not target.can_run():
         raise ArgError(ACLNN_ERR_RUNTIME_ERROR, f"target {target.name} cannot run kernels on this machine")
     try:
-        return selection.select(op, combo, target, shapes).kernel, target.device()
+        device = target.device()
+        alignments = None if call is None else kernel_alignments(call, shapes, is_host(device), aliased)
+        chosen = selection.select(op, combo, target, shapes, alignments)
+        return chosen.kernel, device, chosen
     except Exception as exc:  # a schedule or compiler failure is ours, not the caller's
         raise ArgError(ACLNN_ERR_RUNTIME_ERROR, f"building the {op.name} {combo.tag} kernel for "
                                                 f"{target.name} failed ({type(exc).__name__}: {exc})")
@@ -246,8 +252,9 @@ def _new_plan(op, product: str, values: dict, aliased: frozenset):
         return None, problem
     combo = _combo(call)
     problem = op.api.problem(call)
-    kernel, device = _kernel(op, combo, product, op.api.kernel_shapes(problem))
-    return make_plan(call, kernel, problem, combo, device, aliased), None
+    kernel, device, chosen = _kernel(op, combo, product, op.api.kernel_shapes(problem), call, aliased)
+    plan = make_plan(call, kernel, problem, combo, device, aliased)
+    return (dataclasses.replace(plan, by_alignment=True) if chosen.by_alignment else plan), None
 
 
 def _describe_all(op, arguments: tuple) -> dict:
@@ -270,6 +277,9 @@ def _plan_call(op, positions: _Positions, arguments: tuple):
         return plan, kinds, problem
     key = (op.name, product, target, keys, aliased)
     plan = _PLANS.get(key)
+    if plan is _BY_ALIGNMENT:   # this call's plans differ by where its tensors lie
+        key = (key, _alignment_key(positions, arguments, kinds))
+        plan = _PLANS.get(key)
     if plan is None:
         names = frozenset(positions.output_names[i] for i in aliased)
         plan, problem = _new_plan(op, product, _describe_all(op, arguments), names)
@@ -277,8 +287,28 @@ def _plan_call(op, positions: _Positions, arguments: tuple):
             return None, None, problem
         if len(_PLANS) >= _MAX_PLANS:
             _PLANS.clear()
+        if plan.by_alignment and _PLANS.get(key) is None and not isinstance(key[0], tuple):
+            _PLANS[key] = _BY_ALIGNMENT
+            key = (key, _alignment_key(positions, arguments, kinds))
         _PLANS[key] = plan
     return plan, kinds, None
+
+
+# A plan-cache entry saying "look again, with the tensors' alignment in the key": put under
+# a call's key when its kernel was chosen by alignment (opgen.selection.Selection.by_alignment:
+# the GPU's vector variant), so warm calls whose choice cannot depend on it (the CPU's) never
+# read an address for it.
+_BY_ALIGNMENT = object()
+_KEY_ALIGNMENT = 64
+
+
+def _alignment_key(positions: _Positions, arguments: tuple, kinds: tuple) -> tuple:
+    """Per tensor argument, its lowest address modulo 64 (None for a null pointer)."""
+    found = []
+    for i in positions.tensors:
+        value = arguments[i]
+        found.append(None if value is None or kinds[i] is None else kinds[i].span(value)[0] % _KEY_ALIGNMENT)
+    return tuple(found)
 
 
 def get_workspace_size(op, positions: _Positions, func: str, arguments: tuple):

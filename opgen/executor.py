@@ -120,6 +120,7 @@ class Plan:
     host: bool                   # the device is the host: numpy views, zero-copy
     placements: tuple
     used_bytes: int
+    by_alignment: bool = False   # the kernel was chosen by its tensors' alignment (opgen.aclnn's plan key)
 
     @property
     def workspace_size(self) -> int:
@@ -177,6 +178,24 @@ def readable_in_place(arg, shape) -> bool:
     return (arg.tensor is not None and arg.tensor.is_contiguous() and arg.key[-1]
             and arg.tensor.device.dlpack_device_type() == 1
             and int(np.prod(shape, dtype=np.int64)) == arg.size)
+
+
+def kernel_alignments(call, shapes: dict, host: bool, aliased) -> dict:
+    """Kernel tensor name -> the alignment (a power of two, at most ALIGNMENT) of the address
+    the kernel will be handed, decided as ``make_plan`` places the tensors: the caller's
+    address for a tensor read in place, a workspace slot's ALIGNMENT otherwise (staged,
+    filled, scratch or empty). What the schedule rules' ``knobs_for_call`` choose a vector
+    variant by (opgen.schedules)."""
+    found = {}
+    for p in call.api.tensors():
+        if p.kernel is None:
+            continue
+        arg = call[p.name]
+        direct = (arg is not None and host and readable_in_place(arg, shapes[p.kernel])
+                  and not (p.role == "output" and p.name in aliased))
+        address = arg.bounds[0] if direct else 0
+        found[p.kernel] = min(ALIGNMENT, address & -address) if address else ALIGNMENT
+    return found
 
 
 def make_plan(call, kernel, problem, combo, device, aliased) -> Plan:

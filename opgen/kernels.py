@@ -130,11 +130,67 @@ def declare_element_alignment(func):
     The element offset is free too (a tensor may be a view at any byte offset into a
     larger allocation, e.g. a workspace slot), so views need no DLPack round trip.
     """
+    lanes, axis = schedule_rules.vector_promise(func)
+    if lanes:
+        return declare_vector_alignment(func, lanes, axis)
     declared = {p: tirx.decl_buffer(p.shape, p.dtype, p.name, data_alignment=tvm.DataType(p.dtype).bits // 8,
                                     offset_factor=1)
                 for p in func.params}
     body = BufferReplacer(dict(declared))(func.body)
     return tirx.PrimFunc([declared[p] for p in func.params], body, attrs=func.attrs)
+
+
+# The extent given to the row-length axis of a vector variant's register caches: TVM's
+# CompactBufferAllocation shrinks each to the lanes a thread touches, but clamps it to the
+# buffer's own extent, min(cols, lanes), which it cannot prove constant and CUDA cannot
+# allocate on the stack; with a constant extent above any row length the clamp is a no-op.
+LOCAL_EXTENT = 1 << 31
+
+
+def declare_vector_alignment(func, lanes: int, axis):
+    """``func`` (scheduled by a vector variant: ``schedules.VECTOR_LANES`` on its root block)
+    with the promise that variant was built on declared, so that TVM both checks it on every
+    call and lets the code generator see it.
+
+    The buffers whose innermost extent is the vectorized ``axis`` (a size variable, the row
+    length) are declared 16-byte aligned, with an element offset a multiple of ``lanes``
+    (offset_factor: TVM's argument binder asserts it) and, when 2-D, a row stride of
+    ``axis // lanes * lanes`` (equal to ``axis`` exactly when it divides: the binder asserts
+    that too, so a row length the variant cannot take is an error, never wrong results).
+    The code generator emits a vector access only when it can prove the index a multiple of
+    the lanes (TVM 0.27 CodeGenC: modular set of the ramp's base); the parameter's own
+    element offset is a free variable, so the body reads the parameters through views
+    (DeclBuffer, same data) whose offset is ``offset // lanes * lanes``, and the body's row
+    length is ``axis // lanes * lanes``: the same values, with their divisibility visible
+    (which also lets TVM drop the per-lane guards the schedule's caches carry). Other buffers keep element alignment; the register caches get
+    a constant extent (LOCAL_EXTENT)."""
+    params, views, decls = [], [], []
+    for p in func.params:
+        if not (p.shape and p.shape[-1].same_as(axis)):
+            declared = tirx.decl_buffer(p.shape, p.dtype, p.name, data_alignment=tvm.DataType(p.dtype).bits // 8,
+                                        offset_factor=1)
+            params.append(declared)
+            views.append(declared)
+            continue
+        one = tirx.IntImm(str(axis.ty), 1)
+        strides = None if len(p.shape) == 1 else \
+            [tirx.floordiv(axis, lanes) * lanes * functools.reduce(lambda a, b: a * b, p.shape[i + 1:-1], one)
+             for i in range(len(p.shape) - 1)] + [one]
+        declared = tirx.decl_buffer(p.shape, p.dtype, p.name, strides=strides, data_alignment=16, offset_factor=lanes)
+        view = tirx.decl_buffer(p.shape, p.dtype, p.name, data=declared.data, strides=declared.strides,
+                                elem_offset=tirx.floordiv(declared.elem_offset, lanes) * lanes,
+                                data_alignment=16, offset_factor=lanes)
+        params.append(declared)
+        views.append(view)
+        decls.append(tirx.DeclBuffer(view, data=declared.data))
+    replace = dict(zip(func.params, views))
+    for buf in func.body.block.alloc_buffers:
+        if buf.scope() == "local" and any(e.same_as(axis) for e in buf.shape):
+            replace[buf] = tirx.decl_buffer([tirx.IntImm(str(axis.ty), LOCAL_EXTENT) if e.same_as(axis) else e
+                                             for e in buf.shape], buf.dtype, buf.name, scope="local")
+    body = BufferReplacer(replace, {axis: tirx.floordiv(axis, lanes) * lanes})(func.body)
+    body = tirx.SeqStmt(decls + [body]) if decls else body
+    return tirx.PrimFunc(params, body, attrs=func.attrs).with_attr(schedule_rules.VECTOR_LANES, lanes)
 
 
 @functools.lru_cache(maxsize=None)

@@ -51,6 +51,14 @@ class Selection:
     bucket: str                    # the shape bucket the tuning database keys on
 
     @property
+    def by_alignment(self) -> bool:
+        """Whether the choice can depend on where the call's tensors lie (the rule has knobs
+        only the call decides, such as the GPU's vector variant): the aclnn plan cache then
+        keys the plan on the tensors' alignment too."""
+        r = self.resolution
+        return r is not None and bool(r.rule.call_knobs(self.kernel.target))
+
+    @property
     def knobs(self) -> dict:
         return self.resolution.knobs if self.resolution is not None else {}
 
@@ -71,20 +79,23 @@ def _warn_refused(op, combo, target, refused) -> None:
                       stacklevel=3)
 
 
-def resolve(op, combo, target, shapes: dict):
-    """(resolution, bucket) for a call of ``op`` with these kernel shapes on ``target``."""
+def resolve(op, combo, target, shapes: dict, alignments: dict | None = None):
+    """(resolution, bucket) for a call of ``op`` with these kernel shapes on ``target``;
+    ``alignments``: kernel tensor -> alignment of the address it is handed (None: unknown;
+    see ScheduleRule.knobs_for_call)."""
     bucket = database.bucket_for(op, shapes)
     if kernels.matching_rule(op, combo, target) is None:
         return None, bucket
     tuned = lookup.records_for(op.name, combo.tag, target, bucket)
-    resolution = schedules.resolve(kernels.prim_func(op, combo), target, shapes, tuned)
+    resolution = schedules.resolve(kernels.prim_func(op, combo), target, shapes, tuned, alignments)
     _warn_refused(op, combo, target, resolution.refused)
     return resolution, bucket
 
 
-def select(op, combo, target, shapes: dict) -> Selection:
-    """The kernel for a call of ``op`` with these kernel shapes (tensor name -> shape)."""
-    resolution, bucket = resolve(op, combo, target, shapes)
+def select(op, combo, target, shapes: dict, alignments: dict | None = None) -> Selection:
+    """The kernel for a call of ``op`` with these kernel shapes (tensor name -> shape) and,
+    when known, the alignments of the addresses its tensors are handed."""
+    resolution, bucket = resolve(op, combo, target, shapes, alignments)
     kernel = kernels.get_kernel(op, combo, target, knobs=resolution.knobs if resolution else None)
     selection = Selection(kernel, resolution, bucket)
     if LOG.isEnabledFor(logging.INFO):

@@ -40,6 +40,25 @@ from tvm.sym.analyzer import Analyzer
 STREAMED_OUTPUT = "opgen.streamed_output"
 
 
+# Root-block annotation a vector variant sets (schedules/gpu.py): {"lanes": n, "axis": the
+# name of a parameter whose innermost extent is the vectorized row length}. The kernel's
+# buffers then declare the alignment that variant needs (opgen.kernels.declare_vector_alignment)
+# and the PrimFunc carries the lane count under the same name, which a target reads to build
+# it (targets/cuda.py: common-subexpression elimination off, see there).
+VECTOR_LANES = "opgen.vector_lanes"
+
+
+def vector_promise(func) -> tuple:
+    """(lanes, the vectorized row-length size variable) a vector variant's schedule recorded
+    on ``func``'s root block, or (0, None)."""
+    root = getattr(func.body, "block", None)
+    promise = root.annotations.get(VECTOR_LANES) if root is not None else None
+    if promise is None:
+        return 0, None
+    by_name = {p.name: p for p in func.params}
+    return int(promise["lanes"]), by_name[str(promise["axis"])].shape[-1]
+
+
 class NoScheduleRule(LookupError):
     """No rule of the target's schedule module matched the function."""
 
@@ -67,6 +86,21 @@ class ScheduleRule:
 
     def knobs_for_shapes(self, target, shapes: dict) -> dict:
         return {}
+
+    def knobs_for_call(self, target, shapes: dict, func=None, alignments: dict | None = None) -> dict:
+        """Defaults for one call: ``knobs_for_shapes``, plus what depends on the call's
+        dtypes (``func``, the unscheduled PrimFunc) and on where its tensors lie
+        (``alignments``: tensor name -> the largest power of two up to 64 dividing the
+        address the kernel is handed; None: unknown, which must select nothing that needs
+        alignment). How a variant is chosen per call: the CPU's size defaults and the GPU's
+        vector variant alike."""
+        return self.knobs_for_shapes(target, shapes)
+
+    def call_knobs(self, target) -> tuple:
+        """Names of the knobs the call alone decides (``knobs_for_call``): a tuned record
+        never overrides them (a record tuned on aligned data must not vectorize a call on
+        misaligned data)."""
+        return ()
 
 
 class PatternRule(ScheduleRule):
@@ -268,22 +302,27 @@ class Resolution:
     refused: tuple = ()
 
 
-def resolve(func, target, shapes: dict | None = None, tuned=()) -> Resolution:
+def resolve(func, target, shapes: dict | None = None, tuned=(), alignments: dict | None = None) -> Resolution:
     """The one knob resolver: the matching rule and the knobs to build ``func`` with.
 
     ``tuned``: tuning records for this function's key, best first (dicts with ``knobs``
     and optionally ``_source``, "file:line"). The first whose knobs are a valid point of the
     rule's space for ``shapes`` wins; the others before it are reported in ``refused``.
+    ``alignments``: see ``ScheduleRule.knobs_for_call``; the rule's ``call_knobs`` come
+    from the call alone.
     """
     rule = match(func, target)
     knobs = default_knobs(rule, target)
     sources = dict.fromkeys(knobs, FROM_DEFAULT)
     if shapes is not None:
-        for name, value in rule.knobs_for_shapes(target, shapes).items():
+        for name, value in rule.knobs_for_call(target, shapes, func, alignments).items():
             knobs[name], sources[name] = value, FROM_SHAPE
+    fixed = set(rule.call_knobs(target))
     refused = []
     for record in tuned:
         given = record.get("knobs") if isinstance(record, dict) else None
+        if isinstance(given, dict) and fixed & set(given):
+            given = {n: v for n, v in given.items() if n not in fixed}
         problem = check_knobs(rule, {**knobs, **given} if isinstance(given, dict) else given, target, shapes, func)
         if problem:
             refused.append((record, problem))

@@ -50,14 +50,37 @@ thread rewrote the value the others were still reading (seen in the emitted Open
 
 Tails: every split is guarded (TVM predicates), so any extent works, 0 included.
 
-Not here yet, and why: 128-bit vector loads. The kernels are shape-symbolic, and TVM 0.27
-scalarizes a vectorized loop whose tail guard it cannot prove away (a bf16 x8 probe on
-symbolic columns emitted 8 scalar loads under an ``if``); a vector load is also only
-legal when every row starts 16-byte aligned, i.e. cols % 8 == 0 for bf16. Both call for a
-second kernel per op specialised to divisible columns and chosen per call, not a knob of
-this one. Several rows per block on threadIdx.y (a warp per short row) needs the column
-partials split per warp as well; ``threads=32`` with more ``partials`` is the nearest
-point of the current space.
+The vector variant (knob ``vector`` of GpuRowPass and GpuRowReduce; chosen per call by
+``knobs_for_call``, never by a tuned record): for rows whose length the lanes divide (16
+bytes of the narrowest row tensor: 8 x f16/bf16, 4 x f32), tensors 16-byte aligned as the
+kernel receives them (opgen.executor.kernel_alignments) and index values within int32. Each
+thread owns ``lanes`` consecutive columns: its row tensors are copied into registers with
+128-bit loads, the arithmetic runs as float32x4 (which also moves the column partials 128
+bits at a time), the elementwise outputs go back with 128-bit stores (bf16/f16 outputs: nvcc
+splits them into two 64-bit stores), and per-row inputs (rstd) are read once per row. What
+made TVM 0.27 emit it (each measured in the emitted CUDA):
+  * the lanes split carries no guard (``disable_predication``); the body's row length is
+    ``cols // lanes * lanes`` and the parameters declare the promise (strides, element
+    offsets a multiple of the lanes, 16-byte alignment: opgen.kernels.declare_vector_alignment),
+    which TVM's argument binder checks per call; without it TVM scalarized the loop under
+    the tail guard, and its code generator gathered element by element any ramp whose base
+    it could not prove a multiple of the lanes (a free element offset, a symbolic stride);
+  * common-subexpression elimination off (it bound the ramps to variables: gathers again)
+    and the index arithmetic forced to int32 (targets/gpu_launch.py);
+  * float32x8 cannot be printed for CUDA (a ulonglong4 of eight floats), hence the x4
+    arithmetic; the register caches get a constant extent (CompactBufferAllocation clamped
+    them to min(cols, lanes), which CUDA cannot allocate).
+SASS instructions per element of the row pass's elementwise loop (targets/cuda_sass.py,
+CUDA 13.0, rms_norm_grad, default knobs, sm_80 / sm_90): bf16-f32 generic 41.5 / 40.0,
+vector 13.6 / 13.5; f32-f32 generic 37.5 / 36.8, vector 15.4 / 16.0
+(benchmarks/sass_per_element.py).
+
+Not here yet: the column partials of the row pass are still a read-modify-write of global
+memory per row (in 128-bit pieces in the vector variant), summed over ``partials`` rows by a
+thread per column; the grid is the fixed ``partials`` knob, not sized from the device's SM
+count. Several rows per block on threadIdx.y (a warp per short row) needs the column
+partials split per warp as well; ``threads=32`` with more ``partials`` is the nearest point
+of the current space.
 """
 from __future__ import annotations
 
@@ -65,7 +88,11 @@ from dataclasses import dataclass
 
 from tvm.s_tir import dlight
 
-from opgen.schedules import Block, Knob, PatternRule, ScheduleRule, patterns
+from opgen.schedules import Block, Knob, PatternRule, ScheduleRule, blocks, pattern_schedule, patterns
+from opgen.schedules import gpu_vector
+from opgen.schedules.gpu_vector import (VECTOR, _row_scalars_in_registers, _tensor_sets, _vector_nest,
+                                        _vector_row_reductions, _promise, check_vector, vector_defaults,
+                                        vector_lanes)
 from opgen.schedules.llvm import _merge_nests
 
 THREADS = Knob(
@@ -113,6 +140,10 @@ PERSISTENT_ACCUMULATORS = 2
 COLUMN_THREADS = Knob(
     "column_threads", (32, 64, 128, 256, 512, 1024), 256,
     "threads per block of the fixed-order column sums (a thread per column)")
+
+
+# The vector variant's int32 bound assumes no more partial rows nor threads than these.
+assert max(PARTIALS.values) <= gpu_vector.INDEX_ROWS and max(THREADS.values) <= gpu_vector.INDEX_THREADS
 
 
 def check_threads(knobs: dict, target) -> str | None:
@@ -167,12 +198,20 @@ class GpuRowPass(PatternRule):
     ``column_threads``."""
 
     def knobs(self, target) -> tuple:
-        return (THREADS, PARTIALS, ROWS_PER_BLOCK, COLUMN_THREADS)
+        return (THREADS, PARTIALS, ROWS_PER_BLOCK, COLUMN_THREADS, VECTOR)
+
+    def call_knobs(self, target) -> tuple:
+        return ("vector",)
+
+    def knobs_for_call(self, target, shapes, func=None, alignments=None) -> dict:
+        matched = self.match(blocks(pattern_schedule(func))) if func is not None else None
+        return vector_defaults(func, matched, shapes, alignments, target) if matched is not None else {}
 
     def check_knobs(self, knobs: dict, target, shapes=None, func=None) -> str | None:
         if knobs.get("rows_per_block", 0) and knobs.get("partials", PARTIALS.default) != PARTIALS.default:
             return "partials is unused when rows_per_block is set (the same kernel as the default partials)"
-        return check_threads(knobs, target)
+        matched = self.match(blocks(pattern_schedule(func))) if func is not None and knobs.get("vector") else None
+        return check_threads(knobs, target) or check_vector(knobs, target, shapes, func, matched)
 
     def match(self, infos: list[Block]):
         return patterns.row_pass(infos)
@@ -187,16 +226,32 @@ class GpuRowPass(PatternRule):
         chunk_loop, row_loop, finals = patterns.fuse_row_pass(sch, outs, column_sums, row_stages, factors)
         main = sch.get_sblock(outs[0].name)
         sch.bind(chunk_loop, "blockIdx.x")
-        bind_threads(sch, sch.get_loops(main)[2], threads)
-        patterns.zero_partials(sch, finals, row_loop)
+        if knobs.get("vector"):
+            self._vector(sch, outs, row_stages, finals, row_loop, threads)
+        else:
+            bind_threads(sch, sch.get_loops(main)[2], threads)
+            patterns.zero_partials(sch, finals, row_loop)
         for info in row_stages:
-            if "R" in info.kinds:
+            if "R" in info.kinds and not knobs.get("vector"):
                 reduce_across_threads(sch, info.name, threads)
             sch.set_scope(sch.get_sblock(info.name), 0, "local")
         for info, (block, _) in zip(column_sums, finals):
             rounding = [sch.get_sblock(c.name) for c in casts if c.reads & info.writes]
             final_column_sum(sch, block, int(knobs["column_threads"]), rounding, not info.writes_output)
         return sch
+
+    @staticmethod
+    def _vector(sch, outs, row_stages, finals, row_loop, threads: int) -> None:
+        """The vector variant of the row pass (knob ``vector``): see VECTOR."""
+        lanes = vector_lanes(sch.mod["main"], outs)
+        columns, per_row = _tensor_sets(sch, outs)
+        nest = [o.name for o in outs] + [sch.get(rf).name_hint for _, rf in finals]
+        stage_rvs = [sch.get_sblock(b.name) for b in row_stages]
+        _row_scalars_in_registers(sch, stage_rvs + [sch.get_sblock(n) for n in nest], row_loop, per_row)
+        _vector_nest(sch, nest, [o.name for o in outs], lanes, threads, columns)
+        patterns.zero_partials(sch, finals, row_loop)
+        _vector_row_reductions(sch, row_stages, lanes, threads, columns)
+        _promise(sch, outs, lanes)
 
 
 @dataclass(frozen=True)
@@ -209,10 +264,18 @@ class GpuRowReduce(PatternRule):
     such as Oclgrind reports). Knob: ``threads``."""
 
     def knobs(self, target) -> tuple:
-        return (THREADS,)
+        return (THREADS, VECTOR)
+
+    def call_knobs(self, target) -> tuple:
+        return ("vector",)
+
+    def knobs_for_call(self, target, shapes, func=None, alignments=None) -> dict:
+        matched = self.match(blocks(pattern_schedule(func))) if func is not None else None
+        return vector_defaults(func, matched, shapes, alignments, target) if matched is not None else {}
 
     def check_knobs(self, knobs: dict, target, shapes=None, func=None) -> str | None:
-        return check_threads(knobs, target)
+        matched = self.match(blocks(pattern_schedule(func))) if func is not None and knobs.get("vector") else None
+        return check_threads(knobs, target) or check_vector(knobs, target, shapes, func, matched)
 
     def match(self, infos: list[Block]):
         matched = patterns.row_pass(infos, need_column_sums=False)
@@ -230,12 +293,22 @@ class GpuRowReduce(PatternRule):
                 stores.append(sch.cache_write(block, 0, "local", consumer_blocks=users))
         row_loop = patterns.fuse_row_stages(sch, outs, row_stages)
         sch.bind(row_loop, "blockIdx.x")
+        vector = knobs.get("vector")
+        if vector:
+            lanes = vector_lanes(sch.mod["main"], outs)
+            columns, per_row = _tensor_sets(sch, outs)
+            _row_scalars_in_registers(sch, [sch.get_sblock(b.name) for b in row_stages + list(outs)], row_loop,
+                                      per_row)
+            _vector_row_reductions(sch, row_stages, lanes, threads, columns)
+            for out in outs:
+                _vector_nest(sch, [out.name], [out.name], lanes, threads, columns)
+            _promise(sch, outs, lanes)
         for info in row_stages:
-            if "R" in info.kinds:
+            if "R" in info.kinds and not vector:
                 reduce_across_threads(sch, info.name, threads)
             if not info.writes_output:
                 sch.set_scope(sch.get_sblock(info.name), 0, "local")
-        for out in outs:
+        for out in ([] if vector else outs):
             bind_threads(sch, sch.get_loops(sch.get_sblock(out.name))[-1], threads)
         for store in stores:
             sch.reverse_compute_at(store, row_loop)

@@ -21,6 +21,7 @@ an empty tensor. ``CudaSource.plans`` are the host code's launches as opgen read
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import re
@@ -32,7 +33,9 @@ from pathlib import Path
 
 import tvm
 
-from opgen.targets.gpu_launch import UnsupportedHostCode, compile_capturing_split, guard_empty_launches, launch_plan
+from opgen.targets.gpu_launch import (UnsupportedHostCode, compile_capturing_split, config_for, guard_empty_launches,
+                                      launch_plan, with_32_bit_indices)
+from opgen.targets import cuda_sass
 from opgen.targets.spec import GpuTargetSpec
 
 BUILD_CONFIG = {"tirx.disable_storage_rewrite": True}
@@ -57,10 +60,11 @@ class CudaSource:
     cannot read the host code, none, and ``plan_error`` says why (the CUDA code itself is
     unaffected: TVM's runtime runs the host code, not these plans)."""
 
-    def __init__(self, source: str, plans: dict | None = None, plan_error: str = ""):
+    def __init__(self, source: str, plans: dict | None = None, plan_error: str = "", bytes_per_element: int = 0):
         self.source = source
         self.plans = plans or {}
         self.plan_error = plan_error
+        self.bytes_per_element = bytes_per_element   # cuda_sass.stored_bytes_per_element of the kernel
 
     def __getitem__(self, symbol: str):
         def no_gpu(*_args):
@@ -76,6 +80,8 @@ class ArchReport:
     ok: bool
     kernels: dict          # kernel name -> (registers, spill store bytes + spill load bytes)
     error: str = ""
+    sass_per_element: float | None = None   # cuda_sass.per_element (None: not measured)
+    sass_note: str = ""                      # why not, when it could not be
 
     @property
     def max_registers(self) -> int:
@@ -88,7 +94,12 @@ class ArchReport:
     @property
     def summary(self) -> str:
         """What ``opgen generate`` prints of it."""
-        return f"{self.arch} {self.max_registers} regs {self.spill_bytes} B spilled"
+        text = f"{self.arch} {self.max_registers} regs {self.spill_bytes} B spilled"
+        if self.sass_per_element is not None:
+            text += f" {self.sass_per_element:.1f} SASS/elem"
+        elif self.sass_note:
+            text += f" SASS/elem: {self.sass_note}"
+        return text
 
 
 _ENTRY = re.compile(r"Compiling entry function '(\w+)' for '(\w+)'")
@@ -146,6 +157,16 @@ def _ptx(source: str, arch: str) -> str:
         return ptx.read_text()
 
 
+def _with_sass(report: ArchReport, source: str, bytes_per_element: int) -> ArchReport:
+    """``report`` with the SASS instructions per element of its cubin's elementwise loop
+    (targets/cuda_sass.py), or the reason it could not be counted."""
+    why = cuda_sass.missing()
+    if why:
+        return dataclasses.replace(report, sass_note=why)
+    value = cuda_sass.per_element(_compile_cached(source, report.arch)[1], bytes_per_element)
+    return dataclasses.replace(report, sass_per_element=value, sass_note="" if value is not None else "no loop")
+
+
 @dataclass(frozen=True)
 class CudaTarget(GpuTargetSpec):
     archs: tuple = ("sm_80", "sm_90")
@@ -190,14 +211,15 @@ class CudaTarget(GpuTargetSpec):
         if not gpu_present():
             executable, split = compile_capturing_split(mod, target, BUILD_CONFIG)
             source = executable.mod.imports[0].inspect_source()
+            per_element = max(cuda_sass.stored_bytes_per_element(f) for f in mod.functions.values())
             try:
                 plans = {gv.name_hint: launch_plan(split, gv.name_hint) for gv in mod.functions}
             except UnsupportedHostCode as err:
-                return CudaSource(source, {}, str(err))
-            return CudaSource(source, plans)
+                return CudaSource(source, {}, str(err), per_element)
+            return CudaSource(source, plans, bytes_per_element=per_element)
         os.environ.setdefault("TVM_CUDA_COMPILE_MODE", "nvcc")   # UNTESTED here (no GPU)
-        with target, tvm.transform.PassContext(config=BUILD_CONFIG):
-            return tvm.compile(mod, target=target).mod
+        with target, tvm.transform.PassContext(config=config_for(mod, BUILD_CONFIG)):
+            return tvm.compile(with_32_bit_indices(mod), target=target).mod
 
     def source_of(self, module) -> tuple[str, str]:
         """kernel.cu: the CUDA C that nvcc compiles."""
@@ -233,7 +255,11 @@ class CudaTarget(GpuTargetSpec):
     def compile_check(self, module, out_dir: Path | None = None) -> list[ArchReport]:
         """nvcc on the kernel's source for every architecture in ``archs``."""
         source = self.source_of(module)[1]
-        return [compile_source(source, arch, out_dir) for arch in self.archs]
+        reports = [compile_source(source, arch, out_dir) for arch in self.archs]
+        per_element = getattr(module, "bytes_per_element", 0)
+        if not per_element:
+            return reports
+        return [_with_sass(r, source, per_element) if r.ok else r for r in reports]
 
 
 TARGET = CudaTarget(name="cuda", description="GPU schedules as CUDA C; nvcc sm_80/sm_90 (runs only with a GPU)",

@@ -257,6 +257,33 @@ def launch_plan(split_mod, symbol: str) -> LaunchPlan:
     return LaunchPlan(tuple(launches), tuple(shape_vars), tuple(binds), shapes)
 
 
+def config_for(mod, config: dict) -> dict:
+    """The build config of ``mod``: ``config``, with TVM's common-subexpression elimination
+    off for a module holding a vector variant (a PrimFunc with ``schedules.VECTOR_LANES``).
+    CSE binds a vector access's index to a variable, and TVM 0.27's code generator then no
+    longer sees the ramp it vectorizes: it gathered element by element (seen in the CUDA
+    source: make_float4 of four loads). nvcc and the OpenCL compilers eliminate common
+    subexpressions themselves."""
+    return {**config, "tirx.disable_cse_tir": True} if vectorized(mod) else config
+
+
+def vectorized(mod) -> bool:
+    """Whether ``mod`` holds a vector variant (a PrimFunc with ``schedules.VECTOR_LANES``)."""
+    from opgen.schedules import VECTOR_LANES
+    return any(func.attrs is not None and VECTOR_LANES in func.attrs for func in mod.functions.values())
+
+
+def with_32_bit_indices(mod):
+    """``mod`` with its index arithmetic in int32 when it holds a vector variant (TVM's
+    ForceNarrowIndexToInt32), else unchanged. The ops declare int64 sizes, and TVM keeps
+    every address computation in int64 (NarrowDataType narrows only what it can bound, and a
+    product of two symbolic sizes is unbounded): on sm_90, 64-bit index arithmetic was most
+    of the elementwise loop. The vector variant is chosen only for problems whose index
+    values fit in int32 (schedules/gpu.py, vector_defaults)."""
+    import tvm.tirx.transform
+    return tvm.tirx.transform.ForceNarrowIndexToInt32()(mod) if vectorized(mod) else mod
+
+
 def compile_capturing_split(mod, target, config: dict):
     """``tvm.compile(mod, target)`` under ``config``; returns (executable, module right after
     SplitHostDevice)."""
@@ -268,8 +295,8 @@ def compile_capturing_split(mod, target, config: dict):
             if info.name == "tirx.SplitHostDevice":
                 captured["mod"] = module
 
-    with tvm.transform.PassContext(config=config, instruments=[_Capture()]):
-        executable = tvm.compile(mod, target=target)
+    with tvm.transform.PassContext(config=config_for(mod, config), instruments=[_Capture()]):
+        executable = tvm.compile(with_32_bit_indices(mod), target=target)
     return executable, captured["mod"]
 
 

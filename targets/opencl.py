@@ -327,6 +327,15 @@ class OpenclTarget(GpuTargetSpec):
         plans = {gv.name_hint: launch_plan(split, gv.name_hint) for gv in mod.functions}
         return OpenclModule(source, plans, runtime, self.empty_launch)
 
+    def vector_dtypes(self) -> frozenset | None:
+        """Without cl_khr_fp16 (PoCL, Oclgrind), no float16: the vector variant keeps
+        float16 rows in ``half`` registers, which the storage rewrite (opencl_source) does
+        not carry; float32 and bfloat16 (ushort storage in TVM) need nothing."""
+        runtime = _runtime(self.simulator)
+        if isinstance(runtime, str) or "cl_khr_fp16" not in runtime.device.extensions.split():
+            return frozenset({"float32", "bfloat16"})
+        return None
+
     def export_missing(self) -> str | None:
         return None          # TVM writes OpenCL C without a device
 

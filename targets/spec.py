@@ -187,3 +187,8 @@ class GpuTargetSpec(TargetSpec):
     """A target the shared GPU rules (schedules/gpu.py) schedule for: blocks of threads."""
 
     max_threads: int = 1024          # threads per block the hardware allows
+
+    def vector_dtypes(self) -> frozenset | None:
+        """The dtypes whose tensors the vector variant of the GPU row rules may carry in
+        registers on this target (schedules/gpu.py, knob ``vector``); None: every dtype."""
+        return None

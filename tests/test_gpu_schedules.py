@@ -103,7 +103,7 @@ def test_partial_sums_are_workspace_parameters_sized_by_the_knob():
 def test_gpu_rules_declare_and_check_their_knobs():
     row_rule, group_rule = schedules.rules_of(CUDA)[:2]
     assert schedules.default_knobs(row_rule, CUDA) == {"threads": 256, "partials": 512, "rows_per_block": 0,
-                                                       "column_threads": 256}
+                                                       "column_threads": 256, "vector": False}
     assert "unused" in schedules.check_knobs(row_rule, {"rows_per_block": 4, "partials": 16}, CUDA)
     assert schedules.default_knobs(group_rule, CUDA) == {"threads": 256, "block_per": "row", "column_threads": 256}
     small = dataclasses.replace(OPENCL, max_threads=256)

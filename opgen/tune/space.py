@@ -89,10 +89,11 @@ def build_space(rule, target, shapes: dict | None, func=None) -> Space:
     """Enumerate the rule's knob space for a problem (``shapes``: kernel shapes or None;
     ``func``: the unscheduled PrimFunc, so that the rule can refuse points the problem
     cannot run, e.g. tilings that do not fit the UB, before they cost a trial)."""
-    knobs = schedules.rule_knobs(rule, target)
-    default = schedules.default_knobs(rule, target)
+    fixed = set(rule.call_knobs(target))   # decided per call (alignment), never tuned
+    knobs = tuple(k for k in schedules.rule_knobs(rule, target) if k.name not in fixed)
+    default = {n: v for n, v in schedules.default_knobs(rule, target).items() if n not in fixed}
     if shapes is not None:   # what an untuned call of this shape uses
-        default = {**default, **rule.knobs_for_shapes(target, shapes)}
+        default = {**default, **{n: v for n, v in rule.knobs_for_shapes(target, shapes).items() if n not in fixed}}
     points, pruned = [default], 0
     for values in itertools.product(*(k.values for k in knobs)):
         point = dict(zip((k.name for k in knobs), values))
