@@ -222,12 +222,15 @@ class GpuRowReduce(PatternRule):
         outs, _, row_stages, _ = matched
         threads = int(knobs["threads"])
         readers = [sch.get_sblock(b.name) for b in outs + row_stages]
-        stores = []
+        stores, terminal = [], []
         for info in row_stages:
             if info.writes_output:   # the value to a register, read by the others; one thread stores it
                 block = sch.get_sblock(info.name)
                 users = [rv for rv in readers if info.writes & {r.source.name for r in sch.get(rv).reads}]
-                stores.append(sch.cache_write(block, 0, "local", consumer_blocks=users))
+                if users:
+                    stores.append(sch.cache_write(block, 0, "local", consumer_blocks=users))
+                else:                # read by no stage (a statistic rounded into its own dtype): one thread
+                    terminal.append(info.name)   # stores it, with no register in the output's dtype
         row_loop = patterns.fuse_row_stages(sch, outs, row_stages)
         sch.bind(row_loop, "blockIdx.x")
         for info in row_stages:
@@ -240,6 +243,8 @@ class GpuRowReduce(PatternRule):
         for store in stores:
             sch.reverse_compute_at(store, row_loop)
             bind_threads(sch, sch.add_unit_loop(store), threads)   # threadIdx.x < 1: thread 0 alone
+        for name in terminal:   # already in the row loop (fuse_row_stages)
+            bind_threads(sch, sch.add_unit_loop(sch.get_sblock(name)), threads)
         return sch
 
 

@@ -31,7 +31,8 @@ OP = get_op("layer_norm")
 TAGS = [c.tag for c in OP.combos]
 SHAPES = [Problem((3, 1)), Problem((5, 7)), Problem((2, 33), 1, 1e-3), Problem((4, 941)), Problem((3, 12290)),
           Problem((16,)), Problem((2, 3, 4, 5), 2), Problem((0, 8)), Problem((4, 0)), Problem((6, 64), 1, 0.5)]
-EVERYWHERE = ("f32-f32", "bf16-f32-f32")     # the module's float32 and bfloat16 combos
+EVERYWHERE = ("f32-f32", "f16-f16", "bf16-f32-f32")   # float32; half statistics (GpuRowReduce stores them
+# from the float32 register); the module's bfloat16 combo
 
 
 @pytest.mark.parametrize("tag", TAGS)
