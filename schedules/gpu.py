@@ -357,7 +357,21 @@ class GpuChannelPass(PatternRule):
         return check_threads(knobs, target)
 
     def match(self, infos: list[Block]):
-        return patterns.channel_pass(infos)
+        """The channel pattern whose stages after the sums are siblings: each reads sums,
+        statistics and inputs, none another such stage. Kernel 2 merges their loops
+        (_merge_nests), whose body then runs in reverse program order (the merged loop
+        keeps the first nest's place, which kernel 3 needs): right for siblings, wrong for
+        a chain (a forward's mean -> variance -> invstd -> scale read invstd before it was
+        written, seen on OpenCL). A chain goes to GpuFallback, correct nest by nest."""
+        matched = patterns.channel_pass(infos)
+        if matched is None:
+            return None
+        outs, sums, stages = matched
+        _, after = patterns.split_stages(stages, sums)
+        written = {n for b in after for n in b.writes}
+        if any(b.reads & written for b in after):
+            return None
+        return matched
 
     def schedule(self, sch, matched, target, knobs):
         outs, sums, stages = matched
