@@ -7,7 +7,7 @@ tensors as (C,). M = N * HW elements per channel. The mode t is data (1.0 traini
 eval), like eps, so one kernel serves both; with the stage names used below (float32
 throughout, each output rounded once to its dtype):
 
-    batch_norm_shift[c]     = x[0, c, 0]                       (the channel's first element)
+    batch_norm_shift[c]     = x[0, c, 0] if N * HW > 0 else 0  (the channel's first element)
     batch_norm_sum[c]       = sum_{n,hw} (x - shift)
     batch_norm_sumsq[c]     = sum_{n,hw} (x - shift)^2
     batch_norm_mean32[c]    = t * (shift + sum / M) + (1 - t) * runningMean

@@ -83,9 +83,10 @@ def compute(combo: DtypeCombo) -> list[te.Tensor]:
     t = training[0]
     m = (n * hw).astype("float32")
 
-    # The shift: the channel's first element, read where a channel has elements (the aclnn
-    # face runs no channel of an empty input: api.py's _problem).
-    shift = te.compute((c,), lambda ci: f32(x[0, ci, 0]), name=f"{STAGE}_shift")
+    # The shift: the channel's first element, read only where a channel has elements (a
+    # lazy if_then_else: an empty channel reads nothing, its sums are 0 over 0 elements).
+    shift = te.compute((c,), lambda ci: te.if_then_else(n * hw > 0, f32(x[0, ci, 0]), te.const(0.0, "float32")),
+                       name=f"{STAGE}_shift")
 
     def centred(a, ci, i):
         return f32(x[a, ci, i]) - shift[ci]
