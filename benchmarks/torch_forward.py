@@ -1,5 +1,5 @@
-"""Module forward (and GroupNorm's backward): opgen.torch's RMSNorm / GroupNorm against
-torch.nn's, same process.
+"""Module forward (and the backward of GroupNorm, LayerNorm, BatchNorm2d): opgen.torch's
+RMSNorm / GroupNorm / LayerNorm / BatchNorm2d against torch.nn's, same process.
 
 Issue 21 measured opgen's modules' forward (then a chain of eager torch ops) at up to 22x
 ATen's native_group_norm. This times what a training step calls: ``module(x)`` with
@@ -8,13 +8,15 @@ torch's modules on the same tensors, interleaved (one call of each per repeat, i
 order) so the machine's load hits both alike; also the forward kernel alone through
 its custom op (``torch.ops.opgen.*``), ``x.clone()`` (a fresh output and the same bytes
 read and written: the bandwidth bound of a one-pass forward, allocation included) and, for
-GroupNorm, ATen's native_group_norm.
+GroupNorm, LayerNorm and BatchNorm2d, ATen's native forward (native_group_norm,
+native_layer_norm, native_batch_norm).
 Reports the median and the range over the repeats, in ms, and the median of the per-repeat
 ratios to torch's module (each ratio from one repeat, under the same background load: the
 robust figure on a shared machine).
 
     python benchmarks/torch_forward.py                 # 21 repeats
     python benchmarks/torch_forward.py --repeats 41
+    python benchmarks/torch_forward.py --only LayerNorm --only BatchNorm2d
 """
 from __future__ import annotations
 
@@ -71,6 +73,28 @@ def _cases():
             "opgen module": lambda ours=ours, x=x: ours(x), "torch module": lambda theirs=theirs, x=x: theirs(x),
             "opgen kernel": lambda ours=ours, x=x: torch.ops.opgen.rms_norm(x, ours.weight.detach(), 1e-6),
             "x.clone() (same bytes)": lambda x=x: x.clone()}
+    for dtype in (torch.float32, torch.bfloat16):
+        x = (torch.randn(8, 512, 1024) * 2 + 0.5).to(dtype)
+        ours, theirs = ot.LayerNorm(1024, dtype=dtype), torch.nn.LayerNorm(1024, dtype=dtype)
+        theirs.load_state_dict(ours.state_dict())
+        yield f"LayerNorm (8,512,1024) {str(dtype).replace('torch.', '')}", {
+            "opgen module": lambda ours=ours, x=x: ours(x), "torch module": lambda theirs=theirs, x=x: theirs(x),
+            "opgen kernel": lambda ours=ours, x=x: torch.ops.opgen.layer_norm(
+                x, [1024], ours.weight.detach(), ours.bias.detach(), 1e-5),
+            "x.clone() (same bytes)": lambda x=x: x.clone(),
+            "aten native_layer_norm": lambda theirs=theirs, x=x: torch.native_layer_norm(
+                x, [1024], theirs.weight.detach(), theirs.bias.detach(), 1e-5)}
+    x = torch.randn(32, 64, 32, 32) * 2 + 0.5
+    ours, theirs = ot.BatchNorm2d(64), torch.nn.BatchNorm2d(64)
+    theirs.load_state_dict(ours.state_dict())
+    rm, rv = torch.zeros(64), torch.ones(64)
+    yield "BatchNorm2d (32,64,32x32) f32, training", {
+        "opgen module": lambda: ours(x), "torch module": lambda: theirs(x),
+        "opgen kernel": lambda: torch.ops.opgen.batch_norm(x, ours.weight.detach(), ours.bias.detach(), None, None,
+                                                           True, 0.0, 1e-5),
+        "x.clone() (same bytes)": lambda: x.clone(),
+        "aten native_batch_norm": lambda: torch.native_batch_norm(x, theirs.weight.detach(), theirs.bias.detach(),
+                                                                  rm, rv, True, 0.1, 1e-5)}
 
 
 def _backward_cases():
@@ -90,21 +114,49 @@ def _backward_cases():
         "torch module": lambda: torch.autograd.grad(y_theirs, params_theirs, dy, retain_graph=True),
         "opgen kernel": lambda: torch.ops.opgen.group_norm_backward(dy, x.detach(), mean, rstd, ours.weight.detach(),
                                                                     8, [True, True, True])}
+    x = (torch.randn(8, 512, 1024) * 2 + 0.5).requires_grad_()
+    dy = torch.randn(8, 512, 1024)
+    ln_ours, ln_theirs = ot.LayerNorm(1024), torch.nn.LayerNorm(1024)
+    ln_theirs.load_state_dict(ln_ours.state_dict())
+    ly_ours, ly_theirs = ln_ours(x), ln_theirs(x)
+    lp_ours, lp_theirs = [x, *ln_ours.parameters()], [x, *ln_theirs.parameters()]
+    _, lmean, lrstd = torch.native_layer_norm(x.detach(), [1024], ln_theirs.weight.detach(), ln_theirs.bias.detach(),
+                                              1e-5)
+    yield "LayerNorm (8,512,1024) f32, backward", {
+        "opgen module": lambda: torch.autograd.grad(ly_ours, lp_ours, dy, retain_graph=True),
+        "torch module": lambda: torch.autograd.grad(ly_theirs, lp_theirs, dy, retain_graph=True),
+        "aten native_layer_norm_backward": lambda: torch.ops.aten.native_layer_norm_backward(
+            dy, x.detach(), [1024], lmean, lrstd, ln_theirs.weight.detach(), ln_theirs.bias.detach(),
+            [True, True, True])}
+    xb = (torch.randn(32, 64, 32, 32) * 2 + 0.5).requires_grad_()
+    dyb = torch.randn(32, 64, 32, 32)
+    bn_ours, bn_theirs = ot.BatchNorm2d(64), torch.nn.BatchNorm2d(64)
+    bn_theirs.load_state_dict(bn_ours.state_dict())
+    by_ours, by_theirs = bn_ours(xb), bn_theirs(xb)
+    bp_ours, bp_theirs = [xb, *bn_ours.parameters()], [xb, *bn_theirs.parameters()]
+    yield "BatchNorm2d (32,64,32x32) f32, training backward", {
+        "opgen module": lambda: torch.autograd.grad(by_ours, bp_ours, dyb, retain_graph=True),
+        "torch module": lambda: torch.autograd.grad(by_theirs, bp_theirs, dyb, retain_graph=True)}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=21)
+    parser.add_argument("--only", action="append", default=[], help="cases whose label contains this (repeatable)")
     args = parser.parse_args()
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.repeats} interleaved repeats")
     for label, contenders in itertools.chain(_cases(), _backward_cases()):   # lazily: closures see their case
+        if args.only and not any(word in label for word in args.only):
+            continue
         times = interleaved(contenders, args.repeats)
         base = np.array(times["torch module"])
+        aten = next((np.array(ms) for name, ms in times.items() if name.startswith("aten native")), None)
         print(label)
         for name, ms in times.items():
             paired = float(np.median(base / np.array(ms)))   # same repeat, same background load
+            versus = "" if aten is None else f", {float(np.median(np.array(ms) / aten)):5.2f}x ATen's time"
             print(f"  {name:24s} {np.median(ms):8.3f} ms  [{min(ms):.3f} - {max(ms):.3f}]  "
-                  f"{paired:5.2f}x torch module (median of per-repeat ratios)")
+                  f"{paired:5.2f}x torch module's speed{versus} (medians of per-repeat ratios)")
 
 
 if __name__ == "__main__":

@@ -122,7 +122,23 @@ class Translator:
         if isinstance(node, ir.Call) and isinstance(node.op, ir.Op) and node.op.name in MATH_CALLS:
             (arg,) = node.args
             return MATH_CALLS[node.op.name](self.expr(arg, env))
+        if isinstance(node, ir.Call) and isinstance(node.op, ir.Op) and node.op.name.endswith("if_then_else"):
+            return self._if_then_else(node, env)
         raise UnsupportedNode(f"no sympy translation for {kind.__module__}.{kind.__name__}: {node}")
+
+    _COMPARE = {tirx.GT: lambda a, b: a > b, tirx.GE: lambda a, b: a >= b, tirx.LT: lambda a, b: a < b,
+                tirx.LE: lambda a, b: a <= b, tirx.EQ: lambda a, b: a == b, tirx.NE: lambda a, b: a != b}
+
+    def _if_then_else(self, node, env):
+        """``if_then_else(cond, a, b)`` whose condition compares integers the concrete sizes
+        decide (a guard such as ``N * HW > 0`` around a load that an empty tensor would put
+        out of bounds): the branch it takes. A condition on data is refused."""
+        cond, then, other = node.args
+        compare = self._COMPARE.get(type(cond))
+        if compare is None:
+            raise UnsupportedNode(f"if_then_else condition {cond} is no integer comparison")
+        decided = compare(self.integer(cond.a, env), self.integer(cond.b, env))
+        return self.expr(then if decided else other, env)
 
     def _cast(self, node, env):
         """Casts are identity: rounding to the stored dtype is outside the algebraic proof."""

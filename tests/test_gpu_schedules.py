@@ -76,7 +76,9 @@ def test_gpu_schedule_structure(op, combo):
 # data (the centred variance) and outputs (mean, rstd), which GpuGroupedRowPass, built for
 # small per-group scalars recomputed by every thread, does not take (issue 21: a GPU rule
 # for grouped forwards).
-GPU_FALLBACK_GAPS = {"group_norm": "no GPU rule for a grouped forward yet (issue 21)"}
+GPU_FALLBACK_GAPS = {"group_norm": "no GPU rule for a grouped forward yet (issue 21)",
+                     "batch_norm": "GpuChannelPass merges its per-channel stages as siblings; BatchNorm's forward "
+                                   "chains them (mean -> var -> invstd -> scale) (issue 21)"}
 
 
 def test_every_registered_op_has_a_pattern_rule_on_gpus_for_its_first_combo():

@@ -165,11 +165,23 @@ def test_iree_writes_strided_outputs_and_leaves_inputs_alone(rng):
 
 # ---- bishengir --------------------------------------------------------------------------------
 
+# Ops whose kernels the named-op emitter (targets/mlir/named.py) refuses, with what it says.
+# BatchNorm's forward shifts each channel's sums by its first element, guarded for empty
+# channels: if_then_else(N * HW > 0, x[0, c, 0], 0), a call named.py has no named op for
+# (and x[0, c, 0], constant indices on some axes, a load it has no lowering for) (issue 21).
+BISHENGIR_GAPS = {"batch_norm": r"batch_norm_shift: no named op for the call prim.if_then_else"}
+
+
 @needs_bishengir
 @pytest.mark.parametrize("op,combo", ALL, ids=ALL_IDS)
 def test_bishengir_takes_every_kernel_to_hivm(op, combo):
     """Every op x combo, split by pattern, reaches HIVM (verdicts come from the disk cache
-    that ``opgen generate`` fills, keyed by bishengir's version and the exact text)."""
+    that ``opgen generate`` fills, keyed by bishengir's version and the exact text), but the
+    listed gaps, which must still be refused (an entry the emitter now takes is removed)."""
+    if op.name in BISHENGIR_GAPS:
+        with pytest.raises(NotImplementedError, match=BISHENGIR_GAPS[op.name]):
+            ASCEND_MLIR.build(kernels.scheduled_module(op, combo, ASCEND_MLIR)[0])
+        return
     module = ASCEND_MLIR.build(kernels.scheduled_module(op, combo, ASCEND_MLIR)[0])
     assert module.reports and all(r.ok and r.stage in ("HIVM", "binary") for r in module.reports), \
         [(r.arch, r.error) for r in module.reports]

@@ -859,7 +859,7 @@ def test_module_compiles_without_graph_break(torch, monkeypatch):
     w = torch.randn(4, 16)
     torch.compile(lambda t: (model(t) * w).sum(), fullgraph=True)(x).backward()
     compiled = [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
-    assert calls == ["layer_norm_backward"]
+    assert calls == ["layer_norm", "layer_norm_backward"]   # the forward is opgen's too
     x.grad = None
     model.zero_grad()
     (model(x) * w).sum().backward()

@@ -1,4 +1,4 @@
-"""opgen.torch: the custom ops pass torch's opcheck; RMSNorm/GroupNorm are drop-ins for
+"""opgen.torch: the custom ops pass torch's opcheck; RMSNorm/GroupNorm/LayerNorm/BatchNorm2d are drop-ins for
 torch.nn's (state_dict, outputs and gradients in f32 and bf16, gradcheck) whose forward and
 backward really are opgen, also inside a torch.compile'd model with no graph break."""
 from __future__ import annotations
@@ -14,7 +14,8 @@ import opgen  # noqa: E402
 @pytest.fixture
 def opgen_calls(monkeypatch):
     """Counts the calls reaching opgen's Pythonic layer (what the custom ops call), by op."""
-    counts = {"rms_norm": 0, "rms_norm_grad": 0, "group_norm": 0, "group_norm_backward": 0}
+    counts = {"rms_norm": 0, "rms_norm_grad": 0, "group_norm": 0, "group_norm_backward": 0, "layer_norm": 0,
+              "layer_norm_backward": 0, "batch_norm": 0, "batch_norm_backward": 0}
     real = opgen.api.call_op
 
     def counted(op, *a, **k):
@@ -45,6 +46,13 @@ def test_custom_ops_pass_opcheck():
                           (torch.randn(3, 8), torch.randn(3, 8), torch.rand(3) + 0.5, torch.rand(8) + 0.5))
     torch.library.opcheck(torch.ops.opgen.rms_norm.default, (torch.randn(3, 8), torch.rand(8) + 0.5, 1e-6))
     torch.library.opcheck(torch.ops.opgen.group_norm.default, (torch.randn(2, 4, 3), torch.rand(4), None, 2, 1e-5))
+    torch.library.opcheck(torch.ops.opgen.layer_norm.default, (torch.randn(3, 2, 8), [2, 8], torch.rand(2, 8) + 0.5,
+                                                               torch.randn(2, 8), 1e-5))
+    torch.library.opcheck(torch.ops.opgen.layer_norm.default, (torch.randn(3, 8).bfloat16(), [8], None, None, 1e-5))
+    torch.library.opcheck(torch.ops.opgen.batch_norm.default, (torch.randn(3, 4, 5), torch.rand(4) + 0.5, torch.randn(4),
+                                                               None, None, True, 0.0, 1e-5))
+    torch.library.opcheck(torch.ops.opgen.batch_norm.default, (torch.randn(3, 4, 5), None, None, torch.randn(4),
+                                                               torch.rand(4) + 0.5, False, 0.1, 1e-5))
     torch.library.opcheck(torch.ops.opgen.group_norm_backward.default,
                           (torch.randn(2, 4, 3), torch.randn(2, 4, 3), torch.randn(2, 2), torch.rand(2, 2) + 0.5,
                            torch.rand(4), 2, [True, False, True]))
@@ -152,16 +160,19 @@ def test_compiled_model_has_no_graph_break_and_runs_opgen(opgen_calls):
     class Model(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.gn, self.rms = ot.GroupNorm(4, 8), ot.RMSNorm(16)
+            self.bn, self.gn = ot.BatchNorm2d(8), ot.GroupNorm(4, 8)
+            self.rms, self.ln = ot.RMSNorm(16), ot.LayerNorm(16)
             self.register_buffer("w", torch.randn(2, 8, 16))
 
         def forward(self, x):
-            return (self.rms(self.gn(x).reshape(2, 8, 16)) * self.w).sum()
+            return (self.ln(self.rms(self.gn(self.bn(x)).reshape(2, 8, 16))) * self.w).sum()
 
     model, x = Model(), torch.randn(2, 8, 4, 4, requires_grad=True)
     torch.compile(model, fullgraph=True)(x).backward()
     compiled = [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
-    assert opgen_calls == {"rms_norm": 1, "rms_norm_grad": 1, "group_norm": 1, "group_norm_backward": 1}
+    assert opgen_calls == {"rms_norm": 1, "rms_norm_grad": 1, "group_norm": 1, "group_norm_backward": 1,
+                           "layer_norm": 1, "layer_norm_backward": 1, "batch_norm": 1, "batch_norm_backward": 1}
+    assert model.bn.num_batches_tracked.item() == 1 and model.bn.running_mean.abs().sum() > 0
     x.grad = None
     model.zero_grad()
     model(x).backward()
@@ -185,7 +196,8 @@ def test_target_switch_is_put_back(monkeypatch):
 _TOL = {torch.float32: (1e-5, 1e-5), torch.float16: (2 ** -10, 2 ** -10), torch.bfloat16: (2 ** -7, 2 ** -7)}
 _FORWARD_CASES = [("rms", (1, 1), 1), ("rms", (3, 7), 7), ("rms", (2, 5, 33), 33), ("rms", (4, 941), 941),
                   ("rms", (2, 12290), 12290), ("group", (1, 2), 1), ("group", (3, 6, 7), 3), ("group", (2, 8, 5, 7), 4),
-                  ("group", (2, 12, 33, 3), 6)]
+                  ("group", (2, 12, 33, 3), 6), ("layer", (1, 1), 1), ("layer", (3, 7), 7), ("layer", (2, 5, 33), 33),
+                  ("layer", (4, 941), 941), ("layer", (2, 12290), 12290)]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
@@ -198,6 +210,8 @@ def test_forward_outputs_match_torch_modules(kind, shape, size, dtype, opgen_cal
     torch.manual_seed(8)
     if kind == "rms":
         ours, theirs = _pair(ot.RMSNorm(size, dtype=dtype), torch.nn.RMSNorm(size, eps=1e-6, dtype=dtype))
+    elif kind == "layer":
+        ours, theirs = _pair(ot.LayerNorm(size, dtype=dtype), torch.nn.LayerNorm(size, dtype=dtype))
     else:
         ours, theirs = _pair(ot.GroupNorm(size, shape[1], dtype=dtype), torch.nn.GroupNorm(size, shape[1], dtype=dtype))
     x = (torch.randn(shape) * 2 + 0.5).to(dtype)
@@ -206,7 +220,7 @@ def test_forward_outputs_match_torch_modules(kind, shape, size, dtype, opgen_cal
     rtol, atol = _TOL[dtype]
     scale = want.double().abs().max().item()
     torch.testing.assert_close(got.double(), want.double(), rtol=rtol, atol=atol * max(scale, 1.0))
-    assert opgen_calls["rms_norm" if kind == "rms" else "group_norm"] == 1
+    assert opgen_calls[{"rms": "rms_norm", "group": "group_norm", "layer": "layer_norm"}[kind]] == 1
 
 
 def test_group_norm_channels_last_matches_torch():
@@ -224,7 +238,8 @@ def test_statistics_reach_the_backward_without_a_cast(monkeypatch):
     """The backward ops receive the forward ops' statistics objects themselves (no copy, no
     cast): the tensors torch.ops.opgen.rms_norm / group_norm returned."""
     seen = {}
-    for name in ("rms_norm", "group_norm", "rms_norm_grad", "group_norm_backward"):
+    for name in ("rms_norm", "group_norm", "rms_norm_grad", "group_norm_backward", "layer_norm", "layer_norm_backward",
+                 "batch_norm", "batch_norm_backward"):
         real = getattr(torch.ops.opgen, name)
 
         def spy(*args, _real=real, _name=name):
@@ -233,7 +248,72 @@ def test_statistics_reach_the_backward_without_a_cast(monkeypatch):
             return out
         monkeypatch.setattr(torch.ops.opgen, name, spy)
     x = torch.randn(2, 8, 6, requires_grad=True)
-    (ot.RMSNorm(6)(x).sum() + ot.GroupNorm(2, 8)(x).sum()).backward()
+    (ot.RMSNorm(6)(x).sum() + ot.GroupNorm(2, 8)(x).sum() + ot.LayerNorm(6)(x).sum()
+     + ot.BatchNorm2d(8)(x[..., None]).sum()).backward()
     assert seen["rms_norm_grad"][0][2] is seen["rms_norm"][1][1]                  # rstd
     assert seen["group_norm_backward"][0][2] is seen["group_norm"][1][1]          # mean
     assert seen["group_norm_backward"][0][3] is seen["group_norm"][1][2]          # rstd
+    assert seen["layer_norm_backward"][0][3] is seen["layer_norm"][1][1]          # mean
+    assert seen["layer_norm_backward"][0][4] is seen["layer_norm"][1][2]          # rstd
+    assert seen["batch_norm_backward"][0][5] is seen["batch_norm"][1][1]          # saveMean
+    assert seen["batch_norm_backward"][0][6] is seen["batch_norm"][1][2]          # saveInvstd
+    assert seen["batch_norm"][1][1].dtype == torch.float32
+
+
+_BN_CASES = [((2, 1, 1, 1), False), ((3, 7, 1, 1), False), ((2, 3, 5, 7), False), ((2, 3, 5, 7), True),
+             ((1, 2, 1, 12290), False), ((4, 5, 33, 31), True)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape,channels_last", _BN_CASES, ids=[f"{s}{'-nhwc' if c else ''}" for s, c in _BN_CASES])
+def test_batch_norm2d_matches_torch(shape, channels_last, dtype, opgen_calls):
+    """Two training steps then eval: outputs, gradients and running statistics against
+    torch.nn.BatchNorm2d in the same dtype, over tiny, ragged and long channels, NCHW and
+    channels_last inputs (within one rounding of the dtype, scaled by the largest value)."""
+    torch.manual_seed(10)
+    ours, theirs = _pair(ot.BatchNorm2d(shape[1], dtype=dtype), torch.nn.BatchNorm2d(shape[1], dtype=dtype))
+    rtol, atol = _TOL[dtype]
+    if dtype != torch.float32:
+        rtol, atol = 2 * rtol, 4 * atol     # gradients: sums of the channel, rounded once by opgen, more by torch
+    for mode in ("train", "train", "eval"):
+        getattr(ours, mode)()
+        getattr(theirs, mode)()
+        x = (torch.randn(shape) * 2 + 0.5).to(dtype)
+        if channels_last:
+            x = x.to(memory_format=torch.channels_last)
+        dy = torch.randn(shape).to(dtype)
+        for a, b in zip(_grads_and_output(ours, x, dy), _grads_and_output(theirs, x, dy)):
+            scale = max(b.double().abs().max().item(), 1.0)
+            torch.testing.assert_close(a.double(), b.double(), rtol=rtol, atol=atol * scale)
+        for a, b in zip(ours.buffers(), theirs.buffers()):
+            torch.testing.assert_close(a, b, rtol=rtol, atol=atol)
+    assert opgen_calls["batch_norm"] == 3 and opgen_calls["batch_norm_backward"] == 3
+
+
+@pytest.mark.parametrize("kwargs", [{"affine": False}, {"track_running_stats": False}, {"momentum": None}],
+                         ids=["no-affine", "no-running-stats", "cumulative"])
+def test_batch_norm2d_options_match_torch(kwargs, opgen_calls):
+    torch.manual_seed(11)
+    ours, theirs = _pair(ot.BatchNorm2d(5, **kwargs), torch.nn.BatchNorm2d(5, **kwargs))
+    for mode in ("train", "train", "train", "eval"):
+        getattr(ours, mode)()
+        getattr(theirs, mode)()
+        x, dy = torch.randn(3, 5, 4, 6) * 2 + 0.5, torch.randn(3, 5, 4, 6)
+        for a, b in zip(_grads_and_output(ours, x, dy), _grads_and_output(theirs, x, dy)):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+        for a, b in zip(ours.buffers(), theirs.buffers()):
+            torch.testing.assert_close(a, b)
+    assert opgen_calls["batch_norm"] == 4
+
+
+def test_batch_norm2d_one_value_per_channel_is_refused_like_torch():
+    with pytest.raises(ValueError, match="more than 1 value per channel"):
+        ot.BatchNorm2d(3)(torch.randn(1, 3, 1, 1))
+
+
+def _grads_and_output(module, x, dy):
+    x = x.detach().clone().requires_grad_(True)
+    module.zero_grad()
+    y = module(x)
+    y.backward(dy)
+    return [y, x.grad] + [p.grad for p in module.parameters()]

@@ -128,6 +128,6 @@ class ExprPrinter:
             one = self.values.constant(float_literal(1.0, element), element, self.body)
             e = self.body.op(f"math.exp {self.body.op(f'arith.negf {x} : {t}')} : {t}")
             return self.body.op(f"arith.divf {one}, {self.body.op(f'arith.addf {one}, {e} : {t}')} : {t}")
-        if name == "tirx.if_then_else" and len(node.args) == 3:
-            return self.select(*node.args, element)
+        if name in ("tirx.if_then_else", "prim.if_then_else") and len(node.args) == 3:   # TVM 0.27: prim.
+            return self.select(*node.args, element)   # eager: both sides are read (arith.select)
         raise UnsupportedStage(f"no MLIR lowering for the call {name}")

@@ -1,31 +1,52 @@
-"""opgen.torch's BatchNorm2d: torch.nn.BatchNorm2d whose backward is this op's kernel.
+"""opgen.torch's BatchNorm2d: torch.nn.BatchNorm2d whose forward is opgen's aclnnBatchNorm
+kernel (opgen.ops.batch_norm) and whose backward is this op's kernel.
 
-Imported by opgen.torch (it needs torch and ``torch.ops.opgen.batch_norm_backward``, which
-opgen.torch registers first); ``MODULES`` lists what it exports.
+Imported by opgen.torch (it needs torch and ``torch.ops.opgen.batch_norm`` /
+``torch.ops.opgen.batch_norm_backward``, which opgen.torch registers first); ``MODULES``
+lists what it exports.
 """
 from __future__ import annotations
 
 import torch
 from torch import Tensor, nn
+from torch.nn import functional as F
+
+
+def _per_channel(t: Tensor | None, x: Tensor, like: Tensor | None = None) -> Tensor | None:
+    """A per-channel tensor as aclnnBatchNorm takes it: x's dtype or float32 (as it is when
+    it already is, else float32; C elements), in ``like``'s dtype when one is given (weight
+    and bias share a dtype, as do the statistics)."""
+    if t is None:
+        return None
+    if like is not None:
+        return t if t.dtype == like.dtype else t.to(like.dtype)
+    return t if t.dtype in (x.dtype, torch.float32) else t.float()
 
 
 class _BatchNormFunction(torch.autograd.Function):
-    """BatchNorm of x (N, C, ...): the forward is torch's own (``native_batch_norm``: the same
-    output, saved statistics and running-statistics update as torch.nn's), the backward opgen's."""
+    """BatchNorm of x (N, C, ...): the forward is opgen's aclnnBatchNorm kernel (batch
+    statistics in training, the running ones in eval), which returns the batch's mean and
+    1/sqrt(var + eps) (float32) in exactly the form aclnnBatchNormBackward takes: saved as
+    they are and handed back with no copy or cast. They are also returned (not
+    differentiable) for the module's running-statistics update."""
 
     @staticmethod
-    def forward(ctx, x, weight, bias, running_mean, running_var, training: bool, momentum: float, eps: float):
-        y, save_mean, save_invstd = torch.native_batch_norm(x, weight, bias, running_mean, running_var, training,
-                                                            momentum, eps)
+    def forward(ctx, x, weight, bias, running_mean, running_var, training: bool, eps: float):
+        w = _per_channel(weight, x)
+        b = _per_channel(bias, x, w)
+        rm = _per_channel(running_mean, x)
+        rv = _per_channel(running_var, x, rm)
+        y, save_mean, save_invstd = torch.ops.opgen.batch_norm(x, w, b, rm, rv, training, 0.0, eps)
         # Only what the mode reads is kept: training reads the saved statistics, eval the running
         # ones (not updated in eval, so the saved references stay valid until backward).
         stats = (save_mean, save_invstd) if training else (running_mean, running_var)
         ctx.save_for_backward(x, weight, *stats)
         ctx.training, ctx.eps, ctx.has_bias = training, eps, bias is not None
-        return y
+        ctx.mark_non_differentiable(save_mean, save_invstd)
+        return y, save_mean, save_invstd
 
     @staticmethod
-    def backward(ctx, dy):
+    def backward(ctx, dy, _mean_grad, _invstd_grad):
         x, weight, first, second = ctx.saved_tensors
         need = ctx.needs_input_grad
         mask = [need[0], weight is not None and need[1], ctx.has_bias and need[2]]
@@ -34,12 +55,15 @@ class _BatchNormFunction(torch.autograd.Function):
             dy.to(x.dtype).contiguous(), x, weight, *running, *saved, ctx.training, ctx.eps, mask)
         return (dx if mask[0] else None, dweight.to(weight.dtype) if mask[1] else None,
                 dbias.to(weight.dtype if weight is not None else dy.dtype) if mask[2] else None,
-                None, None, None, None, None)
+                None, None, None, None)
 
 
 class BatchNorm2d(nn.BatchNorm2d):
     """torch.nn.BatchNorm2d (same parameters, buffers, state_dict, training and eval
-    behaviour, running statistics) whose backward is opgen's aclnnBatchNormBackward kernel."""
+    behaviour, running statistics) whose forward and backward are opgen's aclnnBatchNorm and
+    aclnnBatchNormBackward kernels. In training the running statistics are updated here as
+    torch does (momentum, or the cumulative average with momentum=None; the unbiased batch
+    variance), from the kernel's saved mean and 1/sqrt(var + eps): C elements each."""
 
     def forward(self, x: Tensor) -> Tensor:
         self._check_input_dim(x)
@@ -48,9 +72,23 @@ class BatchNorm2d(nn.BatchNorm2d):
             self.num_batches_tracked.add_(1)
             factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
         use_batch = self.training or (self.running_mean is None and self.running_var is None)
-        track = not self.training or self.track_running_stats
-        return _BatchNormFunction.apply(x, self.weight, self.bias, self.running_mean if track else None,
-                                        self.running_var if track else None, use_batch, factor, self.eps)
+        if use_batch:
+            F._verify_batch_size(x.size())
+        y, save_mean, save_invstd = _BatchNormFunction.apply(
+            x, self.weight, self.bias, None if use_batch else self.running_mean,
+            None if use_batch else self.running_var, use_batch, self.eps)
+        if self.training and self.running_mean is not None:
+            self._update_running(x, save_mean, save_invstd, factor)
+        return y
+
+    @torch.no_grad()
+    def _update_running(self, x: Tensor, mean: Tensor, invstd: Tensor, factor: float) -> None:
+        """r = (1 - factor) * r + factor * batch statistic, the variance unbiased (M / (M - 1))
+        and recovered from invstd = 1 / sqrt(var + eps) in float64 (C elements)."""
+        m = x.numel() // x.size(1)
+        var = (invstd.double().pow(-2) - self.eps).clamp_min(0) * (m / (m - 1))
+        self.running_mean.mul_(1 - factor).add_(mean.to(self.running_mean.dtype), alpha=factor)
+        self.running_var.mul_(1 - factor).add_(var.to(self.running_var.dtype), alpha=factor)
 
 
 MODULES = {"BatchNorm2d": BatchNorm2d}

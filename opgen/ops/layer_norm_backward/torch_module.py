@@ -1,7 +1,8 @@
-"""opgen.torch's LayerNorm: torch.nn.LayerNorm whose backward is this op's kernel.
+"""opgen.torch's LayerNorm: torch.nn.LayerNorm whose forward is opgen's aclnnLayerNorm kernel
+(opgen.ops.layer_norm) and whose backward is this op's kernel.
 
-Imported by opgen.torch (it needs torch and ``torch.ops.opgen.layer_norm_backward``, which
-opgen.torch registers first); ``MODULES`` lists what it exports.
+Imported by opgen.torch (it needs torch and ``torch.ops.opgen.layer_norm`` /
+``torch.ops.opgen.layer_norm_backward``, which opgen.torch registers first); ``MODULES`` lists what it exports.
 """
 from __future__ import annotations
 
@@ -9,21 +10,27 @@ import torch
 from torch import Tensor, nn
 
 
-class _LayerNormFunction(torch.autograd.Function):
-    """LayerNorm of x over its last ``len(shape)`` dims with float32 statistics (saved as
-    aclnnLayerNorm saves them: x's leading dims, then 1s); the backward is opgen's.
+def _affine(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> tuple:
+    """weight and bias as aclnnLayerNorm takes them: x's dtype or float32, the same for both
+    (the module's parameters as they are when they already are; else both widened to
+    float32, C elements each)."""
+    given = [t for t in (weight, bias) if t is not None]
+    dtypes = {t.dtype for t in given}
+    if len(dtypes) <= 1 and dtypes <= {x.dtype, torch.float32}:
+        return weight, bias
+    return tuple(None if t is None else t.float() for t in (weight, bias))
 
-    The forward is ATen's ``native_layer_norm`` until opgen generates LayerNorm's forward
-    (it returns the statistics the backward takes, in float32 when the affine parameters
-    are float32, so they are passed as float32). The composite of eager ops it replaces
-    took 36.9 ms against ATen's 3.5 at (8,512,1024) f32 (opgen bench --training)."""
+
+class _LayerNormFunction(torch.autograd.Function):
+    """LayerNorm of x over its last ``len(shape)`` dims: the forward is opgen's aclnnLayerNorm
+    kernel, which returns mean and rstd (float32, aclnnLayerNorm's keepdim shape) in exactly
+    the form its backward, aclnnLayerNormBackward, takes: saved as they are and handed back
+    with no copy or cast."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, shape: tuple, eps: float):
-        float_weight = weight.float() if weight is not None else (
-            None if x.dtype == torch.float32 else torch.ones(shape, dtype=torch.float32, device=x.device))
-        y, mean, rstd = torch.native_layer_norm(x, list(shape), float_weight,
-                                                None if bias is None else bias.float(), eps)
+        gamma, beta = _affine(x, weight, bias)
+        y, mean, rstd = torch.ops.opgen.layer_norm(x, list(shape), gamma, beta, eps)
         ctx.save_for_backward(x, mean, rstd, weight)
         ctx.shape, ctx.bias_dtype = shape, None if bias is None else bias.dtype
         return y
@@ -44,8 +51,9 @@ class _LayerNormFunction(torch.autograd.Function):
 
 
 class LayerNorm(nn.LayerNorm):
-    """torch.nn.LayerNorm (same parameters, state_dict and extra_repr) whose backward is
-    opgen's aclnnLayerNormBackward kernel."""
+    """torch.nn.LayerNorm (same parameters, state_dict and extra_repr) whose forward and
+    backward are opgen's aclnnLayerNorm and aclnnLayerNormBackward kernels; the output has
+    x's dtype, computed in float32 and rounded once."""
 
     def forward(self, x: Tensor) -> Tensor:
         return _LayerNormFunction.apply(x, self.weight, self.bias, tuple(self.normalized_shape), self.eps)
