@@ -59,3 +59,17 @@ def flip_first_sign(expr):
         return None if inner is None else tirx.Reduce(
             expr.combiner, [inner], expr.axis, expr.condition, expr.value_index, expr.init)
     return None
+
+
+def ascend_roles(op, tag: str) -> dict:
+    """Stage name -> the ascend.role the ascend-emu schedule gave it (the root's child blocks
+    of the op's scheduled kernel)."""
+    from tvm import s_tir
+
+    from opgen import kernels
+    from opgen.targets import get_target
+
+    mod, symbol = kernels.scheduled_module(op, op.combo(tag), get_target("ascend-emu"))
+    sch = s_tir.Schedule(mod[symbol])
+    return {b.name_hint: str(b.annotations["ascend.role"])
+            for b in map(sch.get, sch.get_child_blocks(sch.get_sblock("root")))}

@@ -53,6 +53,23 @@ def _modes(op, combo, target, sizes) -> set:
     return {rule.tiling(func, target, default_knobs(rule, target), [s]).mode for s in sizes}
 
 
+@pytest.mark.parametrize("op_name,product,combo,shapes", [
+    ("layer_norm", "AtlasA2", "f32-f32", ("1x1", "7x33", "3x941", "2x12290", "2x3x40,2", "0x16", "4x0")),
+    ("layer_norm", "Ascend950", "bf16-f32-f32", ("7x33", "3x941", "0x16")),
+    ("group_norm_swish", "AtlasA2", "bf16-f32", ("1,1,1,1", "3,6,49,3,1e-5,0.5", "2,4,20000,2,1e-5,-2.0,1",
+                                                 "200,64,3,32,1e-5,1.0,0", "0,4,5,2")),
+])
+def test_other_forward_ops_run_on_the_emulation(op_name, product, combo, shapes, rng):
+    """The mechanism is the pattern's, not the two ops above: LayerNorm's forward (mean and
+    rstd per row) and GroupNormSwish's (a sigmoid in the output stage, activateSwish off in
+    one case) take it unchanged."""
+    op = get_op(op_name)
+    kernel = kernels.get_kernel(op, combo, EMU.for_product(product))
+    for text in shapes:
+        problem = op.parse_problem(text)
+        assert _worst(kernel, problem, rng) <= 1.0, (op_name, product, combo, text)
+
+
 @pytest.mark.parametrize("product,combo", [("AtlasA2", "f32-f32"), ("Ascend950", "bf16-f32")])
 def test_rms_norm_forward_writes_rstd_per_pass(product, combo, rng):
     target = EMU.for_product(product)

@@ -24,7 +24,7 @@ from opgen.targets import get_target
 from opgen.verify import run_and_compare
 
 from aclnn_helpers import product
-from op_checks import assert_all_pass
+from op_checks import ascend_roles, assert_all_pass
 
 OP = get_op("group_norm")
 TAGS = [c.tag for c in OP.combos]
@@ -117,11 +117,7 @@ def test_ascend_emu_schedules_the_forward_as_group_tiles_storing_mean_and_rstd()
     """The group rule takes the forward: mean and rstd per-task outputs, the centred sum a
     channel sum of a second phase, scale and shift inlined into y (tests/test_ascend_forward.py
     builds and runs it on the emulation)."""
-    from tvm import s_tir
-    mod, symbol = kernels.scheduled_module(OP, OP.combo("f32-f32"), get_target("ascend-emu"))
-    sch = s_tir.Schedule(mod[symbol])
-    roles = {b.name_hint: str(b.annotations["ascend.role"])
-             for b in map(sch.get, sch.get_child_blocks(sch.get_sblock("root")))}
+    roles = ascend_roles(OP, "f32-f32")
     assert roles["group_norm_mean"] == roles["group_norm_rstd"] == "task_output"
     assert roles["group_norm_sq"] == roles["group_norm_sum"] == "channel_sum"
     assert "group_norm_scale" not in roles and "group_norm_shift" not in roles

@@ -11,7 +11,7 @@ independent truths:
 * the aclnn API: a literal call with null weight and bias, the statistics' shape rule,
   refused dtypes and the null statistics opgen requires;
 * the sympy proof, and a flipped sign in the TE fails it;
-* ascend-emu refuses the forward by name (its emitter does not write per-row outputs).
+* ascend-emu schedules it as row tiles whose mean and rstd are per-row outputs.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from opgen.ops.layer_norm import Problem
 from opgen.targets import default_target, get_target
 from opgen.verify import run_and_compare
 
-from op_checks import assert_all_pass
+from op_checks import ascend_roles, assert_all_pass
 
 OP = get_op("layer_norm")
 TAGS = [c.tag for c in OP.combos]
@@ -151,9 +151,11 @@ def test_proof_holds_and_a_flipped_sign_fails_it(flip_stage):
     assert any(m.startswith("layer_norm_y") for m in report.cases[0].mismatches)
 
 
-def test_ascend_emu_refuses_the_forward_by_name():
-    with pytest.raises(NotImplementedError, match="layer_norm_f32_f32"):
-        kernels.scheduled_module(OP, OP.combo("f32-f32"), get_target("ascend-emu"))
+def test_ascend_emu_schedules_the_forward_as_row_tiles_storing_mean_and_rstd():
+    """The row rule takes the forward, mean and rstd per-row outputs (tests/test_ascend_forward.py
+    runs it on the emulation)."""
+    roles = ascend_roles(OP, "f32-f32")
+    assert roles["layer_norm_mean"] == roles["layer_norm_rstd"] == "row_output" and roles["layer_norm_y"] == "tile"
 
 
 def test_outputs_have_the_documented_dtypes():

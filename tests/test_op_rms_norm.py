@@ -24,7 +24,7 @@ from opgen.ops.rms_norm import Problem
 from opgen.targets import get_target
 from opgen.verify import run_and_compare
 
-from op_checks import assert_all_pass
+from op_checks import ascend_roles, assert_all_pass
 
 OP = get_op("rms_norm")
 TAGS = [c.tag for c in OP.combos]
@@ -95,16 +95,8 @@ def test_proof_holds_and_a_flipped_sign_fails_it(flip_stage):
 def test_ascend_emu_schedules_the_forward_as_row_tiles_storing_rstd():
     """The row rule takes the forward, rstd a per-row output (tests/test_ascend_forward.py
     builds and runs it on the emulation)."""
-    mod, symbol = kernels.scheduled_module(OP, OP.combo("f32-f32"), get_target("ascend-emu"))
-    func = mod[symbol]
-    roles = {b.name_hint: str(b.annotations["ascend.role"]) for b in _child_blocks(func)}
+    roles = ascend_roles(OP, "f32-f32")
     assert roles["rms_norm_rstd"] == "row_output" and roles["rms_norm_y"] == "tile"
-
-
-def _child_blocks(func):
-    from tvm import s_tir
-    sch = s_tir.Schedule(func)
-    return [sch.get(rv) for rv in sch.get_child_blocks(sch.get_sblock("root"))]
 
 
 def test_outputs_have_the_documented_dtypes():

@@ -28,7 +28,15 @@ from opgen.ops.layer_norm.kernel import (  # noqa: F401  (re-exported)
     INPUTS, OUTPUTS, PRODUCTS, STAGE, Problem, compute, kernel_args, kernel_shapes, output_shapes, random_inputs)
 from opgen.ops.layer_norm.model import MODEL
 from opgen.ops.layer_norm.peers import CASES, PEERS
-from opgen.ops.spec import OpSpec
+from opgen.ops.spec import CannAttr, CannOp, OpSpec
+
+# CANN's OpDef whose outputs aclnnLayerNorm's match (y, mean, rstd): LayerNormV3, the axis
+# split as attributes (opgen's kernel sees the (rows, cols) view they describe).
+CANN = CannOp("LayerNormV3", inputs=(("x", "x"), ("gamma", "gamma"), ("beta", "beta")),
+              outputs=(("y", "y"), ("mean", "mean"), ("rstd", "rstd")),
+              attrs=(CannAttr("begin_norm_axis", "Int", 0), CannAttr("begin_params_axis", "Int", 0),
+                     CannAttr("epsilon", "Float", 1e-5, tensor="eps")),
+              source="ops-nn norm/layer_norm_v3/op_host/layer_norm_v3_def.cpp")
 
 SPEC = OpSpec(
     name="layer_norm",
@@ -50,5 +58,6 @@ SPEC = OpSpec(
     peers=PEERS,
     cases=CASES,
     package=__name__,
+    cann=CANN,
     flops_per_element=7,    # counted from the TE stages: the sum (1), the centred square sum (3), y (3)
 )
