@@ -73,3 +73,22 @@ def ascend_roles(op, tag: str) -> dict:
     sch = s_tir.Schedule(mod[symbol])
     return {b.name_hint: str(b.annotations["ascend.role"])
             for b in map(sch.get, sch.get_child_blocks(sch.get_sblock("root")))}
+
+
+def assert_kernel_matches_reference(op, tag: str, target, problems, rng, everywhere=None) -> None:
+    """op x tag, built for ``target`` through its own build path, against the float64
+    reference on every problem. ``everywhere``: the combos checked on every target; the
+    others are checked on the default target only (opgen generate verifies every combo on
+    every target), which keeps an op with many combos inside the suite's time."""
+    import pytest
+
+    from opgen import kernels
+    from opgen.targets import default_target
+    from opgen.verify import run_and_compare
+
+    if everywhere is not None and tag not in everywhere and target.name != default_target().name:
+        pytest.skip("every combo on the default target; opgen generate verifies every combo on every target")
+    kernel = kernels.get_kernel(op, tag, target)
+    for problem in problems:
+        comparisons, _ = run_and_compare(kernel, problem, rng)
+        assert_all_pass(comparisons, f"{target.name} {tag} {problem}")

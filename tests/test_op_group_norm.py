@@ -24,7 +24,7 @@ from opgen.targets import get_target
 from opgen.verify import run_and_compare
 
 from aclnn_helpers import product
-from op_checks import ascend_roles, assert_all_pass
+from op_checks import ascend_roles, assert_all_pass, assert_kernel_matches_reference
 
 OP = get_op("group_norm")
 TAGS = [c.tag for c in OP.combos]
@@ -35,10 +35,7 @@ SHAPES = [Problem(3, 1, 1, 1), Problem(2, 7, 1, 7), Problem(2, 6, 33, 3), Proble
 
 @pytest.mark.parametrize("tag", TAGS)
 def test_kernel_matches_the_float64_reference(target, tag, rng):
-    kernel = kernels.get_kernel(OP, tag, target)
-    for problem in SHAPES:
-        comparisons, _ = run_and_compare(kernel, problem, rng)
-        assert_all_pass(comparisons, f"{target.name} {tag} {problem}")
+    assert_kernel_matches_reference(OP, tag, target, SHAPES, rng)
 
 
 def test_far_from_zero_mean_keeps_float32_accuracy(rng):

@@ -15,12 +15,11 @@ import numpy as np
 import pytest
 
 import opgen
-from opgen import aclnn, derive, kernels
+from opgen import aclnn, derive
 from opgen.ops import get_op
 from opgen.ops.group_norm_swish import Problem
-from opgen.verify import run_and_compare
 
-from op_checks import assert_all_pass
+from op_checks import assert_kernel_matches_reference
 
 OP = get_op("group_norm_swish")
 TAGS = [c.tag for c in OP.combos]
@@ -31,10 +30,7 @@ SHAPES = [Problem(3, 1, 1, 1), Problem(2, 7, 1, 7), Problem(2, 6, 33, 3, 1e-5, 0
 
 @pytest.mark.parametrize("tag", TAGS)
 def test_kernel_matches_the_float64_reference(target, tag, rng):
-    kernel = kernels.get_kernel(OP, tag, target)
-    for problem in SHAPES:
-        comparisons, _ = run_and_compare(kernel, problem, rng)
-        assert_all_pass(comparisons, f"{target.name} {tag} {problem}")
+    assert_kernel_matches_reference(OP, tag, target, SHAPES, rng)
 
 
 def test_without_the_swish_it_is_group_norm(rng):

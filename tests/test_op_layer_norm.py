@@ -22,10 +22,9 @@ import opgen
 from opgen import aclnn, derive, kernels
 from opgen.ops import get_op
 from opgen.ops.layer_norm import Problem
-from opgen.targets import default_target, get_target
-from opgen.verify import run_and_compare
+from opgen.targets import get_target
 
-from op_checks import ascend_roles, assert_all_pass
+from op_checks import ascend_roles, assert_kernel_matches_reference
 
 OP = get_op("layer_norm")
 TAGS = [c.tag for c in OP.combos]
@@ -37,12 +36,7 @@ EVERYWHERE = ("f32-f32", "f16-f16", "bf16-f32-f32")   # float32; half statistics
 
 @pytest.mark.parametrize("tag", TAGS)
 def test_kernel_matches_the_float64_reference(target, tag, rng):
-    if target.name != default_target().name and tag not in EVERYWHERE:
-        pytest.skip("every combo on the default target; opgen generate verifies every combo on every target")
-    kernel = kernels.get_kernel(OP, tag, target)
-    for problem in SHAPES:
-        comparisons, _ = run_and_compare(kernel, problem, rng)
-        assert_all_pass(comparisons, f"{target.name} {tag} {problem}")
+    assert_kernel_matches_reference(OP, tag, target, SHAPES, rng, everywhere=EVERYWHERE)
 
 
 def test_build_only_targets_build_it(build_target):

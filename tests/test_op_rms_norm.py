@@ -22,9 +22,8 @@ from opgen.dtypes import numpy_dtype
 from opgen.ops import get_op
 from opgen.ops.rms_norm import Problem
 from opgen.targets import get_target
-from opgen.verify import run_and_compare
 
-from op_checks import ascend_roles, assert_all_pass
+from op_checks import ascend_roles, assert_kernel_matches_reference
 
 OP = get_op("rms_norm")
 TAGS = [c.tag for c in OP.combos]
@@ -34,10 +33,7 @@ SHAPES = [Problem((3, 1)), Problem((5, 7)), Problem((2, 33), 1, 1e-5), Problem((
 
 @pytest.mark.parametrize("tag", TAGS)
 def test_kernel_matches_the_float64_reference(target, tag, rng):
-    kernel = kernels.get_kernel(OP, tag, target)
-    for problem in SHAPES:
-        comparisons, outputs = run_and_compare(kernel, problem, rng)
-        assert_all_pass(comparisons, f"{target.name} {tag} {problem}")
+    assert_kernel_matches_reference(OP, tag, target, SHAPES, rng)
 
 
 def test_llvm_runs_the_fused_row_pass():
