@@ -1,5 +1,6 @@
 """Module forward (and the backward of GroupNorm, LayerNorm, BatchNorm2d): opgen.torch's
-RMSNorm / GroupNorm / LayerNorm / BatchNorm2d against torch.nn's, same process.
+RMSNorm / GroupNorm / LayerNorm / BatchNorm2d / GroupNormSwish against torch.nn's (for
+GroupNormSwish: torch.nn.GroupNorm then F.silu), same process.
 
 Issue 21 measured opgen's modules' forward (then a chain of eager torch ops) at up to 22x
 ATen's native_group_norm. This times what a training step calls: ``module(x)`` with
@@ -84,6 +85,16 @@ def _cases():
             "x.clone() (same bytes)": lambda x=x: x.clone(),
             "aten native_layer_norm": lambda theirs=theirs, x=x: torch.native_layer_norm(
                 x, [1024], theirs.weight.detach(), theirs.bias.detach(), 1e-5)}
+    for dtype in (torch.float32, torch.bfloat16):
+        x = (torch.randn(32, 32, 64, 64) * 2 + 0.5).to(dtype)
+        ours, theirs = ot.GroupNormSwish(8, 32, dtype=dtype), torch.nn.GroupNorm(8, 32, dtype=dtype)
+        theirs.load_state_dict(ours.state_dict())
+        yield f"GroupNormSwish (32,32,64x64) G=8 {str(dtype).replace('torch.', '')}", {
+            "opgen module": lambda ours=ours, x=x: ours(x),
+            "torch module": lambda theirs=theirs, x=x: torch.nn.functional.silu(theirs(x)),   # GroupNorm + SiLU
+            "opgen kernel": lambda ours=ours, x=x: torch.ops.opgen.group_norm_swish(
+                x, ours.weight.detach(), ours.bias.detach(), 8, None, 1e-5, True, 1.0),
+            "x.clone() (same bytes)": lambda x=x: x.clone()}
     x = torch.randn(32, 64, 32, 32) * 2 + 0.5
     ours, theirs = ot.BatchNorm2d(64), torch.nn.BatchNorm2d(64)
     theirs.load_state_dict(ours.state_dict())
