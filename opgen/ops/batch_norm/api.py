@@ -32,7 +32,7 @@ import numpy as np
 
 from opgen.apispec import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ATTR, INPUT, OUTPUT, ApiSpec, Param,
                            Pythonic, Rule, Violation, cast_args, dtype_message, first, set_args, shape_str)
-from opgen.ops.batch_norm.kernel import Problem, kernel_shapes
+from opgen.ops.batch_norm.kernel import PRODUCTS, Problem, kernel_shapes
 from opgen.ops.batch_norm.reference import NULL_FILL
 from opgen.ops.batch_norm_backward import checks as C
 
@@ -76,6 +76,17 @@ def _check_dtype_table(call) -> str | None:
     return (f"the dtypes {given} are not a row of opgen's kernels on {call.product} (data-weight-statistics: {rows}): "
             f"output in input's dtype, weight and bias alike (input's or FLOAT32), runningMean, runningVar, saveMean "
             f"and saveInvstd alike (input's or FLOAT32)")
+
+
+def _tagged(fmt: str, *names: str):
+    """A mutate function: ``names`` as aclTensors in format ``fmt`` (numpy arrays carry no
+    format; the rule needs tensors that say one)."""
+    from opgen.ops.batch_norm_backward.api import tagged
+
+    def mutate(args):
+        for name in names:
+            args[name] = tagged(args[name], fmt)
+    return mutate
 
 
 def _check_formats(call) -> str | None:
@@ -132,7 +143,11 @@ def _rules() -> tuple:
                  Violation("float16 output with float32 input", cast_args(("output",), np.float16)),
                  Violation("float16 bias with float32 weight", cast_args(("bias",), np.float16)))),
         Rule(_CODE, "The formats of input and output differ or are outside the range (NHWC/NDHWC on the Ascend 950 "
-             "only).", _check_formats, ()),
+             "only).", _check_formats, (
+                 Violation("input and output FRACTAL_NZ", _tagged("FRACTAL_NZ", "input", "output")),
+                 Violation("output NCDHW, input untagged (read as NCHW)", _tagged("NCDHW", "output")),
+                 Violation("NHWC data off the Ascend 950", _tagged("NHWC", "input", "output"),
+                           tuple(p for p in PRODUCTS if p != "Ascend950")))),
         Rule(_CODE, "input and output shapes differ, or have fewer than 2 or more than 8 dimensions; weight, bias, "
              "runningMean, runningVar, saveMean, saveInvstd (training) are not of the channel axis' length.",
              _check_shapes, (
