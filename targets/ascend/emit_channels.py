@@ -101,8 +101,12 @@ def _context(k: ChannelKernel, axes: dict) -> Context:
         loads[(name, ("0",))] = Value("scalar", f"s_{name}")
     for name in k.ops.statistics + k.ops.sums + k.ops.chan_stages:
         loads[(name, (a["c"],))] = Value("scalar", f"s_{name}")
+    # A per-channel stage may read single elements of a tile input (a channel's first
+    # element): a scalar GM read at the channel ``ch``; the caller guards it where N x HxW is 0.
+    elements = {} if "n" in a else {name: (f"g_{name}_", ("t_.N", "t_.C", "t_.HW")) for name, _ in k.ops.tiles_in}
     return Context(row_var=None, col_var=None, tiles={}, rows={}, cols={}, sizes=k.sizes,
-                   temps=[f"tmp{i}_t_" for i in range(TEMP_TILES)], loads=loads)
+                   temps=[f"tmp{i}_t_" for i in range(TEMP_TILES)], loads=loads, elements=elements,
+                   index_vars={} if "n" in a else {a["c"]: "ch"})
 
 
 def _scalar_stage(k: ChannelKernel, name: str, blk) -> str:
@@ -211,9 +215,9 @@ def chan_fns(k: ChannelKernel) -> list[str]:
     out += [f"    s_{name} = 0.0f;" for name in k.ops.sums]
     out += ["}", "__aicore__ inline void EndChannel(int32_t i) {", "    (void)i;"]
     out += [f"    co_{name}_t_.SetValue(i, s_{name});" for name, _ in k.ops.chan_outs]
-    out += ["}", "__aicore__ inline void Statistics() {"]
+    out += ["}", "__aicore__ inline void Statistics(int64_t ch) {", "    (void)ch;"]
     out += [f"    {_scalar_stage(k, name, blk)}" for name, role, blk in k.stages if role == "statistic"]
-    out += ["}", "__aicore__ inline void Stages() {"]
+    out += ["}", "__aicore__ inline void Stages(int64_t ch) {", "    (void)ch;"]
     out += [f"    {_scalar_stage(k, name, blk)}" for name, role, blk in k.stages if role == "channel_stage"]
     out.append("}")
     for name, role, blk in k.stages:
