@@ -240,3 +240,12 @@ def test_batch_norm_forward_writes_mean_and_invstd_per_channel(product, combo, r
     for text in ("0x3x5", "2x3x0"):   # written, not left as they were (training: 0 / 0 is NaN)
         _, mean, invstd = _run(BN, combo, kernel, BN.parse_problem(text), rng, fill=0.0)
         assert mean.shape == (3,) and np.isnan(mean).all() and np.isnan(invstd).all(), text
+
+
+def test_batch_norm_forward_without_data_copy_pad(rng):
+    """Atlas inference (no DataCopyPad): whole 32-byte blocks (HxW and a core's channels
+    multiples of 16 halves); the shift is the same scalar GM read, the statistics are
+    stored per chunk of channels with DataCopy."""
+    kernel = kernels.get_kernel(BN, "f16-f16", EMU.for_product("AtlasInference"))
+    for text in ("2x16x16", "3x32x32,eval", "40x16x4096", "0x16x16"):
+        assert _worst(kernel, BN.parse_problem(text), rng) <= 1.0, text
