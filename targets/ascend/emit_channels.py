@@ -7,7 +7,9 @@ elements, C x HW apart in GM: a pass is a (batch rows x pitch) tile, so one stri
 moves several rows and the row machinery of the other patterns applies with rows = batch
 rows of one channel:
   * ``statistic`` blocks (per-channel stages that read no sum) -> scalar code in registers
-    (``s_<buffer>``), before the channel's first pass;
+    (``s_<buffer>``), before the channel's first pass; one may read single elements of a
+    tile input (a shift by the channel's first element): a scalar GM read at channel
+    ``ch``, which an if_then_else guard (C++ ?:) leaves unread for an empty channel;
   * ``channel_sum`` blocks (sums over N and HW) -> the vector calls of their body over the
     tile, then row sums (WholeReduceSum / ReduceSum per batch row) into a float32 register;
   * ``channel_stage`` blocks (per-channel stages that read the sums) -> scalar code;
