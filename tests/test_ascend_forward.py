@@ -8,8 +8,11 @@ Each kernel is built on the product whose rules change the code: DataCopyPad of 
 per-row values (Atlas A2, Ascend 950), a narrower statistic Cast first (float16 outputs),
 scalar GM writes on a product without DataCopyPad (Atlas inference: whole-block shapes).
 
-Cost: 8 kernels + 2 op projects, one g++ run each (~10-30 s cold on the shared 2-core
-machine, then cached on disk), ~20 s warm.
+BatchNorm's forward (per channel: saveMean and saveInvstd, a shift by the channel's first
+element) runs on A2, the 950 and Atlas inference, and its BatchNormV3 project is built.
+
+Cost: 11 kernels + 3 op projects, one g++ run each (~10-30 s cold on the shared 2-core
+machine, then cached on disk), ~45 s warm.
 """
 from __future__ import annotations
 
