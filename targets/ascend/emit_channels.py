@@ -7,7 +7,9 @@ elements, C x HW apart in GM: a pass is a (batch rows x pitch) tile, so one stri
 moves several rows and the row machinery of the other patterns applies with rows = batch
 rows of one channel:
   * ``statistic`` blocks (per-channel stages that read no sum) -> scalar code in registers
-    (``s_<buffer>``), before the channel's first pass;
+    (``s_<buffer>``), before the channel's first pass; one may read single elements of a
+    tile input (a shift by the channel's first element): a scalar GM read at channel
+    ``ch``, which an if_then_else guard (C++ ?:) leaves unread for an empty channel;
   * ``channel_sum`` blocks (sums over N and HW) -> the vector calls of their body over the
     tile, then row sums (WholeReduceSum / ReduceSum per batch row) into a float32 register;
   * ``channel_stage`` blocks (per-channel stages that read the sums) -> scalar code;
@@ -101,8 +103,12 @@ def _context(k: ChannelKernel, axes: dict) -> Context:
         loads[(name, ("0",))] = Value("scalar", f"s_{name}")
     for name in k.ops.statistics + k.ops.sums + k.ops.chan_stages:
         loads[(name, (a["c"],))] = Value("scalar", f"s_{name}")
+    # A per-channel stage may read single elements of a tile input (a channel's first
+    # element): a scalar GM read at the channel ``ch``; the caller guards it where N x HxW is 0.
+    elements = {} if "n" in a else {name: (f"g_{name}_", ("t_.N", "t_.C", "t_.HW")) for name, _ in k.ops.tiles_in}
     return Context(row_var=None, col_var=None, tiles={}, rows={}, cols={}, sizes=k.sizes,
-                   temps=[f"tmp{i}_t_" for i in range(TEMP_TILES)], loads=loads)
+                   temps=[f"tmp{i}_t_" for i in range(TEMP_TILES)], loads=loads, elements=elements,
+                   index_vars={} if "n" in a else {a["c"]: "ch"})
 
 
 def _scalar_stage(k: ChannelKernel, name: str, blk) -> str:
@@ -211,9 +217,9 @@ def chan_fns(k: ChannelKernel) -> list[str]:
     out += [f"    s_{name} = 0.0f;" for name in k.ops.sums]
     out += ["}", "__aicore__ inline void EndChannel(int32_t i) {", "    (void)i;"]
     out += [f"    co_{name}_t_.SetValue(i, s_{name});" for name, _ in k.ops.chan_outs]
-    out += ["}", "__aicore__ inline void Statistics() {"]
+    out += ["}", "__aicore__ inline void Statistics(int64_t ch) {", "    (void)ch;"]
     out += [f"    {_scalar_stage(k, name, blk)}" for name, role, blk in k.stages if role == "statistic"]
-    out += ["}", "__aicore__ inline void Stages() {"]
+    out += ["}", "__aicore__ inline void Stages(int64_t ch) {", "    (void)ch;"]
     out += [f"    {_scalar_stage(k, name, blk)}" for name, role, blk in k.stages if role == "channel_stage"]
     out.append("}")
     for name, role, blk in k.stages:

@@ -57,15 +57,15 @@ def _process(k: ChannelKernel) -> list[str]:
             "    for (int64_t h0 = 0; h0 < t_.HW; h0 += t_.ub_cols) {",
             "        const int32_t len = t_.HW - h0 < t_.ub_cols ? t_.HW - h0 : t_.ub_cols;",
             "        LoadTiles(ch, b0, n, h0, len);"]
-    channel = (["__aicore__ inline void Channel(int64_t ch, int32_t i) {", "    BeginChannel(i);", "    Statistics();",
+    channel = (["__aicore__ inline void Channel(int64_t ch, int32_t i) {", "    BeginChannel(i);", "    Statistics(ch);",
                 "    if (t_.mode == MODE_CHANNEL) {",
                 "        const int64_t b0 = 0, h0 = 0; const int32_t n = t_.N, len = t_.HW;",
                 "        LoadTiles(ch, b0, n, h0, len);"]
                + [f"        {c}" for c in sums]
-               + ["        Stages();", "        Outputs(ch, b0, n, h0, len);", "        FreeTiles();",
-                  "    } else if (t_.mode == MODE_EMPTY) {", "        Stages();", "    } else {"]
+               + ["        Stages(ch);", "        Outputs(ch, b0, n, h0, len);", "        FreeTiles();",
+                  "    } else if (t_.mode == MODE_EMPTY) {", "        Stages(ch);", "    } else {"]
                + [f"        {line}" for line in loop] + [f"                {c}" for c in sums]
-               + ["                FreeTiles();", "            }", "        }", "        Stages();"]
+               + ["                FreeTiles();", "            }", "        }", "        Stages(ch);"]
                + [f"        {line}" for line in loop]
                + ["                Outputs(ch, b0, n, h0, len);", "                FreeTiles();", "            }",
                   "        }", "    }", "    EndChannel(i);", "}"])

@@ -52,6 +52,10 @@ class Context:
     temps: list                # free temporaries (LocalTensor<float> names)
     lines: list = field(default_factory=list)
     loads: dict = field(default_factory=dict)   # (buffer, index var names) -> Value: explicit homes
+    # buffer name -> (C++ GM tensor, C++ extents): an element read straight from GM by a
+    # scalar load at any integer index (a per-channel stage reading one element of a tile input)
+    elements: dict = field(default_factory=dict)
+    index_vars: dict = field(default_factory=dict)   # iterator name -> C++ integer of its value
 
     def take(self, expr) -> str:
         if not self.temps:
@@ -88,7 +92,30 @@ def _load(node, ctx: Context) -> Value:
         return Value("row", ctx.rows[name])
     if idx == [ctx.col_var] and name in ctx.cols:
         return Value("col", ctx.cols[name])
+    if name in ctx.elements and len(node.indices) == len(ctx.elements[name][1]):
+        gm, extents = ctx.elements[name]
+        offset = _index(node.indices[0], ctx)
+        for extent, index in zip(extents[1:], node.indices[1:]):
+            offset = f"({offset} * {extent} + {_index(index, ctx)})"
+        return Value("scalar", f"static_cast<float>({gm}.GetValue({offset}))")
     raise EmitError(f"no UB home for load {name}[{', '.join(idx)}] (rows {ctx.row_var}, cols {ctx.col_var})")
+
+
+INDEX_BINARY = {"Add": "+", "Sub": "-", "Mul": "*"}
+
+
+def _index(node, ctx: Context) -> str:
+    """C++ int64 of an integer index expression (constants, iterators, sizes, + - *)."""
+    kind = _kind(node)
+    if kind == "IntImm":
+        return f"{int(node.value)}"
+    if kind in ("Var", "SizeVar") and node.name in ctx.index_vars:
+        return ctx.index_vars[node.name]
+    if kind in ("Var", "SizeVar") and node.name in ctx.sizes:
+        return f"static_cast<int64_t>({ctx.sizes[node.name]})"
+    if kind in INDEX_BINARY:
+        return f"({_index(node.a, ctx)} {INDEX_BINARY[kind]} {_index(node.b, ctx)})"
+    raise EmitError(f"no AscendC pattern for the index {node}")
 
 
 def _scalar_text(v: Value) -> str:
@@ -165,8 +192,40 @@ def _sigmoid(a: Value, node, ctx: Context) -> Value:
     return Value("tile", dst, temp=True)
 
 
+COMPARE = {"LT": "<", "LE": "<=", "GT": ">", "GE": ">=", "EQ": "==", "NE": "!="}
+LOGIC = {"And": "&&", "Or": "||"}
+
+
+def _condition(node, ctx: Context) -> str:
+    """C++ bool of a scalar condition (comparisons of scalar values, && and ||)."""
+    kind = _kind(node)
+    if kind in LOGIC:
+        return f"({_condition(node.a, ctx)} {LOGIC[kind]} {_condition(node.b, ctx)})"
+    if kind == "Not":
+        return f"(!{_condition(node.a, ctx)})"
+    if kind in COMPARE:
+        a, b = emit_expr(node.a, ctx), emit_expr(node.b, ctx)
+        if a.kind != "scalar" or b.kind != "scalar":
+            raise EmitError(f"a condition over vector values: {node}")
+        return f"({a.text} {COMPARE[kind]} {b.text})"
+    raise EmitError(f"no AscendC pattern for the condition {node}")
+
+
+def _select(node, ctx: Context) -> Value:
+    """if_then_else(cond, a, b) of scalar values: C++'s ?:, which evaluates only the branch
+    taken (a guarded GM read stays unread where the guard is false)."""
+    cond = _condition(node.args[0], ctx)
+    lines = len(ctx.lines)
+    a, b = emit_expr(node.args[1], ctx), emit_expr(node.args[2], ctx)
+    if a.kind != "scalar" or b.kind != "scalar" or len(ctx.lines) != lines:
+        raise EmitError(f"if_then_else of vector values: {node}")
+    return Value("scalar", f"({cond} ? {a.text} : {b.text})")
+
+
 def _call(node, ctx: Context) -> Value:
     name = node.op.name
+    if name.endswith(".if_then_else") and len(node.args) == 3:   # TVM 0.27: prim.if_then_else
+        return _select(node, ctx)
     if name == "tirx.sigmoid" and len(node.args) == 1:
         return _sigmoid(emit_expr(node.args[0], ctx), node, ctx)
     if name not in VECTOR_UNARY or len(node.args) != 1:

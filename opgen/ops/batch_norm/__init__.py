@@ -34,7 +34,17 @@ from opgen.ops.batch_norm.kernel import (  # noqa: F401  (re-exported)
     kernel_shapes, output_shapes, random_inputs)
 from opgen.ops.batch_norm.model import MODEL
 from opgen.ops.batch_norm.peers import CASES, PEERS
-from opgen.ops.spec import OpSpec
+from opgen.ops.spec import CannAttr, CannOp, OpSpec
+
+# CANN's OpDef of aclnnBatchNorm's kernel: BatchNormV3 (inputs, saveMean/saveRstd, attributes
+# in its order). Its running_mean/running_var outputs (the in-place momentum update) are not
+# listed: opgen's kernel updates no running statistics (api.py), so it has no such tensors.
+CANN = CannOp("BatchNormV3", inputs=(("x", "x"), ("weight", "weight"), ("bias", "bias"),
+                                     ("running_mean", "running_mean"), ("running_var", "running_var")),
+              outputs=(("y", "y"), ("save_mean", "save_mean"), ("save_rstd", "save_invstd")),
+              attrs=(CannAttr("epsilon", "Float", 1e-5, tensor="eps"), CannAttr("momentum", "Float", 0.1),
+                     CannAttr("is_training", "Bool", True, tensor="training")),
+              source="ops-nn norm/batch_norm_v3/op_host/batch_norm_v3_def.cpp")
 
 SPEC = OpSpec(
     name="batch_norm",
@@ -57,5 +67,6 @@ SPEC = OpSpec(
     peers=PEERS,
     cases=CASES,
     package=__name__,
+    cann=CANN,
     flops_per_element=7,    # counted from the TE stages: the shifted sum (2), the shifted square sum (3), y (2)
 )
