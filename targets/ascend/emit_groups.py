@@ -22,7 +22,8 @@ from tvm import s_tir
 
 from opgen.schedules.ascend import GroupTiles
 from opgen.schedules.ascend_tiling import TASKS_PER_STORE, TEMP_TILES
-from opgen.targets.ascend.emitter import CPP_TYPE, as_float32, camel, copy_in, copy_out, copy_params, recorded_stages
+from opgen.targets.ascend.emitter import (CPP_TYPE, as_float32, camel, copy_in, copy_out, copy_params,
+                                          recorded_stages, store_values)
 from opgen.targets.ascend.exprs import (Context, EmitError, Value, emit_expr, load_name, reduction_body, row_sums,
                                         stored_value, sync)
 
@@ -269,20 +270,9 @@ def _store_task_fns(k: GroupKernel) -> list[str]:
         out.append(f"    if (j == {TASKS_PER_STORE - 1} || task + 1 == task0_ + ntasks_) FlushTasks(task - j, j + 1);")
     out += ["}", "__aicore__ inline void FlushTasks(int64_t first, int32_t n) {", "    (void)first; (void)n;"]
     for target, dtype in (k.ops.tasks_out if k.pad else ()):
-        ty, src = CPP_TYPE[dtype], f"stat_{target}_t_"
-        params = f"DataCopyExtParams(1, n * sizeof({ty}), 0, 0, 0)"
-        if dtype == "float32":
-            out += [f"    {sync('S_MTE3')}   // the copy-out reads what the scalar pipe set",
-                    f"    DataCopyPad(g_{target}_[first], {src}, {params});",
-                    f"    {sync('MTE3_S')}   // the next tasks' values overwrite what the copy-out read"]
-            continue
-        out += [f"    {sync('S_V')}   // the Cast reads what the scalar pipe set",
-                f"    {{ LocalTensor<{ty}> o = out_{target}_.AllocTensor<{ty}>();",
-                f"      Cast(o, {src}, RoundMode::{k.face.round_mode(dtype)}, n);",
-                f"      out_{target}_.EnQue(o); o = out_{target}_.DeQue<{ty}>();",
-                f"      DataCopyPad(g_{target}_[first], o, {params});",
-                f"      out_{target}_.FreeTensor(o); }}",
-                f"    {sync('V_S')}   // the next tasks' values overwrite what the Cast read"]
+        out += store_values(k, target, dtype, f"stat_{target}_t_", "first",
+                            ("the next tasks' values overwrite what the copy-out read",
+                             "the next tasks' values overwrite what the Cast read"))
     out += ["}", "__aicore__ inline void FlushStats() {"]
     if k.ops.tasks_out and not k.pad:
         name, dtype = k.ops.tasks_out[0]

@@ -345,6 +345,27 @@ def _row_stage_fn(k: RowKernel, name: str, blk) -> list[str]:
     return out
 
 
+def store_values(k, target: str, dtype: str, src: str, first: str, reuse: tuple) -> list[str]:
+    """n float32 values the scalar pipe set in UB tensor ``src`` to GM ``g_{target}_[first]``
+    with one DataCopyPad, Cast into the output's queue first when ``target`` is narrower. The
+    events: S before the copy-out (or the Cast), then MTE3 (or V) before the scalar pipe
+    writes ``src`` again; ``reuse`` says, for each case, what writes it again. Shared by the
+    row rule's per-row outputs and the group rule's per-task ones."""
+    ty = CPP_TYPE[dtype]
+    params = f"DataCopyExtParams(1, n * sizeof({ty}), 0, 0, 0)"
+    if dtype == "float32":
+        return [f"    {sync('S_MTE3')}   // the copy-out reads what the scalar pipe set",
+                f"    DataCopyPad(g_{target}_[{first}], {src}, {params});",
+                f"    {sync('MTE3_S')}   // {reuse[0]}"]
+    return [f"    {sync('S_V')}   // the Cast reads what the scalar pipe set",
+            f"    {{ LocalTensor<{ty}> o = out_{target}_.AllocTensor<{ty}>();",
+            f"      Cast(o, {src}, RoundMode::{k.face.round_mode(dtype)}, n);",
+            f"      out_{target}_.EnQue(o); o = out_{target}_.DeQue<{ty}>();",
+            f"      DataCopyPad(g_{target}_[{first}], o, {params});",
+            f"      out_{target}_.FreeTensor(o); }}",
+            f"    {sync('V_S')}   // {reuse[1]}"]
+
+
 def _store_rows_fn(k: RowKernel) -> list[str]:
     """StoreRows(r0, n): the pass's per-row outputs (row stages that are outputs) to GM, one
     copy of n values per output: a float32 one straight from its row buffer, a narrower one
@@ -359,19 +380,8 @@ def _store_rows_fn(k: RowKernel) -> list[str]:
             value = f"{src}.GetValue(i)" if dtype == "float32" else f"static_cast<{ty}>({src}.GetValue(i))"
             out.append(f"    for (int32_t i = 0; i < n; ++i) g_{target}_.SetValue(r0 + i, {value});")
             continue
-        params = f"DataCopyExtParams(1, n * sizeof({ty}), 0, 0, 0)"
-        if dtype == "float32":
-            out += [f"    {sync('S_MTE3')}   // the copy-out reads what the scalar pipe set",
-                    f"    DataCopyPad(g_{target}_[r0], {src}, {params});",
-                    f"    {sync('MTE3_S')}   // the next pass's scalar code overwrites the row buffer"]
-            continue
-        out += [f"    {sync('S_V')}   // the Cast reads what the scalar pipe set",
-                f"    {{ LocalTensor<{ty}> o = out_{target}_.AllocTensor<{ty}>();",
-                f"      Cast(o, {src}, RoundMode::{k.face.round_mode(dtype)}, n);",
-                f"      out_{target}_.EnQue(o); o = out_{target}_.DeQue<{ty}>();",
-                f"      DataCopyPad(g_{target}_[r0], o, {params});",
-                f"      out_{target}_.FreeTensor(o); }}",
-                f"    {sync('V_S')}   // the next pass's scalar code overwrites what the Cast read"]
+        out += store_values(k, target, dtype, src, "r0", ("the next pass's scalar code overwrites the row buffer",
+                                                         "the next pass's scalar code overwrites what the Cast read"))
     out += ["}", "__aicore__ inline void FlushRows() {"]
     if not k.pad:
         out += [f"    if (nrows_ > 0) DataCacheCleanAndInvalid<{CPP_TYPE[d]}, CacheLine::ENTIRE_DATA_CACHE>(g_{n}_);"
