@@ -15,6 +15,8 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
+import numpy as np
+
 from opgen.products import PRODUCTS
 from opgen.dtypes import ALL_FLOATS, short
 
@@ -308,6 +310,13 @@ class OpSpec:
             if candidate.tag == tag:
                 return candidate
         raise KeyError(f"{self.name} has no dtype combo {tag!r}; known: {[c.tag for c in self.combos]}")
+
+
+def attribute_array(value: float) -> np.ndarray:
+    """An aclnn float attribute as the (1,) float32 kernel input it fills (eps, epsilon, a
+    swish scale): a C cast, quietly inf where the double is out of float32's range."""
+    with np.errstate(over="ignore"):
+        return np.array([value], np.float32)
 
 
 def as_float32(expr):

@@ -11,7 +11,7 @@ import numpy as np
 from tvm import te
 
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype
-from opgen.ops.spec import DtypeCombo, ProblemBase, as_float32
+from opgen.ops.spec import DtypeCombo, ProblemBase, as_float32, attribute_array
 
 STAGE = "group_norm"
 DEFAULT_EPS = 1e-5
@@ -136,18 +136,13 @@ class Problem(ProblemBase):
         return f"N={self.N} C={self.C} HxW={self.HxW} G={self.group} eps={self.eps}"
 
 
-def eps_array(eps: float) -> np.ndarray:
-    """eps as the kernel reads it: float32."""
-    with np.errstate(over="ignore"):
-        return np.array([eps], np.float32)
-
 
 def random_inputs(problem: Problem, combo: DtypeCombo, rng: np.random.Generator) -> dict:
     """Inputs in the user's shapes: x off-centre (mean 0.5, std 2) so the mean matters."""
     x = (rng.standard_normal(problem.x_shape) * 2.0 + 0.5).astype(numpy_dtype(combo["x"]))
     gamma = rng.uniform(0.5, 1.5, problem.C).astype(numpy_dtype(combo["gamma"]))
     beta = rng.standard_normal(problem.C).astype(numpy_dtype(combo["beta"]))
-    return {"x": x, "gamma": gamma, "beta": beta, "eps": eps_array(problem.eps)}
+    return {"x": x, "gamma": gamma, "beta": beta, "eps": attribute_array(problem.eps)}
 
 
 def kernel_shapes(problem: Problem) -> dict:

@@ -14,7 +14,7 @@ from opgen.ops.group_norm import kernel as group_norm_kernel
 from opgen.ops.group_norm.kernel import (DEFAULT_EPS, normalization, output_shapes,  # noqa: F401 (re-exported)
                                          placeholders, statistics_out)
 from opgen.ops.group_norm.kernel import Problem as GroupNormProblem
-from opgen.ops.spec import DtypeCombo, as_float32
+from opgen.ops.spec import DtypeCombo, as_float32, attribute_array
 
 STAGE = "group_norm_swish"
 INPUTS = ("x", "gamma", "beta", "eps", "swish_on", "swish_scale")
@@ -104,9 +104,8 @@ class Problem(GroupNormProblem):
 
 def swish_arrays(problem: Problem) -> dict:
     """activateSwish and swishScale as the kernel reads them: (1,) float32 each."""
-    with np.errstate(over="ignore"):
-        return {"swish_on": np.array([1.0 if problem.activateSwish else 0.0], np.float32),
-                "swish_scale": np.array([problem.swishScale], np.float32)}
+    return {"swish_on": attribute_array(1.0 if problem.activateSwish else 0.0),
+            "swish_scale": attribute_array(problem.swishScale)}
 
 
 def random_inputs(problem: Problem, combo: DtypeCombo, rng: np.random.Generator) -> dict:

@@ -10,7 +10,7 @@ import numpy as np
 from tvm import te
 
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype
-from opgen.ops.spec import DtypeCombo, TrailingAxesProblem, as_float32
+from opgen.ops.spec import DtypeCombo, TrailingAxesProblem, as_float32, attribute_array
 
 STAGE = "layer_norm"
 DEFAULT_EPS = 1e-5      # torch.nn.LayerNorm's default (the document names none)
@@ -93,18 +93,13 @@ class Problem(TrailingAxesProblem):
         return self.gamma_shape
 
 
-def eps_array(eps: float) -> np.ndarray:
-    """eps as the kernel reads it: float32 (a C cast: quietly inf if out of range)."""
-    with np.errstate(over="ignore"):
-        return np.array([eps], np.float32)
-
 
 def random_inputs(problem: Problem, combo: DtypeCombo, rng: np.random.Generator) -> dict:
     """Inputs in the user's shapes: x off-centre (mean 0.5, std 2) so that the mean matters."""
     x = (rng.standard_normal(problem.x_shape) * 2.0 + 0.5).astype(numpy_dtype(combo["x"]))
     gamma = rng.uniform(0.5, 1.5, problem.gamma_shape).astype(numpy_dtype(combo["gamma"]))
     beta = rng.standard_normal(problem.gamma_shape).astype(numpy_dtype(combo["beta"]))
-    return {"x": x, "gamma": gamma, "beta": beta, "eps": eps_array(problem.eps)}
+    return {"x": x, "gamma": gamma, "beta": beta, "eps": attribute_array(problem.eps)}
 
 
 def kernel_shapes(problem: Problem) -> dict:

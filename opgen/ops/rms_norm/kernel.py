@@ -10,7 +10,7 @@ import numpy as np
 from tvm import te
 
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype
-from opgen.ops.spec import DtypeCombo, TrailingAxesProblem, as_float32
+from opgen.ops.spec import DtypeCombo, TrailingAxesProblem, as_float32, attribute_array
 
 STAGE = "rms_norm"
 DEFAULT_EPS = 1e-6      # aclnnRmsNorm's documented default
@@ -75,17 +75,12 @@ class Problem(TrailingAxesProblem):
         return self.stat_shape
 
 
-def eps_array(epsilon: float) -> np.ndarray:
-    """epsilon as the kernel reads it: float32 (CANN's kernel attribute is a float)."""
-    with np.errstate(over="ignore"):
-        return np.array([epsilon], np.float32)
-
 
 def random_inputs(problem: Problem, combo: DtypeCombo, rng: np.random.Generator) -> dict:
     """Inputs in the user's shapes (eps as the kernel's (1,) float32 input)."""
     x = rng.standard_normal(problem.x_shape).astype(numpy_dtype(combo["x"]))
     gamma = rng.uniform(0.5, 1.5, problem.gamma_shape).astype(numpy_dtype(combo["gamma"]))
-    return {"x": x, "gamma": gamma, "eps": eps_array(problem.epsilon)}
+    return {"x": x, "gamma": gamma, "eps": attribute_array(problem.epsilon)}
 
 
 def kernel_shapes(problem: Problem) -> dict:
