@@ -328,6 +328,7 @@ def build(op: OpSpec, combo: DtypeCombo, target: TargetSpec, variant: str = "def
         module = target.build(mod)
         if path is not None and not _store(module, path):
             path = None        # never point at a file opgen did not write (Kernel.export copies it)
+    module = target.loaded(module, path, from_disk)
     own = target.scratch_of(module)     # a target's own module may size its own scratch (AscendC:
     scratch = scratch if own is None else own   # one GM workspace from the host tiling)
     return Kernel(op, combo, target, variant, symbol, tir, module, time.perf_counter() - start, from_disk, path,

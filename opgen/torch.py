@@ -19,6 +19,8 @@
   statistics they return to the backward ops as they are.
 * Kernels run where the tensors are: CPU tensors on the configured host target (llvm unless
   ``opgen.set_target`` chose another host target), CUDA tensors on the ``cuda`` target.
+  Host kernels' parallel loops run on torch's OpenMP threads (``share_host_threads``), so
+  that opgen's calls between torch ops do not wait on a second pool fighting for cores.
 
 torch stays optional for opgen's core: only this module imports it (``import torch`` here
 is the real torch: absolute imports never resolve to this file).
@@ -163,3 +165,8 @@ for _op in all_ops():
         __all__.append(_op.name)
 for _op in all_ops():
     _export_modules(_op)
+
+# torch's OpenMP pool is loaded now: host targets run their parallel loops on it rather
+# than on a second pool whose threads fight torch's for the cores (targets/llvm_threads.py).
+for _target in targets.all_targets():
+    _target.share_host_threads()

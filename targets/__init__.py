@@ -19,8 +19,10 @@ The protocol, by concern:
   (the same kernels on a checking simulator, or None);
 * what it compiles for: ``tvm_target``, ``device``, ``dlpack_device_types``,
   ``hardware_key`` (what a tuning record must match), ``for_product``;
-* how it builds: ``schedule_rules``, ``build``, and the module interface ``source_of``,
-  ``artifacts``, ``scratch_of``, ``compile_check``, ``library_suffix`` (disk cache);
+* how it builds: ``schedule_rules``, ``build``, and the module interface ``loaded`` (the
+  module that runs), ``source_of``, ``artifacts``, ``scratch_of``, ``compile_check``,
+  ``library_suffix`` (disk cache);
+* how it runs next to other libraries: ``share_host_threads`` (torch's OpenMP pool);
 * how it is measured: ``timer``, ``cost_model``;
 * what it adds: ``tools`` (CLI commands, e.g. Ascend's ``opgen tiling``), ``own_suite``
   (tests that build it in a suite of their own), ``default`` (the target used when none is

@@ -12,6 +12,9 @@ ran 14.6 ms on 1 thread and 8.1 ms on 2 here. So unless the user set TVM_NUM_THR
 opgen sets it to the CPUs this process may use, before TVM's pool starts (it reads the
 variable once, at its first parallel launch).
 
+Next to torch, the kernels' parallel loops run on torch's OpenMP pool instead of TVM's
+(``llvm_threads.py``: the two pools' spinning threads otherwise fight for the cores).
+
 Outputs a schedule marks as streamed (``opgen.schedules.STREAMED_OUTPUT``) are written with
 non-temporal stores, which TVM cannot emit: ``llvm_stream.py`` edits the compiled IR.
 float32 exp is a vectorized polynomial, not a libm call per element (``llvm_math.py``).
@@ -21,11 +24,16 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 import tvm
 
+from opgen import diskcache
 from opgen.targets.spec import TargetSpec
+from opgen.targets import llvm_threads
 from opgen.targets.llvm_math import polynomial_exp
 from opgen.targets.llvm_stream import streamed_buffers, with_streamed_stores
 
@@ -94,6 +102,26 @@ class LlvmTarget(TargetSpec):
             module = tvm.compile(mod, target=self.tvm_target(wide_vectors=holds_16bit_floats(mod))).mod
         streamed = streamed_buffers(mod)
         return with_streamed_stores(module, streamed) if streamed else module
+
+    def loaded(self, module, library_path, from_disk: bool):
+        """The stored library, its parallel loops routed through llvm_threads' launcher
+        (TVM's pool, or the host program's OpenMP pool once one is loaded). A fresh build
+        runs from a private copy of what it stored: the loader serves a path it has opened
+        from its table whatever the file later holds, and a file this process maps must
+        not be one that a corrupt-cache rebuild rewrites. A module that is not stored keeps
+        TVM's pool (its pointer lives in JIT memory)."""
+        if library_path is None:
+            return module
+        if not from_disk:
+            fd, copy = tempfile.mkstemp(dir=diskcache.private_scratch_dir(), suffix=library_path.suffix)
+            os.close(fd)
+            shutil.copyfile(library_path, copy)
+            library_path, module = Path(copy), tvm.runtime.load_module(copy)
+        llvm_threads.route(library_path)
+        return module
+
+    def share_host_threads(self) -> None:
+        llvm_threads.adopt_openmp()
 
 
 TARGET = LlvmTarget(name="llvm", description="host CPU via LLVM (vectorized, multi-threaded)", default=True)

@@ -134,6 +134,18 @@ class TargetSpec:
         module, or an object with ``module[symbol] -> callable`` over TVM tensors)."""
         raise NotImplementedError
 
+    def loaded(self, module, library_path, from_disk: bool):
+        """The module opgen runs, given the one built (or loaded, ``from_disk``) and the
+        disk-cache library holding it (None when it is not stored). Default: ``module``.
+        The CPU target runs the stored library with its parallel loops routed through a
+        launcher that can use the host program's OpenMP pool (targets/llvm_threads.py)."""
+        return module
+
+    def share_host_threads(self) -> None:
+        """Another library in this process (torch) now runs an OpenMP thread pool between
+        opgen's calls: a target whose kernels run on host threads may join that pool
+        rather than fight it for the cores. Default: nothing."""
+
     def source_of(self, module) -> tuple[str, str] | None:
         """(file name, text) of the generated source worth reading, or None (llvm)."""
         return None
