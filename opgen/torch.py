@@ -31,6 +31,7 @@ import importlib
 import importlib.util
 from contextlib import contextmanager
 import functools
+from types import SimpleNamespace
 from typing import Optional
 
 import torch
@@ -38,7 +39,8 @@ from torch import Tensor
 
 from opgen import api, config, targets
 from opgen.apispec import INPUT, MASK, OUTPUT, python_name
-from opgen.ops import all_ops
+from opgen.ops import all_ops, get_op
+from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_dispatch_mode
 
 __all__: list[str] = []
 
@@ -60,17 +62,24 @@ def _target_for(device: torch.device) -> str:
     """The opgen target for tensors on ``device``: the current target when it serves that
     DLPack device type, else the default target when it does, else the first registered
     target that does (one that can run here first: opgen.targets.serving)."""
+    return _target_serving(device.type, config.get_target())
+
+
+@functools.lru_cache(maxsize=None)
+def _target_serving(device_type: str, current_name: str) -> str:
+    """_target_for's answer, once per (device type, current target): targets are registered
+    on import and never change, and the answer costs microseconds a call otherwise."""
     try:
-        kind = _dlpack_device_type(device.type)
+        kind = _dlpack_device_type(device_type)
     except ValueError as err:                      # no DLPack form (meta, ...)
-        raise RuntimeError(f"opgen has no target for tensors on {device.type} devices") from err
-    current = targets.get_target(config.get_target())
+        raise RuntimeError(f"opgen has no target for tensors on {device_type} devices") from err
+    current = targets.get_target(current_name)
     for candidate in (current, targets.default_target()):
         if kind in candidate.dlpack_device_types():
             return candidate.name
     serving = targets.serving(kind)
     if not serving:
-        raise RuntimeError(f"no registered opgen target serves {device.type} tensors")
+        raise RuntimeError(f"no registered opgen target serves {device_type} tensors")
     return serving[0].name
 
 
@@ -96,16 +105,6 @@ def _annotation(param) -> str:
     return "list[bool]" if param.role == MASK else _ANNOTATION[param.value_type]
 
 
-class _Meta:
-    """What the op's allocation and derivation rules read of a tensor (shape, dtype name,
-    ndim), for fake tensors, which cannot be read as arrays."""
-
-    def __init__(self, tensor):
-        self.shape = tuple(tensor.shape)
-        self.ndim = tensor.dim()
-        self.dtype = str(tensor.dtype).replace("torch.", "")
-
-
 def _run(op, values: tuple) -> tuple:
     """The custom op's real implementation: the Pythonic call, on the tensors' device."""
     first = next(v for v in values if isinstance(v, Tensor))
@@ -115,11 +114,35 @@ def _run(op, values: tuple) -> tuple:
     return tuple(o if o is not None else first.new_empty((0,)) for o in outs)
 
 
+def _plain_eager(values: tuple) -> bool:
+    """Whether a call may skip torch's dispatcher: eager (no torch.compile or jit trace, no
+    dispatch mode recording ops) on plain tensors (no fake or functional ones)."""
+    if torch.compiler.is_compiling() or torch._C._get_tracing_state() is not None:
+        return False
+    if _current_dispatch_mode() is not None:
+        return False
+    return all(type(v) in _PLAIN for v in values if isinstance(v, Tensor))
+
+
+_PLAIN = (Tensor, torch.nn.Parameter)     # what eager code holds: no fake or functional wrappers
+
+
+def _eager_or_traced(op, traced):
+    """What ``torch.ops.opgen.<op>`` computes, for the modules' autograd functions: an eager
+    call on plain tensors runs the implementation directly (the custom op's dispatch costs
+    about 17 us a call, a tenth of a small layer's forward); anything traced goes through
+    the custom op, so graphs still record it."""
+    def call(*values):
+        return _run(op, values) if _plain_eager(values) else traced(*values)
+    call.__name__ = op.name
+    return call
+
+
 def _fake(op, values: tuple) -> tuple:
     """Outputs of the right shape and dtype, from the op's Pythonic allocation rules."""
     params = api.positional(op)
     args = {p.name: v for p, v in zip(params, values)}
-    infos = {p.name: None if args.get(p.name) is None else _Meta(args[p.name]) for p in op.api.tensors(INPUT)}
+    infos = {p.name: None if args.get(p.name) is None else api.TensorInfo.of_torch(args[p.name]) for p in op.api.tensors(INPUT)}
     pythonic = op.api.pythonic
     for name, derive in pythonic.derived.items():
         args[name] = derive(infos)
@@ -163,6 +186,10 @@ for _op in all_ops():
     if _op.api is not None and _op.api.pythonic is not None:
         globals()[_op.name] = custom_op(_op)
         __all__.append(_op.name)
+# ``calls.<op>(...)``: the modules' way in (made once here: torch.compile traces through
+# it, and a namespace filled lazily would be a side effect inside the traced function).
+calls = SimpleNamespace(**{name: _eager_or_traced(get_op(name), getattr(torch.ops.opgen, name))
+                           for name in __all__})
 for _op in all_ops():
     _export_modules(_op)
 

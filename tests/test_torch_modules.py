@@ -236,17 +236,17 @@ def test_group_norm_channels_last_matches_torch():
 
 def test_statistics_reach_the_backward_without_a_cast(monkeypatch):
     """The backward ops receive the forward ops' statistics objects themselves (no copy, no
-    cast): the tensors torch.ops.opgen.rms_norm / group_norm returned."""
+    cast): the tensors the forward ops (opgen.torch.calls.rms_norm / group_norm, ...) returned."""
     seen = {}
     for name in ("rms_norm", "group_norm", "rms_norm_grad", "group_norm_backward", "layer_norm", "layer_norm_backward",
                  "batch_norm", "batch_norm_backward"):
-        real = getattr(torch.ops.opgen, name)
+        real = getattr(ot.calls, name)
 
         def spy(*args, _real=real, _name=name):
             out = _real(*args)
             seen[_name] = (args, out)
             return out
-        monkeypatch.setattr(torch.ops.opgen, name, spy)
+        monkeypatch.setattr(ot.calls, name, spy)
     x = torch.randn(2, 8, 6, requires_grad=True)
     (ot.RMSNorm(6)(x).sum() + ot.GroupNorm(2, 8)(x).sum() + ot.LayerNorm(6)(x).sum()
      + ot.BatchNorm2d(8)(x[..., None]).sum()).backward()
@@ -317,3 +317,31 @@ def _grads_and_output(module, x, dy):
     y = module(x)
     y.backward(dy)
     return [y, x.grad] + [p.grad for p in module.parameters()]
+
+
+def test_eager_module_calls_skip_the_dispatcher_traced_ones_do_not(monkeypatch):
+    """An eager module runs the custom op's implementation directly (no dispatch cost); a
+    call under a dispatch mode (what tracing installs) goes through torch.ops.opgen, so a
+    graph records it."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    dispatched = []
+    real = torch.ops.opgen.group_norm
+
+    def spy(*args):
+        dispatched.append(args)
+        return real(*args)
+    monkeypatch.setattr(torch.ops.opgen, "group_norm", spy)
+    monkeypatch.setattr(ot.calls, "group_norm", ot._eager_or_traced(ot.get_op("group_norm"), spy))
+    x = torch.randn(2, 8, 6)
+    module = ot.GroupNorm(2, 8)
+    eager = module(x)
+    assert not dispatched
+
+    class Recording(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func(*args, **(kwargs or {}))
+    with Recording():
+        traced = module(x)
+    assert len(dispatched) == 1
+    torch.testing.assert_close(traced, eager, rtol=0, atol=0)

@@ -11,6 +11,8 @@ import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
 
+from opgen import torch as opgen_torch
+
 
 def _per_channel(t: Tensor | None, x: Tensor, like: Tensor | None = None) -> Tensor | None:
     """A per-channel tensor as aclnnBatchNorm takes it: x's dtype or float32 (as it is when
@@ -36,7 +38,7 @@ class _BatchNormFunction(torch.autograd.Function):
         b = _per_channel(bias, x, w)
         rm = _per_channel(running_mean, x)
         rv = _per_channel(running_var, x, rm)
-        y, save_mean, save_invstd = torch.ops.opgen.batch_norm(x, w, b, rm, rv, training, 0.0, eps)
+        y, save_mean, save_invstd = opgen_torch.calls.batch_norm(x, w, b, rm, rv, training, 0.0, eps)
         # Only what the mode reads is kept: training reads the saved statistics, eval the running
         # ones (not updated in eval, so the saved references stay valid until backward).
         stats = (save_mean, save_invstd) if training else (running_mean, running_var)
@@ -51,7 +53,7 @@ class _BatchNormFunction(torch.autograd.Function):
         need = ctx.needs_input_grad
         mask = [need[0], weight is not None and need[1], ctx.has_bias and need[2]]
         running, saved = ((None, None), (first, second)) if ctx.training else ((first, second), (None, None))
-        dx, dweight, dbias = torch.ops.opgen.batch_norm_backward(
+        dx, dweight, dbias = opgen_torch.calls.batch_norm_backward(
             dy.to(x.dtype).contiguous(), x, weight, *running, *saved, ctx.training, ctx.eps, mask)
         return (dx if mask[0] else None, dweight.to(weight.dtype) if mask[1] else None,
                 dbias.to(weight.dtype if weight is not None else dy.dtype) if mask[2] else None,

@@ -14,6 +14,7 @@ them. Interpretations:
 """
 from __future__ import annotations
 
+import functools
 import math
 
 import ml_dtypes
@@ -131,8 +132,14 @@ def _statistics(tensors: dict, attrs: dict):
     x = tensors["self"]
     if x is None:
         return None
-    rows = {(c["x"], c["mean"]) for c in PRODUCTS.get(config.get_product(), ())}
+    rows = _statistics_rows(config.get_product())
     return (attrs["N"], attrs["group"]), "float32" if (x.dtype, "float32") in rows else x.dtype
+
+
+@functools.lru_cache(maxsize=None)
+def _statistics_rows(product: str) -> frozenset:
+    """(x dtype, statistics dtype) of the product's rows (read per call: cached)."""
+    return frozenset((c["x"], c["mean"]) for c in PRODUCTS.get(product, ()))
 
 
 _DT = "FLOAT32, FLOAT16, BFLOAT16"

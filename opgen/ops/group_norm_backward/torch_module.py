@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from opgen import torch as opgen_torch
+
 
 def _like_x(param: Tensor | None, x: Tensor) -> Tensor | None:
     """A per-channel parameter in x's dtype, as aclnnGroupNorm takes it (a cast of C
@@ -24,7 +26,7 @@ class _GroupNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, groups: int, eps: float):
-        y, mean, rstd = torch.ops.opgen.group_norm(x, _like_x(weight, x), _like_x(bias, x), groups, eps)
+        y, mean, rstd = opgen_torch.calls.group_norm(x, _like_x(weight, x), _like_x(bias, x), groups, eps)
         ctx.save_for_backward(x, mean, rstd, weight)
         ctx.groups, ctx.has_bias = groups, bias is not None
         return y
@@ -35,7 +37,7 @@ class _GroupNormFunction(torch.autograd.Function):
         need = ctx.needs_input_grad
         mask = [need[0], weight is not None and need[1], ctx.has_bias and need[2]]
         gamma = None if weight is None else weight.to(mean.dtype)
-        dx, dgamma, dbeta = torch.ops.opgen.group_norm_backward(dy.to(x.dtype), x, mean, rstd, gamma, ctx.groups, mask)
+        dx, dgamma, dbeta = opgen_torch.calls.group_norm_backward(dy.to(x.dtype), x, mean, rstd, gamma, ctx.groups, mask)
         return (dx if mask[0] else None, dgamma.to(weight.dtype) if mask[1] else None,
                 dbeta.to(dtype=weight.dtype if weight is not None else dy.dtype) if mask[2] else None,
                 None, None)

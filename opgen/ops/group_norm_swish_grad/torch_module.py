@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from opgen import torch as opgen_torch
+
 
 class _GroupNormSwishFunction(torch.autograd.Function):
     """GroupNorm + Swish of x (N, C, *): the forward is opgen's aclnnGroupNormSwish kernel
@@ -23,7 +25,7 @@ class _GroupNormSwishFunction(torch.autograd.Function):
         gamma = weight if weight is not None else x.new_ones(c)
         beta = bias if bias is not None else x.new_zeros(c)
         param = gamma.dtype if gamma.dtype in (x.dtype, torch.float32) and beta.dtype == gamma.dtype else x.dtype
-        out, mean, rstd = torch.ops.opgen.group_norm_swish(x, gamma.to(param), beta.to(param), groups, None, eps,
+        out, mean, rstd = opgen_torch.calls.group_norm_swish(x, gamma.to(param), beta.to(param), groups, None, eps,
                                                            True, scale)
         ctx.save_for_backward(x, mean.to(x.dtype), rstd.to(x.dtype), gamma.to(x.dtype), beta.to(x.dtype))
         ctx.groups, ctx.scale = groups, scale
@@ -36,7 +38,7 @@ class _GroupNormSwishFunction(torch.autograd.Function):
         x, mean, rstd, gamma, beta = ctx.saved_tensors
         need = ctx.needs_input_grad
         want_gamma, want_beta = ctx.affine[0] and need[1], ctx.affine[1] and need[2]
-        dx, dgamma, dbeta = torch.ops.opgen.group_norm_swish_grad(
+        dx, dgamma, dbeta = opgen_torch.calls.group_norm_swish_grad(
             dy.to(x.dtype), mean, rstd, x, gamma, beta, ctx.groups, None, ctx.scale, want_gamma, want_beta)
         return (dx if need[0] else None, dgamma.to(ctx.param_dtypes[0]) if want_gamma else None,
                 dbeta.to(ctx.param_dtypes[1]) if want_beta else None, None, None, None)

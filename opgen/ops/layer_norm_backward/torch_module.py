@@ -9,6 +9,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from opgen import torch as opgen_torch
+
 
 def _affine(x: Tensor, weight: Tensor | None, bias: Tensor | None) -> tuple:
     """weight and bias as aclnnLayerNorm takes them: x's dtype or float32, the same for both
@@ -30,7 +32,7 @@ class _LayerNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, shape: tuple, eps: float):
         gamma, beta = _affine(x, weight, bias)
-        y, mean, rstd = torch.ops.opgen.layer_norm(x, list(shape), gamma, beta, eps)
+        y, mean, rstd = opgen_torch.calls.layer_norm(x, list(shape), gamma, beta, eps)
         ctx.save_for_backward(x, mean, rstd, weight)
         ctx.shape, ctx.bias_dtype = shape, None if bias is None else bias.dtype
         return y
@@ -44,7 +46,7 @@ class _LayerNormFunction(torch.autograd.Function):
         # in float32 and are rounded once into the parameters' dtype below. The bias is only
         # validated by the op, never read: it is not passed.
         gamma = None if weight is None else weight.float()
-        dx, dgamma, dbeta = torch.ops.opgen.layer_norm_backward(dy.to(x.dtype), x, list(ctx.shape), mean, rstd,
+        dx, dgamma, dbeta = opgen_torch.calls.layer_norm_backward(dy.to(x.dtype), x, list(ctx.shape), mean, rstd,
                                                                 gamma, None, mask)
         return (dx if mask[0] else None, dgamma.to(weight.dtype) if mask[1] else None,
                 dbeta.to(ctx.bias_dtype) if mask[2] else None, None, None)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from opgen import torch as opgen_torch
+
 
 def _gamma(x: Tensor, weight: Tensor | None, ndim: int) -> Tensor:
     """The kernels' gamma: the weight where it is in a dtype of opgen's combos (x's or
@@ -28,7 +30,7 @@ class _RMSNormFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, ndim: int, eps: float):
         gamma = _gamma(x, weight, ndim)
-        y, rstd = torch.ops.opgen.rms_norm(x, gamma, eps)
+        y, rstd = opgen_torch.calls.rms_norm(x, gamma, eps)
         ctx.save_for_backward(x, rstd, gamma)
         ctx.weight_dtype = None if weight is None else weight.dtype
         return y
@@ -36,7 +38,7 @@ class _RMSNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, rstd, gamma = ctx.saved_tensors
-        dx, dgamma = torch.ops.opgen.rms_norm_grad(dy.to(x.dtype), x, rstd, gamma)
+        dx, dgamma = opgen_torch.calls.rms_norm_grad(dy.to(x.dtype), x, rstd, gamma)
         wanted = ctx.weight_dtype is not None and ctx.needs_input_grad[1]
         return dx, dgamma.to(ctx.weight_dtype) if wanted else None, None, None
 
