@@ -65,6 +65,16 @@ def _cases():
         "x.clone() (same bytes)": lambda: x.clone(),
         "aten native_group_norm": lambda: torch.ops.aten.native_group_norm(
             x, theirs.weight.detach(), theirs.bias.detach(), 32, 32, 64 * 64, 8, 1e-5)}
+    for shape in ((32, 64, 32, 32), (32, 128, 16, 16)):
+        x = torch.randn(shape) * 2 + 0.5
+        ours, theirs = ot.GroupNorm(8, shape[1]), torch.nn.GroupNorm(8, shape[1])
+        theirs.load_state_dict(ours.state_dict())
+        w, b = ours.weight.detach(), ours.bias.detach()
+        yield f"GroupNorm {tuple(shape)} G=8 f32", {
+            "opgen module": lambda ours=ours, x=x: ours(x), "torch module": lambda theirs=theirs, x=x: theirs(x),
+            "opgen kernel": lambda x=x, w=w, b=b: torch.ops.opgen.group_norm(x, w, b, 8, 1e-5),
+            "aten native_group_norm": lambda x=x, w=w, b=b, s=shape: torch.ops.aten.native_group_norm(
+                x, w, b, s[0], s[1], s[2] * s[3], 8, 1e-5)}
     for dtype in (torch.float32, torch.bfloat16):
         x = torch.randn(4096, 4096).to(dtype)
         ours = ot.RMSNorm(4096, dtype=dtype)
@@ -125,6 +135,7 @@ def _backward_cases():
         "torch module": lambda: torch.autograd.grad(y_theirs, params_theirs, dy, retain_graph=True),
         "opgen kernel": lambda: torch.ops.opgen.group_norm_backward(dy, x.detach(), mean, rstd, ours.weight.detach(),
                                                                     8, [True, True, True])}
+    yield from _group_norm_backward_small()
     x = (torch.randn(8, 512, 1024) * 2 + 0.5).requires_grad_()
     dy = torch.randn(8, 512, 1024)
     ln_ours, ln_theirs = ot.LayerNorm(1024), torch.nn.LayerNorm(1024)
@@ -133,9 +144,13 @@ def _backward_cases():
     lp_ours, lp_theirs = [x, *ln_ours.parameters()], [x, *ln_theirs.parameters()]
     _, lmean, lrstd = torch.native_layer_norm(x.detach(), [1024], ln_theirs.weight.detach(), ln_theirs.bias.detach(),
                                               1e-5)
+    _, omean, orstd = torch.ops.opgen.layer_norm(x.detach(), [1024], ln_ours.weight.detach(), ln_ours.bias.detach(),
+                                                 1e-5)
     yield "LayerNorm (8,512,1024) f32, backward", {
         "opgen module": lambda: torch.autograd.grad(ly_ours, lp_ours, dy, retain_graph=True),
         "torch module": lambda: torch.autograd.grad(ly_theirs, lp_theirs, dy, retain_graph=True),
+        "opgen kernel": lambda: torch.ops.opgen.layer_norm_backward(
+            dy, x.detach(), [1024], omean, orstd, ln_ours.weight.detach(), ln_ours.bias.detach(), [True, True, True]),
         "aten native_layer_norm_backward": lambda: torch.ops.aten.native_layer_norm_backward(
             dy, x.detach(), [1024], lmean, lrstd, ln_theirs.weight.detach(), ln_theirs.bias.detach(),
             [True, True, True])}
@@ -145,9 +160,47 @@ def _backward_cases():
     bn_theirs.load_state_dict(bn_ours.state_dict())
     by_ours, by_theirs = bn_ours(xb), bn_theirs(xb)
     bp_ours, bp_theirs = [xb, *bn_ours.parameters()], [xb, *bn_theirs.parameters()]
+    w, b = bn_theirs.weight.detach(), bn_theirs.bias.detach()
+    _, bmean, binvstd = torch.ops.aten.native_batch_norm(xb.detach(), w, b, None, None, True, 0.0, 1e-5)
     yield "BatchNorm2d (32,64,32x32) f32, training backward", {
         "opgen module": lambda: torch.autograd.grad(by_ours, bp_ours, dyb, retain_graph=True),
-        "torch module": lambda: torch.autograd.grad(by_theirs, bp_theirs, dyb, retain_graph=True)}
+        "torch module": lambda: torch.autograd.grad(by_theirs, bp_theirs, dyb, retain_graph=True),
+        "aten native_batch_norm_backward": lambda: torch.ops.aten.native_batch_norm_backward(
+            dyb, xb.detach(), w, None, None, bmean, binvstd, True, 1e-5, [True, True, True])}
+    x = torch.randn(8, 512, 1024).requires_grad_()
+    dy = torch.randn(8, 512, 1024)
+    rms_ours, rms_theirs = ot.RMSNorm(1024), torch.nn.RMSNorm(1024, eps=1e-6)
+    rms_theirs.load_state_dict(rms_ours.state_dict())
+    ry_ours, ry_theirs = rms_ours(x), rms_theirs(x)
+    _, rrstd = torch.ops.opgen.rms_norm(x.detach(), rms_ours.weight.detach(), 1e-6)
+    yield "RMSNorm (8,512,1024) f32, backward", {
+        "opgen module": lambda: torch.autograd.grad(ry_ours, [x, rms_ours.weight], dy, retain_graph=True),
+        "torch module": lambda: torch.autograd.grad(ry_theirs, [x, rms_theirs.weight], dy, retain_graph=True),
+        "opgen kernel": lambda: torch.ops.opgen.rms_norm_grad(dy, x.detach(), rrstd, rms_ours.weight.detach())}
+
+
+def _group_norm_backward_small():
+    """GroupNorm backward at the UNet's deeper shapes (more, smaller groups)."""
+    for shape in ((32, 64, 32, 32), (32, 128, 16, 16)):
+        x = (torch.randn(shape) * 2 + 0.5).requires_grad_()
+        dy = torch.randn(shape)
+        ours, theirs = ot.GroupNorm(8, shape[1]), torch.nn.GroupNorm(8, shape[1])
+        theirs.load_state_dict(ours.state_dict())
+        y_ours, y_theirs = ours(x), theirs(x)
+        w = ours.weight.detach()
+        _, mean, rstd = torch.ops.opgen.group_norm(x.detach(), w, ours.bias.detach(), 8, 1e-5)
+        _, amean, arstd = torch.ops.aten.native_group_norm(x.detach(), w, ours.bias.detach(), shape[0], shape[1],
+                                                           shape[2] * shape[3], 8, 1e-5)
+        yield f"GroupNorm {tuple(shape)} G=8 f32, backward", {
+            "opgen module": lambda y=y_ours, p=[x, *ours.parameters()], dy=dy: torch.autograd.grad(
+                y, p, dy, retain_graph=True),
+            "torch module": lambda y=y_theirs, p=[x, *theirs.parameters()], dy=dy: torch.autograd.grad(
+                y, p, dy, retain_graph=True),
+            "opgen kernel": lambda dy=dy, x=x, mean=mean, rstd=rstd, w=w: torch.ops.opgen.group_norm_backward(
+                dy, x.detach(), mean, rstd, w, 8, [True, True, True]),
+            "aten native_group_norm_backward": lambda dy=dy, x=x, m=amean, r=arstd, w=w, s=shape:
+                torch.ops.aten.native_group_norm_backward(dy, x.detach(), m, r, w, s[0], s[1], s[2] * s[3], 8,
+                                                          [True, True, True])}
 
 
 def main() -> None:

@@ -36,11 +36,11 @@ from typing import Optional
 
 import torch
 from torch import Tensor
+from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_dispatch_mode
 
 from opgen import api, config, targets
 from opgen.apispec import INPUT, MASK, OUTPUT, python_name
 from opgen.ops import all_ops, get_op
-from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_dispatch_mode
 
 __all__: list[str] = []
 
@@ -142,7 +142,8 @@ def _fake(op, values: tuple) -> tuple:
     """Outputs of the right shape and dtype, from the op's Pythonic allocation rules."""
     params = api.positional(op)
     args = {p.name: v for p, v in zip(params, values)}
-    infos = {p.name: None if args.get(p.name) is None else api.TensorInfo.of_torch(args[p.name]) for p in op.api.tensors(INPUT)}
+    infos = {p.name: None if args.get(p.name) is None else api.TensorInfo.of_torch(args[p.name])
+             for p in op.api.tensors(INPUT)}
     pythonic = op.api.pythonic
     for name, derive in pythonic.derived.items():
         args[name] = derive(infos)

@@ -240,5 +240,5 @@ def _pointer(lib: ctypes.CDLL, symbol: str) -> ctypes.c_void_p | None:
 
 def openmp_launches() -> int:
     """Parallel loops run on the adopted OpenMP pool so far (0 without the launcher)."""
-    lib = launcher() if not _launcher_failed else None
+    lib = launcher()
     return int(lib.opgen_threads_openmp_launches()) if lib is not None else 0

@@ -165,3 +165,27 @@ def test_a_planted_emulation_library_is_never_loaded(cache, tmp_path, monkeypatc
     assert Path(kernel.module.kernel.lib._name).parent == diskcache.private_scratch_dir()
     assert stat.S_IMODE(os.stat(diskcache.private_scratch_dir()).st_mode) == 0o700
     shutil.rmtree(cache / "ascend-emu", ignore_errors=True)
+
+
+def test_a_planted_thread_launcher_is_never_loaded(cache, tmp_path, monkeypatch):
+    """The CPU kernels' thread launcher (targets/llvm_threads.py) is native code from the
+    cache too: planted in a directory others can write, it is neither loaded nor trusted;
+    the launcher is rebuilt in the private scratch directory and that one works."""
+    import ctypes
+
+    from opgen.targets import llvm_threads
+
+    monkeypatch.setattr(diskcache, "_scratch", [])
+    built = llvm_threads._build_launcher()
+    if built is None:
+        pytest.skip("no C compiler here")
+    assert built.parent == cache / "llvm-threads"
+    marker = tmp_path / "marker"
+    plant_library(built, marker)
+    built.parent.chmod(0o777)
+    with pytest.warns(UserWarning, match="not using the disk cache"):
+        rebuilt = llvm_threads._build_launcher()
+    assert rebuilt.parent == diskcache.private_scratch_dir() and not marker.exists()
+    lib = ctypes.CDLL(str(rebuilt))
+    assert lib.opgen_threads_openmp_launches() == 0 and not marker.exists()
+    shutil.rmtree(diskcache.private_scratch_dir(), ignore_errors=True)
