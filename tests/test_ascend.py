@@ -330,3 +330,19 @@ def test_bad_cli_input_is_one_line_exit_2(capsys, argv, needle):
     assert cli.main(argv) == 2
     captured = capsys.readouterr()
     assert needle in captured.err and captured.err.strip().count("\n") == 0 and "Traceback" not in captured.err
+
+
+@pytest.mark.parametrize("op_name,passes", [("group_norm_backward", 1), ("group_norm_swish_grad", 1), ("group_norm", 2)])
+def test_channel_sums_take_a_second_pass_only_for_a_value_they_read(op_name, passes):
+    """GroupNormBackward's sum of dy*x comes after the stage folding the sum of dy in
+    program order but does not read it: one pass over the task's data for both sums (a
+    second one read x and dy a third time: 128 -> 180 MB modelled on (8,256,56x56,32)).
+    GroupNorm's centred variance reads the mean: two."""
+    from tvm import te
+
+    from opgen.ops import get_op
+    from opgen.schedules.ascend import GroupTiles
+
+    op = get_op(op_name)
+    func = te.create_prim_func(op.compute(op.combo("f32-f32")))
+    assert GroupTiles().operands(func).sum_passes == passes

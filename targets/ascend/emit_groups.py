@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from opgen.schedules.ascend import GroupTiles
+from opgen.schedules.ascend import GroupTiles, channel_sum_phases
 from opgen.schedules.ascend_tiling import TASKS_PER_STORE, TEMP_TILES
 from opgen.targets.ascend.emitter import (CPP_TYPE, as_float32, camel, copy_in, copy_out, copy_params,
                                           recorded_stages, store_values)
@@ -236,20 +236,14 @@ def _task_fns(k: GroupKernel) -> list[str]:
 
 
 def phases(k: GroupKernel) -> list[tuple[list, list]]:
-    """[(channel sums, task stages)] in program order: each phase's sums read the task's
-    data once (a pass over it, or the tile already in UB), then its task stages run in
-    registers; a sum after a task stage (a centred variance after its mean) starts a phase."""
-    result: list = []
-    for name, role, _ in k.stages:
-        if role == "channel_sum":
-            if not result or result[-1][1]:
-                result.append(([], []))
-            result[-1][0].append(name)
-        elif role in ("task_stage", "task_output"):
-            if not result:
-                result.append(([], []))
-            result[-1][1].append(name)
-    return result or [([], [])]
+    """[(channel sums, task stages)] in program order (schedules.ascend.channel_sum_phases,
+    the phases the tiling's GM traffic counts): each phase's sums read the task's data once
+    (a pass over it, or the tile already in UB), then its task stages run in registers."""
+    def names(regions) -> set:
+        return {r.source.name for r in regions}
+    items = [(name, role == "channel_sum", names(blk.reads), names(blk.writes))
+             for name, role, blk in k.stages if role in ("channel_sum", "task_stage", "task_output")]
+    return channel_sum_phases(items)
 
 
 def _store_task_fns(k: GroupKernel) -> list[str]:
