@@ -105,6 +105,19 @@ def _final_sums(k: RowKernel) -> list[str]:
     return out
 
 
+def _visit(pass_calls: list[str], last_pass: bool) -> list[str]:
+    """One split-D pass over a row's column chunks: each chunk's tiles were issued before
+    (by the previous visit, or before the row loop) and the visit issues the next chunk's
+    (IssueAfter) before computing on this one, so the copy-in overlaps the compute."""
+    last = "true" if last_pass else "false"
+    return ["for (int64_t c0 = 0; c0 < t_.cols; c0 += t_.ub_cols) {",
+            "    const int32_t len = t_.cols - c0 < t_.ub_cols ? t_.cols - c0 : t_.ub_cols;",
+            "    LoadCols(c0, len); TakeTiles(n);",
+            f"    if (BUFFER_NUM > 1) IssueAfter(r0, c0, {last});"]  \
+        + [f"    {c}" for c in pass_calls] \
+        + ["    FreeTiles(); FreeCols();", f"    if (BUFFER_NUM == 1) IssueAfter(r0, c0, {last});", "}"]
+
+
 def _stage_calls(k: RowKernel, split_d: bool) -> list[str]:
     """Calls of the row stages in program order; in split-D a reduction gets its own pass
     over the column chunks (it may depend on an earlier stage's per-row value)."""
@@ -117,15 +130,26 @@ def _stage_calls(k: RowKernel, split_d: bool) -> list[str]:
             init = emit_expr(blk.init.value, Context(None, None, {}, {}, {}, k.sizes, []))   # the identity
             out.append(f"for (int32_t i = 0; i < n; ++i) r_{name}_.SetValue(i, {init.text});")
         if reduction and split_d:
-            out += ["for (int64_t c0 = 0; c0 < t_.cols; c0 += t_.ub_cols) {",
-                    "    const int32_t len = t_.cols - c0 < t_.ub_cols ? t_.cols - c0 : t_.ub_cols;",
-                    "    LoadCols(c0, len); LoadTiles(r0, c0, n, len);",
-                    f"    Stage_{name}(n, len);", "    FreeTiles(); FreeCols();", "}"]
+            out += _visit([f"Stage_{name}(n, len);"], last_pass=False)
         else:
             out.append(f"Stage_{name}(n, {'t_.cols' if not split_d else '0'});")
     if k.ops.rows_out:
         out.append("StoreRows(r0, n);")
     return out
+
+
+def _issue_after(k: RowKernel) -> list[str]:
+    """IssueAfter(r0, c0, last_pass): the copy-in of the tiles split-D visits after chunk c0
+    of row r0: the next chunk of this pass, else the first chunk of the row's next pass
+    (every pass reads the same tiles), else the first chunk of the next row; nothing after
+    the core's last tile."""
+    return ["__aicore__ inline void IssueAfter(int64_t r0, int64_t c0, bool last_pass) {",
+            "    const int64_t next = c0 + t_.ub_cols;",
+            "    const int32_t first = t_.cols < t_.ub_cols ? t_.cols : t_.ub_cols;",
+            "    if (next < t_.cols) IssueTiles(r0, next, 1, t_.cols - next < t_.ub_cols ? t_.cols - next : t_.ub_cols);",
+            "    else if (!last_pass) IssueTiles(r0, 0, 1, first);",
+            "    else if (r0 + 1 < row0_ + nrows_) IssueTiles(r0 + 1, 0, 1, first);",
+            "}"]
 
 
 def _tail_calls(k: RowKernel, direct: str) -> list[str]:
@@ -149,20 +173,18 @@ def _process(k: RowKernel) -> list[str]:
     split_n += ["        FreeTiles(); FreeRows();",
                 "        if (BUFFER_NUM == 1 && pn < nrows_) IssueTiles(row0_ + pn, 0, nn, len);", "    }",
                 "    FreeCols();", "    EndSums(false);", "}"]
+    # Split-D visits (row, pass, column chunk) in order, every pass reading the same tiles:
+    # the first tile is issued before the rows, each visit issues the next (_visit).
     split_d = ["__aicore__ inline void SplitD() {", "    BeginSums(true);",
+               "    if (nrows_ > 0 && t_.cols > 0) IssueTiles(row0_, 0, 1, t_.cols < t_.ub_cols ? t_.cols : t_.ub_cols);",
                "    for (int64_t r0 = row0_; r0 < row0_ + nrows_; ++r0) {", "        const int32_t n = 1;",
                "        LoadRows(r0, n);"]
-    split_d += [f"        {c}" for c in _stage_calls(k, True)]
-    split_d += ["        for (int64_t c0 = 0; c0 < t_.cols; c0 += t_.ub_cols) {",
-                "            const int32_t len = t_.cols - c0 < t_.ub_cols ? t_.cols - c0 : t_.ub_cols;",
-                "            LoadCols(c0, len); LoadTiles(r0, c0, n, len);"]
-    split_d += [f"            {c}" for c in _tail_calls(k, "true")]
-    split_d += ["            FreeTiles(); FreeCols();", "        }", "        FreeRows();", "    }",
-                "    EndSums(true);", "}"]
+    split_d += [f"        {c}" for c in _stage_calls(k, True) + _visit(_tail_calls(k, "true"), last_pass=True)]
+    split_d += ["        FreeRows();", "    }", "    EndSums(true);", "}"]
     main = ["__aicore__ inline void Process() {", "    LoadScalars();",
             f"    if (t_.mode == {MODES['split-D']} || t_.mode == {MODES['empty']}) SplitD(); else SplitN();",
             "    FlushRows();", "}"]
-    return main + split_n + split_d
+    return main + split_n + split_d + _issue_after(k)
 
 
 def kernel_source(k: RowKernel, hw) -> str:
