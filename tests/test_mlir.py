@@ -115,6 +115,55 @@ def test_a_constant_index_load_is_a_broadcast_not_an_extract():
     assert "tensor.extract " not in text and "tensor.collapse_shape" in text and "linalg.broadcast" in text
 
 
+def _guarded_shift(condition=None, otherwise=0.0):
+    """``if_then_else(N * HW > 0, x[0, c, 0], 0)`` over (C,): a channel's first element,
+    read only where the channel has one (BatchNorm's shift, by itself)."""
+    n, c, hw = (te.var(v, "int64") for v in ("N", "C", "HW"))
+    x = te.placeholder((n, c, hw), "float32", name="x")
+    guard = (lambda ci: n * hw > 0) if condition is None else (lambda ci: condition(x, ci))
+    shift = te.compute((c,), lambda ci: te.if_then_else(guard(ci), x[0, ci, 0], te.const(otherwise, "float32")),
+                       name="shift")
+    graph = stage_graph(te.create_prim_func([x, shift]).with_attr("global_symbol", "guarded"))
+    return graph, named.print_kernels("guarded", graph, named.kernels(graph))
+
+
+def test_a_guarded_load_is_a_window_of_one_or_no_element():
+    """No branch (bishengir fuses none: an scf.if was "Unknown kernel fusion kind") and no
+    read of an empty tensor: a slice whose constant-index axes are select(guard, 1, 0)
+    wide, summed over them."""
+    _, [(_, text)] = _guarded_shift()
+    assert "scf.if" not in text and "tensor.extract " not in text
+    width = re.search(r"(%w\d+) = arith.select %v\d+, %c\d+, %c\d+ : index", text).group(1)
+    assert re.search(rf"tensor.extract_slice %x\[0, 0, 0\] \[{width}, %C\d+, {width}\] \[1, 1, 1\]", text)
+    assert re.search(r"linalg.reduce ins\(%s\d+ : tensor<\?x\?x\?xf32>\) .* dimensions = \[0, 2\]", text)
+
+
+@pytest.mark.parametrize("condition,otherwise", [
+    (lambda x, ci: x[0, ci, 0] > 0, 0.0),      # a condition on data, not sizes
+    (None, 1.0),                               # another value where the guard is false
+])
+def test_an_if_then_else_other_than_a_guarded_load_is_refused(condition, otherwise):
+    with pytest.raises(UnsupportedStage, match="no named op for the call .*if_then_else"):
+        _guarded_shift(condition, otherwise)
+
+
+@needs_iree
+def test_a_guarded_load_reads_the_element_or_nothing(rng):
+    """The named-op text of the guard alone is upstream MLIR (tensor, linalg, arith):
+    IREE runs it, empty channels included."""
+    import iree.runtime as rt
+
+    from opgen.targets.mlir.iree import compile_text
+    _, [(name, text)] = _guarded_shift()
+    vmfb = compile_text(re.sub(r" attributes \{hacc[^{}]*\}", "", text), "llvm-cpu", ())
+    context = rt.SystemContext(config=rt.Config("local-task"))
+    context.add_vm_module(rt.VmModule.copy_buffer(context.instance, vmfb))
+    for shape in [(3, 5, 7), (1, 4, 1), (0, 4, 6), (2, 4, 0)]:
+        x = rng.standard_normal(shape).astype(np.float32)
+        want = x[0, :, 0] if shape[0] and shape[2] else np.zeros(shape[1], np.float32)
+        np.testing.assert_array_equal(np.asarray(context.modules.module[name](x)), want)
+
+
 # ---- IREE: numerics and the aclnn API -------------------------------------------------------
 
 # Each op's first and last combo (its float32 and a 16-bit one): every combo is verified by
@@ -165,11 +214,10 @@ def test_iree_writes_strided_outputs_and_leaves_inputs_alone(rng):
 
 # ---- bishengir --------------------------------------------------------------------------------
 
-# Ops whose kernels the named-op emitter (targets/mlir/named.py) refuses, with what it says.
-# BatchNorm's forward shifts each channel's sums by its first element, guarded for empty
-# channels: if_then_else(N * HW > 0, x[0, c, 0], 0), a call named.py has no named op for
-# (and x[0, c, 0], constant indices on some axes, a load it has no lowering for) (issue 21).
-BISHENGIR_GAPS = {"batch_norm": r"batch_norm_shift: no named op for the call prim.if_then_else"}
+# Ops whose kernels the named-op emitter (targets/mlir/named.py) refuses, with what it says:
+# none today (BatchNorm's forward, whose shift is a guarded load, was one until its window
+# lowering: see test_a_guarded_load_is_a_window_of_one_or_no_element).
+BISHENGIR_GAPS: dict = {}
 
 
 @needs_bishengir
@@ -214,10 +262,17 @@ def test_a_verdict_is_kept_for_the_exact_text(tmp_path, monkeypatch):
         bishengir.compile_kernel(name, text.replace("@k_k0", "@k_k1"), ASCEND_MLIR.soc)
 
 
-def test_splitting_a_kernel_bishengir_cannot_fuse_recompiles_only_its_stages(monkeypatch):
-    """The fallback splits only the refused kernel into one kernel per stage; the others
-    keep their names and texts, and are not compiled again (they were renumbered and all
-    recompiled before). Runs without bishengir: its verdicts are faked."""
+@pytest.mark.parametrize("message", [
+    "error: Unknown kernel fusion kind",
+    # not a fusion message: BatchNorm's per-channel chain + y, rejected 7 runs in 8 (crashes
+    # or this), each of its stages alone in none of 3 runs
+    "error: 'arith.mulf' op operand #1 must be floating-point-like, but got 'index'",
+])
+def test_splitting_a_kernel_bishengir_cannot_fuse_recompiles_only_its_stages(monkeypatch, message):
+    """The fallback splits only the refused kernel into one kernel per stage, whatever
+    bishengir said; the others keep their names and texts, and are not compiled again
+    (they were renumbered and all recompiled before). Runs without bishengir: its
+    verdicts are faked."""
     from opgen.targets.mlir import bishengir
 
     op = get_op("rms_norm_grad")
@@ -229,8 +284,7 @@ def test_splitting_a_kernel_bishengir_cannot_fuse_recompiles_only_its_stages(mon
     def verdict(name, text, soc):
         calls.append((name, text))
         ok = not name.endswith(f"_k{refused}")
-        return bishengir.KernelReport(name, ok, "HIVM" if ok else "rejected",
-                                      "" if ok else "error: Unknown kernel fusion kind")
+        return bishengir.KernelReport(name, ok, "HIVM" if ok else "rejected", "" if ok else message)
     monkeypatch.setattr(bishengir, "compile_kernel", verdict)
     module = ASCEND_MLIR.build(mod)
     names = [r.arch for r in module.reports]

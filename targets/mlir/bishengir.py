@@ -55,16 +55,6 @@ def compiler() -> str | None:
     return str(path) if path.exists() else None
 
 
-# What bishengir says when it cannot fuse a kernel's ops into one schedule, or fit the
-# fused schedule's buffers in UB even in its UB-saving mode.
-FUSION_REFUSALS = ("Failed to create and apply schedule", "Unknown kernel fusion kind", "operations cannot be fused",
-                   "ub overflow")
-
-
-def refused_fusion(error: str) -> bool:
-    return any(m in error for m in FUSION_REFUSALS)
-
-
 def hivmc_present() -> bool:
     return shutil.which("hivmc") is not None
 

@@ -10,6 +10,9 @@ domain:
     column sum over ``dy[j, c]`` iterates (j, c) and reduces axis 0, with no transpose);
   * a load indexed by iterators is brought to the domain with ``linalg.transpose`` (only
     when its order differs) and ``linalg.broadcast`` (the axes it lacks);
+  * a guarded load ``if_then_else(N * HW > 0, x[0, c, 0], 0)`` (a condition on sizes) is a
+    sum over a window of one element where the condition holds and none where it does not
+    (bishengir has no branch in a fused kernel): the load stays unread where it is false;
   * a subexpression that no iterator reaches (``1 / (D*HW)``, ``eps[0]``) is a scalar,
     printed with arith and passed as the scalar operand of the named op using it;
   * a reduction ``acc = acc op E`` is E over the domain, then ``linalg.reduce`` over the
@@ -174,6 +177,11 @@ def _reaches(node, names: set) -> bool:
     return any(_reaches(c, names) for c in children)
 
 
+def _constants_or_iterators(indices, position: dict) -> bool:
+    """Whether each index is a constant or one of the domain's iterators."""
+    return all(kind(i) == "IntImm" or (kind(i) in VARS and i.name in position) for i in indices)
+
+
 class StagePrinter:
     """One stage as named ops on whole tensors of its domain."""
 
@@ -230,19 +238,85 @@ class StagePrinter:
         buf = loaded(node)
         if all(kind(i) == "IntImm" for i in node.indices):
             return self.element_load(node)
-        element = element_type(buf.dtype)
-        names = _iterator_names(node.indices)
+        return self.place(node, self.tensors[buf.name], list(buf.shape), list(node.indices))
+
+    def place(self, node, value: str, shape: list, indices: list) -> str:
+        """``value`` (a tensor of ``shape``, indexed by the iterators ``indices``) over the
+        whole domain: transposed into domain order, broadcast over the axes it lacks."""
+        element = element_type(loaded(node).dtype)
+        names = _iterator_names(indices)
         if names is None or any(n not in self.position for n in names):
             raise UnsupportedStage(f"stage {self.stage.name}: the load {node} is no broadcast of its domain")
-        value, in_order = self.tensors[buf.name], sorted(names, key=self.position.get)
+        in_order = sorted(names, key=self.position.get)
         iterators = [self.domain[self.position[n]] for n in names]
         if names != in_order:   # a transpose into domain order first
             perm = [names.index(n) for n in in_order]
             iterators = [self.domain[self.position[n]] for n in in_order]
             out = self.empty(element, iterators)
-            value = self.body.op(f"linalg.transpose ins({value} : {tensor_type(buf.shape, element)}) outs({out} : "
+            value = self.body.op(f"linalg.transpose ins({value} : {tensor_type(shape, element)}) outs({out} : "
                                  f"{self.typed(element, iterators)}) permutation = {perm}", "t")
         return self.broadcast(value, iterators, element)
+
+    def guarded(self, node, element: str) -> str:
+        """``if_then_else(c, E, 0)``: a guarded load, ``E`` a load (under casts) with constant
+        indices on some axes, ``c`` a condition on sizes only, true where those indices are
+        in bounds (BatchNorm's shift ``if_then_else(N * HW > 0, x[0, c, 0], 0)``: an empty
+        channel has no first element). TIR's if_then_else is lazy: the load is made only
+        where ``c`` holds. bishengir has no branch inside a fused kernel (an ``scf.if``:
+        "Unknown kernel fusion kind"; a crash beside a reduction), so the load is a sum
+        over a window of its buffer, on each constant-index axis one element wide where
+        ``c`` holds and empty where it does not: the element itself, or 0 with nothing
+        read. Any other if_then_else has no named op."""
+        condition, taken, other = node.args
+        load = taken
+        while kind(load) == "Cast":             # casts map 0 to 0
+            load = load.value
+        if not (_is_scalar(condition, set(self.position)) and kind(other) in ("FloatImm", "IntImm")
+                and other.value == 0 and kind(load) in LOADS and _constants_or_iterators(load.indices, self.position)
+                and any(kind(i) == "IntImm" for i in load.indices)):
+            raise UnsupportedStage(f"stage {self.stage.name}: no named op for the call {node.op.name} "
+                                   f"(only a guarded load, if_then_else(sizes, x[.., 0, ..], 0), has one)")
+        window = self.window(load, self.scalars.print(condition))
+        outer = self.printed
+        self.printed = {**outer, str(load): (window, True)}   # E over the window's sum
+        try:
+            return self.tensor(taken)
+        finally:
+            self.printed = outer
+
+    def window(self, node, flag: str) -> str:
+        """The load ``node`` over the domain, its constant-index axes summed over a window
+        of ``select(flag, 1, 0)`` elements at those indices (see ``guarded``)."""
+        buf = loaded(node)
+        element = element_type(buf.dtype)
+        fixed = [kind(i) == "IntImm" for i in node.indices]
+        one, zero = self.body.index_constant(1), self.body.index_constant(0)
+        width = self.body.op(f"arith.select {flag}, {one}, {zero} : index", "w")
+        offsets = ", ".join(str(int(i.value)) if f else "0" for i, f in zip(node.indices, fixed))
+        sizes = ", ".join(width if f else str(int(e.value)) if kind(e) == "IntImm" else self.body.index(e)
+                          for e, f in zip(buf.shape, fixed))
+        strides = ", ".join("1" for _ in fixed)
+        source = tensor_type(buf.shape, element)
+        dims = ["?" if f or kind(e) != "IntImm" else str(int(e.value)) for e, f in zip(buf.shape, fixed)]
+        piece_type = f"tensor<{'x'.join(dims + [element])}>"
+        piece = self.body.op(f"tensor.extract_slice {self.tensors[buf.name]}[{offsets}] [{sizes}] [{strides}] : "
+                             f"{source} to {piece_type}", "s")
+        kept = [k for k, f in enumerate(fixed) if not f]
+        shape = [buf.shape[k] for k in kept]
+        typed = tensor_type(shape, element)
+        floating = is_float(element)
+        zero_value = self.body.constant(float_literal(0.0, element) if floating else "0", element)
+        empty = self.body.op(f"tensor.empty({', '.join(self.body.dynamic_sizes(shape))}) : {typed}", "e")
+        start = self.body.op(f"linalg.fill ins({zero_value} : {element}) outs({empty} : {typed}) -> {typed}", "f")
+        a, b, total = self.body.fresh("in"), self.body.fresh("acc"), self.body.fresh("r")
+        name = self.body.fresh("window")
+        self.body.emit(f"{name} = linalg.reduce ins({piece} : {piece_type}) outs({start} : {typed}) "
+                       f"dimensions = {[k for k, f in enumerate(fixed) if f]}")
+        self.body.emit(f"  ({a}: {element}, {b}: {element}) {{")
+        self.body.emit(f"    {total} = {'arith.addf' if floating else 'arith.addi'} {a}, {b} : {element}")
+        self.body.emit(f"    linalg.yield {total} : {element}")
+        self.body.emit("  }")
+        return self.place(node, name, shape, [node.indices[k] for k in kept])
 
     def element_load(self, node) -> str:
         """One element (constant indices) over the whole domain: a one-element slice,
@@ -301,6 +375,8 @@ class StagePrinter:
                 f"linalg.elemwise_binary {{fun = #linalg.binary_fn<div>}} ins({one}, {denominator} : {element}, "
                 f"{self.typed(element)}) outs({self.empty(element)} : {self.typed(element)}) -> "
                 f"{self.typed(element)}", "w")
+        if name in ("tirx.if_then_else", "prim.if_then_else") and len(node.args) == 3:   # TVM 0.27: prim.
+            return self.guarded(node, element)
         fn = UNARY_FN.get(MATH_CALLS.get(name, ""))
         if fn is None or len(node.args) != 1:
             raise UnsupportedStage(f"stage {self.stage.name}: no named op for the call {name}")
