@@ -84,6 +84,20 @@ def is_rows(cls: str | None) -> bool:
     return cls is not None and cls.startswith("rows/")
 
 
+def emit_reduce(body, name_hint: str, source: tuple, start: tuple, axes: list, element: str, combiner: str) -> str:
+    """A ``linalg.reduce`` of ``source`` (value, type) over ``axes`` into ``start`` (value,
+    type), combining with ``combiner`` (arith.addf, arith.maxnumf, ...); returns its name."""
+    a, b, combined = body.fresh("in"), body.fresh("acc"), body.fresh("r")
+    name = body.fresh(name_hint)
+    body.emit(f"{name} = linalg.reduce ins({source[0]} : {source[1]}) outs({start[0]} : {start[1]}) "
+              f"dimensions = {axes}")
+    body.emit(f"  ({a}: {element}, {b}: {element}) {{")
+    body.emit(f"    {combined} = {combiner} {a}, {b} : {element}")
+    body.emit(f"    linalg.yield {combined} : {element}")
+    body.emit("  }")
+    return name
+
+
 @dataclass(frozen=True)
 class Kernel:
     stages: tuple
@@ -308,14 +322,8 @@ class StagePrinter:
         zero_value = self.body.constant(float_literal(0.0, element) if floating else "0", element)
         empty = self.body.op(f"tensor.empty({', '.join(self.body.dynamic_sizes(shape))}) : {typed}", "e")
         start = self.body.op(f"linalg.fill ins({zero_value} : {element}) outs({empty} : {typed}) -> {typed}", "f")
-        a, b, total = self.body.fresh("in"), self.body.fresh("acc"), self.body.fresh("r")
-        name = self.body.fresh("window")
-        self.body.emit(f"{name} = linalg.reduce ins({piece} : {piece_type}) outs({start} : {typed}) "
-                       f"dimensions = {[k for k, f in enumerate(fixed) if f]}")
-        self.body.emit(f"  ({a}: {element}, {b}: {element}) {{")
-        self.body.emit(f"    {total} = {'arith.addf' if floating else 'arith.addi'} {a}, {b} : {element}")
-        self.body.emit(f"    linalg.yield {total} : {element}")
-        self.body.emit("  }")
+        name = emit_reduce(self.body, "window", (piece, piece_type), (start, typed),
+                           [k for k, f in enumerate(fixed) if f], element, "arith.addf" if floating else "arith.addi")
         return self.place(node, name, shape, [node.indices[k] for k in kept])
 
     def element_load(self, node) -> str:
@@ -403,17 +411,9 @@ class StagePrinter:
         start = self.body.op(f"linalg.fill ins({init} : {element}) outs({self.empty(element, spatial)} : "
                              f"{self.typed(element, spatial)}) -> {self.typed(element, spatial)}", "f")
         source = self.tensor(update)
-        a, b = self.body.fresh("in"), self.body.fresh("acc")
-        combined = self.body.fresh("r")
         axes = [k for k, it in enumerate(self.domain) if it.kind == "R"]
-        name = self.body.fresh(stage.name)
-        self.body.emit(f"{name} = linalg.reduce ins({source} : {self.typed(element)}) outs({start} : "
-                       f"{self.typed(element, spatial)}) dimensions = {axes}")
-        self.body.emit(f"  ({a}: {element}, {b}: {element}) {{")
-        self.body.emit(f"    {combined} = {combiner} {a}, {b} : {element}")
-        self.body.emit(f"    linalg.yield {combined} : {element}")
-        self.body.emit("  }")
-        return name
+        return emit_reduce(self.body, stage.name, (source, self.typed(element)),
+                           (start, self.typed(element, spatial)), axes, element, combiner)
 
     def reduction(self) -> tuple[str, object]:
         """(combiner op, E) of the update ``acc = acc op E``."""
