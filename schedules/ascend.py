@@ -195,6 +195,8 @@ class RowTiles(PatternRule):
             accumulators=tuple(n for n, _ in sums if any(n in b.reads for b in casts)),
             row_stages=tuple(b.name for b in row_stages),
             row_reductions=tuple(b.name for b in row_stages if "R" in b.kinds),
+            row_visits=sum(kind == "visit" for kind, _ in split_d_steps(
+                [(b.name, "R" in b.kinds, b.reads, b.writes) for b in sorted(row_stages, key=lambda b: b.order)])),
             rows_out=tuple((n, params[n][0]) for b in stored for n in sorted(b.writes)),
             row_out_stages=tuple(b.name for b in stored for _ in b.writes))
 
@@ -212,6 +214,37 @@ class RowTiles(PatternRule):
         sizes = bind_sizes(func, shapes)
         rows, cols = (_value(e, sizes) for e in out.extents)
         return plan_rows(target.hardware, self.operands(func), rows, cols, knobs)
+
+
+def split_d_steps(items) -> list[tuple[str, list]]:
+    """Split-D's order for a row's stages: ("visit", [reductions]) is one pass over the row's
+    column chunks computing those reductions together, ("stage", [name]) a per-row scalar.
+    ``items`` are (name, is_reduction, reads, writes) in program order. A reduction joins the
+    open visit unless it reads a value the visit computes or a scalar waiting for it; a
+    scalar that reads the open visit's values waits for it, one that does not runs first.
+    LayerNormBackward's sum of dy*gamma*(x-mean) reads neither the sum of dy*gamma nor the
+    scalar made from it: one visit for both, each row's dy, x and gamma read twice, not
+    three times."""
+    steps, visit, waiting, pending = [], [], [], set()    # pending: what the visit and waiting write
+
+    def flush():
+        if visit:
+            steps.append(("visit", list(visit)))
+        steps.extend(("stage", [name]) for name in waiting)
+        visit.clear(), waiting.clear(), pending.clear()
+    for name, is_reduction, reads, writes in items:
+        if is_reduction:
+            if set(reads) & pending:
+                flush()
+            visit.append(name)
+            pending.update(writes)
+        elif set(reads) & pending:
+            waiting.append(name)
+            pending.update(writes)
+        else:
+            steps.append(("stage", [name]))
+    flush()
+    return steps
 
 
 def channel_sum_phases(items) -> list[tuple[list, list]]:

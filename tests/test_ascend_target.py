@@ -325,6 +325,20 @@ def test_split_d_gm_traffic_measured_by_the_emulation_is_the_reports(sums, rng):
     assert measured.gm_bytes == {"deterministic": 5_947_456, "atomic": 3_588_160}[sums]
 
 
+def test_split_d_with_two_row_sums_reads_each_row_twice(rng):
+    """LayerNormBackward (16, 12288) f32 on A2, split-D: its two row sums share one pass, so
+    the emulation counts the bytes the tiling models for two passes and the output pass."""
+    from opgen.ops import get_op
+    from opgen.targets.ascend import tiling_report
+
+    op, a2 = get_op("layer_norm_backward"), EMU.for_product("AtlasA2")
+    kernel = kernels.get_kernel(op, "f32-f32", a2)
+    comparisons, _ = verify.run_and_compare(kernel, op.parse_problem("16x12288"), rng)
+    assert comparisons and all(c.ratio <= 1.0 for c in comparisons)
+    line = tiling_report.opgen_line(op, "f32-f32", op.parse_problem("16x12288"), a2, {})
+    assert line.mode == "split-D" and kernel.module.kernel.last_timing.gm_bytes == line.gm_bytes
+
+
 def test_split_d_double_buffering_overlaps_copy_in_with_compute(rng):
     """Split-D issues each column-chunk visit's tile copy-in before the previous visit's
     compute (across passes and rows): with two buffers the pipes overlap (their busy

@@ -8,6 +8,7 @@ the emulation reports it).
 """
 from __future__ import annotations
 
+from opgen.schedules.ascend import split_d_steps
 from opgen.schedules.ascend_tiling import row_buffers
 from opgen.targets.ascend.emitter import (CPP_TYPE, MODES, RowKernel, _column_sum_fns, _init, _load_fns,
                                           _members, _outputs_fn, _row_stage_fn, _store_rows_fn, kernel_file)
@@ -119,20 +120,29 @@ def _visit(pass_calls: list[str], last_pass: bool) -> list[str]:
 
 
 def _stage_calls(k: RowKernel, split_d: bool) -> list[str]:
-    """Calls of the row stages in program order; in split-D a reduction gets its own pass
-    over the column chunks (it may depend on an earlier stage's per-row value)."""
+    """Calls of the row stages: in program order (split-N: the rows are in UB), or in
+    split-D's order (schedules.ascend.split_d_steps, the passes the tiling's GM traffic
+    counts): reductions computed together in one pass over the column chunks, each per-row
+    scalar after the pass whose values it reads."""
+    by_name = {name: blk for name, role, blk in k.stages if role in ("row_stage", "row_output")}
+    if split_d:
+        def names(regions) -> set:
+            return {r.source.name for r in regions}
+        steps = split_d_steps([(name, len(blk.iter_vars) == 2, names(blk.reads), names(blk.writes))
+                               for name, blk in by_name.items()])
+    else:
+        steps = [("stage", [name]) for name in by_name]
     out = []
-    for name, role, blk in k.stages:
-        if role not in ("row_stage", "row_output"):
-            continue
-        reduction = len(blk.iter_vars) == 2
-        if reduction:
-            init = emit_expr(blk.init.value, Context(None, None, {}, {}, {}, k.sizes, []))   # the identity
-            out.append(f"for (int32_t i = 0; i < n; ++i) r_{name}_.SetValue(i, {init.text});")
-        if reduction and split_d:
-            out += _visit([f"Stage_{name}(n, len);"], last_pass=False)
+    for kind, group in steps:
+        for name in group:
+            blk = by_name[name]
+            if len(blk.iter_vars) == 2:          # a reduction: its identity first
+                init = emit_expr(blk.init.value, Context(None, None, {}, {}, {}, k.sizes, []))
+                out.append(f"for (int32_t i = 0; i < n; ++i) r_{name}_.SetValue(i, {init.text});")
+        if kind == "visit":
+            out += _visit([f"Stage_{name}(n, len);" for name in group], last_pass=False)
         else:
-            out.append(f"Stage_{name}(n, {'t_.cols' if not split_d else '0'});")
+            out += [f"Stage_{name}(n, {'t_.cols' if not split_d else '0'});" for name in group]
     if k.ops.rows_out:
         out.append("StoreRows(r0, n);")
     return out
