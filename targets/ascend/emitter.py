@@ -12,8 +12,10 @@ pattern:
             rows of one repeat, else ReduceSum per row; per-row scalars -> scalar code), the
             elementwise outputs (vector calls, Cast in the op's CANN round mode, DataCopyPad out) and the
             column sums accumulated into a UB vector;
-  SplitD:   per row, one pass over the column chunks per row reduction, then one for the
-            outputs; column sums go straight to GM per chunk;
+  SplitD:   per row, one pass over the column chunks per group of row reductions that
+            do not read each other (schedules.ascend.split_d_steps), then one for the
+            outputs, each chunk's copy-in issued during the previous chunk's compute; column
+            sums go straight to GM per chunk;
   sums:     deterministic (per-core partials in the workspace, SyncAll, a fixed-order sum
             split over the cores by columns) or atomic (core 0 zeroes, SyncAll, SetAtomicAdd);
   casts:    a float32 accumulator that ``cast`` blocks round (a half output's column sum)
