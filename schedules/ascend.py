@@ -195,8 +195,7 @@ class RowTiles(PatternRule):
             accumulators=tuple(n for n, _ in sums if any(n in b.reads for b in casts)),
             row_stages=tuple(b.name for b in row_stages),
             row_reductions=tuple(b.name for b in row_stages if "R" in b.kinds),
-            row_visits=sum(kind == "visit" for kind, _ in split_d_steps(
-                [(b.name, "R" in b.kinds, b.reads, b.writes) for b in sorted(row_stages, key=lambda b: b.order)])),
+            row_passes=pass_count(block_items(row_stages, [b for b in row_stages if "R" in b.kinds])),
             rows_out=tuple((n, params[n][0]) for b in stored for n in sorted(b.writes)),
             row_out_stages=tuple(b.name for b in stored for _ in b.writes))
 
@@ -216,27 +215,31 @@ class RowTiles(PatternRule):
         return plan_rows(target.hardware, self.operands(func), rows, cols, knobs)
 
 
-def split_d_steps(items) -> list[tuple[str, list]]:
-    """Split-D's order for a row's stages: ("visit", [reductions]) is one pass over the row's
-    column chunks computing those reductions together, ("stage", [name]) a per-row scalar.
-    ``items`` are (name, is_reduction, reads, writes) in program order. A reduction joins the
-    open visit unless it reads a value the visit computes or a scalar waiting for it; a
-    scalar that reads the open visit's values waits for it, one that does not runs first.
+def pass_steps(items) -> list[tuple[str, list]]:
+    """The order in which a kernel that streams its data from GM computes its stages:
+    ("pass", [reductions]) is one pass over the data computing those reductions together,
+    ("stage", [name]) a scalar (per row, per task). ``items`` are (name, is_reduction, reads,
+    writes) in program order. A reduction joins the open pass unless it reads a value the
+    pass computes or a scalar waiting for it; a scalar that reads the open pass's values
+    waits for it, one that does not runs first. Both the tilings' GM traffic and the
+    emitters follow it, so the report counts the passes the kernel makes. Examples:
     LayerNormBackward's sum of dy*gamma*(x-mean) reads neither the sum of dy*gamma nor the
-    scalar made from it: one visit for both, each row's dy, x and gamma read twice, not
-    three times."""
-    steps, visit, waiting, pending = [], [], [], set()    # pending: what the visit and waiting write
+    scalar made from it (one split-D pass for both: 2.35 -> 1.85 GB on 8192x5120);
+    GroupNormBackward's sum of dy*x follows the stage folding the sum of dy but does not
+    read it (one pass: counting two read x and dy a third time, 128 -> 180 MB on
+    (8,256,56x56,32)); a centred variance reads its mean (two passes)."""
+    steps, open_pass, waiting, pending = [], [], [], set()    # pending: what the pass and waiting write
 
     def flush():
-        if visit:
-            steps.append(("visit", list(visit)))
+        if open_pass:
+            steps.append(("pass", list(open_pass)))
         steps.extend(("stage", [name]) for name in waiting)
-        visit.clear(), waiting.clear(), pending.clear()
+        open_pass.clear(), waiting.clear(), pending.clear()
     for name, is_reduction, reads, writes in items:
         if is_reduction:
             if set(reads) & pending:
                 flush()
-            visit.append(name)
+            open_pass.append(name)
             pending.update(writes)
         elif set(reads) & pending:
             waiting.append(name)
@@ -247,35 +250,29 @@ def split_d_steps(items) -> list[tuple[str, list]]:
     return steps
 
 
-def channel_sum_phases(items) -> list[tuple[list, list]]:
-    """[(channel sums, task stages)]: ``items`` are (name, is_sum, reads, writes) in program
-    order. A phase's sums read the task's data in one pass, then its task stages run; a sum
-    starts a new phase only when it reads a value a stage of the current phase writes (a
-    centred variance after its mean), not merely because it comes after one in program
-    order (GroupNormBackward's sum of dy*x follows the stage that folds the sum of dy, which
-    it does not read: counting that as a second pass added a third read of x and dy, 128 ->
-    180 MB of GM traffic on (8,256,56x56,32))."""
+def pass_count(items) -> int:
+    """Passes over the data for ``items``' reductions (pass_steps), at least one."""
+    return max(1, sum(kind == "pass" for kind, _ in pass_steps(items)))
+
+
+def pass_phases(items) -> list[tuple[list, list]]:
+    """pass_steps as [(reductions of a pass, the scalars run after it)], the group
+    emitter's phases (scalars before the first pass make a phase of no reductions)."""
     result: list = []
-    fresh: set = set()          # what the current phase's stages write
-    for name, is_sum, reads, writes in items:
-        if is_sum:
-            if not result or reads & fresh:
-                result.append(([], []))
-                fresh = set()
-            result[-1][0].append(name)
-            continue
-        if not result:
-            result.append(([], []))
-        result[-1][1].append(name)
-        fresh |= set(writes)
+    for kind, names in pass_steps(items):
+        if kind == "pass":
+            result.append((names, []))
+        elif result:
+            result[-1][1].extend(names)
+        else:
+            result.append(([], list(names)))
     return result or [([], [])]
 
 
-def sum_passes(sums: list[Block], stages: list[Block]) -> int:
-    """Passes over a task's data for its channel sums (channel_sum_phases)."""
-    names = {b.name for b in sums}
-    items = [(b.name, b.name in names, b.reads, b.writes) for b in sorted(sums + stages, key=lambda b: b.order)]
-    return max(1, sum(1 for sums_, _ in channel_sum_phases(items) if sums_))
+def block_items(infos: list[Block], reductions: list[Block]) -> list[tuple]:
+    """pass_steps' items of scheduled blocks, in program order."""
+    names = {b.name for b in reductions}
+    return [(b.name, b.name in names, b.reads, b.writes) for b in sorted(infos, key=lambda b: b.order)]
 
 
 @dataclass(frozen=True)
@@ -346,7 +343,7 @@ class GroupTiles(PatternRule):
             task_stages=tuple(b.name for b in group_stages),
             tasks_out=tuple((nm, params[nm][0]) for b in stored for nm in sorted(b.writes)),
             task_out_stages=tuple(b.name for b in stored for _ in b.writes),
-            sum_passes=sum_passes(row_sums, group_stages))
+            sum_passes=pass_count(block_items(row_sums + group_stages, row_sums)))
 
     def schedule(self, sch, matched, target, knobs):
         out, row_sums, group_stages, column_sums, casts, inlined = matched

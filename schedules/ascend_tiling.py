@@ -170,7 +170,7 @@ class RowOperands:
     accumulators: tuple = ()   # names of the col_sums that are accumulators (no output of their own)
     row_stages: tuple = ()     # names of per-row intermediate values (float32)
     row_reductions: tuple = () # the row stages that reduce over the columns
-    row_visits: int = 1        # split-D passes over a row's chunks for its reductions (split_d_steps)
+    row_passes: int = 1        # split-D passes over a row's chunks for its reductions (pass_steps)
     rows_out: tuple = ()       # (rows,) outputs: row stages stored per pass (a forward norm's rstd)
     row_out_stages: tuple = () # the row stage that computes each of rows_out, in the same order
 
@@ -317,7 +317,7 @@ def plan_rows(hw, ops: RowOperands, rows: int, cols: int, knobs: dict) -> Tiling
     else:
         mode, ub_rows = "split-D", 1
         ub_cols, pitch = _rows_split_d(hw, ops, rows, cols, knobs)
-        loops, reread = ceil_div(cols, ub_cols), 1 + max(1, ops.row_visits)
+        loops, reread = ceil_div(cols, ub_cols), 1 + ops.row_passes
     buffers = tuple(row_buffers(hw, ops, ub_rows, pitch, knobs["buffer_num"]))
     check_budget(hw, buffers, f"{mode} at {rows} x {cols}")
     size = {n: itemsize(d) for n, d in ops.tiles_in + ops.tiles_out + ops.rows_in + ops.cols_in + ops.col_sums
@@ -351,7 +351,7 @@ class GroupOperands:
     scalars_in: tuple = ()     # (1,) inputs: one value per call (an attribute passed as data)
     tasks_out: tuple = ()      # (N, G) outputs: task stages stored per TASKS_PER_STORE tasks
     task_out_stages: tuple = ()  # the task stage that computes each of tasks_out, in the same order
-    sum_passes: int = 1        # passes over a task's data for its channel sums (a sum that reads
+    sum_passes: int = 1        # passes over a task's data for its channel sums (pass_steps: a sum that reads
                                # a per-task value of an earlier sum, a centred variance, needs two)
 
     @property

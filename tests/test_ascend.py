@@ -348,8 +348,8 @@ def test_channel_sums_take_a_second_pass_only_for_a_value_they_read(op_name, pas
     assert GroupTiles().operands(func).sum_passes == passes
 
 
-@pytest.mark.parametrize("op_name,visits", [("layer_norm_backward", 1), ("rms_norm_grad", 1), ("layer_norm", 2)])
-def test_split_d_reductions_share_a_pass_unless_one_reads_the_other(op_name, visits):
+@pytest.mark.parametrize("op_name,passes", [("layer_norm_backward", 1), ("rms_norm_grad", 1), ("layer_norm", 2)])
+def test_split_d_reductions_share_a_pass_unless_one_reads_the_other(op_name, passes):
     """LayerNormBackward's two row sums (dy*gamma, dy*gamma*(x-mean)) read neither each other
     nor the scalar between them: one pass over a row's column chunks for both (before, one
     each: 2.35 -> 1.85 GB modelled on 8192x5120). LayerNorm's centred variance reads the
@@ -361,4 +361,4 @@ def test_split_d_reductions_share_a_pass_unless_one_reads_the_other(op_name, vis
 
     op = get_op(op_name)
     func = te.create_prim_func(op.compute(op.combos[0]))
-    assert RowTiles().operands(func).row_visits == visits
+    assert RowTiles().operands(func).row_passes == passes

@@ -8,10 +8,11 @@ the emulation reports it).
 """
 from __future__ import annotations
 
-from opgen.schedules.ascend import split_d_steps
+from opgen.schedules.ascend import pass_steps
 from opgen.schedules.ascend_tiling import row_buffers
 from opgen.targets.ascend.emitter import (CPP_TYPE, MODES, RowKernel, _column_sum_fns, _init, _load_fns,
-                                          _members, _outputs_fn, _row_stage_fn, _store_rows_fn, kernel_file)
+                                          _members, _outputs_fn, _row_stage_fn, _store_rows_fn, kernel_file,
+                                          pass_items)
 from opgen.targets.ascend.exprs import Context, emit_expr, sync
 
 ONE = "DataCopyExtParams(1, len * 4, 0, 0, 0)"
@@ -121,15 +122,12 @@ def _visit(pass_calls: list[str], last_pass: bool) -> list[str]:
 
 def _stage_calls(k: RowKernel, split_d: bool) -> list[str]:
     """Calls of the row stages: in program order (split-N: the rows are in UB), or in
-    split-D's order (schedules.ascend.split_d_steps, the passes the tiling's GM traffic
+    split-D's order (schedules.ascend.pass_steps, the passes the tiling's GM traffic
     counts): reductions computed together in one pass over the column chunks, each per-row
     scalar after the pass whose values it reads."""
     by_name = {name: blk for name, role, blk in k.stages if role in ("row_stage", "row_output")}
     if split_d:
-        def names(regions) -> set:
-            return {r.source.name for r in regions}
-        steps = split_d_steps([(name, len(blk.iter_vars) == 2, names(blk.reads), names(blk.writes))
-                               for name, blk in by_name.items()])
+        steps = pass_steps(pass_items(k.stages, ("row_stage", "row_output"), lambda _, blk: len(blk.iter_vars) == 2))
     else:
         steps = [("stage", [name]) for name in by_name]
     out = []
@@ -139,7 +137,7 @@ def _stage_calls(k: RowKernel, split_d: bool) -> list[str]:
             if len(blk.iter_vars) == 2:          # a reduction: its identity first
                 init = emit_expr(blk.init.value, Context(None, None, {}, {}, {}, k.sizes, []))
                 out.append(f"for (int32_t i = 0; i < n; ++i) r_{name}_.SetValue(i, {init.text});")
-        if kind == "visit":
+        if kind == "pass":
             out += _visit([f"Stage_{name}(n, len);" for name in group], last_pass=False)
         else:
             out += [f"Stage_{name}(n, {'t_.cols' if not split_d else '0'});" for name in group]
@@ -148,7 +146,7 @@ def _stage_calls(k: RowKernel, split_d: bool) -> list[str]:
     return out
 
 
-def _issue_after(k: RowKernel) -> list[str]:
+def _issue_after() -> list[str]:
     """IssueAfter(r0, c0, last_pass): the copy-in of the tiles split-D visits after chunk c0
     of row r0: the next chunk of this pass, else the first chunk of the row's next pass
     (every pass reads the same tiles), else the first chunk of the next row; nothing after
@@ -194,7 +192,7 @@ def _process(k: RowKernel) -> list[str]:
     main = ["__aicore__ inline void Process() {", "    LoadScalars();",
             f"    if (t_.mode == {MODES['split-D']} || t_.mode == {MODES['empty']}) SplitD(); else SplitN();",
             "    FlushRows();", "}"]
-    return main + split_n + split_d + _issue_after(k)
+    return main + split_n + split_d + _issue_after()
 
 
 def kernel_source(k: RowKernel, hw) -> str:

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 from tvm import s_tir
 
-from opgen.schedules.ascend import GroupTiles, channel_sum_phases
+from opgen.schedules.ascend import GroupTiles, pass_phases
 from opgen.schedules.ascend_tiling import TASKS_PER_STORE, TEMP_TILES
 from opgen.targets.ascend.emitter import (CPP_TYPE, as_float32, camel, copy_in, copy_out, copy_params,
-                                          recorded_stages, store_values)
+                                          pass_items, recorded_stages, store_values)
 from opgen.targets.ascend.exprs import (Context, EmitError, Value, emit_expr, load_name, reduction_body, row_sums,
                                         stored_value, sync)
 
@@ -236,14 +236,11 @@ def _task_fns(k: GroupKernel) -> list[str]:
 
 
 def phases(k: GroupKernel) -> list[tuple[list, list]]:
-    """[(channel sums, task stages)] in program order (schedules.ascend.channel_sum_phases,
-    the phases the tiling's GM traffic counts): each phase's sums read the task's data once
-    (a pass over it, or the tile already in UB), then its task stages run in registers."""
-    def names(regions) -> set:
-        return {r.source.name for r in regions}
-    items = [(name, role == "channel_sum", names(blk.reads), names(blk.writes))
-             for name, role, blk in k.stages if role in ("channel_sum", "task_stage", "task_output")]
-    return channel_sum_phases(items)
+    """[(channel sums, task stages)] (schedules.ascend.pass_phases, the passes the tiling's
+    GM traffic counts): each phase's sums read the task's data once (a pass over it, or the
+    tile already in UB), then its task stages run in registers."""
+    return pass_phases(pass_items(k.stages, ("channel_sum", "task_stage", "task_output"),
+                                  lambda role, _: role == "channel_sum"))
 
 
 def _store_task_fns(k: GroupKernel) -> list[str]:

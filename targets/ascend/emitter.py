@@ -13,7 +13,7 @@ pattern:
             elementwise outputs (vector calls, Cast in the op's CANN round mode, DataCopyPad out) and the
             column sums accumulated into a UB vector;
   SplitD:   per row, one pass over the column chunks per group of row reductions that
-            do not read each other (schedules.ascend.split_d_steps), then one for the
+            do not read each other (schedules.ascend.pass_steps), then one for the
             outputs, each chunk's copy-in issued during the previous chunk's compute; column
             sums go straight to GM per chunk;
   sums:     deterministic (per-core partials in the workspace, SyncAll, a fixed-order sum
@@ -189,6 +189,15 @@ def recorded_stages(sch) -> list:
     schedule rules scheduled, in program order (what both emitters read)."""
     return [(blk.name_hint, str(blk.annotations["ascend.role"]), blk)
             for blk in map(sch.get, sch.get_child_blocks(sch.get_sblock("root")))]
+
+
+def pass_items(stages: list, roles: tuple, is_reduction) -> list[tuple]:
+    """schedules.ascend.pass_steps' items of the recorded stages with ``roles``: (name,
+    ``is_reduction(role, block)``, the buffers it reads, the buffers it writes)."""
+    def names(regions) -> set:
+        return {r.source.name for r in regions}
+    return [(name, is_reduction(role, blk), names(blk.reads), names(blk.writes))
+            for name, role, blk in stages if role in roles]
 
 
 def read_row_kernel(func, symbol: str) -> RowKernel:
