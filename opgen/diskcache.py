@@ -152,3 +152,23 @@ def private_scratch_dir() -> Path:
             _scratch.append(Path(tempfile.mkdtemp(prefix="opgen-private-")))
             atexit.register(shutil.rmtree, _scratch[0], True)
         return _scratch[0]
+
+
+def code_dir(name: str, what: str) -> Path:
+    """Where code built outside TVM goes (``what``, a plural: "emulation libraries"): ``<cache>/<name>`` when opgen may load code from it, else the private
+    scratch directory of this process (warned once, as every refusal)."""
+    cached = cache_dir() / name
+    if enabled() and trusted_dir(cached, f"{what} are built in a private temporary directory"):
+        return cached
+    return private_scratch_dir()
+
+
+def place(built: Path, dest: Path) -> Path:
+    """Copy the file ``built`` to ``dest`` atomically (a concurrent process sees the old file
+    or the whole new one, never half of it); returns ``dest``."""
+    fd, staged = tempfile.mkstemp(dir=dest.parent, suffix=dest.suffix)
+    os.close(fd)
+    shutil.copyfile(built, staged)
+    os.replace(staged, dest)
+    return dest
+

@@ -119,21 +119,13 @@ def _compiler() -> str | None:
     return None
 
 
-def _library_dir() -> Path:
-    """The disk cache when opgen may load code from it, else a private temporary directory."""
-    cached = diskcache.cache_dir() / "llvm-threads"
-    if diskcache.enabled() and diskcache.trusted_dir(cached, "the thread launcher is built in a private "
-                                                             "temporary directory"):
-        return cached
-    return diskcache.private_scratch_dir()
-
-
 def _build_launcher() -> Path | None:
     """The launcher library (compiled once per source), or None without a C compiler."""
     compiler = _compiler()
     if compiler is None:
         return None
-    lib = _library_dir() / f"opgen_threads-{hashlib.sha256(_SOURCE.encode()).hexdigest()[:16]}.so"
+    name = f"opgen_threads-{hashlib.sha256(_SOURCE.encode()).hexdigest()[:16]}.so"
+    lib = diskcache.code_dir("llvm-threads", "thread launchers") / name
     if diskcache.loadable(lib):
         return lib
     with tempfile.TemporaryDirectory() as tmp:
@@ -143,11 +135,7 @@ def _build_launcher() -> Path | None:
                               capture_output=True, text=True)
         if done.returncode:
             return None
-        fd, staged = tempfile.mkstemp(dir=lib.parent, suffix=".so")
-        os.close(fd)
-        shutil.copyfile(out, staged)
-        os.replace(staged, lib)
-    return lib
+        return diskcache.place(out, lib)
 
 
 def launcher() -> ctypes.CDLL | None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
-import os
 import shutil
 import subprocess
 import tempfile
@@ -125,22 +124,12 @@ def include_flags(root: Path) -> list[str]:
     return [f"-I{EMU_DIR}", f"-I{EMU_DIR / 'host'}", f"-I{root / 'op_kernel'}", f"-I{root / 'op_host'}"]
 
 
-def _library_dir() -> Path:
-    """Where built emulation libraries go: the disk cache when opgen may load code from it
-    (opgen.diskcache's checks), else a private temporary directory of this process."""
-    cached = diskcache.cache_dir() / "ascend-emu"
-    if diskcache.enabled() and diskcache.trusted_dir(cached, "emulation libraries are built in a private "
-                                                             "temporary directory"):
-        return cached
-    return diskcache.private_scratch_dir()
-
-
 def compile_project(files: dict, symbol: str, hw, extra_flags=()) -> Path:
     """The shared library of kernel + host tiling (built once per distinct source and flags)."""
     flags = list(CXXFLAGS) + emu_flags(hw) + list(extra_flags)
     header_text = "".join(p.read_text() for p in sorted(EMU_DIR.rglob("*.h")))
     digest = hashlib.sha256("\0".join([*sorted(files.items()).__repr__(), *flags, header_text]).encode()).hexdigest()
-    lib = _library_dir() / f"{symbol}-{digest[:20]}.so"
+    lib = diskcache.code_dir("ascend-emu", "emulation libraries") / f"{symbol}-{digest[:20]}.so"
     if diskcache.loadable(lib):
         return lib
     with tempfile.TemporaryDirectory() as tmp:
@@ -152,10 +141,7 @@ def compile_project(files: dict, symbol: str, hw, extra_flags=()) -> Path:
         done = subprocess.run(cmd, capture_output=True, text=True)
         if done.returncode:
             raise RuntimeError(f"g++ failed on the emitted {symbol}:\n{done.stderr[-4000:]}")
-        fd, staged = tempfile.mkstemp(dir=lib.parent, suffix=".so")
-        os.close(fd)
-        shutil.copyfile(out, staged)
-        os.replace(staged, lib)
+        diskcache.place(out, lib)
     return lib
 
 
