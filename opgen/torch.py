@@ -40,7 +40,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode as _current_
 
 from opgen import api, config, targets
 from opgen.apispec import INPUT, MASK, OUTPUT, python_name
-from opgen.ops import all_ops, get_op
+from opgen.ops import all_ops
 
 __all__: list[str] = []
 
@@ -183,14 +183,14 @@ def _export_modules(op) -> None:
     __all__.extend(modules)
 
 
+# ``calls.<op>(...)``: the modules' way in, filled here with the custom ops (torch.compile
+# traces through it; a namespace filled lazily would be a side effect inside the trace).
+calls = SimpleNamespace()
 for _op in all_ops():
     if _op.api is not None and _op.api.pythonic is not None:
         globals()[_op.name] = custom_op(_op)
         __all__.append(_op.name)
-# ``calls.<op>(...)``: the modules' way in (made once here: torch.compile traces through
-# it, and a namespace filled lazily would be a side effect inside the traced function).
-calls = SimpleNamespace(**{name: _eager_or_traced(get_op(name), getattr(torch.ops.opgen, name))
-                           for name in __all__})
+        setattr(calls, _op.name, _eager_or_traced(_op, globals()[_op.name]))
 for _op in all_ops():
     _export_modules(_op)
 
