@@ -332,7 +332,8 @@ def test_bad_cli_input_is_one_line_exit_2(capsys, argv, needle):
     assert needle in captured.err and captured.err.strip().count("\n") == 0 and "Traceback" not in captured.err
 
 
-@pytest.mark.parametrize("op_name,passes", [("group_norm_backward", 1), ("group_norm_swish_grad", 1), ("group_norm", 2)])
+@pytest.mark.parametrize("op_name,passes",
+                         [("group_norm_backward", 1), ("group_norm_swish_grad", 1), ("group_norm", 2)])
 def test_channel_sums_take_a_second_pass_only_for_a_value_they_read(op_name, passes):
     """GroupNormBackward's sum of dy*x comes after the stage folding the sum of dy in
     program order but does not read it: one pass over the task's data for both sums (a

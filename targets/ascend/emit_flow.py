@@ -154,7 +154,8 @@ def _issue_after() -> list[str]:
     return ["__aicore__ inline void IssueAfter(int64_t r0, int64_t c0, bool last_pass) {",
             "    const int64_t next = c0 + t_.ub_cols;",
             "    const int32_t first = t_.cols < t_.ub_cols ? t_.cols : t_.ub_cols;",
-            "    if (next < t_.cols) IssueTiles(r0, next, 1, t_.cols - next < t_.ub_cols ? t_.cols - next : t_.ub_cols);",
+            "    if (next < t_.cols) IssueTiles(r0, next, 1, "
+            "t_.cols - next < t_.ub_cols ? t_.cols - next : t_.ub_cols);",
             "    else if (!last_pass) IssueTiles(r0, 0, 1, first);",
             "    else if (r0 + 1 < row0_ + nrows_) IssueTiles(r0 + 1, 0, 1, first);",
             "}"]
@@ -184,7 +185,8 @@ def _process(k: RowKernel) -> list[str]:
     # Split-D visits (row, pass, column chunk) in order, every pass reading the same tiles:
     # the first tile is issued before the rows, each visit issues the next (_visit).
     split_d = ["__aicore__ inline void SplitD() {", "    BeginSums(true);",
-               "    if (nrows_ > 0 && t_.cols > 0) IssueTiles(row0_, 0, 1, t_.cols < t_.ub_cols ? t_.cols : t_.ub_cols);",
+               "    if (nrows_ > 0 && t_.cols > 0) "
+               "IssueTiles(row0_, 0, 1, t_.cols < t_.ub_cols ? t_.cols : t_.ub_cols);",
                "    for (int64_t r0 = row0_; r0 < row0_ + nrows_; ++r0) {", "        const int32_t n = 1;",
                "        LoadRows(r0, n);"]
     split_d += [f"        {c}" for c in _stage_calls(k, True) + _visit(_tail_calls(k, "true"), last_pass=True)]

@@ -37,7 +37,8 @@ class _GroupNormFunction(torch.autograd.Function):
         need = ctx.needs_input_grad
         mask = [need[0], weight is not None and need[1], ctx.has_bias and need[2]]
         gamma = None if weight is None else weight.to(mean.dtype)
-        dx, dgamma, dbeta = opgen_torch.calls.group_norm_backward(dy.to(x.dtype), x, mean, rstd, gamma, ctx.groups, mask)
+        dx, dgamma, dbeta = opgen_torch.calls.group_norm_backward(dy.to(x.dtype), x, mean, rstd, gamma, ctx.groups,
+                                                                  mask)
         return (dx if mask[0] else None, dgamma.to(weight.dtype) if mask[1] else None,
                 dbeta.to(dtype=weight.dtype if weight is not None else dy.dtype) if mask[2] else None,
                 None, None)

@@ -26,7 +26,7 @@ class _GroupNormSwishFunction(torch.autograd.Function):
         beta = bias if bias is not None else x.new_zeros(c)
         param = gamma.dtype if gamma.dtype in (x.dtype, torch.float32) and beta.dtype == gamma.dtype else x.dtype
         out, mean, rstd = opgen_torch.calls.group_norm_swish(x, gamma.to(param), beta.to(param), groups, None, eps,
-                                                           True, scale)
+                                                             True, scale)
         ctx.save_for_backward(x, mean.to(x.dtype), rstd.to(x.dtype), gamma.to(x.dtype), beta.to(x.dtype))
         ctx.groups, ctx.scale = groups, scale
         ctx.affine = (weight is not None, bias is not None)
