@@ -50,10 +50,15 @@ class TensorInfo:
         return cls(tensor.shape, str(tensor.dtype).replace("torch.", ""))
 
 
+def _is_torch(obj) -> bool:
+    """Whether ``obj`` is a torch tensor (torch is not imported to ask: it stays optional)."""
+    return type(obj).__module__.startswith("torch")
+
+
 def _info(name: str, obj):
     if type(obj) is np.ndarray:
         return TensorInfo(obj.shape, dtype_name(obj.dtype) or str(obj.dtype))
-    if type(obj).__module__.startswith("torch") and hasattr(obj, "dtype"):
+    if _is_torch(obj) and hasattr(obj, "dtype"):
         return TensorInfo.of_torch(obj)
     try:
         return describe(name, obj)
@@ -69,7 +74,7 @@ def _alloc(template, shape, dtype: str):
     fresh pages (measured on 2 busy cores: torch.zeros of 64 MiB 73-90 ms against 0.01 ms
     for torch.empty; RmsNorm's forward through its custom op on 4096x4096 f32 108-120 ms,
     its kernel alone 14-20 ms). numpy's np.zeros is calloc's lazily zeroed pages: no pass."""
-    if type(template).__module__.startswith("torch"):
+    if _is_torch(template):
         import torch
 
         return torch.empty(tuple(shape), dtype=getattr(torch, dtype))
@@ -102,7 +107,7 @@ def _placeholder(template, shape, dtype: str):
     """A stand-in for an output not asked for that the op still requires as a tensor
     (Param.required_when_off): one zero broadcast to ``shape`` (no allocation of its size).
     The aclnn layer never writes an output not asked for, so a read-only view serves."""
-    if type(template).__module__.startswith("torch"):
+    if _is_torch(template):
         import torch
 
         return torch.zeros((), dtype=getattr(torch, dtype)).expand(tuple(shape))
