@@ -45,6 +45,7 @@ from tvm.sym.analyzer import Analyzer
 
 from opgen.schedules import (Block, Knob, PatternRule, ScheduleRule, blocks, pattern_schedule, patterns,
                              same_extent)
+from opgen.schedules.ascend_scratch import scratch_tiles
 from opgen.schedules.ascend_tiling import (ChannelOperands, CopyAlignmentError,  # noqa: F401
                                            GroupOperands, RowOperands, Tiling, UbBudgetError, plan_channels,
                                            plan_groups, plan_rows)
@@ -129,6 +130,19 @@ def tiling_refusal(rule, func, target, knobs: dict, shapes) -> str | None:
     return None
 
 
+def _scratch(sch, stages: list[Block], out: Block, params: dict, column_of) -> int:
+    """Float32 scratch tiles the vector stages need (ascend_scratch.scratch_tiles);
+    ``column_of(block)`` is the iterator along a tile's innermost, contiguous axis (a row's
+    columns, a channel's HxW); a float32 output computes in its own queue's tile."""
+    items = []
+    for b in stages:
+        blk = sch.get(sch.get_sblock(b.name))
+        if len(blk.iter_vars) >= 2:            # per-row scalars (one iterator) are scalar code
+            items.append((b.name, blk, str(column_of(blk).var)))
+    slots = {out.name} if all(params[n][0] == "float32" for n in out.writes) else set()
+    return scratch_tiles(items, slots)
+
+
 def _shape_is(shape, extents) -> bool:
     return len(shape) == len(extents) and all(same_extent(a, b) for a, b in zip(shape, extents))
 
@@ -181,6 +195,10 @@ class RowTiles(PatternRule):
             stored = [b for b in row_stages if b.writes_output]
         rows, cols = out.extents
         params, written = _param_roles(func, infos)
+        sum_names = {b.name for b in column_sums}
+        # the column iterator: a tile stage's second (rows, cols), a column sum's first (cols, rows)
+        scratch = _scratch(sch, [out] + row_stages + column_sums, out, params,
+                           lambda blk: blk.iter_vars[0 if blk.name_hint in sum_names else 1])
         pick = lambda pred: tuple((n, d) for n, (d, s) in params.items() if pred(n, s))  # noqa: E731
         # A column sum's buffer: an output (its dtype) or a float32 accumulator that casts round.
         sums = tuple((n, params.get(n, ("float32",))[0]) for b in column_sums for n in sorted(b.writes))
@@ -197,7 +215,8 @@ class RowTiles(PatternRule):
             row_reductions=tuple(b.name for b in row_stages if "R" in b.kinds),
             row_passes=pass_count(block_items(row_stages, [b for b in row_stages if "R" in b.kinds])),
             rows_out=tuple((n, params[n][0]) for b in stored for n in sorted(b.writes)),
-            row_out_stages=tuple(b.name for b in stored for _ in b.writes))
+            row_out_stages=tuple(b.name for b in stored for _ in b.writes),
+            scratch_tiles=scratch)
 
     def schedule(self, sch, matched, target, knobs):
         outs, column_sums, row_stages, casts = matched
@@ -343,7 +362,8 @@ class GroupTiles(PatternRule):
             task_stages=tuple(b.name for b in group_stages),
             tasks_out=tuple((nm, params[nm][0]) for b in stored for nm in sorted(b.writes)),
             task_out_stages=tuple(b.name for b in stored for _ in b.writes),
-            sum_passes=pass_count(block_items(row_sums + group_stages, row_sums)))
+            sum_passes=pass_count(block_items(row_sums + group_stages, row_sums)),
+            scratch_tiles=_scratch(sch, [out] + row_sums, out, params, lambda blk: blk.iter_vars[-1]))
 
     def schedule(self, sch, matched, target, knobs):
         out, row_sums, group_stages, column_sums, casts, inlined = matched

@@ -22,9 +22,10 @@ FLOAT32 = "float32"
 # pass: each row's partial sums fold into one repeat, then one WholeReduceSum call reduces
 # every row of the pass (one repeat per row, so at most max_repeats rows per pass).
 SMALL_D_REPEATS = 10
-# Float32 tiles for sub-expressions of the elementwise and reduction stages: a binary
-# tree of tile operations evaluated left to right needs two live temporaries beyond its
-# operands (the emitter allocates exactly these).
+# Float32 tiles for sub-expressions of the elementwise and reduction stages: the channel
+# pattern's fixed budget (two live temporaries cover every op's expressions); the row and
+# group patterns budget what schedules/ascend_scratch.py counts for the op (RowOperands and
+# GroupOperands.scratch_tiles), which is what the emitter's pool takes.
 TEMP_TILES = 2
 
 
@@ -173,6 +174,7 @@ class RowOperands:
     row_passes: int = 1        # split-D passes over a row's chunks for its reductions (pass_steps)
     rows_out: tuple = ()       # (rows,) outputs: row stages stored per pass (a forward norm's rstd)
     row_out_stages: tuple = () # the row stage that computes each of rows_out, in the same order
+    scratch_tiles: int = TEMP_TILES  # float32 scratch tiles the expressions need (ascend_scratch)
 
     @property
     def dtypes(self) -> set:
@@ -206,7 +208,7 @@ def row_buffers(hw, ops: RowOperands, ub_rows: int, pitch: int, nbuf: int) -> li
              if d != FLOAT32]
     bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, tile, FLOAT32, t_expr) for n, d in ops.tiles_in if d != FLOAT32]
     bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, pitch, FLOAT32, "pitch") for n, d in ops.cols_in if d != FLOAT32]
-    bufs += [UbBuffer(f"tmp{i}", "VECCALC", 1, tile, FLOAT32, t_expr) for i in range(TEMP_TILES)]
+    bufs += [UbBuffer(f"tmp{i}", "VECCALC", 1, tile, FLOAT32, t_expr) for i in range(ops.scratch_tiles)]
     bufs += [UbBuffer(f"row_{s}", "VECCALC", 1, ub_rows, FLOAT32, "ub_rows") for s in ops.row_stages]
     bufs.append(UbBuffer("reduce_work", "VECCALC", 1, reduce_work_elements(hw, ub_rows, pitch), FLOAT32,
                          "work"))
@@ -282,8 +284,11 @@ def _column_sum_traffic(ops, rows, cols, block_dim, sums, split_n, size) -> int:
     per_sum = 0
     flushed = block_dim * cols * 4 if split_n else rows * cols * 4
     if sums == "deterministic":
-        zero = 0 if split_n else block_dim * cols * 4
-        per_sum = zero + flushed * (1 if split_n else 2) + block_dim * cols * 4      # + the final read
+        # split-D: a core's first row writes its workspace row, later rows read it back
+        # first; a core of no rows (only when there are none) writes zeros.
+        zero = block_dim * cols * 4 if not (split_n or rows) else 0
+        reread = 0 if split_n else max(rows - block_dim, 0) * cols * 4
+        per_sum = zero + flushed + reread + block_dim * cols * 4      # + the final read
     else:
         per_sum = cols * 4 + flushed                                                 # zeroing + atomic adds
     written = [n for n, _ in ops.col_sums if n not in ops.accumulators] + [n for n, _ in ops.col_outs]
@@ -353,6 +358,7 @@ class GroupOperands:
     task_out_stages: tuple = ()  # the task stage that computes each of tasks_out, in the same order
     sum_passes: int = 1        # passes over a task's data for its channel sums (pass_steps: a sum that reads
                                # a per-task value of an earlier sum, a centred variance, needs two)
+    scratch_tiles: int = TEMP_TILES  # float32 scratch tiles the expressions need (ascend_scratch)
 
     @property
     def dtypes(self) -> set:
@@ -376,7 +382,7 @@ def group_buffers(hw, ops: GroupOperands, channels: int, pitch: int, nbuf: int, 
     bufs += [UbBuffer(f"in_{n}", "VECIN", 1, d, t, "D") for n, t in ops.chans_in]
     bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, tile, FLOAT32, t_expr) for n, t in ops.tiles_in if t != FLOAT32]
     bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, d, FLOAT32, "D") for n, t in ops.chans_in if t != FLOAT32]
-    bufs += [UbBuffer(f"tmp{i}", "VECCALC", 1, tile, FLOAT32, t_expr) for i in range(TEMP_TILES)]
+    bufs += [UbBuffer(f"tmp{i}", "VECCALC", 1, tile, FLOAT32, t_expr) for i in range(ops.scratch_tiles)]
     bufs += [UbBuffer(f"chan_{s}", "VECCALC", 1, d, FLOAT32, "D") for s in ops.chan_stages]
     bufs += [UbBuffer(f"acc_{n}", "VECCALC", 1, d, FLOAT32, "D") for n, _ in ops.chan_sums]
     bufs += [UbBuffer(f"out_{n}", "VECOUT", 1, d, t, "D") for n, t in ops.chan_outs]

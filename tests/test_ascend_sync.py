@@ -68,8 +68,9 @@ FAULTS = {
 
 @pytest.mark.parametrize("event", sorted(FAULTS))
 def test_a_missing_event_is_caught_by_the_emulation(event, rng):
-    """Split-D RmsNormGrad (3 x 12290, deterministic sums) exercises every event kind: drop
-    all of one kind and the launch must fail with the emulation's hazard message."""
+    """Split-D RmsNormGrad (cores + 1 rows of 12290, deterministic sums: one core has two
+    rows, so its workspace row is read back, modified and written) exercises every event
+    kind: drop all of one kind and the launch must fail with the emulation's hazard message."""
     kernel = kernels.get_kernel(RMS, "f32-f32", EMU)
     files = dict(kernel.module.files)
     rel = "op_kernel/rms_norm_grad_f32_f32.cpp"
@@ -78,9 +79,10 @@ def test_a_missing_event_is_caught_by_the_emulation(event, rng):
     files[rel] = files[rel].replace(call, "")
     lib = emu_build.compile_project(files, "rms_norm_grad_f32_f32", EMU.hardware)
     faulty = emu_build.EmuKernel(lib, kernel.module.kernel.k, EMU.hardware)
-    shape = (3, 12290)
+    rows = EMU.hardware.vector_cores + 1
+    shape = (rows, 12290)
     dy, x, dx = (rng.standard_normal(shape).astype(np.float32) for _ in range(3))
-    arrays = (dy, x, np.ones(3, np.float32), np.ones(12290, np.float32), dx, np.zeros(12290, np.float32))
+    arrays = (dy, x, np.ones(rows, np.float32), np.ones(12290, np.float32), dx, np.zeros(12290, np.float32))
     with pytest.raises(RuntimeError, match=FAULTS[event]):
         faulty(*[tvm.runtime.tensor(a) for a in arrays])
 

@@ -29,7 +29,7 @@ from tvm import s_tir
 
 from opgen.schedules.ascend import ChannelTiles
 from opgen.schedules.ascend_tiling import TEMP_TILES
-from opgen.targets.ascend.emitter import CPP_TYPE, as_float32, camel, copy_in, copy_out, load_scalars, recorded_stages
+from opgen.targets.ascend.emitter import CPP_TYPE, as_float32, camel, copy_in, load_scalars, recorded_stages, store_tile
 from opgen.targets.ascend.emit_groups import scalar_reads_after_load
 from opgen.targets.ascend.exprs import Context, EmitError, Value, emit_expr, reduction_body, row_sums, stored_value, sync
 
@@ -167,13 +167,9 @@ def tile_fns(k: ChannelKernel) -> list[str]:
         n_, c_, h_ = _names(blk)
         ctx = _context(k, {"n": n_, "c": c_, "h": h_})
         expr, dtype = stored_value(blk.body)
-        value = emit_expr(expr, ctx)
-        if value.kind != "tile":
-            raise EmitError(f"{name}: an elementwise output of the channel pattern that is not a tile")
         target, ty = blk.body.buffer.name, CPP_TYPE[dtype]
-        out += [f"    {line}" for line in ctx.lines]
-        out += copy_out(value.text, dtype, f"out_{target}_", f"g_{target}_[{GM_AT}]",
-                        _copy('n', 'len', f'sizeof({ty})', False), "n * P", k.face.round_mode(dtype))
+        out += store_tile(expr, ctx, dtype, f"out_{target}_", f"g_{target}_[{GM_AT}]",
+                          _copy('n', 'len', f'sizeof({ty})', False), "n * P", k.face.round_mode(dtype))
     out.append("}")
     return out
 

@@ -27,7 +27,7 @@ def _atomic_target(k: RowKernel, name: str, at: str) -> str:
 
 
 def _begin_sums(k: RowKernel) -> list[str]:
-    """Zero the accumulators (split-N) or this core's workspace row (split-D); atomic sums
+    """Zero the accumulators (split-N) or, on a core of no rows, its workspace row (split-D); atomic sums
     have core 0 zero the outputs (or accumulators' workspace rows) before any core adds."""
     out = ["__aicore__ inline void BeginSums(bool split_d) {", "    const int32_t P = t_.pitch; (void)P;"]
     for i, (n, _) in enumerate(k.ops.col_sums):
@@ -40,12 +40,12 @@ def _begin_sums(k: RowKernel) -> list[str]:
         out.append("        for (int64_t c0 = 0; c0 < t_.cols; c0 += P) { int32_t len = t_.cols - c0 < P ? t_.cols - c0 : P;")
         out += [f"            DataCopyPad({_atomic_target(k, n, 'c0')}, acc_{n}_t_, {ONE});" for n, _ in k.ops.col_sums]
         out += ["        }", "    }", "    SyncAll();", "    (void)split_d;"]
-    else:
-        out.append("    if (split_d) {")
+    else:   # split-D: a core's first row writes its workspace row; a core of no rows writes zeros
+        out.append("    if (split_d && nrows_ == 0) {")
         out.append("        for (int64_t c0 = 0; c0 < t_.cols; c0 += P) { int32_t len = t_.cols - c0 < P ? t_.cols - c0 : P;")
         out += [f"            DataCopyPad(g_ws_[{k.ws_row(n)} * t_.ws_pitch + c0], acc_{n}_t_, {ONE});"
                 for n, _ in k.ops.col_sums]
-        out += ["        }", "    }"]
+        out += ["        }", f"        {sync('MTE3_V')}   // the final sums write the accumulators again", "    }"]
     out.append("}")
     return out
 
@@ -82,24 +82,24 @@ def _final_sums(k: RowKernel) -> list[str]:
            "    const int64_t begin = core_ * chunk, end = begin + chunk < t_.cols ? begin + chunk : t_.cols;",
            "    for (int64_t c0 = begin; c0 < end; c0 += P) {",
            "        const int32_t len = end - c0 < P ? end - c0 : P;"]
-    for n, d in summed:
-        out += ["        Duplicate(tmp0_t_, 0.0f, P);",
+    for n, d in summed:       # the sum in the accumulator (flushed before SyncAll), copy-ins in tmp0
+        out += [f"        Duplicate(acc_{n}_t_, 0.0f, P);",
                 f"        for (int64_t c = 0; c < {'1' if atomic else 't_.block_dim'}; ++c) {{",
                 f"            {sync('V_MTE2')}   // the copy-in overwrites what the last Add read",
-                f"            DataCopyPad(tmp1_t_, g_ws_[{k.ws_row(n, 'c')} * t_.ws_pitch + c0], {ONE}, "
+                f"            DataCopyPad(tmp0_t_, g_ws_[{k.ws_row(n, 'c')} * t_.ws_pitch + c0], {ONE}, "
                 "DataCopyPadExtParams<float>(false, 0, 0, 0));",
                 f"            {sync('MTE2_V')}",
-                "            Add(tmp0_t_, tmp0_t_, tmp1_t_, len);",
+                f"            Add(acc_{n}_t_, acc_{n}_t_, tmp0_t_, len);",
                 "        }"]
         outputs = casts.get(n, []) if n in k.ops.accumulators else [(n, d)]
         for target, dtype in outputs:
-            if dtype == "float32":   # the copy-out reads tmp0 before the next column chunk reuses it
-                out += [f"        {sync('V_MTE3')}", f"        DataCopyPad(g_{target}_[c0], tmp0_t_, {ONE});",
+            if dtype == "float32":   # the copy-out reads the sum before the next column chunk reuses it
+                out += [f"        {sync('V_MTE3')}", f"        DataCopyPad(g_{target}_[c0], acc_{n}_t_, {ONE});",
                         f"        {sync('MTE3_V')}"]
                 continue
             ty = CPP_TYPE[dtype]
             out += [f"        {{ LocalTensor<{ty}> o = out_{target}_.AllocTensor<{ty}>();",
-                    f"          Cast(o, tmp0_t_, RoundMode::{k.face.round_mode(dtype)}, P);",
+                    f"          Cast(o, acc_{n}_t_, RoundMode::{k.face.round_mode(dtype)}, P);",
                     f"          out_{target}_.EnQue(o); o = out_{target}_.DeQue<{ty}>();",
                     f"          DataCopyPad(g_{target}_[c0], o, DataCopyExtParams(1, len * sizeof({ty}), 0, 0, 0));",
                     f"          out_{target}_.FreeTensor(o); }}"]
@@ -161,9 +161,9 @@ def _issue_after() -> list[str]:
             "}"]
 
 
-def _tail_calls(k: RowKernel, direct: str) -> list[str]:
+def _tail_calls(k: RowKernel, direct: str, first: str) -> list[str]:
     calls = ["Outputs(r0, c0, n, len);"]
-    calls += [f"ColSum_{n}(n, len, c0, {direct});" for n, _ in k.ops.col_sums]
+    calls += [f"ColSum_{n}(n, len, c0, {direct}, {first});" for n, _ in k.ops.col_sums]
     return calls
 
 
@@ -178,7 +178,7 @@ def _process(k: RowKernel) -> list[str]:
                "        const int32_t len = t_.cols, nn = nrows_ - pn < t_.ub_rows ? nrows_ - pn : t_.ub_rows;",
                "        LoadRows(r0, n); TakeTiles(n);",
                "        if (BUFFER_NUM > 1 && pn < nrows_) IssueTiles(row0_ + pn, 0, nn, len);"]
-    split_n += [f"        {c}" for c in _stage_calls(k, False) + _tail_calls(k, "false")]
+    split_n += [f"        {c}" for c in _stage_calls(k, False) + _tail_calls(k, "false", "false")]
     split_n += ["        FreeTiles(); FreeRows();",
                 "        if (BUFFER_NUM == 1 && pn < nrows_) IssueTiles(row0_ + pn, 0, nn, len);", "    }",
                 "    FreeCols();", "    EndSums(false);", "}"]
@@ -189,7 +189,7 @@ def _process(k: RowKernel) -> list[str]:
                "IssueTiles(row0_, 0, 1, t_.cols < t_.ub_cols ? t_.cols : t_.ub_cols);",
                "    for (int64_t r0 = row0_; r0 < row0_ + nrows_; ++r0) {", "        const int32_t n = 1;",
                "        LoadRows(r0, n);"]
-    split_d += [f"        {c}" for c in _stage_calls(k, True) + _visit(_tail_calls(k, "true"), last_pass=True)]
+    split_d += [f"        {c}" for c in _stage_calls(k, True) + _visit(_tail_calls(k, "true", "r0 == row0_"), last_pass=True)]
     split_d += ["        FreeRows();", "    }", "    EndSums(true);", "}"]
     main = ["__aicore__ inline void Process() {", "    LoadScalars();",
             f"    if (t_.mode == {MODES['split-D']} || t_.mode == {MODES['empty']}) SplitD(); else SplitN();",

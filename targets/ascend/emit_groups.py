@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from tvm import s_tir
 
 from opgen.schedules.ascend import GroupTiles, pass_phases
-from opgen.schedules.ascend_tiling import TASKS_PER_STORE, TEMP_TILES
-from opgen.targets.ascend.emitter import (CPP_TYPE, as_float32, camel, copy_in, copy_out, copy_params,
+from opgen.schedules.ascend_tiling import TASKS_PER_STORE
+from opgen.targets.ascend.emitter import (CPP_TYPE, as_float32, camel, copy_in, copy_params, store_tile,
                                           pass_items, recorded_stages, store_values)
 from opgen.targets.ascend.exprs import (Context, EmitError, Value, emit_expr, load_name, reduction_body, row_sums,
                                         stored_value, sync)
@@ -101,7 +101,7 @@ def _context(k: GroupKernel, blk, axes: dict, row_index: str | None) -> Context:
     for stage in k.ops.chan_stages:
         loads[(stage, (a["n"], a["g"], a["d"]))] = Value("row", f"chan_{stage}_t_.GetValue({row_index})")
     return Context(row_var=None, col_var=None, tiles={}, rows={}, cols={}, sizes=k.sizes,
-                   temps=[f"tmp{i}_t_" for i in range(TEMP_TILES)], loads=loads)
+                   temps=[f"tmp{i}_t_" for i in range(k.ops.scratch_tiles)], loads=loads)
 
 
 def _names(blk) -> list[str]:
@@ -155,22 +155,18 @@ def _tile_fns(k: GroupKernel) -> list[str]:
     for name, d in k.ops.tiles_in:
         out.append(f"    q_{name}_ = in_{name}_.DeQue<{CPP_TYPE[d]}>();")
         out.append(as_float32(f"v_{name}_", name, d, "n * P"))
-    out += ["}", "__aicore__ inline void LoadTiles(int64_t task, int64_t d0, int32_t n, int64_t h0, int32_t len) {",
-            "    IssueTiles(task, d0, n, h0, len);", "    TakeTiles(n);", "}", "__aicore__ inline void FreeTiles() {"]
+    out += ["}", "__aicore__ inline void FreeTiles() {"]
     out += [f"    in_{name}_.FreeTensor(q_{name}_);" for name, _ in k.ops.tiles_in]
     out.append("}")
     tile_blk = next(b for _, r, b in k.stages if r == "tile")
     n_, g_, d_, h_ = _names(tile_blk)
     ctx = _context(k, tile_blk, {"n": n_, "g": g_, "d": d_, "h": h_}, "d0 + i")
     expr, dtype = stored_value(tile_blk.body)
-    value = emit_expr(expr, ctx)
-    if value.kind != "tile":
-        raise EmitError("the elementwise output of the group pattern is not a tile")
     target, ty = tile_blk.body.buffer.name, CPP_TYPE[dtype]
     out += ["__aicore__ inline void Outputs(int64_t task, int64_t d0, int32_t n, int64_t h0, int32_t len) {",
-            "    const int32_t P = t_.pitch;"] + [f"    {line}" for line in ctx.lines]
-    out += copy_out(value.text, dtype, f"out_{target}_", f"g_{target}_[(task * t_.D + d0) * t_.HW + h0]",
-                    _copy('n', 'len', f'sizeof({ty})', False), "n * P", k.face.round_mode(dtype)) + ["}"]
+            "    const int32_t P = t_.pitch;"]
+    out += store_tile(expr, ctx, dtype, f"out_{target}_", f"g_{target}_[(task * t_.D + d0) * t_.HW + h0]",
+                      _copy('n', 'len', f'sizeof({ty})', False), "n * P", k.face.round_mode(dtype)) + ["}"]
     return out
 
 

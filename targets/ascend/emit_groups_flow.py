@@ -120,23 +120,51 @@ def _final_fn(k: GroupKernel, atomic: bool) -> list[str]:
     return out + ["    }", "}"]
 
 
+def _visit(calls: list[str], last_pass: bool) -> list[str]:
+    """One pass over a task's chunks (channels x HxW): each chunk's tiles were issued before
+    (by the previous visit, or before the task's first pass) and the visit issues the
+    next chunk's (IssueAfter) before computing on this one."""
+    last = "true" if last_pass else "false"
+    return (["for (int64_t d0 = 0; d0 < t_.D; d0 += t_.ub_rows) {",
+             "    const int32_t n = t_.D - d0 < t_.ub_rows ? t_.D - d0 : t_.ub_rows;",
+             "    for (int64_t h0 = 0; h0 < t_.HW; h0 += t_.ub_cols) {",
+             "        const int32_t len = t_.HW - h0 < t_.ub_cols ? t_.HW - h0 : t_.ub_cols;",
+             "        TakeTiles(n);", f"        if (BUFFER_NUM > 1) IssueAfter(task, d0, h0, {last});"]
+            + [f"        {c}" for c in calls]
+            + ["        FreeTiles();", f"        if (BUFFER_NUM == 1) IssueAfter(task, d0, h0, {last});", "    }", "}"])
+
+
+def _issue_after() -> list[str]:
+    """IssueAfter(task, d0, h0, last_pass): the copy-in of the chunk visited after chunk
+    (d0, h0) of ``task``: the next HxW chunk, else the next channels, else the first chunk
+    of the task's next pass (every pass reads the same tiles), else the first chunk of the
+    core's next task; nothing after the core's last chunk."""
+    return ["__aicore__ inline void IssueAfter(int64_t task, int64_t d0, int64_t h0, bool last_pass) {",
+            "    const int32_t n0 = t_.D < t_.ub_rows ? t_.D : t_.ub_rows, len0 = t_.HW < t_.ub_cols ? t_.HW : t_.ub_cols;",
+            "    const int64_t h1 = h0 + t_.ub_cols, d1 = d0 + t_.ub_rows;",
+            "    const int32_t n = t_.D - d0 < t_.ub_rows ? t_.D - d0 : t_.ub_rows;",
+            "    if (h1 < t_.HW) IssueTiles(task, d0, n, h1, t_.HW - h1 < t_.ub_cols ? t_.HW - h1 : t_.ub_cols);",
+            "    else if (d1 < t_.D) IssueTiles(task, d1, t_.D - d1 < t_.ub_rows ? t_.D - d1 : t_.ub_rows, 0, len0);",
+            "    else if (!last_pass) IssueTiles(task, 0, n0, 0, len0);",
+            "    else if (task + 1 < task0_ + ntasks_) IssueTiles(task + 1, 0, n0, 0, len0);",
+            "}"]
+
+
 def _process(k: GroupKernel) -> list[str]:
     atomic = k.knobs.get("sums") == "atomic"
     steps = phases(k)
     chan_calls = lambda p: [f"Chan_{name}(d0, n, len);" for name in steps[p][0]]  # noqa: E731
-    loop = ["for (int64_t d0 = 0; d0 < t_.D; d0 += t_.ub_rows) {",
-            "    const int32_t n = t_.D - d0 < t_.ub_rows ? t_.D - d0 : t_.ub_rows;",
-            "    for (int64_t h0 = 0; h0 < t_.HW; h0 += t_.ub_cols) {",
-            "        const int32_t len = t_.HW - h0 < t_.ub_cols ? t_.HW - h0 : t_.ub_cols;",
-            "        LoadTiles(task, d0, n, h0, len);"]
     whole = []
     for p in range(len(steps)):
         whole += [f"        {c}" for c in chan_calls(p)] + [f"        TaskStages{p}();"]
-    passes = []
+    # The chunked modes visit (pass, channels, HxW chunk) in order, every pass reading the
+    # same tiles: the core's first chunk is issued before its first pass, each visit issues
+    # the next (_visit), so the copy-in overlaps the compute.
+    passes = ["        if (task == task0_) IssueTiles(task, 0, t_.D < t_.ub_rows ? t_.D : t_.ub_rows, 0, "
+              "t_.HW < t_.ub_cols ? t_.HW : t_.ub_cols);"]
     for p in range(len(steps)):
         if steps[p][0]:        # a pass over the task's data for this phase's sums
-            passes += ([f"        {line}" for line in loop] + [f"                {c}" for c in chan_calls(p)]
-                       + ["                FreeTiles();", "            }", "        }"])
+            passes += [f"        {line}" for line in _visit(chan_calls(p), last_pass=False)]
         passes.append(f"        TaskStages{p}();")
     empty = (["    if (t_.mode == MODE_EMPTY) { EmptyTask(task); return; }"] if k.ops.tasks_out else [])
     body = (["__aicore__ inline void Task(int64_t task) {"] + empty + ["    const int64_t g = task % t_.G;",
@@ -147,9 +175,8 @@ def _process(k: GroupKernel) -> list[str]:
              "        if (BUFFER_NUM > 1 && task + 1 < task0_ + ntasks_) IssueTiles(task + 1, d0, n, h0, len);"]
             + whole + ["        Outputs(task, d0, n, h0, len);", "        FreeTiles();", "    } else {"]
             + passes
-            + [f"        {line}" for line in loop]
-            + ["                Outputs(task, d0, n, h0, len);", "                FreeTiles();", "            }", "        }",
-               "    }", "    StoreTask(task);", "    ColumnSums(task, g);", "    FreeTask();", "}"])
+            + [f"        {line}" for line in _visit(["Outputs(task, d0, n, h0, len);"], last_pass=True)]
+            + ["    }", "    StoreTask(task);", "    ColumnSums(task, g);", "    FreeTask();", "}"])
     zero = []
     if atomic:
         zero = ["    if (core_ == 0) {", "        for (int64_t g = 0; g < t_.G; ++g) {"]
@@ -161,7 +188,7 @@ def _process(k: GroupKernel) -> list[str]:
     main = (["__aicore__ inline void Process() {", "    LoadScalars();"] + zero
             + ["    for (int64_t task = task0_; task < task0_ + ntasks_; ++task) Task(task);"]
             + (["    SyncAll();", "    FinalSums();"] if k.ops.chan_sums else []) + ["    FlushStats();", "}"])
-    return main + body
+    return main + body + _issue_after()
 
 
 def group_kernel_source(k: GroupKernel, hw) -> str:

@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from tvm import s_tir
 
 from opgen.schedules.ascend import RowTiles
-from opgen.schedules.ascend_tiling import TEMP_TILES
 from opgen.targets.ascend.cann import entry_lines
 from opgen.targets.ascend.exprs import (LOADS, Context, EmitError, Value, emit_expr, load_name, reduction_body,
                                         reduction_of, row_extremes, row_sums, stored_value, sync)
@@ -99,17 +98,34 @@ def kernel_file(k, pattern: str, body: list[str], members: list[str], modes: dic
 
 def copy_out(src: str, dtype: str, queue: str, gm: str, params: str, count: str, round_mode: str,
              indent: str = "    ") -> list[str]:
-    """A computed float32 tile to GM: a float32 output is copied out of the tile itself (the
-    copy-out waits for the vector pipe, the next vector op for the copy: no UB-to-UB copy);
-    a narrower one is Cast into its output queue, whose EnQue/DeQue orders V before MTE3."""
-    if dtype == "float32":
-        return [f"{indent}{sync('V_MTE3')}", f"{indent}DataCopyPad({gm}, {src}, {params});",
-                f"{indent}{sync('MTE3_V')}   // the next vector op may overwrite the tile"]
+    """A computed float32 tile to a narrower GM output: Cast into its output queue, whose
+    EnQue/DeQue orders V before MTE3."""
     ty = CPP_TYPE[dtype]
     return [f"{indent}{{ LocalTensor<{ty}> o = {queue}.AllocTensor<{ty}>();",
             f"{indent}  Cast(o, {src}, RoundMode::{round_mode}, {count});",
             f"{indent}  {queue}.EnQue(o); o = {queue}.DeQue<{ty}>();",
             f"{indent}  DataCopyPad({gm}, o, {params});", f"{indent}  {queue}.FreeTensor(o); }}"]
+
+
+def store_tile(expr, ctx, dtype: str, queue: str, gm: str, params: str, count: str, round_mode: str) -> list[str]:
+    """An elementwise output's expression computed over the pass and copied to GM. A float32
+    output is computed straight into a tile of its output queue (the first tile of the
+    expression's pool), so its copy-out overlaps the next pass's compute through the queue's
+    buffers, with no UB-to-UB copy and no event; a narrower one is computed in scratch tiles
+    and Cast into its queue (copy_out)."""
+    if dtype == "float32":
+        ctx.temps.insert(0, "o")
+    value = emit_expr(expr, ctx)
+    if value.kind != "tile":
+        raise EmitError(f"an elementwise output that is not a tile: {expr}")
+    if dtype != "float32":
+        return [f"    {line}" for line in ctx.lines] + copy_out(value.text, dtype, queue, gm, params, count,
+                                                                 round_mode)
+    out = [f"    {{ LocalTensor<float> o = {queue}.AllocTensor<float>();"] + [f"      {line}" for line in ctx.lines]
+    if value.text != "o":                 # a loaded tile, or a result in another scratch tile
+        out.append(f"      Adds(o, {value.text}, 0.0f, {count});")
+    return out + [f"      {queue}.EnQue(o); o = {queue}.DeQue<float>();", f"      DataCopyPad({gm}, o, {params});",
+                  f"      {queue}.FreeTensor(o); }}"]
 
 
 def as_float32(view: str, name: str, dtype: str, count: str) -> str:
@@ -297,8 +313,7 @@ def _load_fns(k: RowKernel) -> list[str]:
     for n, d in k.ops.tiles_in:
         out.append(f"    q_{n}_ = in_{n}_.DeQue<{CPP_TYPE[d]}>();")
         out.append(as_float32(f"v_{n}_", n, d, "n * P"))
-    out += ["}", "__aicore__ inline void LoadTiles(int64_t r0, int64_t c0, int32_t n, int32_t len) {",
-            "    IssueTiles(r0, c0, n, len);", "    TakeTiles(n);", "}", "__aicore__ inline void FreeTiles() {"]
+    out += ["}", "__aicore__ inline void FreeTiles() {"]
     out += [f"    in_{n}_.FreeTensor(q_{n}_);" for n, _ in k.ops.tiles_in]
     out += ["}", "__aicore__ inline void LoadRows(int64_t r0, int32_t n) {", "    rbase_ = r0; (void)n;"]
     for n, d in (k.ops.rows_in if k.pad else ()):
@@ -324,7 +339,7 @@ def _context(k: RowKernel, blk, row_iter: int, col_iter: int | None) -> Context:
     return Context(row_var=ivs[row_iter], col_var=ivs[col_iter] if col_iter is not None else None,
                    tiles={n: f"v_{n}_" for n, _ in k.ops.tiles_in},
                    rows=rows, cols={n: f"v_{n}_" for n, _ in k.ops.cols_in}, sizes=k.sizes,
-                   temps=[f"tmp{i}_t_" for i in range(TEMP_TILES)],
+                   temps=[f"tmp{i}_t_" for i in range(k.ops.scratch_tiles)],
                    loads={(n, ("0",)): Value("scalar", f"s_{n}") for n, _ in k.ops.scalars_in})
 
 
@@ -401,29 +416,25 @@ def _store_rows_fn(k: RowKernel) -> list[str]:
 
 
 def _outputs_fn(k: RowKernel) -> list[str]:
+    """Outputs(r0, c0, n, len): each elementwise output of the pass to GM (store_tile)."""
     out = ["__aicore__ inline void Outputs(int64_t r0, int64_t c0, int32_t n, int32_t len) {",
            "    const int32_t P = t_.pitch; (void)P;"]
     for name, role, blk in k.stages:
         if role != "tile":
             continue
         target = blk.body.buffer.name
-        ctx = _context(k, blk, 0, 1)
         expr, dtype = stored_value(blk.body)
-        value = emit_expr(expr, ctx)
         ty = CPP_TYPE[dtype]
-        out += [f"    {line}" for line in ctx.lines]
-        src = value.text
-        if value.kind != "tile":
-            raise EmitError(f"{name}: an elementwise output that is not a tile")
-        out += copy_out(src, dtype, f"out_{target}_", f"g_{target}_[r0 * t_.cols + c0]",
-                        copy_params('n', 'len', f'sizeof({ty})', False), "n * P", k.face.round_mode(dtype))
+        out += store_tile(expr, _context(k, blk, 0, 1), dtype, f"out_{target}_", f"g_{target}_[r0 * t_.cols + c0]",
+                          copy_params('n', 'len', f'sizeof({ty})', False), "n * P", k.face.round_mode(dtype))
     out.append("}")
     return out
 
 
 def _column_sum_fns(k: RowKernel) -> list[str]:
-    """ColSum_<out>(n, len, direct): accumulate this pass's rows into the UB accumulator
-    (split-N) or, with ``direct``, add the one row straight into GM (split-D)."""
+    """ColSum_<out>(n, len, c0, direct, first): accumulate this pass's rows into the UB
+    accumulator (split-N) or, with ``direct``, add the one row straight into GM (split-D;
+    the core's ``first`` row stores its values, there is nothing to add them to yet)."""
     out = []
     for name, role, blk in k.stages:
         if role != "column_sum":
@@ -433,14 +444,12 @@ def _column_sum_fns(k: RowKernel) -> list[str]:
         value = emit_expr(reduction_body(blk.body), ctx)
         if value.kind != "tile":
             raise EmitError(f"{name}: a column sum of a non-tile value")
-        spare = next((t for t in ctx.temps if t != value.text), None)
-        if spare is None:
-            raise EmitError(f"{name}: no float32 temporary left for the split-D read-modify-write")
+        spare = f"acc_{target}_t_"     # split-D adds each row straight to GM: its accumulator is free
         atomic = k.knobs.get("sums") == "atomic"
         ws = f"g_ws_[{k.ws_row(target)} * t_.ws_pitch + c0]" if not atomic or target in k.ops.accumulators else ""
         one = "DataCopyExtParams(1, len * 4, 0, 0, 0)"
-        out += [f"__aicore__ inline void ColSum_{target}(int32_t n, int32_t len, int64_t c0, bool direct) {{",
-                "    const int32_t P = t_.pitch; (void)P;"]
+        out += [f"__aicore__ inline void ColSum_{target}(int32_t n, int32_t len, int64_t c0, bool direct, "
+                "bool first) {", "    const int32_t P = t_.pitch; (void)P; (void)first;"]
         out += [f"    {line}" for line in ctx.lines]
         out += ["    if (!direct) {",
                 f"        for (int32_t i = 0; i < n; ++i) Add(acc_{target}_t_, acc_{target}_t_, {value.text}[i * P], P);",
@@ -451,8 +460,13 @@ def _column_sum_fns(k: RowKernel) -> list[str]:
                     "    SetAtomicAdd<float>();", f"    DataCopyPad({dest}, {value.text}, {one});",
                     "    SetAtomicNone();"]
         else:
-            # The read-modify-write of this core's workspace row: the copy-in re-reads GM this
-            # core's last copy-out wrote (MTE3) into a tile the vector pipe last used (V).
+            # The core's first row writes its workspace row (no zeros to read back); later
+            # rows read-modify-write it: the copy-in re-reads GM this core's last copy-out
+            # wrote (MTE3) into a tile the vector pipe last used (V).
+            out += ["    if (first) {", f"        {sync('V_MTE3')}   // the copy-out reads the vector result",
+                    f"        DataCopyPad({ws}, {value.text}, {one});",
+                    f"        {sync('MTE3_V')}   // the next vector op may overwrite the tile", "        return;",
+                    "    }"]
             out += [f"    {sync('MTE3_MTE2', 'V_MTE2')}",
                     f"    DataCopyPad({spare}, {ws}, {one}, DataCopyPadExtParams<float>(false, 0, 0, 0));",
                     f"    {sync('MTE2_V')}", f"    Add({spare}, {spare}, {value.text}, len);",

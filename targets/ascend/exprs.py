@@ -10,8 +10,8 @@ Binary operations pick the vector form their operand kinds call for: Add/Sub/Mul
 on two tiles (one count-based call over the whole pass), Adds/Muls/Maxs/Mins with a scalar,
 a loop over the pass's rows for a per-row value (Muls(dst[i*P], a[i*P], v_i, P)) or a column
 vector (Mul(dst[i*P], a[i*P], col, P)). Tile-valued sub-expressions live in a pool of float32
-temporaries (the schedule budgets TEMP_TILES of them); an expression needing more is refused
-with its text. Scalar and per-row values become C++ scalar code.
+temporaries (the schedule budgets what schedules/ascend_scratch.py counts); an expression
+needing more is refused with its text. Scalar and per-row values become C++ scalar code.
 """
 from __future__ import annotations
 
