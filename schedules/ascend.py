@@ -24,8 +24,8 @@ Three pattern rules (never op names; the same patterns as the CPU and GPU rules)
 How the work is split between the schedule and the host tiling (CANN's split): kernels are
 shape-generic, so every tiling *number* (rows per core, rows or columns per UB pass, the
 mode) is a runtime value that the emitted host tiling function computes from the shape and
-the hardware description, exactly as ops-nn's *_tiling.cpp do; schedules/ascend_tiling.py
-is that arithmetic in Python (the same formulas, used by `opgen tiling` and tests). The
+the hardware description, exactly as ops-nn's *_tiling.cpp do; schedules/ascend_tiling*.py
+are that arithmetic in Python (the same formulas, used by `opgen tiling` and tests). The
 schedule decides the *structure*: which stages run per row (per task, per channel), which
 tensors stream through UB queues, how column sums cross cores (atomic or deterministic),
 and the knobs; it records them as block and root annotations ("ascend.*") that the emitter
@@ -46,9 +46,10 @@ from tvm.sym.analyzer import Analyzer
 from opgen.schedules import (Block, Knob, PatternRule, ScheduleRule, blocks, pattern_schedule, patterns,
                              same_extent)
 from opgen.schedules.ascend_scratch import scratch_tiles
-from opgen.schedules.ascend_tiling import (ChannelOperands, CopyAlignmentError,  # noqa: F401
-                                           GroupOperands, RowOperands, Tiling, UbBudgetError, plan_channels,
-                                           plan_groups, plan_rows)
+from opgen.schedules.ascend_tiling import (CopyAlignmentError, RowOperands, Tiling,  # noqa: F401
+                                           UbBudgetError, plan_rows)
+from opgen.schedules.ascend_tiling_channels import ChannelOperands, plan_channels
+from opgen.schedules.ascend_tiling_groups import GroupOperands, plan_groups
 
 BUFFER_NUM = Knob("buffer_num", (2, 1), 2,
                   "buffers per TQue: 2 overlaps the next tile's copy-in with this tile's compute "

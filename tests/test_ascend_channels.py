@@ -26,7 +26,8 @@ import pytest
 from opgen import schedules, verify
 from opgen.schedules import InvalidKnobs, default_knobs
 from opgen.schedules.ascend import ChannelTiles
-from opgen.schedules.ascend_tiling import CHANNELS_PER_COPY, CopyAlignmentError, UbBudgetError
+from opgen.schedules.ascend_tiling import CopyAlignmentError, UbBudgetError
+from opgen.schedules.ascend_tiling_channels import CHANNELS_PER_COPY
 from opgen.targets import get_target
 from opgen.targets.ascend import build as emu_build
 from opgen.targets.ascend.emit_channels import CHANNEL_MODES

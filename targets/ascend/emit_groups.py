@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from tvm import s_tir
 
 from opgen.schedules.ascend import GroupTiles, pass_phases
-from opgen.schedules.ascend_tiling import TASKS_PER_STORE
+from opgen.schedules.ascend_tiling_groups import TASKS_PER_STORE
 from opgen.targets.ascend.emitter import (CPP_TYPE, as_float32, camel, copy_in, copy_params, store_tile,
                                           pass_items, recorded_stages, store_values)
 from opgen.targets.ascend.exprs import (Context, EmitError, Value, emit_expr, load_name, reduction_body, row_sums,
