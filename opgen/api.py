@@ -102,9 +102,9 @@ def _derive(pythonic, infos: dict, args: dict) -> None:
 
 class _Prepared:
     """What a call of the Python function decides before the aclnn call, from its metadata
-    alone: the derived attributes' values and, per output the caller did not give, how to
-    make it: (asked for, library, shape, dtype) for _alloc or _placeholder, or None (the
-    caller's, or null); and which outputs are asked for.
+    alone: the derived attributes' values, how to make each output the caller did not give
+    (by _alloc or _placeholder; one not asked for and not required is not made: null), and
+    which outputs are asked for.
 
     ``_prepare`` computes it from the inputs' shapes and dtypes (TensorInfo), the
     attributes' values, which outputs the caller gave, the library of the first input
@@ -119,9 +119,14 @@ class _Prepared:
         self.derived, self.new, self.wanted = derived, new, wanted
 
     def outputs(self, given: tuple) -> tuple:
-        """The call's outputs: the given ones, and new ones made as decided."""
-        return tuple(out if new is None else (_alloc if new[0] else _placeholder)(*new[1:])
-                     for out, new in zip(given, self.new))
+        """The call's outputs: the given ones, and new ones made as decided (``new`` lists
+        (output index, asked for, library, shape, dtype) of those to make)."""
+        if not self.new:
+            return given
+        made = list(given)
+        for index, asked, library, shape, dtype in self.new:
+            made[index] = _alloc(library, shape, dtype) if asked else _placeholder(library, shape, dtype)
+        return tuple(made)
 
 
 def _library(template, dtype: str) -> tuple:
@@ -164,15 +169,13 @@ def _prepare(op, infos: dict, args: dict, given: tuple, template) -> _Prepared:
     api, pythonic = op.api, op.api.pythonic
     _derive(pythonic, infos, args)
     new, wanted = [], []
-    for param, out_given in zip(api.tensors(OUTPUT), given):
+    for index, (param, out_given) in enumerate(zip(api.tensors(OUTPUT), given)):
         want = api.wanted(param, args)
-        how = None
         if not out_given and (want or param.required_when_off):
             shape_dtype = pythonic.allocate[param.name](infos, args)
             if shape_dtype is not None:
                 library, dtype = _library(template, shape_dtype[1])
-                how = (want, library, tuple(shape_dtype[0]), dtype)
-        new.append(how)
+                new.append((index, want, library, tuple(shape_dtype[0]), dtype))
         wanted.append(want)
     return _Prepared(tuple(args[name] for name in pythonic.derived), tuple(new), tuple(wanted))
 
@@ -190,6 +193,7 @@ class _Layout:
         self.params = tuple(params)
         self.names = tuple(p.name for p in params)
         self.inputs = tuple(i for i, p in enumerate(params) if p.role == INPUT)
+        self.is_input = tuple(p.role == INPUT for p in params)
         self.order = operator.itemgetter(*(names.index(p.name) for p in op.api.params))
 
 
@@ -212,21 +216,35 @@ def _signature(op, layout: _Layout, values: tuple, outputs: tuple):
     outputs are given. None when a value is something else (an aclTensor, a numpy
     subclass, a numpy integer): that call prepares afresh, uncached."""
     key = [op.name, config.get_product()]
-    inputs = layout.inputs
-    for i, value in enumerate(values):
+    append = key.append
+    for is_input, value in zip(layout.is_input, values):
         kind = type(value)
         if value is None:
-            key.append(None)
-        elif i in inputs:
-            if kind is not np.ndarray and not (_is_torch(value) and hasattr(value, "dtype")):
+            append(None)
+        elif is_input:
+            if not _tensor_type(kind):
                 return None
-            key.append((kind, value.dtype, value.shape))
-        elif kind in _PLAIN_VALUES or (kind in (list, tuple) and all(type(v) in _PLAIN_VALUES for v in value)):
-            key.append(value_key(value))
+            append((kind, value.dtype, value.shape))
+        elif kind is int or kind is bool or kind is str:
+            append((kind, value))
+        elif kind is float or ((kind is list or kind is tuple) and all(type(v) in _PLAIN_VALUES for v in value)):
+            append(value_key(value))
         else:
             return None
-    key.append(tuple(o is not None for o in outputs))
+    append(tuple(o is not None for o in outputs))
     return tuple(key)
+
+
+_TENSOR_TYPES: dict = {np.ndarray: True}   # type -> whether _info reads it as TensorInfo (dtype, shape)
+
+
+def _tensor_type(kind) -> bool:
+    """Whether values of type ``kind`` are numpy arrays (not a subclass) or torch tensors:
+    what _info reads as a TensorInfo (remembered per type)."""
+    known = _TENSOR_TYPES.get(kind)
+    if known is None:
+        known = _TENSOR_TYPES[kind] = kind.__module__.startswith("torch") and hasattr(kind, "dtype")
+    return known
 
 
 def _prepared(op, layout: _Layout, values: tuple, outputs: tuple) -> _Prepared:
