@@ -96,6 +96,13 @@ def _on(device: torch.device):
         yield
 
 
+def as_dtype(t: Tensor, dtype: torch.dtype) -> Tensor:
+    """``t.to(dtype)`` for the modules' autograd functions: ``t`` itself when it already has
+    that dtype, as Tensor.to returns it then, without the 0.7 µs its dispatch costs (a
+    small layer's forward and backward make six such calls)."""
+    return t if t.dtype == dtype else t.to(dtype)
+
+
 _ANNOTATION = {"int": "int", "float": "float", "bool": "bool", "ints": "list[int]", "str": "Optional[str]"}
 
 
@@ -136,7 +143,10 @@ def _plain_eager(values: tuple) -> bool:
         return False
     if _current_dispatch_mode() is not None:
         return False
-    return all(type(v) in _PLAIN for v in values if isinstance(v, Tensor))
+    for v in values:
+        if isinstance(v, Tensor) and type(v) not in _PLAIN:
+            return False
+    return True
 
 
 _PLAIN = (Tensor, torch.nn.Parameter)     # what eager code holds: no fake or functional wrappers
