@@ -9,10 +9,15 @@ wants from the tensors (GroupNorm's N, C, HxW), allocates the outputs that are n
 workspace from aclrtMalloc. Outputs that are given are written in place; an output not
 asked for (its outputMask bit or its flag attribute false, Param.mask_bit / Param.flag) is
 None and nothing is allocated for it.
+
+What a call derives and how it allocates depend only on the inputs' shapes and dtypes,
+the attributes, which outputs are given and the product, so that decision is cached per
+such signature (``_Prepared``); a warm call of a small op spent most of its Python time
+remaking it. Validation is not part of it: every call still goes through both aclnn
+phases, whose plan cache is keyed by all the tensors' metadata.
 """
 from __future__ import annotations
 
-import functools
 import keyword
 import operator
 
@@ -200,7 +205,7 @@ class _Layout:
 _LAYOUTS: dict = {}
 _PREPARED: dict = {}
 _MAX_PREPARED = 4096
-_PLAIN_VALUES = frozenset((int, float, bool, str, type(None)))
+_LIST_ITEMS = frozenset((int, bool))   # a list's items compare exactly by type and ==
 
 
 def _layout(op) -> _Layout:
@@ -212,9 +217,10 @@ def _layout(op) -> _Layout:
 
 def _signature(op, layout: _Layout, values: tuple, outputs: tuple):
     """The key of a call's _Prepared: op, product, per tensor input its library type, dtype
-    and shape, per other value its type and value (opgen.binding.value_key), which
-    outputs are given. None when a value is something else (an aclTensor, a numpy
-    subclass, a numpy integer): that call prepares afresh, uncached."""
+    and shape, per other value its type and value (a float by its bits, a list of ints
+    or bools with its items' types: opgen.binding.value_key), which outputs are given.
+    None when a value is something else (an aclTensor, a numpy subclass, a numpy
+    integer, a list of floats): that call prepares afresh, uncached."""
     key = [op.name, config.get_product()]
     append = key.append
     for is_input, value in zip(layout.is_input, values):
@@ -227,7 +233,7 @@ def _signature(op, layout: _Layout, values: tuple, outputs: tuple):
             append((kind, value.dtype, value.shape))
         elif kind is int or kind is bool or kind is str:
             append((kind, value))
-        elif kind is float or ((kind is list or kind is tuple) and all(type(v) in _PLAIN_VALUES for v in value)):
+        elif kind is float or ((kind is list or kind is tuple) and all(type(v) in _LIST_ITEMS for v in value)):
             append(value_key(value))
         else:
             return None
@@ -262,11 +268,6 @@ def _prepared(op, layout: _Layout, values: tuple, outputs: tuple) -> _Prepared:
                 _PREPARED.clear()
             _PREPARED[key] = prepared
     return prepared
-
-
-def clear_prepared_cache() -> None:
-    """Forget every cached _Prepared (tests)."""
-    _PREPARED.clear()
 
 
 def call_op(op, values: tuple, outputs: tuple) -> tuple:
