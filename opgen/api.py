@@ -9,15 +9,23 @@ wants from the tensors (GroupNorm's N, C, HxW), allocates the outputs that are n
 workspace from aclrtMalloc. Outputs that are given are written in place; an output not
 asked for (its outputMask bit or its flag attribute false, Param.mask_bit / Param.flag) is
 None and nothing is allocated for it.
+
+What a call derives and how it allocates depend only on the inputs' shapes and dtypes,
+the attributes, which outputs are given and the product, so that decision is cached per
+such signature (``_Prepared``); a warm call of a small op spent most of its Python time
+remaking it. Validation is not part of it: every call still goes through both aclnn
+phases, whose plan cache is keyed by all the tensors' metadata.
 """
 from __future__ import annotations
 
 import keyword
+import operator
 
 import numpy as np
 
-from opgen import acl, aclnn
+from opgen import acl, aclnn, config
 from opgen.apispec import INPUT, OUTPUT, STATUS_NAMES, ArgError, python_name
+from opgen.binding import value_key
 from opgen.dtypes import dtype_name, numpy_dtype
 from opgen.ops import all_ops
 from opgen.tensorarg import describe
@@ -66,27 +74,12 @@ def _info(name: str, obj):
         raise AclnnError(err.status, err.message) from None
 
 
-def _alloc(template, shape, dtype: str):
-    """An output in the template's library (torch or numpy) for the kernel to fill.
-
-    torch's is uninitialized (torch.empty): the kernel writes every element of an output
-    the call asks for, and zeroing it first is a full extra write of the output through
-    fresh pages (measured on 2 busy cores: torch.zeros of 64 MiB 73-90 ms against 0.01 ms
-    for torch.empty; RmsNorm's forward through its custom op on 4096x4096 f32 108-120 ms,
-    its kernel alone 14-20 ms). numpy's np.zeros is calloc's lazily zeroed pages: no pass."""
-    if _is_torch(template):
-        import torch
-
-        return torch.empty(tuple(shape), dtype=getattr(torch, dtype))
-    try:
-        return np.zeros(shape, numpy_dtype(dtype))
-    except KeyError:
-        return np.zeros(shape, np.dtype(dtype))
-
-
-def run_aclnn(aclnn_name: str, **args) -> None:
-    """Both phases of ``aclnn_name`` with ``args``; raises AclnnError on a non-zero status."""
-    status, size, executor = getattr(aclnn, f"{aclnn_name}GetWorkspaceSize")(**args)
+def _run_phases(phases: tuple, arguments: tuple) -> None:
+    """Both phases of an op (opgen.aclnn.phases: the bodies of its generated aclnn
+    functions, with the same reading, checks and statuses) on GetWorkspaceSize's
+    arguments, in its order; raises AclnnError on a non-zero status."""
+    phase_one, phase_two = phases
+    status, size, executor = phase_one(arguments)
     if status:
         raise AclnnError(status, acl.aclGetRecentErrMsg())
     workspace = None
@@ -95,27 +88,12 @@ def run_aclnn(aclnn_name: str, **args) -> None:
         if ret:
             raise AclnnError(ret, acl.aclGetRecentErrMsg())
     try:
-        status = getattr(aclnn, aclnn_name)(workspace, size, executor, None)
+        status = phase_two(workspace, size, executor, None)
     finally:
         if workspace is not None:
             acl.aclrtFree(workspace)
     if status:
         raise AclnnError(status, acl.aclGetRecentErrMsg())
-
-
-def _placeholder(template, shape, dtype: str):
-    """A stand-in for an output not asked for that the op still requires as a tensor
-    (Param.required_when_off): one zero broadcast to ``shape`` (no allocation of its size).
-    The aclnn layer never writes an output not asked for, so a read-only view serves."""
-    if _is_torch(template):
-        import torch
-
-        return torch.zeros((), dtype=getattr(torch, dtype)).expand(tuple(shape))
-    try:
-        dt = numpy_dtype(dtype)
-    except KeyError:
-        dt = np.dtype(dtype)
-    return np.broadcast_to(np.zeros((), dt), tuple(shape))
 
 
 def _derive(pythonic, infos: dict, args: dict) -> None:
@@ -127,33 +105,179 @@ def _derive(pythonic, infos: dict, args: dict) -> None:
             raise AclnnError(err.status, err.message) from None
 
 
-def _outputs(op, infos: dict, args: dict, given: tuple, template) -> tuple:
-    """Each output: the caller's, else one allocated like the op says; one not asked for
-    is not allocated (None, or a placeholder where the op requires a tensor there)."""
-    api = op.api
-    wanted = []
-    for param, out in zip(api.tensors(OUTPUT), given):
+class _Prepared:
+    """What a call of the Python function decides before the aclnn call, from its metadata
+    alone: the derived attributes' values, how to make each output the caller did not give
+    (by _alloc or _placeholder; one not asked for and not required is not made: null), and
+    which outputs are asked for.
+
+    ``_prepare`` computes it from the inputs' shapes and dtypes (TensorInfo), the
+    attributes' values, which outputs the caller gave, the library of the first input
+    (torch or numpy outputs) and the product (allocation rules may read it); those are
+    what ``_signature`` keys it by, so a cached one is the one ``_prepare`` would make.
+    It holds no tensor of the caller's. The aclnn call that follows validates every
+    argument as always (its own plan cache is keyed by all the tensors' metadata)."""
+
+    __slots__ = ("derived", "new", "wanted")
+
+    def __init__(self, derived: tuple, new: tuple, wanted: tuple):
+        self.derived, self.new, self.wanted = derived, new, wanted
+
+    def outputs(self, given: tuple) -> tuple:
+        """The call's outputs: the given ones, and new ones made as decided (``new`` lists
+        (output index, asked for, library, shape, dtype) of those to make)."""
+        if not self.new:
+            return given
+        made = list(given)
+        for index, asked, library, shape, dtype in self.new:
+            made[index] = _alloc(library, shape, dtype) if asked else _placeholder(library, shape, dtype)
+        return tuple(made)
+
+
+def _library(template, dtype: str) -> tuple:
+    """(torch module or None for numpy, the library's dtype) of outputs like ``template``."""
+    if _is_torch(template):
+        import torch
+
+        return torch, getattr(torch, dtype)
+    try:
+        return None, numpy_dtype(dtype)
+    except KeyError:
+        return None, np.dtype(dtype)
+
+
+def _alloc(torch, shape: tuple, dtype):
+    """An output for the kernel to fill: a torch tensor (``torch`` given) or a numpy array.
+
+    torch's is uninitialized (torch.empty): the kernel writes every element of an output
+    the call asks for, and zeroing it first is a full extra write of the output through
+    fresh pages (measured on 2 busy cores: torch.zeros of 64 MiB 73-90 ms against 0.01 ms
+    for torch.empty; RmsNorm's forward through its custom op on 4096x4096 f32 108-120 ms,
+    its kernel alone 14-20 ms). numpy's np.zeros is calloc's lazily zeroed pages: no pass."""
+    if torch is not None:
+        return torch.empty(shape, dtype=dtype)
+    return np.zeros(shape, dtype)
+
+
+def _placeholder(torch, shape: tuple, dtype):
+    """A stand-in for an output not asked for that the op still requires as a tensor
+    (Param.required_when_off): one zero broadcast to ``shape`` (no allocation of its size).
+    The aclnn layer never writes an output not asked for, so a read-only view serves."""
+    if torch is not None:
+        return torch.zeros((), dtype=dtype).expand(shape)
+    return np.broadcast_to(np.zeros((), dtype), shape)
+
+
+def _prepare(op, infos: dict, args: dict, given: tuple, template) -> _Prepared:
+    """The call's _Prepared (see there); ``args`` are the attributes and masks by aclnn
+    name (no tensors: what the rules read of those is in ``infos``)."""
+    api, pythonic = op.api, op.api.pythonic
+    _derive(pythonic, infos, args)
+    new, wanted = [], []
+    for index, (param, out_given) in enumerate(zip(api.tensors(OUTPUT), given)):
         want = api.wanted(param, args)
-        if out is None and (want or param.required_when_off):
-            shape_dtype = op.api.pythonic.allocate[param.name](infos, args)
-            make = _alloc if want else _placeholder
-            out = None if shape_dtype is None else make(template, *shape_dtype)
-        args[param.name] = out
+        if not out_given and (want or param.required_when_off):
+            shape_dtype = pythonic.allocate[param.name](infos, args)
+            if shape_dtype is not None:
+                library, dtype = _library(template, shape_dtype[1])
+                new.append((index, want, library, tuple(shape_dtype[0]), dtype))
         wanted.append(want)
-    return tuple(wanted)
+    return _Prepared(tuple(args[name] for name in pythonic.derived), tuple(new), tuple(wanted))
+
+
+class _Layout:
+    """Where an op's Python arguments go: the positions of its tensor inputs among the
+    positional values, and the order that puts (values, derived, outputs) into
+    GetWorkspaceSize's argument order, and the op's aclnn phases (made once per op)."""
+
+    def __init__(self, op):
+        self.op = op
+        self.phases = aclnn.phases(op)
+        params = positional(op)
+        names = [p.name for p in params] + list(op.api.pythonic.derived) + list(op.api.names(OUTPUT))
+        self.params = tuple(params)
+        self.names = tuple(p.name for p in params)
+        self.inputs = tuple(i for i, p in enumerate(params) if p.role == INPUT)
+        self.is_input = tuple(p.role == INPUT for p in params)
+        self.order = operator.itemgetter(*(names.index(p.name) for p in op.api.params))
+
+
+_LAYOUTS: dict = {}
+_PREPARED: dict = {}
+_MAX_PREPARED = 4096
+_LIST_ITEMS = frozenset((int, bool))   # a list's items compare exactly by type and ==
+
+
+def _layout(op) -> _Layout:
+    layout = _LAYOUTS.get(op.name)
+    if layout is None or layout.op is not op:
+        layout = _LAYOUTS[op.name] = _Layout(op)
+    return layout
+
+
+def _signature(op, layout: _Layout, values: tuple, outputs: tuple):
+    """The key of a call's _Prepared: op, product, per tensor input its library type, dtype
+    and shape, per other value its type and value (a float by its bits, a list of ints
+    or bools with its items' types: opgen.binding.value_key), which outputs are given.
+    None when a value is something else (an aclTensor, a numpy subclass, a numpy
+    integer, a list of floats): that call prepares afresh, uncached."""
+    key = [op.name, config.get_product()]
+    append = key.append
+    for is_input, value in zip(layout.is_input, values):
+        kind = type(value)
+        if value is None:
+            append(None)
+        elif is_input:
+            if not _tensor_type(kind):
+                return None
+            append((kind, value.dtype, value.shape))
+        elif kind is int or kind is bool or kind is str:
+            append((kind, value))
+        elif kind is float or ((kind is list or kind is tuple) and all(type(v) in _LIST_ITEMS for v in value)):
+            append(value_key(value))
+        else:
+            return None
+    append(tuple(o is not None for o in outputs))
+    return tuple(key)
+
+
+_TENSOR_TYPES: dict = {np.ndarray: True}   # type -> whether _info reads it as TensorInfo (dtype, shape)
+
+
+def _tensor_type(kind) -> bool:
+    """Whether values of type ``kind`` are numpy arrays (not a subclass) or torch tensors:
+    what _info reads as a TensorInfo (remembered per type)."""
+    known = _TENSOR_TYPES.get(kind)
+    if known is None:
+        known = _TENSOR_TYPES[kind] = kind.__module__.startswith("torch") and hasattr(kind, "dtype")
+    return known
+
+
+def _prepared(op, layout: _Layout, values: tuple, outputs: tuple) -> _Prepared:
+    """The call's _Prepared: cached under its _signature, made by _prepare on a miss (a
+    failure, an AclnnError from a derivation, is never cached)."""
+    key = _signature(op, layout, values, outputs)
+    prepared = None if key is None else _PREPARED.get(key)
+    if prepared is None:
+        args = {p.name: v for p, v in zip(layout.params, values) if p.role != INPUT}
+        infos = {name: _info(name, values[i]) for i, name in ((i, layout.names[i]) for i in layout.inputs)}
+        template = next((values[i] for i in layout.inputs if values[i] is not None), None)
+        prepared = _prepare(op, infos, args, tuple(o is not None for o in outputs), template)
+        if key is not None:
+            if len(_PREPARED) >= _MAX_PREPARED:
+                _PREPARED.clear()
+            _PREPARED[key] = prepared
+    return prepared
 
 
 def call_op(op, values: tuple, outputs: tuple) -> tuple:
     """Run ``op`` on the Python function's positional ``values`` (in signature order) and
     its output arguments; returns the outputs (None where not asked for)."""
-    names = positional(op)
-    args = {p.name: v for p, v in zip(names, values)}
-    infos = {p.name: _info(p.name, args.get(p.name)) for p in op.api.tensors(INPUT)}
-    _derive(op.api.pythonic, infos, args)
-    template = next((args[p.name] for p in op.api.tensors(INPUT) if args.get(p.name) is not None), None)
-    wanted = _outputs(op, infos, args, outputs, template)
-    run_aclnn(op.aclnn_name, **args)
-    return tuple(args[p.name] if w else None for p, w in zip(op.api.tensors(OUTPUT), wanted))
+    layout = _layout(op)
+    prepared = _prepared(op, layout, values, outputs)
+    made = prepared.outputs(outputs)
+    _run_phases(layout.phases, layout.order(values + prepared.derived + made))
+    return tuple(out if want else None for out, want in zip(made, prepared.wanted))
 
 
 def positional(op) -> list:

@@ -141,3 +141,66 @@ def test_torch_transposed_output_in_place(torch_mod, rng):
     ref = gn_ref.group_norm_backward(dy, x, mean, rstd, gamma, 3)
     np.testing.assert_allclose(grad_in.numpy(), ref[0], rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(outs[1].numpy(), ref[1], rtol=1e-4, atol=1e-4)
+
+
+def _group_norm_ref(t, x, gamma, beta, group, eps=1e-5):
+    """y, mean, rstd of ATen's native_group_norm (float64), for opgen.group_norm's outputs."""
+    n, c = x.shape[:2]
+    y, mean, rstd = t.ops.aten.native_group_norm(x.double().contiguous(), gamma.double(), beta.double(), n, c,
+                                                 x[0, 0].numel(), group, eps)
+    return y, mean, rstd
+
+
+def _assert_group_norm(t, outs, x, gamma, beta, group, stats_dtype, tol=1e-4):
+    y, mean, rstd = outs
+    assert y.dtype == x.dtype and y.shape == x.shape
+    assert mean.dtype == rstd.dtype == stats_dtype and mean.shape == rstd.shape == (x.shape[0], group)
+    for got, ref in zip(outs, _group_norm_ref(t, x, gamma, beta, group)):
+        np.testing.assert_allclose(got.double().numpy(), ref.numpy(), rtol=tol, atol=tol)
+
+
+def test_prepared_calls_follow_dtype_shape_strides_and_product(torch_mod):
+    """A Python function's derived attributes and output allocations are cached per call
+    signature (opgen.api._prepared): each change of dtype, shape, strides, library or
+    product after a cached call still gets outputs of the right dtype and shape and
+    correct values, and invalid calls still fail with their status every time."""
+    t = torch_mod
+    t.manual_seed(0)
+    x, gamma, beta = t.randn(2, 6, 4), t.rand(6) + 0.5, t.randn(6)
+    _assert_group_norm(t, opgen.group_norm(x, gamma, beta, 3), x, gamma, beta, 3, t.float32)
+    _assert_group_norm(t, opgen.group_norm(x, gamma, beta, 3), x, gamma, beta, 3, t.float32)   # cached
+    half = [v.half() for v in (x, gamma, beta)]
+    _assert_group_norm(t, opgen.group_norm(*half, 3), *half, 3, t.float32, tol=2e-3)   # Ascend950: f32 stats
+    with product("AtlasA2"):   # no float32-statistics row: statistics in self's dtype
+        _assert_group_norm(t, opgen.group_norm(*half, 3), *half, 3, t.float16, tol=5e-3)
+    other = t.randn(3, 6, 5)
+    _assert_group_norm(t, opgen.group_norm(other, gamma, beta, 2), other, gamma, beta, 2, t.float32)
+    strided = t.randn(4, 6, 2).transpose(0, 2)                       # (2, 6, 4), not contiguous
+    _assert_group_norm(t, opgen.group_norm(strided, gamma, beta, 3), strided, gamma, beta, 3, t.float32)
+    y, mean, rstd = opgen.group_norm(x.numpy(), gamma.numpy(), beta.numpy(), 3)   # numpy in, numpy out
+    assert isinstance(y, np.ndarray) and mean.dtype == np.float32
+    np.testing.assert_allclose(y, _group_norm_ref(t, x, gamma, beta, 3)[0].numpy(), rtol=1e-4, atol=1e-4)
+    for _ in range(2):
+        for bad, status in ((4, 161002), (True, 161002)):   # 6 % 4, and a bool for an int64: never cached
+            with pytest.raises(opgen.AclnnError) as info:
+                opgen.group_norm(x, gamma, beta, bad)
+            assert info.value.status == status
+        with pytest.raises(opgen.AclnnError) as info:   # a 1-d self: its derivation of N, C fails
+            opgen.group_norm(t.randn(6), gamma, beta, 3)
+        assert info.value.status == 161002
+
+
+def test_prepared_calls_hold_no_tensor(torch_mod):
+    """A cached preparation never keeps the caller's tensors alive (it makes outputs from
+    shapes and dtypes only)."""
+    import gc
+    import weakref
+
+    t = torch_mod
+    x, gamma, beta = t.randn(2, 6, 4), t.ones(6), t.zeros(6)
+    held = [weakref.ref(v) for v in (x, gamma, beta)]
+    outs = opgen.group_norm(x, gamma, beta, 3)
+    held += [weakref.ref(o) for o in outs]
+    del x, gamma, beta, outs
+    gc.collect()
+    assert all(ref() is None for ref in held)

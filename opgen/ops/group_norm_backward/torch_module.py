@@ -16,7 +16,7 @@ from opgen import torch as opgen_torch
 def _like_x(param: Tensor | None, x: Tensor) -> Tensor | None:
     """A per-channel parameter in x's dtype, as aclnnGroupNorm takes it (a cast of C
     elements only when the module's dtype is not the input's)."""
-    return None if param is None else param.to(x.dtype)
+    return None if param is None else opgen_torch.as_dtype(param, x.dtype)
 
 
 class _GroupNormFunction(torch.autograd.Function):
@@ -36,11 +36,12 @@ class _GroupNormFunction(torch.autograd.Function):
         x, mean, rstd, weight = ctx.saved_tensors
         need = ctx.needs_input_grad
         mask = [need[0], weight is not None and need[1], ctx.has_bias and need[2]]
-        gamma = None if weight is None else weight.to(mean.dtype)
-        dx, dgamma, dbeta = opgen_torch.calls.group_norm_backward(dy.to(x.dtype), x, mean, rstd, gamma, ctx.groups,
-                                                                  mask)
-        return (dx if mask[0] else None, dgamma.to(weight.dtype) if mask[1] else None,
-                dbeta.to(dtype=weight.dtype if weight is not None else dy.dtype) if mask[2] else None,
+        as_dtype = opgen_torch.as_dtype
+        gamma = None if weight is None else as_dtype(weight, mean.dtype)
+        dx, dgamma, dbeta = opgen_torch.calls.group_norm_backward(as_dtype(dy, x.dtype), x, mean, rstd, gamma,
+                                                                  ctx.groups, mask)
+        return (dx if mask[0] else None, as_dtype(dgamma, weight.dtype) if mask[1] else None,
+                as_dtype(dbeta, weight.dtype if weight is not None else dy.dtype) if mask[2] else None,
                 None, None)
 
 

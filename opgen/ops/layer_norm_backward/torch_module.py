@@ -45,11 +45,12 @@ class _LayerNormFunction(torch.autograd.Function):
         # A float32 weight for half data (a combo every product offers): dgamma/dbeta come out
         # in float32 and are rounded once into the parameters' dtype below. The bias is only
         # validated by the op, never read: it is not passed.
-        gamma = None if weight is None else weight.float()
-        dx, dgamma, dbeta = opgen_torch.calls.layer_norm_backward(dy.to(x.dtype), x, list(ctx.shape), mean, rstd,
-                                                                gamma, None, mask)
-        return (dx if mask[0] else None, dgamma.to(weight.dtype) if mask[1] else None,
-                dbeta.to(ctx.bias_dtype) if mask[2] else None, None, None)
+        as_dtype = opgen_torch.as_dtype
+        gamma = None if weight is None else as_dtype(weight, torch.float32)
+        dx, dgamma, dbeta = opgen_torch.calls.layer_norm_backward(as_dtype(dy, x.dtype), x, list(ctx.shape), mean,
+                                                                rstd, gamma, None, mask)
+        return (dx if mask[0] else None, as_dtype(dgamma, weight.dtype) if mask[1] else None,
+                as_dtype(dbeta, ctx.bias_dtype) if mask[2] else None, None, None)
 
 
 class LayerNorm(nn.LayerNorm):

@@ -1,0 +1,91 @@
+"""Per-call overhead of opgen.torch's GroupNorm and LayerNorm modules on tiny tensors, where the
+kernels take about a microsecond and everything else is the Python call path (issue 21).
+
+Times, in µs (median of many calls after a warm-up), the module forward with parameters that
+require grad (the autograd graph is recorded, as in training), the backward alone
+(``torch.autograd.grad`` on a graph kept alive), and torch.nn's modules on the same tensors;
+also the functional ``opgen.group_norm`` / ``opgen.layer_norm`` with outputs allocated.
+The contenders are interleaved (one batch of calls each per round, rounds in a random
+order) so background load hits them alike. Pin it to get stable figures:
+
+    OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/tiny_modules.py
+    OMP_NUM_THREADS=1 taskset -c 1 python benchmarks/tiny_modules.py --rounds 40 --batch 200
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+import torch
+
+import opgen
+import opgen.torch as ot
+
+
+def _batch_us(fn, batch: int) -> float:
+    start = time.perf_counter()
+    for _ in range(batch):
+        fn()
+    return (time.perf_counter() - start) / batch * 1e6
+
+
+def interleaved(contenders: dict, rounds: int, batch: int) -> dict:
+    """Median µs per call of each contender over ``rounds`` batches of ``batch`` calls."""
+    for fn in contenders.values():
+        for _ in range(50):
+            fn()
+    times = {name: [] for name in contenders}
+    names = list(contenders)
+    order = np.random.default_rng(0)
+    for _ in range(rounds):
+        for i in order.permutation(len(names)):
+            times[names[i]].append(_batch_us(contenders[names[i]], batch))
+    return {name: float(np.median(t)) for name, t in times.items()}
+
+
+def cases():
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 4, 4).requires_grad_()
+    dy = torch.randn(2, 8, 4, 4)
+    ours, theirs = ot.GroupNorm(4, 8), torch.nn.GroupNorm(4, 8)
+    theirs.load_state_dict(ours.state_dict())
+    y_ours, y_theirs = ours(x), theirs(x)
+    p_ours, p_theirs = [x, *ours.parameters()], [x, *theirs.parameters()]
+    xd, w, b = x.detach(), ours.weight.detach(), ours.bias.detach()
+    yield "GroupNorm (2,8,4x4) G=4 f32", {
+        "opgen forward": lambda: ours(x), "torch forward": lambda: theirs(x),
+        "opgen backward": lambda: torch.autograd.grad(y_ours, p_ours, dy, retain_graph=True),
+        "torch backward": lambda: torch.autograd.grad(y_theirs, p_theirs, dy, retain_graph=True),
+        "opgen.group_norm": lambda: opgen.group_norm(xd, w, b, 4, 1e-5),
+        "aten native_group_norm": lambda: torch.ops.aten.native_group_norm(xd, w, b, 2, 8, 16, 4, 1e-5)}
+    x = torch.randn(4, 16).requires_grad_()
+    dy = torch.randn(4, 16)
+    ours, theirs = ot.LayerNorm(16), torch.nn.LayerNorm(16)
+    theirs.load_state_dict(ours.state_dict())
+    y_ours, y_theirs = ours(x), theirs(x)
+    p_ours, p_theirs = [x, *ours.parameters()], [x, *theirs.parameters()]
+    xd, w, b = x.detach(), ours.weight.detach(), ours.bias.detach()
+    yield "LayerNorm (4,16) f32", {
+        "opgen forward": lambda: ours(x), "torch forward": lambda: theirs(x),
+        "opgen backward": lambda: torch.autograd.grad(y_ours, p_ours, dy, retain_graph=True),
+        "torch backward": lambda: torch.autograd.grad(y_theirs, p_theirs, dy, retain_graph=True),
+        "opgen.layer_norm": lambda: opgen.layer_norm(xd, [16], w, b, 1e-5),
+        "aten native_layer_norm": lambda: torch.native_layer_norm(xd, [16], w, b, 1e-5)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--batch", type=int, default=200)
+    args = parser.parse_args()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads; median us per call over "
+          f"{args.rounds} interleaved rounds of {args.batch} calls")
+    for label, contenders in cases():
+        print(label)
+        for name, us in interleaved(contenders, args.rounds, args.batch).items():
+            print(f"  {name:24s} {us:8.2f} us")
+
+
+if __name__ == "__main__":
+    main()
