@@ -125,28 +125,30 @@ class _Prepared:
 
     def outputs(self, given: tuple) -> tuple:
         """The call's outputs: the given ones, and new ones made as decided (``new`` lists
-        (output index, asked for, library, shape, dtype) of those to make)."""
+        (output index, asked for, library, shape, dtype, device) of those to make)."""
         if not self.new:
             return given
         made = list(given)
-        for index, asked, library, shape, dtype in self.new:
-            made[index] = _alloc(library, shape, dtype) if asked else _placeholder(library, shape, dtype)
+        for index, asked, library, shape, dtype, device in self.new:
+            made[index] = (_alloc if asked else _placeholder)(library, shape, dtype, device)
         return tuple(made)
 
 
 def _library(template, dtype: str) -> tuple:
-    """(torch module or None for numpy, the library's dtype) of outputs like ``template``."""
+    """(torch module or None for numpy, the library's dtype, the device) of outputs like
+    ``template``: a torch output goes on the template's device (a CUDA input's outputs on
+    its GPU, not on torch's default device)."""
     if _is_torch(template):
         import torch
 
-        return torch, getattr(torch, dtype)
+        return torch, getattr(torch, dtype), template.device
     try:
-        return None, numpy_dtype(dtype)
+        return None, numpy_dtype(dtype), None
     except KeyError:
-        return None, np.dtype(dtype)
+        return None, np.dtype(dtype), None
 
 
-def _alloc(torch, shape: tuple, dtype):
+def _alloc(torch, shape: tuple, dtype, device=None):
     """An output for the kernel to fill: a torch tensor (``torch`` given) or a numpy array.
 
     torch's is uninitialized (torch.empty): the kernel writes every element of an output
@@ -155,16 +157,16 @@ def _alloc(torch, shape: tuple, dtype):
     for torch.empty; RmsNorm's forward through its custom op on 4096x4096 f32 108-120 ms,
     its kernel alone 14-20 ms). numpy's np.zeros is calloc's lazily zeroed pages: no pass."""
     if torch is not None:
-        return torch.empty(shape, dtype=dtype)
+        return torch.empty(shape, dtype=dtype, device=device)
     return np.zeros(shape, dtype)
 
 
-def _placeholder(torch, shape: tuple, dtype):
+def _placeholder(torch, shape: tuple, dtype, device=None):
     """A stand-in for an output not asked for that the op still requires as a tensor
     (Param.required_when_off): one zero broadcast to ``shape`` (no allocation of its size).
     The aclnn layer never writes an output not asked for, so a read-only view serves."""
     if torch is not None:
-        return torch.zeros((), dtype=dtype).expand(shape)
+        return torch.zeros((), dtype=dtype, device=device).expand(shape)
     return np.broadcast_to(np.zeros((), dtype), shape)
 
 
@@ -179,8 +181,8 @@ def _prepare(op, infos: dict, args: dict, given: tuple, template) -> _Prepared:
         if not out_given and (want or param.required_when_off):
             shape_dtype = pythonic.allocate[param.name](infos, args)
             if shape_dtype is not None:
-                library, dtype = _library(template, shape_dtype[1])
-                new.append((index, want, library, tuple(shape_dtype[0]), dtype))
+                library, dtype, device = _library(template, shape_dtype[1])
+                new.append((index, want, library, tuple(shape_dtype[0]), dtype, device))
         wanted.append(want)
     return _Prepared(tuple(args[name] for name in pythonic.derived), tuple(new), tuple(wanted))
 
@@ -217,8 +219,9 @@ def _layout(op) -> _Layout:
 
 def _signature(op, layout: _Layout, values: tuple, outputs: tuple):
     """The key of a call's _Prepared: op, product, per tensor input its library type, dtype
-    and shape, per other value its type and value (a float by its bits, a list of ints
-    or bools with its items' types: opgen.binding.value_key), which outputs are given.
+    and shape (and a torch tensor's device, where its outputs go), per other value its type
+    and value (a float by its bits, a list of ints or bools with its items' types:
+    opgen.binding.value_key), which outputs are given.
     None when a value is something else (an aclTensor, a numpy subclass, a numpy
     integer, a list of floats): that call prepares afresh, uncached."""
     key = [op.name, config.get_product()]
@@ -230,7 +233,8 @@ def _signature(op, layout: _Layout, values: tuple, outputs: tuple):
         elif is_input:
             if not _tensor_type(kind):
                 return None
-            append((kind, value.dtype, value.shape))
+            append((kind, value.dtype, value.shape) if kind is np.ndarray else
+                   (kind, value.dtype, value.shape, value.device))
         elif kind is int or kind is bool or kind is str:
             append((kind, value))
         elif kind is float or ((kind is list or kind is tuple) and all(type(v) in _LIST_ITEMS for v in value)):

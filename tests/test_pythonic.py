@@ -204,3 +204,21 @@ def test_prepared_calls_hold_no_tensor(torch_mod):
     del x, gamma, beta, outs
     gc.collect()
     assert all(ref() is None for ref in held)
+
+
+def test_outputs_are_made_on_the_inputs_device(torch_mod):
+    """The outputs a call makes go on its first input's device (a CUDA input's on its GPU),
+    and the device is part of the prepared call's key. Checked through the preparation with
+    torch's meta device, where no kernel runs (CPU and meta differ only by device)."""
+    from opgen import api
+    from opgen.ops import get_op
+
+    t = torch_mod
+    op = get_op("group_norm")
+    layout = api._layout(op)
+    for device in ("cpu", "meta", "cpu"):
+        x, gamma, beta = t.empty(2, 6, 4, device=device), t.empty(6, device=device), t.empty(6, device=device)
+        values = (x, gamma, beta, 3, 1e-5)
+        prepared = api._prepared(op, layout, values, (None, None, None))
+        made = prepared.outputs((None, None, None))
+        assert [o.device.type for o in made if o is not None] == [device] * 3, device

@@ -21,7 +21,7 @@ def _per_channel(t: Tensor | None, x: Tensor, like: Tensor | None = None) -> Ten
     if t is None:
         return None
     if like is not None:
-        return t if t.dtype == like.dtype else t.to(like.dtype)
+        return opgen_torch.as_dtype(t, like.dtype)
     return t if t.dtype in (x.dtype, torch.float32) else t.float()
 
 
@@ -54,7 +54,7 @@ class _BatchNormFunction(torch.autograd.Function):
         mask = [need[0], weight is not None and need[1], ctx.has_bias and need[2]]
         running, saved = ((None, None), (first, second)) if ctx.training else ((first, second), (None, None))
         dx, dweight, dbias = opgen_torch.calls.batch_norm_backward(
-            dy.to(x.dtype).contiguous(), x, weight, *running, *saved, ctx.training, ctx.eps, mask)
+            opgen_torch.as_dtype(dy, x.dtype).contiguous(), x, weight, *running, *saved, ctx.training, ctx.eps, mask)
         return (dx if mask[0] else None, dweight.to(weight.dtype) if mask[1] else None,
                 dbias.to(weight.dtype if weight is not None else dy.dtype) if mask[2] else None,
                 None, None, None, None)

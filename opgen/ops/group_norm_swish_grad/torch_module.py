@@ -25,9 +25,10 @@ class _GroupNormSwishFunction(torch.autograd.Function):
         gamma = weight if weight is not None else x.new_ones(c)
         beta = bias if bias is not None else x.new_zeros(c)
         param = gamma.dtype if gamma.dtype in (x.dtype, torch.float32) and beta.dtype == gamma.dtype else x.dtype
-        out, mean, rstd = opgen_torch.calls.group_norm_swish(x, gamma.to(param), beta.to(param), groups, None, eps,
-                                                             True, scale)
-        ctx.save_for_backward(x, mean.to(x.dtype), rstd.to(x.dtype), gamma.to(x.dtype), beta.to(x.dtype))
+        as_dtype = opgen_torch.as_dtype
+        out, mean, rstd = opgen_torch.calls.group_norm_swish(x, as_dtype(gamma, param), as_dtype(beta, param), groups,
+                                                             None, eps, True, scale)
+        ctx.save_for_backward(x, *(as_dtype(t, x.dtype) for t in (mean, rstd, gamma, beta)))
         ctx.groups, ctx.scale = groups, scale
         ctx.affine = (weight is not None, bias is not None)
         ctx.param_dtypes = (gamma.dtype, beta.dtype)
@@ -38,10 +39,11 @@ class _GroupNormSwishFunction(torch.autograd.Function):
         x, mean, rstd, gamma, beta = ctx.saved_tensors
         need = ctx.needs_input_grad
         want_gamma, want_beta = ctx.affine[0] and need[1], ctx.affine[1] and need[2]
+        as_dtype = opgen_torch.as_dtype
         dx, dgamma, dbeta = opgen_torch.calls.group_norm_swish_grad(
-            dy.to(x.dtype), mean, rstd, x, gamma, beta, ctx.groups, None, ctx.scale, want_gamma, want_beta)
-        return (dx if need[0] else None, dgamma.to(ctx.param_dtypes[0]) if want_gamma else None,
-                dbeta.to(ctx.param_dtypes[1]) if want_beta else None, None, None, None)
+            as_dtype(dy, x.dtype), mean, rstd, x, gamma, beta, ctx.groups, None, ctx.scale, want_gamma, want_beta)
+        return (dx if need[0] else None, as_dtype(dgamma, ctx.param_dtypes[0]) if want_gamma else None,
+                as_dtype(dbeta, ctx.param_dtypes[1]) if want_beta else None, None, None, None)
 
 
 class GroupNormSwish(nn.GroupNorm):

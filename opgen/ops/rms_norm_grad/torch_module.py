@@ -38,9 +38,9 @@ class _RMSNormFunction(torch.autograd.Function):
     @staticmethod
     def backward(ctx, dy):
         x, rstd, gamma = ctx.saved_tensors
-        dx, dgamma = opgen_torch.calls.rms_norm_grad(dy.to(x.dtype), x, rstd, gamma)
+        dx, dgamma = opgen_torch.calls.rms_norm_grad(opgen_torch.as_dtype(dy, x.dtype), x, rstd, gamma)
         wanted = ctx.weight_dtype is not None and ctx.needs_input_grad[1]
-        return dx, dgamma.to(ctx.weight_dtype) if wanted else None, None, None
+        return dx, opgen_torch.as_dtype(dgamma, ctx.weight_dtype) if wanted else None, None, None
 
 
 class RMSNorm(nn.RMSNorm):
