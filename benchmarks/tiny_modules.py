@@ -44,34 +44,35 @@ def interleaved(contenders: dict, rounds: int, batch: int) -> dict:
     return {name: float(np.median(t)) for name, t in times.items()}
 
 
+def _module_pair(ours, theirs, x, dy, functional: tuple, aten: tuple) -> dict:
+    """Forward and backward of opgen's and torch's module on ``x`` (torch's loaded with
+    opgen's parameters), the functional call and ATen's native forward, as contenders."""
+    theirs.load_state_dict(ours.state_dict())
+    y_ours, y_theirs = ours(x), theirs(x)
+    p_ours, p_theirs = [x, *ours.parameters()], [x, *theirs.parameters()]
+    (f_name, f_call), (a_name, a_call) = functional, aten
+    return {"opgen forward": lambda: ours(x), "torch forward": lambda: theirs(x),
+            "opgen backward": lambda: torch.autograd.grad(y_ours, p_ours, dy, retain_graph=True),
+            "torch backward": lambda: torch.autograd.grad(y_theirs, p_theirs, dy, retain_graph=True),
+            f_name: f_call, a_name: a_call}
+
+
 def cases():
     torch.manual_seed(0)
     x = torch.randn(2, 8, 4, 4).requires_grad_()
-    dy = torch.randn(2, 8, 4, 4)
-    ours, theirs = ot.GroupNorm(4, 8), torch.nn.GroupNorm(4, 8)
-    theirs.load_state_dict(ours.state_dict())
-    y_ours, y_theirs = ours(x), theirs(x)
-    p_ours, p_theirs = [x, *ours.parameters()], [x, *theirs.parameters()]
+    ours = ot.GroupNorm(4, 8)
     xd, w, b = x.detach(), ours.weight.detach(), ours.bias.detach()
-    yield "GroupNorm (2,8,4x4) G=4 f32", {
-        "opgen forward": lambda: ours(x), "torch forward": lambda: theirs(x),
-        "opgen backward": lambda: torch.autograd.grad(y_ours, p_ours, dy, retain_graph=True),
-        "torch backward": lambda: torch.autograd.grad(y_theirs, p_theirs, dy, retain_graph=True),
-        "opgen.group_norm": lambda: opgen.group_norm(xd, w, b, 4, 1e-5),
-        "aten native_group_norm": lambda: torch.ops.aten.native_group_norm(xd, w, b, 2, 8, 16, 4, 1e-5)}
+    yield "GroupNorm (2,8,4x4) G=4 f32", _module_pair(
+        ours, torch.nn.GroupNorm(4, 8), x, torch.randn(2, 8, 4, 4),
+        ("opgen.group_norm", lambda: opgen.group_norm(xd, w, b, 4, 1e-5)),
+        ("aten native_group_norm", lambda: torch.ops.aten.native_group_norm(xd, w, b, 2, 8, 16, 4, 1e-5)))
     x = torch.randn(4, 16).requires_grad_()
-    dy = torch.randn(4, 16)
-    ours, theirs = ot.LayerNorm(16), torch.nn.LayerNorm(16)
-    theirs.load_state_dict(ours.state_dict())
-    y_ours, y_theirs = ours(x), theirs(x)
-    p_ours, p_theirs = [x, *ours.parameters()], [x, *theirs.parameters()]
+    ours = ot.LayerNorm(16)
     xd, w, b = x.detach(), ours.weight.detach(), ours.bias.detach()
-    yield "LayerNorm (4,16) f32", {
-        "opgen forward": lambda: ours(x), "torch forward": lambda: theirs(x),
-        "opgen backward": lambda: torch.autograd.grad(y_ours, p_ours, dy, retain_graph=True),
-        "torch backward": lambda: torch.autograd.grad(y_theirs, p_theirs, dy, retain_graph=True),
-        "opgen.layer_norm": lambda: opgen.layer_norm(xd, [16], w, b, 1e-5),
-        "aten native_layer_norm": lambda: torch.native_layer_norm(xd, [16], w, b, 1e-5)}
+    yield "LayerNorm (4,16) f32", _module_pair(
+        ours, torch.nn.LayerNorm(16), x, torch.randn(4, 16),
+        ("opgen.layer_norm", lambda: opgen.layer_norm(xd, [16], w, b, 1e-5)),
+        ("aten native_layer_norm", lambda: torch.native_layer_norm(xd, [16], w, b, 1e-5)))
 
 
 def main() -> None:
