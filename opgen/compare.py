@@ -183,6 +183,9 @@ def write_rows(rows: list[Row], path) -> None:
 def add_arguments(parser) -> None:
     parser.add_argument("--against", default="aten", help="a comparison source: 'aten' (torch's native kernels), "
                         "a golden dump DIR, or one a target or tool registered (opgen.compare.register_source)")
+    parser.add_argument("source_args", nargs="*", metavar="DIR",
+                        help="what the source reads: for cann-src, the hicann/ops-nn checkout (default $OPGEN_CANN_SRC, "
+                        "else ~/ops-nn)")
     parser.add_argument("--op", action="append", choices=[op.name for op in all_ops() if op.cases.compare],
                         help="only this op (repeatable)")
     parser.add_argument("--dtypes", action="append", help="only this dtype combo, e.g. bf16-f32 (repeatable)")
@@ -205,7 +208,7 @@ def to_argv(args) -> list[str]:
     for flag, values in (("--op", args.op), ("--dtypes", args.dtypes), ("--shape", args.shape)):
         for value in values or ():
             argv += [flag, value]
-    return argv + (["--out", str(args.out)] if args.out else [])
+    return argv + (["--out", str(args.out)] if args.out else []) + list(getattr(args, "source_args", None) or ())
 
 
 def _for_ops(values, op_names, accept) -> dict:
@@ -231,12 +234,16 @@ class Source:
     ``accepts(value)``, when given, claims values that are not the source's name (a golden
     dump is named by its directory). A target or tool adds a source with
     ``register_source`` (e.g. from a module in its ``tools``), with no change here.
+    A source whose rows are not ``Row`` (cann-src) prints them with ``print_rows``; they
+    still give ``passed`` and ``as_dict()``.
     """
 
     name: str
     description: str
     rows: Callable
     accepts: Callable | None = None
+    print_rows: Callable | None = None   # its own table (default print_table)
+    takes_dir: bool = False              # reads the positional DIR after --against NAME
 
 
 _SOURCES = Registry("comparison source", Source)
@@ -335,14 +342,45 @@ def _is_dump(value: str) -> bool:
 register_source(Source("aten", "torch's native kernels on every device torch has here", _aten_rows))
 register_source(Source("dump", "a golden dump directory (manifest.json and .npy/.bin files); give the directory",
                        lambda args: against_dump(args.against, args.repeats), accepts=_is_dump))
+
+
+def _cann_src_rows(args) -> list:
+    """CANN's own kernels from an ops-nn checkout, built on the AscendC emulation
+    (opgen.targets.ascend.cann_src); a DIR that is not a checkout is a ValueError."""
+    from opgen.targets.ascend import cann_src
+
+    if len(args.source_args or ()) > 1:
+        raise ValueError(f"--against cann-src takes one DIR, got {' '.join(args.source_args)}")
+    checkout = cann_src.check_checkout(cann_src.checkout_dir((args.source_args or [None])[0]))
+    unknown = [op for op in args.op or () if op not in cann_src.KERNELS]
+    if unknown:
+        raise ValueError(f"--against cann-src: no CANN kernel wired up for {', '.join(unknown)} "
+                         f"(have {', '.join(cann_src.KERNELS)})")
+    op_names = args.op or list(cann_src.KERNELS)
+    shapes, tags = _selection(args, op_names)
+    return cann_src.against_cann(checkout, op_names, tags, shapes, args.seed)
+
+
+def _print_cann_src(rows, stream=None) -> None:
+    from opgen.targets.ascend import cann_src
+
+    cann_src.print_rows(rows, stream)
+
+
+register_source(Source("cann-src", "CANN's hand-written AscendC kernels from an ops-nn checkout DIR, built on opgen's "
+                       "emulation with CANN's tiling: errors and modelled times beside opgen's", _cann_src_rows,
+                       print_rows=_print_cann_src, takes_dir=True))
 for _target in all_targets():   # second compilers of the same formulas (TargetSpec.peer_name)
     if _target.peer_name:
         register_source(Source(_target.peer_name, f"the same formulas compiled by {_target.name}: "
                                f"{_target.description}", _peer_rows(_target)))
 
 
-def _rows(args) -> list[Row]:
-    return source_for(args.against).rows(args)
+def _rows(args) -> tuple[list, Source]:
+    source = source_for(args.against)
+    if getattr(args, "source_args", None) and not source.takes_dir:
+        raise ValueError(f"--against {args.against} takes no DIR (got {' '.join(args.source_args)})")
+    return source.rows(args), source
 
 
 def main(args) -> int:
@@ -356,11 +394,11 @@ def main(args) -> int:
     from opgen.dumps import DumpError
 
     try:
-        rows = _rows(args)
+        rows, source = _rows(args)
     except (baselines.TorchMissing, DumpError, AclnnError, ValueError) as err:
         print(f"opgen compare: {err}", file=sys.stderr)
         return 2
-    print_table(rows)
+    (source.print_rows or print_table)(rows)
     if args.out:
         write_rows(rows, args.out)
     failed = [r for r in rows if not r.passed]

@@ -237,6 +237,35 @@ void whole_reduce_sum(const LocalTensor<T>& dst, const LocalTensor<T>& src, cons
     reduce_groups("WholeReduceSum", dst, di, src, groups, l.repeats);
 }
 
+// CANN's in-place widening idiom (ops-nn's Cast2FloatIf: 16-bit data copied into the upper
+// half of a float buffer, then Cast into the whole buffer), accepted only in builds of CANN's
+// kernels (OPGEN_EMU_CANN_IDIOMS): asc-devkit's general overlap rule forbids a partial overlap
+// within one 256-byte iteration, which this has in its last iteration, and Cast's page says a
+// narrow-to-wide overlap "may give wrong results". Accepted when no iteration's dst overlaps a
+// later iteration's src (the rule across iterations), computed as read-before-write per
+// instruction; every use is counted (opgen_emu_cann_idioms) so the report can say so.
+inline std::atomic<uint64_t> widening_overlaps{0};  // over all cores and launches of this library
+
+template <typename TD, typename TS>
+bool widening_overlap_ok(const LocalTensor<TD>& dst, const LocalTensor<TS>& src, uint64_t count) {
+#ifdef OPGEN_EMU_CANN_IDIOMS
+    if constexpr (sizeof(TD) > sizeof(TS)) {
+        const uint64_t d0 = dst.ub_offset(), s0 = src.ub_offset(), per = kRepeatBytes / sizeof(TD);
+        if (d0 == s0 || s0 + count * sizeof(TS) <= d0 || d0 + count * sizeof(TD) <= s0) return false;
+        const uint64_t iters = (count + per - 1) / per;
+        for (uint64_t r = 0; r < iters; ++r)            // iteration r's dst against later srcs
+            for (uint64_t q = r + 1; q < iters; ++q) {
+                const uint64_t dl = d0 + r * per * sizeof(TD), sl = s0 + q * per * sizeof(TS);
+                if (dl < sl + per * sizeof(TS) && sl < dl + per * sizeof(TD)) return false;
+            }
+        ++widening_overlaps;
+        return true;
+    }
+#endif
+    (void)dst, (void)src, (void)count;
+    return false;
+}
+
 }  // namespace opgen_emu
 
 namespace AscendC {
@@ -245,6 +274,10 @@ template <typename TD, typename TS>
 void Cast(const LocalTensor<TD>& dst, const LocalTensor<TS>& src, const RoundMode& mode, const uint32_t calCount) {
     using namespace opgen_emu;
     Rounding r = check_cast<TD, TS>(mode, "Cast");
+    struct Guard {
+        explicit Guard(bool on) { tls_overlap_checked = on; }
+        ~Guard() { tls_overlap_checked = false; }
+    } guard(widening_overlap_ok<TD, TS>(dst, src, calCount));
     elementwise("Cast", count_lanes(calCount, "Cast"), dst, Strides{},
                 [r](double a) { return cast_value<TD, TS>(a, r); }, std::make_pair(&src, Strides{}));
 }
@@ -255,7 +288,7 @@ void Cast(const LocalTensor<TD>& dst, const LocalTensor<TS>& src, const RoundMod
     using namespace opgen_emu;
     Rounding r = check_cast<TD, TS>(mode, "Cast");
     uint32_t lanes = kRepeatBytes / std::max(sizeof(TD), sizeof(TS));
-    elementwise("Cast", mask_lanes(mask, repeatTimes, lanes, "Cast"), dst,
+    elementwise("Cast", repeat_lanes<isSetMask>(mask, repeatTimes, lanes, "Cast"), dst,
                 Strides{p.dstBlkStride, p.dstRepStride}, [r](double a) { return cast_value<TD, TS>(a, r); },
                 std::make_pair(&src, Strides{p.srcBlkStride, p.srcRepStride}));
 }
@@ -271,6 +304,7 @@ void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const Local
     using namespace opgen_emu;
     const char* api = "ReduceSum";
     if (count < 1) fail(cat(api, ": count ", count, " must be at least 1"));
+    count_lanes(count, api);  // a count form: leaves the mask register all ones
     const uint64_t epr = kRepeatBytes / sizeof(T), reps = (count + epr - 1) / epr;
     const uint64_t need = round_up(reps, kBlockBytes / sizeof(T));
     if (work.GetSize() < need)
@@ -307,8 +341,8 @@ void WholeReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const 
                     const int32_t srcRepStride) {
     OPGEN_REDUCE_TYPES(T);
     using namespace opgen_emu;
-    whole_reduce_sum(dst, src, mask_lanes(mask, repeatTimes, max_lanes<T>(), "WholeReduceSum"), dstRepStride,
-                     srcBlkStride, srcRepStride);
+    Lanes l = repeat_lanes<isSetMask>(uint64_t(mask), repeatTimes, max_lanes<T>(), "WholeReduceSum");
+    whole_reduce_sum(dst, src, l, dstRepStride, srcBlkStride, srcRepStride);
 }
 
 template <typename T, bool isSetMask = true>
@@ -317,8 +351,8 @@ void WholeReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const 
                     const int32_t srcRepStride) {
     OPGEN_REDUCE_TYPES(T);
     using namespace opgen_emu;
-    whole_reduce_sum(dst, src, bitmask_lanes(mask, repeatTimes, max_lanes<T>(), "WholeReduceSum"), dstRepStride,
-                     srcBlkStride, srcRepStride);
+    Lanes l = repeat_lanes<isSetMask>(mask, repeatTimes, max_lanes<T>(), "WholeReduceSum");
+    whole_reduce_sum(dst, src, l, dstRepStride, srcBlkStride, srcRepStride);
 }
 
 // Per repeat, one sum per 32-byte block with active lanes, written to
@@ -329,7 +363,7 @@ void BlockReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const 
                     const int32_t srcRepStride) {
     OPGEN_REDUCE_TYPES(T);
     using namespace opgen_emu;
-    Lanes l = mask_lanes(mask, repeat, max_lanes<T>(), "BlockReduceSum");
+    Lanes l = repeat_lanes<isSetMask>(uint64_t(mask), repeat, max_lanes<T>(), "BlockReduceSum");
     auto groups = repeat_groups<T>(l, srcBlkStride, srcRepStride, true);
     const uint32_t epb = kBlockBytes / sizeof(T);
     std::vector<uint64_t> di;

@@ -202,6 +202,13 @@ struct CoreState {
     std::vector<std::pair<const uint8_t*, const uint8_t*>> mte3_gm;
     std::vector<std::string> deferred;  // errors found in destructors
     CoreClock clock;                    // pipe clocks of the timing model
+    // The vector mask register (Normal mode; mask[1] high lanes 64..127, mask[0] low lanes):
+    // count-form APIs leave it all ones (asc-devkit dav_c220 impl: set_mask_norm then
+    // set_vector_mask(-1, -1)), a repeat form with isSetMask = true leaves its own mask, and
+    // SetVectorMask / AscendCUtils::SetMask set it. Unknown at kernel start: an API with
+    // isSetMask = false before anything set it is an error.
+    uint64_t vector_mask[2] = {0, 0};
+    bool vector_mask_known = false;
     CoreState(Launch* l, uint32_t i) : launch(l), idx(i), ub(kUbBytes, 0xFF), ub_def(kUbBytes, 0) {
         l->timing.attach(clock);
     }

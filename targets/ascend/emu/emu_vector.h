@@ -40,13 +40,13 @@ template <typename T> struct Identity { using type = T; };
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,    \
               uint64_t mask, int32_t repeatTimes, const BinaryRepeatParams& p) {                   \
         NAME##_repeat(dst, src0, src1,                                                             \
-                      opgen_emu::mask_lanes(mask, repeatTimes, opgen_emu::max_lanes<T>(), #NAME), p); \
+                      opgen_emu::repeat_lanes<isSetMask>(mask, repeatTimes, opgen_emu::max_lanes<T>(), #NAME), p); \
     }                                                                                               \
     template <typename T, bool isSetMask = true>                                                    \
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,    \
               const uint64_t mask[], int32_t repeatTimes, const BinaryRepeatParams& p) {           \
         NAME##_repeat(dst, src0, src1,                                                             \
-                      opgen_emu::bitmask_lanes(mask, repeatTimes, opgen_emu::max_lanes<T>(), #NAME), p); \
+                      opgen_emu::repeat_lanes<isSetMask>(mask, repeatTimes, opgen_emu::max_lanes<T>(), #NAME), p); \
     }
 
 #define OPGEN_ARITH opgen_emu::vec_arith<T>
@@ -79,7 +79,7 @@ OPGEN_EMU_BINARY(Min, OPGEN_ARITH, OPGEN_ARITH_MSG, (std::isnan(a) || std::isnan
         static_assert(TYPES_OK, #NAME ": " TYPES_MSG);                                              \
         using namespace opgen_emu;                                                                  \
         const double b = to_double<T>(scalar);                                                      \
-        elementwise(#NAME, mask_lanes(mask, repeatTimes, max_lanes<T>(), #NAME), dst,               \
+        elementwise(#NAME, repeat_lanes<isSetMask>(mask, repeatTimes, max_lanes<T>(), #NAME), dst,               \
                     Strides{p.dstBlkStride, p.dstRepStride}, [b](double a) { return EXPR; },        \
                     std::make_pair(&src, Strides{p.srcBlkStride, p.srcRepStride}));                 \
     }
@@ -103,7 +103,7 @@ OPGEN_EMU_SCALAR(Mins, OPGEN_ARITH, OPGEN_ARITH_MSG, std::isnan(a) ? NAN : (a < 
               int32_t repeatTimes, const UnaryRepeatParams& p) {                                    \
         static_assert(TYPES_OK, #NAME ": " TYPES_MSG);                                              \
         using namespace opgen_emu;                                                                  \
-        elementwise(#NAME, mask_lanes(mask, repeatTimes, max_lanes<T>(), #NAME), dst,               \
+        elementwise(#NAME, repeat_lanes<isSetMask>(mask, repeatTimes, max_lanes<T>(), #NAME), dst,               \
                     Strides{p.dstBlkStride, p.dstRepStride}, [](double a) { return EXPR; },         \
                     std::make_pair(&src, Strides{p.srcBlkStride, p.srcRepStride}));                 \
     }
@@ -134,7 +134,7 @@ void Duplicate(const LocalTensor<T>& dst, const typename Identity<T>::type& scal
     static_assert(dup_ok<T>, "Duplicate: supported for half, bfloat16_t, float, int16_t, int32_t");
     using namespace opgen_emu;
     const double v = to_double<T>(scalar);
-    elementwise("Duplicate", mask_lanes(mask, repeatTimes, max_lanes<T>(), "Duplicate"), dst,
+    elementwise("Duplicate", repeat_lanes<isSetMask>(mask, repeatTimes, max_lanes<T>(), "Duplicate"), dst,
                 Strides{dstBlockStride, dstRepeatStride}, [v]() { return v; });
 }
 

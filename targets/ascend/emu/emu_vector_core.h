@@ -101,7 +101,21 @@ inline Lanes count_lanes(int64_t count, const char* api) {
     if (count < 0) fail(cat(api, ": negative count ", count));
     Lanes l;
     l.count = static_cast<uint64_t>(count);
+    if (tls_core) {  // a count-form API leaves the mask register all ones (Normal mode)
+        tls_core->vector_mask[0] = tls_core->vector_mask[1] = ~uint64_t(0);
+        tls_core->vector_mask_known = true;
+    }
     return l;
+}
+
+// The mask register after a repeat form with isSetMask = true set it to these lanes.
+inline void set_mask_register(const std::vector<uint32_t>& active) {
+    if (!tls_core) return;
+    uint64_t m[2] = {0, 0};
+    for (uint32_t lane : active) m[lane / 64] |= uint64_t(1) << (lane % 64);
+    tls_core->vector_mask[0] = m[0];
+    tls_core->vector_mask[1] = m[1];
+    tls_core->vector_mask_known = true;
 }
 
 inline void check_repeat(int64_t repeat, const char* api) {
@@ -117,6 +131,7 @@ inline Lanes mask_lanes(uint64_t mask, int64_t repeat, uint32_t max_lanes, const
     l.count_mode = false;
     l.repeats = static_cast<uint32_t>(repeat);
     for (uint32_t i = 0; i < mask; ++i) l.active.push_back(i);
+    set_mask_register(l.active);
     return l;
 }
 
@@ -132,7 +147,37 @@ inline Lanes bitmask_lanes(const uint64_t mask[], int64_t repeat, uint32_t max_l
         l.active.push_back(i);
     }
     if (l.active.empty()) fail(cat(api, ": mask selects no lanes"));
+    set_mask_register(l.active);
     return l;
+}
+
+// The lanes of the mask register (an API called with isSetMask = false ignores its mask
+// argument and uses what SetVectorMask, AscendCUtils::SetMask or the last API left there);
+// lanes beyond the type's 256-byte repeat are ignored (a count-form API sets all 128 bits).
+inline Lanes register_lanes(int64_t repeat, uint32_t max_lanes, const char* api) {
+    check_repeat(repeat, api);
+    CoreState& c = *current_core();
+    if (!c.vector_mask_known)
+        fail(cat(api, ": isSetMask = false but nothing set the vector mask yet (SetVectorMask, ",
+                 "AscendCUtils::SetMask or a vector API first)"));
+    Lanes l;
+    l.count_mode = false;
+    l.repeats = static_cast<uint32_t>(repeat);
+    for (uint32_t i = 0; i < std::min<uint32_t>(128, max_lanes); ++i)
+        if ((c.vector_mask[i / 64] >> (i % 64)) & 1u) l.active.push_back(i);
+    if (l.active.empty()) fail(cat(api, ": the vector mask register selects no lanes"));
+    return l;
+}
+
+// A repeat form's lanes: its mask argument (which it also leaves in the register) when
+// isSetMask, else the register's.
+template <bool isSetMask>
+Lanes repeat_lanes(uint64_t mask, int64_t repeat, uint32_t max_lanes, const char* api) {
+    return isSetMask ? mask_lanes(mask, repeat, max_lanes, api) : register_lanes(repeat, max_lanes, api);
+}
+template <bool isSetMask>
+Lanes repeat_lanes(const uint64_t mask[], int64_t repeat, uint32_t max_lanes, const char* api) {
+    return isSetMask ? bitmask_lanes(mask, repeat, max_lanes, api) : register_lanes(repeat, max_lanes, api);
 }
 
 // Element indices (in units of the operand's type) of every active lane, repeat-major.
@@ -166,7 +211,12 @@ Span check_operand(const LocalTensor<T>& t, const std::vector<uint64_t>& idx, co
     return {t.ub_offset() + lo * sizeof(T), t.ub_offset() + (hi + 1) * sizeof(T)};
 }
 
+// Set while an instruction whose caller already checked its dst/src overlap runs (see
+// widening_overlap_ok in emu_reduce_cast.h).
+inline thread_local bool tls_overlap_checked = false;
+
 inline void check_overlap(Span d, uint64_t d_start, Span s, uint64_t s_start, const char* api) {
+    if (tls_overlap_checked) return;
     if (d_start != s_start && d.lo < s.hi && s.lo < d.hi)
         fail(cat(api, ": dst UB [", d.lo, ", ", d.hi, ") partially overlaps src UB [", s.lo, ", ", s.hi,
                  ") (only identical addresses may be used in place)"));

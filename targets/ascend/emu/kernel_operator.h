@@ -133,7 +133,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "emu_extra.h"
+#include "emu_cann.h"
 
 #define KERNEL_TASK_TYPE_DEFAULT(x)
 #define KERNEL_TYPE_AIV_ONLY 0

@@ -1,0 +1,330 @@
+"""CANN's hand-written AscendC kernels, from an ops-nn checkout, run on opgen's emulation.
+
+``opgen compare --against cann-src DIR`` (DIR: a hicann/ops-nn checkout, else $OPGEN_CANN_SRC,
+else ~/ops-nn) compiles CANN's own kernel source (op_kernel/*.cpp, unchanged, read from DIR:
+nothing of it is copied into opgen) against the emulation headers (targets/ascend/emu) with
+the tiling CANN's host code would give (transcribed in the op's ``cann_tiling.tiling_data``;
+CANN's tiling .cpp needs CANN's whole host framework), runs it on the same inputs as opgen's
+kernel and measures both against the float64 reference. That checks the emulation's API
+semantics on code opgen did not write, and sets CANN's modelled time (the same timing model)
+beside opgen's: the bar opgen's kernels must meet.
+
+Kernels are built as for Atlas A2 (``__CCE_AICORE__ == 220``: the split-N / split-D kernels
+with DataCopyPad), on the AtlasA2 hardware description's cores and UB.
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import importlib
+import os
+import re
+import struct
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from opgen import diskcache
+from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype, ulp
+from opgen.targets.ascend import timing as pipe_timing
+from opgen.targets.ascend.build import EMU_DIR, emu_flags
+
+ENV = "OPGEN_CANN_SRC"
+DEFAULT_DIR = Path("~/ops-nn")
+PRODUCT = "AtlasA2"
+C_TYPES = {FLOAT32: "float", FLOAT16: "half", BFLOAT16: "bfloat16_t"}
+# CANN's kernels are built without -Werror (their sources are theirs), as C++17 like opgen's.
+CXXFLAGS = ("-std=c++17", "-O1", "-pthread", "-shared", "-fPIC", "-fno-gnu-unique", "-w")
+# Atlas A2's AI core, no <<<>>> launcher; CANN's in-place widening Cast accepted and counted
+CCE_FLAGS = ("-D__CCE_KT_TEST__", "-D__CCE_AICORE__=220", "-DOPGEN_EMU_CANN_IDIOMS")
+
+
+class NotACheckout(ValueError):
+    """DIR is not an ops-nn checkout holding the kernels compared here."""
+
+
+@dataclass(frozen=True)
+class CannKernel:
+    """One of CANN's kernels: where its sources are in ops-nn, how opgen drives it (an op
+    package declares it as ``KERNEL`` in its ``cann_tiling`` module).
+
+    ``tiling(problem, combo, cores)`` gives (tiling fields, tiling key, user workspace bytes);
+    ``entry`` lists the kernel's GM arguments before workspace and tiling (kernel tensor names);
+    ``dtype_macros`` maps each DTYPE_* macro of the kernel to the tensor whose dtype it takes."""
+
+    op: str
+    kernel: str            # op_kernel .cpp, relative to the checkout
+    tiling_header: str     # op_host header holding BEGIN_TILING_DATA_DEF(struct)
+    struct: str
+    symbol: str            # the extern "C" kernel function
+    entry: tuple
+    dtype_macros: dict
+    tiling: Callable
+    shapes: tuple          # default problems (the op's Problem spelling)
+
+
+def _kernels() -> dict:
+    """Every op package's CANN kernel (``<package>.cann_tiling.KERNEL``), by op name."""
+    from opgen.ops import all_ops
+
+    found = {}
+    for op in all_ops():
+        try:
+            module = importlib.import_module(f"{op.package}.cann_tiling")
+        except ModuleNotFoundError:
+            continue
+        if hasattr(module, "KERNEL"):
+            found[op.name] = CannKernel(op=op.name, **module.KERNEL)
+    return found
+
+
+KERNELS = _kernels()
+
+
+# ---- the checkout --------------------------------------------------------------------------
+
+def checkout_dir(given: str | None = None) -> Path:
+    """The ops-nn checkout: ``given``, else $OPGEN_CANN_SRC, else ~/ops-nn (not checked here)."""
+    return Path(given or os.environ.get(ENV) or DEFAULT_DIR).expanduser()
+
+
+def check_checkout(root: Path) -> Path:
+    """``root`` itself when it holds every kernel and tiling header compared here; else
+    NotACheckout naming the first file missing (a one-line error, not a traceback)."""
+    for kernel in KERNELS.values():
+        for rel in (kernel.kernel, kernel.tiling_header):
+            if not (root / rel).is_file():
+                raise NotACheckout(f"{root} is not a hicann/ops-nn checkout: {rel} is missing "
+                                   f"(give the checkout's root: --against cann-src DIR, or set {ENV})")
+    return root
+
+
+def found_checkout() -> Path | None:
+    """The checkout the tests use, when there is one ($OPGEN_CANN_SRC or ~/ops-nn)."""
+    try:
+        return check_checkout(checkout_dir())
+    except NotACheckout:
+        return None
+
+
+# ---- the tiling struct, read from CANN's own header -------------------------------------------
+
+FIELD_TYPES = {"uint32_t": "I", "int32_t": "i", "float": "f", "uint64_t": "Q", "int64_t": "q",
+               "uint16_t": "H", "int16_t": "h", "uint8_t": "B", "int8_t": "b"}
+
+
+def tiling_fields(header_text: str, name: str) -> list[tuple[str, str]]:
+    """(C type, field) of BEGIN_TILING_DATA_DEF(name) ... END_TILING_DATA_DEF, in order: the
+    layout the kernel's GET_TILING_DATA reads (CANN generates a plain struct from it)."""
+    body = re.search(rf"BEGIN_TILING_DATA_DEF\(\s*{name}\s*\)(.*?)END_TILING_DATA_DEF", header_text, re.S)
+    if not body:
+        raise NotACheckout(f"no BEGIN_TILING_DATA_DEF({name}) in the tiling header")
+    fields = re.findall(r"TILING_DATA_FIELD_DEF\(\s*(\w+)\s*,\s*(\w+)\s*\)", body.group(1))
+    unknown = [t for t, _ in fields if t not in FIELD_TYPES]
+    if not fields or unknown or "FIELD_DEF_ARR" in body.group(1) or "FIELD_DEF_STRUCT" in body.group(1):
+        raise NotACheckout(f"{name}: fields opgen cannot lay out ({', '.join(unknown) or 'arrays or structs'})")
+    return fields
+
+
+def struct_source(name: str, fields: list) -> str:
+    """The kernel-side struct (naturally aligned, as the generated CANN header lays it out)."""
+    lines = "".join(f"    {ctype} {field};\n" for ctype, field in fields)
+    return (f"#include <cstdint>\nstruct {name} {{\n{lines}}};\n#define OPGEN_TILING_TYPE {name}\n")
+
+
+def pack_tiling(fields: list, values: dict) -> bytes:
+    """The tiling argument's bytes: every field of the header, in its order (native alignment)."""
+    missing = [f for _, f in fields if f not in values]
+    if missing:
+        raise ValueError(f"the transcribed tiling gives no value for {', '.join(missing)}")
+    fmt = "@" + "".join(FIELD_TYPES[t] for t, _ in fields)
+    return struct.pack(fmt, *(values[f] for _, f in fields))
+
+
+# ---- build and run ---------------------------------------------------------------------------
+
+def _flags(kernel: CannKernel, combo, hw, checkout: Path, tiling_h: Path) -> list[str]:
+    macros = [f"-D{m}={C_TYPES[combo[tensor]]}" for m, tensor in kernel.dtype_macros.items()]
+    return [*CXXFLAGS, *emu_flags(hw), *CCE_FLAGS, *macros, "-include", str(tiling_h), f"-I{EMU_DIR}",
+            f"-I{(checkout / kernel.kernel).parent}"]
+
+
+def build(kernel: CannKernel, combo, hw, checkout: Path) -> tuple[Path, list]:
+    """(the shared library of CANN's kernel on the emulation, its tiling fields); cached by the
+    kernel folder's sources, the flags and the emulation headers."""
+    fields = tiling_fields((checkout / kernel.tiling_header).read_text(errors="replace"), kernel.struct)
+    kernel_dir = (checkout / kernel.kernel).parent
+    sources = "".join(p.read_text(errors="replace") for p in sorted(kernel_dir.glob("*.[ch]*")) if p.is_file())
+    emu = "".join(p.read_text() for p in sorted(EMU_DIR.rglob("*.h")))
+    probe = _flags(kernel, combo, hw, checkout, Path("tiling.h"))
+    digest = hashlib.sha256("\0".join([sources, emu, struct_source(kernel.struct, fields), *probe]).encode())
+    lib = diskcache.code_dir("ascend-emu", "emulation libraries") / f"cann-{kernel.symbol}-{digest.hexdigest()[:20]}.so"
+    if diskcache.loadable(lib):
+        return lib, fields
+    with tempfile.TemporaryDirectory() as tmp:
+        tiling_h, main = Path(tmp) / "tiling.h", Path(tmp) / "main.cpp"
+        tiling_h.write_text(struct_source(kernel.struct, fields))
+        main.write_text(f'#include "{checkout / kernel.kernel}"\nOPGEN_EMU_EXPORT({kernel.symbol}, '
+                        f'{len(kernel.entry) + 2})\n')
+        out = Path(tmp) / "lib.so"
+        done = subprocess.run(["g++", *_flags(kernel, combo, hw, checkout, tiling_h), str(main), "-o", str(out)],
+                              capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"g++ failed on CANN's {kernel.kernel} against the emulation:\n{done.stderr[-4000:]}")
+        diskcache.place(out, lib)
+    return lib, fields
+
+
+def launch(lib_path: Path, kernel: CannKernel, fields: list, tiling: tuple, arrays: dict, hw):
+    """Run the kernel once on ``arrays`` (kernel tensors by name, outputs included, written in
+    place); returns the modelled time. RuntimeError with the emulation's message on a violation."""
+    values, key, workspace_bytes = tiling
+    lib = ctypes.CDLL(str(lib_path))
+    run = getattr(lib, f"opgen_emu_launch_{kernel.symbol}")
+    run.argtypes = [ctypes.c_uint32, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_uint64), ctypes.c_uint32]
+    run.restype = ctypes.c_int
+    lib.opgen_emu_last_error.restype = ctypes.c_char_p
+    workspace = np.empty(max(1, workspace_bytes), np.uint8)
+    tiling_bytes = np.frombuffer(pack_tiling(fields, values), np.uint8).copy()
+    buffers = [arrays[name] for name in kernel.entry] + [workspace, tiling_bytes]
+    ptrs = (ctypes.c_void_p * len(buffers))(*[b.ctypes.data for b in buffers])
+    sizes = (ctypes.c_uint64 * len(buffers))(*[b.nbytes for b in buffers])
+    pipe_timing.configure(lib, hw.timing)
+    lib.opgen_emu_set_tiling_key(ctypes.c_uint64(key))
+    if run(values["block_dim"], ptrs, sizes, len(buffers)):
+        raise RuntimeError(f"CANN's {kernel.symbol} on the emulation: {lib.opgen_emu_last_error().decode()}")
+    return pipe_timing.last(lib)
+
+
+# ---- the comparison ------------------------------------------------------------------------
+
+@dataclass
+class CannRow:
+    """One output of one case: CANN's and opgen's error against float64 and modelled times.
+
+    ``*_ulps``: the largest |out - ref| in units of one rounding step of the output's dtype at
+    |ref| (opgen.dtypes.ulp); ``*_tol``: the largest error over what opgen.verify allows (<= 1
+    passes); ``idioms``: CANN's widening Casts accepted only for its kernels (emu_reduce_cast.h)."""
+
+    op: str
+    dtypes: str
+    shape: str
+    output: str
+    cann_ulps: float
+    cann_tol: float
+    opgen_ulps: float
+    opgen_tol: float
+    cann_us: float
+    opgen_us: float | None
+    idioms: int = 0
+
+    @property
+    def passed(self) -> bool:
+        return self.cann_tol <= 1.0 and self.opgen_tol <= 1.0
+
+    def as_dict(self) -> dict:
+        return {**self.__dict__, "library": "cann-src", "passed": self.passed}
+
+
+def max_ulps(out, ref, dtype: str) -> float:
+    """max |out - ref| / ulp_dtype(ref): 0.5 is a correctly rounded result."""
+    got, ref = np.asarray(out, np.float64), np.asarray(ref, np.float64)
+    return float(np.max(np.abs(got - ref) / ulp(ref, dtype))) if ref.size else 0.0
+
+
+def run_cann(checkout: Path, kernel: CannKernel, op, combo, problem, inputs: dict, hw) -> tuple[dict, object, int]:
+    """(CANN's outputs by kernel name in the reference's shapes, modelled time, idioms used)."""
+    shapes = importlib.import_module(op.package).kernel_shapes(problem)
+    arrays = {n: np.ascontiguousarray(v).reshape(shapes[n]) for n, v in inputs.items()}
+    outputs = {n: np.full(shapes[n], np.nan, numpy_dtype(combo[n])) for n in op.outputs}
+    lib, fields = build(kernel, combo, hw, checkout)
+    before = _idioms(lib)
+    modelled = launch(lib, kernel, fields, kernel.tiling(problem, combo, hw.vector_cores), {**arrays, **outputs}, hw)
+    return outputs, modelled, _idioms(lib) - before
+
+
+def _idioms(lib_path: Path) -> int:
+    lib = ctypes.CDLL(str(lib_path))
+    lib.opgen_emu_cann_idioms.restype = ctypes.c_uint64
+    return int(lib.opgen_emu_cann_idioms())
+
+
+def run_opgen(op, combo, problem, inputs: dict, target) -> tuple[dict, object]:
+    """(opgen's outputs, its kernel's modelled time) on ``target`` (ascend-emu on AtlasA2)."""
+    from opgen import kernels
+
+    kernel = kernels.get_kernel(op, combo, target)
+    ref_shapes = op.output_shapes(problem)
+    outputs = {n: np.full(ref_shapes[n], np.nan, numpy_dtype(combo[n])) for n in op.outputs}
+    kernel(op.kernel_args(problem, {**inputs, **outputs}))
+    return outputs, kernel.module.kernel.last_timing
+
+
+def compare_case(checkout: Path, op_name: str, tag: str, problem, rng, hw, target) -> list[CannRow]:
+    """Rows for one op x dtype combo x problem: both kernels on the same inputs."""
+    from opgen import verify
+    from opgen.ops import get_op
+
+    op = get_op(op_name)
+    combo = op.combo(tag)
+    inputs = op.random_inputs(problem, combo, rng)
+    ref = op.reference(problem, inputs)
+    theirs, cann_time, idioms = run_cann(checkout, KERNELS[op_name], op, combo, problem, inputs, hw)
+    ours, opgen_time = run_opgen(op, combo, problem, inputs, target)
+    rows = []
+    for name in op.outputs:
+        cann_out, opgen_out = theirs[name].reshape(ref[name].shape), ours[name].reshape(ref[name].shape)
+        compute = combo[op.inputs[0]]
+        rows.append(CannRow(
+            op_name, tag, problem.label(), name,
+            max_ulps(cann_out, ref[name], combo[name]),
+            verify.compare(name, cann_out, ref[name], compute, combo[name]).ratio,
+            max_ulps(opgen_out, ref[name], combo[name]),
+            verify.compare(name, opgen_out, ref[name], compute, combo[name]).ratio,
+            cann_time.seconds * 1e6, opgen_time.seconds * 1e6 if opgen_time else None, idioms))
+    return rows
+
+
+def against_cann(checkout: Path, op_names, tags: dict, shapes: dict, seed: int) -> list[CannRow]:
+    """Every op x combo (default: the op's AtlasA2 combos) x shape (default: KERNELS' shapes)."""
+    from opgen.ops import get_op
+    from opgen.targets import get_target
+    from opgen.targets.ascend.hardware import describe
+
+    hw, target = describe(PRODUCT), get_target("ascend-emu").for_product(PRODUCT)
+    rng = np.random.default_rng(seed)
+    rows = []
+    for op_name in op_names:
+        op = get_op(op_name)
+        for tag in tags.get(op_name) or [c.tag for c in op.products[PRODUCT]]:
+            for text in shapes.get(op_name) or KERNELS[op_name].shapes:
+                rows += compare_case(checkout, op_name, tag, op.parse_problem(text), rng, hw, target)
+    return rows
+
+
+def print_rows(rows: list[CannRow], stream=None) -> None:
+    """The table: errors in ulps of the output dtype (and over opgen.verify's tolerance), and
+    modelled microseconds of both kernels on the emulation's timing model (AtlasA2)."""
+    import sys
+
+    stream = stream or sys.stdout
+    head = (f"{'op':<14} {'shape':<10} {'dtypes':<10} {'out':<7} {'CANN ulps':>10} {'tol':>6} {'opgen ulps':>10} "
+            f"{'tol':>6} {'CANN us':>9} {'opgen us':>9} {'opgen/CANN':>10}")
+    print(head, file=stream)
+    print("-" * len(head), file=stream)
+    for r in rows:
+        ratio = f"{r.opgen_us / r.cann_us:9.2f}x" if r.opgen_us and r.cann_us else "-"
+        opgen_us = f"{r.opgen_us:9.1f}" if r.opgen_us is not None else "-"
+        print(f"{r.op:<14} {r.shape:<10} {r.dtypes:<10} {r.output:<7} {r.cann_ulps:10.2f} {r.cann_tol:6.3f} "
+              f"{r.opgen_ulps:10.2f} {r.opgen_tol:6.3f} {r.cann_us:9.1f} {opgen_us:>9} {ratio:>10}", file=stream)
+    print(f"ulps: max |out - float64| in rounding steps of the output dtype; tol: max error over opgen.verify's "
+          f"tolerance (<= 1 passes); us: modelled on {PRODUCT}'s timing model (targets/ascend/emu/emu_timing.h).",
+          file=stream)
+    if any(r.idioms for r in rows):
+        print("CANN's kernels cast 16-bit data into the float buffer holding it (ops-nn Cast2FloatIf): a partial "
+              "overlap within one iteration that asc-devkit's general constraints call unsupported; accepted "
+              "for CANN's kernels only and computed read-before-write.", file=stream)

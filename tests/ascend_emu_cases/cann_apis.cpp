@@ -1,0 +1,45 @@
+// The CANN-facing emulation APIs (targets/ascend/emu/emu_cann.h): built by tests/test_cann_src.py.
+#include "kernel_operator.h"
+using namespace AscendC;
+
+extern "C" __global__ __aicore__ void cann_apis(GM_ADDR src, GM_ADDR out, GM_ADDR workspace, GM_ADDR tiling) {
+    int32_t mode = *reinterpret_cast<const int32_t*>(tiling);
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a, b;
+    pipe.InitBuffer(a, 1024);
+    pipe.InitBuffer(b, 1024);
+    GlobalTensor<float> s, o;
+    s.SetGlobalBuffer((__gm__ float*)src, 64);
+    o.SetGlobalBuffer((__gm__ float*)out, 64);
+    LocalTensor<float> x = a.Get<float>(), y = b.Get<float>();
+    if (mode == 1) {            // nothing set the mask register yet
+        WholeReduceSum<float, false>(y, x, MASK_PLACEHOLDER, 1, 0, 1, 0);
+        return;
+    }
+    LocalTensor<half> h = x.ReinterpretCast<half>();
+    if (mode == 2) {            // ops-nn's Cast2FloatIf: 16-bit data in the float buffer's upper half
+        GlobalTensor<half> sh;
+        sh.SetGlobalBuffer((__gm__ half*)src, 64);
+        DataCopy(h[64], sh, 64);
+    } else {
+        DataCopy(x, s, 64);
+    }
+    SetFlag<HardEvent::MTE2_V>(EVENT_ID0);
+    WaitFlag<HardEvent::MTE2_V>(EVENT_ID0);
+    if (mode == 2) {
+        Cast(x, h[64], RoundMode::CAST_NONE, 64);
+        DataCopy(y, x, 64);
+    } else {
+        Duplicate(y, 0.0f, 64);
+        AscendCUtils::SetMask<float>(10);
+        WholeReduceSum<float, false>(y, x, MASK_PLACEHOLDER, 1, 0, 1, 0);   // y[0] = x[0] + ... + x[9]
+        const uint32_t col[2] = {4, 1}, row[2] = {1, 8}, dst[2] = {4, 8};
+        BroadCast<float, 2, 1>(y[8], x, dst, col);      // y[8 + 8i + j] = x[i]
+        BroadCast<float, 2, 0>(y[40], x, dst, row);     // y[40 + 8i + j] = x[j], 24 of its 32
+    }
+    SetFlag<HardEvent::V_MTE3>(EVENT_ID0);
+    WaitFlag<HardEvent::V_MTE3>(EVENT_ID0);
+    DataCopy(o, y, 64);
+    (void)workspace;
+}
+OPGEN_EMU_EXPORT(cann_apis, 4)
