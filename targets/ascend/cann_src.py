@@ -208,7 +208,10 @@ class CannRow:
 
     ``*_ulps``: the largest |out - ref| in units of one rounding step of the output's dtype at
     |ref| (opgen.dtypes.ulp); ``*_tol``: the largest error over what opgen.verify allows (<= 1
-    passes); ``idioms``: CANN's widening Casts accepted only for its kernels (emu_reduce_cast.h)."""
+    passes); ``idioms``: CANN's widening Casts accepted only for its kernels (emu_reduce_cast.h).
+    ``opgen_us`` is opgen's default kernel (deterministic column sums: per-core partials,
+    SyncAll and a final pass); ``opgen_atomic_us`` opgen's with ``sums=atomic``, the summation
+    CANN's kernel runs here (fixed_output 0: atomic dgamma), the like-for-like time."""
 
     op: str
     dtypes: str
@@ -220,6 +223,7 @@ class CannRow:
     opgen_tol: float
     cann_us: float
     opgen_us: float | None
+    opgen_atomic_us: float | None = None
     idioms: int = 0
 
     @property
@@ -253,11 +257,11 @@ def _idioms(lib_path: Path) -> int:
     return int(lib.opgen_emu_cann_idioms())
 
 
-def run_opgen(op, combo, problem, inputs: dict, target) -> tuple[dict, object]:
+def run_opgen(op, combo, problem, inputs: dict, target, knobs=None) -> tuple[dict, object]:
     """(opgen's outputs, its kernel's modelled time) on ``target`` (ascend-emu on AtlasA2)."""
     from opgen import kernels
 
-    kernel = kernels.get_kernel(op, combo, target)
+    kernel = kernels.get_kernel(op, combo, target, knobs=knobs)
     ref_shapes = op.output_shapes(problem)
     outputs = {n: np.full(ref_shapes[n], np.nan, numpy_dtype(combo[n])) for n in op.outputs}
     kernel(op.kernel_args(problem, {**inputs, **outputs}))
@@ -275,18 +279,24 @@ def compare_case(checkout: Path, op_name: str, tag: str, problem, rng, hw, targe
     ref = op.reference(problem, inputs)
     theirs, cann_time, idioms = run_cann(checkout, KERNELS[op_name], op, combo, problem, inputs, hw)
     ours, opgen_time = run_opgen(op, combo, problem, inputs, target)
+    atomic, atomic_time = run_opgen(op, combo, problem, inputs, target, {"sums": "atomic"})
     rows = []
+    compute = combo[op.inputs[0]]
     for name in op.outputs:
-        cann_out, opgen_out = theirs[name].reshape(ref[name].shape), ours[name].reshape(ref[name].shape)
-        compute = combo[op.inputs[0]]
+        cann_out = theirs[name].reshape(ref[name].shape)
+        outs = [o[name].reshape(ref[name].shape) for o in (ours, atomic)]
         rows.append(CannRow(
             op_name, tag, problem.label(), name,
             max_ulps(cann_out, ref[name], combo[name]),
             verify.compare(name, cann_out, ref[name], compute, combo[name]).ratio,
-            max_ulps(opgen_out, ref[name], combo[name]),
-            verify.compare(name, opgen_out, ref[name], compute, combo[name]).ratio,
-            cann_time.seconds * 1e6, opgen_time.seconds * 1e6 if opgen_time else None, idioms))
+            max(max_ulps(o, ref[name], combo[name]) for o in outs),
+            max(verify.compare(name, o, ref[name], compute, combo[name]).ratio for o in outs),
+            cann_time.seconds * 1e6, _us(opgen_time), _us(atomic_time), idioms))
     return rows
+
+
+def _us(timing) -> float | None:
+    return timing.seconds * 1e6 if timing else None
 
 
 def against_cann(checkout: Path, op_names, tags: dict, shapes: dict, seed: int) -> list[CannRow]:
@@ -313,17 +323,20 @@ def print_rows(rows: list[CannRow], stream=None) -> None:
 
     stream = stream or sys.stdout
     head = (f"{'op':<14} {'shape':<10} {'dtypes':<10} {'out':<7} {'CANN ulps':>10} {'tol':>6} {'opgen ulps':>10} "
-            f"{'tol':>6} {'CANN us':>9} {'opgen us':>9} {'opgen/CANN':>10}")
+            f"{'tol':>6} {'CANN us':>9} {'opgen us':>9} {'atomic':>9} {'atomic/CANN':>11}")
     print(head, file=stream)
     print("-" * len(head), file=stream)
     for r in rows:
-        ratio = f"{r.opgen_us / r.cann_us:9.2f}x" if r.opgen_us and r.cann_us else "-"
-        opgen_us = f"{r.opgen_us:9.1f}" if r.opgen_us is not None else "-"
+        ratio = f"{r.opgen_atomic_us / r.cann_us:10.2f}x" if r.opgen_atomic_us and r.cann_us else "-"
+        us = [f"{v:9.1f}" if v is not None else "-" for v in (r.opgen_us, r.opgen_atomic_us)]
         print(f"{r.op:<14} {r.shape:<10} {r.dtypes:<10} {r.output:<7} {r.cann_ulps:10.2f} {r.cann_tol:6.3f} "
-              f"{r.opgen_ulps:10.2f} {r.opgen_tol:6.3f} {r.cann_us:9.1f} {opgen_us:>9} {ratio:>10}", file=stream)
+              f"{r.opgen_ulps:10.2f} {r.opgen_tol:6.3f} {r.cann_us:9.1f} {us[0]:>9} {us[1]:>9} {ratio:>11}",
+              file=stream)
     print(f"ulps: max |out - float64| in rounding steps of the output dtype; tol: max error over opgen.verify's "
-          f"tolerance (<= 1 passes); us: modelled on {PRODUCT}'s timing model (targets/ascend/emu/emu_timing.h).",
-          file=stream)
+          f"tolerance (<= 1 passes; opgen's: the worse of its two kernels); us: modelled on {PRODUCT}'s timing model "
+          f"(targets/ascend/emu/emu_timing.h). opgen us: its default, deterministic column sums; atomic: with "
+          f"sums=atomic, the summation CANN's kernel runs here (atomic dgamma), so atomic/CANN compares like "
+          f"with like.", file=stream)
     if any(r.idioms for r in rows):
         print("CANN's kernels cast 16-bit data into the float buffer holding it (ops-nn Cast2FloatIf): a partial "
               "overlap within one iteration that asc-devkit's general constraints call unsupported; accepted "
