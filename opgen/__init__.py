@@ -26,5 +26,6 @@ def __getattr__(name: str):
         raise AttributeError(name)
     api = importlib.import_module("opgen.api")
     if name == "AclnnError" or name in api.FUNCTIONS:
-        return getattr(api, name)
+        value = globals()[name] = getattr(api, name)   # later lookups skip this hook (~3 us a call)
+        return value
     raise AttributeError(f"module 'opgen' has no attribute {name!r}")

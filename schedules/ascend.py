@@ -131,16 +131,17 @@ def tiling_refusal(rule, func, target, knobs: dict, shapes) -> str | None:
     return None
 
 
-def _scratch(sch, stages: list[Block], out: Block, params: dict, column_of) -> int:
+def _scratch(sch, stages: list[Block], outs: list[Block], params: dict, column_of) -> int:
     """Float32 scratch tiles the vector stages need (ascend_scratch.scratch_tiles);
     ``column_of(block)`` is the iterator along a tile's innermost, contiguous axis (a row's
-    columns, a channel's HxW); a float32 output computes in its own queue's tile."""
+    columns, a channel's HxW); each float32 elementwise output (of ``outs``) computes in its
+    own queue's tile."""
     items = []
     for b in stages:
         blk = sch.get(sch.get_sblock(b.name))
         if len(blk.iter_vars) >= 2:            # per-row scalars (one iterator) are scalar code
             items.append((b.name, blk, str(column_of(blk).var)))
-    slots = {out.name} if all(params[n][0] == "float32" for n in out.writes) else set()
+    slots = {b.name for b in outs if all(params[n][0] == "float32" for n in b.writes)}
     return scratch_tiles(items, slots)
 
 
@@ -185,20 +186,20 @@ class RowTiles(PatternRule):
         roles = _roles(sch)
         if roles:   # a scheduled function: kernels.hoist_pass_buffers may have made the row
             # stages' buffers parameters, so read the roles the schedule recorded instead
-            out = next(b for b in infos if roles[b.name] == "tile")
+            outs = [b for b in infos if roles[b.name] == "tile"]
             column_sums = [b for b in infos if roles[b.name] == "column_sum"]
             row_stages = [b for b in infos if roles[b.name] in ("row_stage", "row_output")]
             casts = [b for b in infos if roles[b.name] == "cast"]
             stored = [b for b in row_stages if roles[b.name] == "row_output"]
         else:
             outs, column_sums, row_stages, casts = self.match(infos)
-            out = outs[0]
             stored = [b for b in row_stages if b.writes_output]
+        out = outs[0]
         rows, cols = out.extents
         params, written = _param_roles(func, infos)
         sum_names = {b.name for b in column_sums}
         # the column iterator: a tile stage's second (rows, cols), a column sum's first (cols, rows)
-        scratch = _scratch(sch, [out] + row_stages + column_sums, out, params,
+        scratch = _scratch(sch, outs + row_stages + column_sums, outs, params,
                            lambda blk: blk.iter_vars[0 if blk.name_hint in sum_names else 1])
         pick = lambda pred: tuple((n, d) for n, (d, s) in params.items() if pred(n, s))  # noqa: E731
         # A column sum's buffer: an output (its dtype) or a float32 accumulator that casts round.
@@ -364,7 +365,7 @@ class GroupTiles(PatternRule):
             tasks_out=tuple((nm, params[nm][0]) for b in stored for nm in sorted(b.writes)),
             task_out_stages=tuple(b.name for b in stored for _ in b.writes),
             sum_passes=pass_count(block_items(row_sums + group_stages, row_sums)),
-            scratch_tiles=_scratch(sch, [out] + row_sums, out, params, lambda blk: blk.iter_vars[-1]))
+            scratch_tiles=_scratch(sch, [out] + row_sums, [out], params, lambda blk: blk.iter_vars[-1]))
 
     def schedule(self, sch, matched, target, knobs):
         out, row_sums, group_stages, column_sums, casts, inlined = matched
