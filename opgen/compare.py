@@ -184,8 +184,8 @@ def add_arguments(parser) -> None:
     parser.add_argument("--against", default="aten", help="a comparison source: 'aten' (torch's native kernels), "
                         "a golden dump DIR, or one a target or tool registered (opgen.compare.register_source)")
     parser.add_argument("source_args", nargs="*", metavar="DIR",
-                        help="what the source reads: for cann-src, the hicann/ops-nn checkout (default $OPGEN_CANN_SRC, "
-                        "else ~/ops-nn)")
+                        help="what the source reads: for cann-src, the hicann/ops-nn checkout "
+                        "(default $OPGEN_CANN_SRC, else ~/ops-nn)")
     parser.add_argument("--op", action="append", choices=[op.name for op in all_ops() if op.cases.compare],
                         help="only this op (repeatable)")
     parser.add_argument("--dtypes", action="append", help="only this dtype combo, e.g. bf16-f32 (repeatable)")

@@ -189,7 +189,8 @@ def _process(k: RowKernel) -> list[str]:
                "IssueTiles(row0_, 0, 1, t_.cols < t_.ub_cols ? t_.cols : t_.ub_cols);",
                "    for (int64_t r0 = row0_; r0 < row0_ + nrows_; ++r0) {", "        const int32_t n = 1;",
                "        LoadRows(r0, n);"]
-    split_d += [f"        {c}" for c in _stage_calls(k, True) + _visit(_tail_calls(k, "true", "r0 == row0_"), last_pass=True)]
+    visits = _visit(_tail_calls(k, "true", "r0 == row0_"), last_pass=True)
+    split_d += [f"        {c}" for c in _stage_calls(k, True) + visits]
     split_d += ["        FreeRows();", "    }", "    EndSums(true);", "}"]
     main = ["__aicore__ inline void Process() {", "    LoadScalars();",
             f"    if (t_.mode == {MODES['split-D']} || t_.mode == {MODES['empty']}) SplitD(); else SplitN();",

@@ -141,7 +141,8 @@ def _issue_after() -> list[str]:
     of the task's next pass (every pass reads the same tiles), else the first chunk of the
     core's next task; nothing after the core's last chunk."""
     return ["__aicore__ inline void IssueAfter(int64_t task, int64_t d0, int64_t h0, bool last_pass) {",
-            "    const int32_t n0 = t_.D < t_.ub_rows ? t_.D : t_.ub_rows, len0 = t_.HW < t_.ub_cols ? t_.HW : t_.ub_cols;",
+            "    const int32_t n0 = t_.D < t_.ub_rows ? t_.D : t_.ub_rows;",
+            "    const int32_t len0 = t_.HW < t_.ub_cols ? t_.HW : t_.ub_cols;",
             "    const int64_t h1 = h0 + t_.ub_cols, d1 = d0 + t_.ub_rows;",
             "    const int32_t n = t_.D - d0 < t_.ub_rows ? t_.D - d0 : t_.ub_rows;",
             "    if (h1 < t_.HW) IssueTiles(task, d0, n, h1, t_.HW - h1 < t_.ub_cols ? t_.HW - h1 : t_.ub_cols);",
