@@ -45,7 +45,7 @@ def test_dir_that_is_not_a_checkout_is_one_line_and_status_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert status == 2
     assert err.count("\n") == 1 and "Traceback" not in err
-    assert "is not a hicann/ops-nn checkout" in err and "rms_norm_grad.cpp is missing" in err
+    assert "is not a hicann/ops-nn checkout" in err and "_grad.cpp is missing" in err
 
 
 def test_dir_given_to_a_source_that_reads_none_is_refused(capsys):
@@ -119,8 +119,23 @@ def test_cann_kernel_meets_opgens_tolerances(tag):
 
 
 @needs_checkout
+@pytest.mark.parametrize("tag", ["f32-f32", "f16-f16", "bf16-bf16"])
+def test_cann_group_norm_grad_meets_opgens_tolerances(tag):
+    """CANN's GroupNormGrad (Atlas A2 path) on each stage-1 mode that runs here: group,
+    channel, channels and hw-chunk, deterministic (N > 2) and atomic sums."""
+    op = "group_norm_backward"
+    shapes = {op: cann_src.KERNELS[op].shapes}
+    rows = cann_src.against_cann(CHECKOUT, [op], {op: (tag,)}, shapes, seed=3)
+    assert len(rows) == 3 * len(shapes[op])
+    failed = [r.as_dict() for r in rows if not r.cann_tol <= 1.0]
+    assert not failed
+    assert all(r.cann_us > 0 and r.opgen_us and r.opgen_atomic_us and r.opgen_tol <= 1.0 for r in rows)
+
+
+@needs_checkout
 def test_cli_prints_both_kernels(capsys):
-    status = compare.cli(["--against", "cann-src", str(CHECKOUT), "--shape", "rms_norm_grad=64x1024",
+    status = compare.cli(["--against", "cann-src", str(CHECKOUT), "--op", "rms_norm_grad",
+                          "--shape", "rms_norm_grad=64x1024",
                           "--dtypes", "f16-f16", "--omp-wait", "inherit"])
     out = capsys.readouterr().out
     assert status == 0 and "CANN ulps" in out and "2 of 2 rows" in out
@@ -159,3 +174,34 @@ def test_emulation_apis_cann_kernels_use(tmp_path):
     assert status == 1 and "partially overlaps" in error
     status, _, src, out = run("cann", 2)
     assert status == 0 and (out == src.view(np.float16)[:64].astype(np.float32)).all()
+    status, _, src, out = run("plain", 3)                   # Copy's mask and strides, ToFloat
+    assert status == 0 and (out[:16] == src[:16]).all() and (out[16:32] == src[32:48]).all()
+    assert (out[32:40] == 1.5).all() and (out[40:] == 0).all()
+    assert run("plain", 4)[0] == 0                          # S -> MTE3 -> V: the flags chain
+    status, error, _, _ = run("plain", 5)
+    assert status == 1 and "right after a write on S" in error
+
+
+@pytest.mark.parametrize("n,c,hxw,g,dtype,cores,key,expect", [
+    # hw-chunk (3), deterministic: 384 groups on 48 cores, 16256-element chunks (CASES' first)
+    (12, 64, 16384, 32, "float32", 48, 10, dict(Tiling_key=3, block_dim=48, task_num_per_core=8,
+                                                mode2_ub_capacity_ele=16256, mode2_ub_iteration_num=2,
+                                                mode2_ub_tail_num=128, workSpaceSize=384, castEleNum=64,
+                                                stage2CoreUsed=1, coreBatchParts=3, repeatTime4Stage2=1)),
+    # channels (2), N = 1: atomic sums, no workspace; 71 groups on 36 cores, the last 35 take one
+    (1, 2130, 1664, 71, "float32", 48, 0, dict(Tiling_key=2, block_dim=36, task_num_per_core=2,
+                                               task_num_per_tail_core=1, tail_core=35, mode1_ub_cap_C_num=9,
+                                               mode1_ub_iter_C_num=4, mode1_ub_tail_C_num=3, workSpaceSize=0)),
+    # HxW == 1 (5); group (0) for float16 with its cast stage
+    (32, 64, 1, 64, "float32", 48, 10, dict(Tiling_key=5, block_dim=48, task_num_per_core=43, tail_core=32)),
+    (4, 32, 64, 8, "float16", 48, 11, dict(Tiling_key=0, block_dim=32, workSpaceSize=64, castEleNum=64)),
+])
+def test_transcribed_group_norm_grad_tiling(n, c, hxw, g, dtype, cores, key, expect):
+    from opgen.ops.group_norm_backward import cann_tiling as gn
+
+    values, got_key, workspace = gn.tiling_data(n, c, hxw, g, dtype, cores)
+    assert got_key == key and workspace == 2 * values["workSpaceSize"] * 4
+    assert {k: values[k] for k in expect} == expect
+    item = 4 if dtype == "float32" else 2
+    plan = gn.group_norm_grad(n, c, hxw, g, item, cores)     # the opgen tiling report's line agrees
+    assert plan["mode"].endswith(f"({values['Tiling_key']})") and plan["cores"] == values["block_dim"]

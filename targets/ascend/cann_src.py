@@ -39,8 +39,9 @@ PRODUCT = "AtlasA2"
 C_TYPES = {FLOAT32: "float", FLOAT16: "half", BFLOAT16: "bfloat16_t"}
 # CANN's kernels are built without -Werror (their sources are theirs), as C++17 like opgen's.
 CXXFLAGS = ("-std=c++17", "-O1", "-pthread", "-shared", "-fPIC", "-fno-gnu-unique", "-w")
-# Atlas A2's AI core, no <<<>>> launcher; CANN's in-place widening Cast accepted and counted
-CCE_FLAGS = ("-D__CCE_KT_TEST__", "-D__CCE_AICORE__=220", "-DOPGEN_EMU_CANN_IDIOMS")
+# Atlas A2's AI core; CANN's in-place widening Cast accepted and counted. __CCE_KT_TEST__ (CANN's
+# CPU kernel-test build: no <<<>>> launcher) is added for the kernels that ask for it (kt_test).
+CCE_FLAGS = ("-D__CCE_AICORE__=220", "-DOPGEN_EMU_CANN_IDIOMS")
 
 
 class NotACheckout(ValueError):
@@ -54,7 +55,9 @@ class CannKernel:
 
     ``tiling(problem, combo, cores)`` gives (tiling fields, tiling key, user workspace bytes);
     ``entry`` lists the kernel's GM arguments before workspace and tiling (kernel tensor names);
-    ``dtype_macros`` maps each DTYPE_* macro of the kernel to the tensor whose dtype it takes."""
+    ``dtype_macros`` maps each DTYPE_* macro of the kernel to the tensor whose dtype it takes;
+    ``kt_test`` builds with __CCE_KT_TEST__ (hides a <<<>>> launcher), off for kernels whose
+    __CCE_KT_TEST__ branches drop device code (GroupNormGrad's SyncAll)."""
 
     op: str
     kernel: str            # op_kernel .cpp, relative to the checkout
@@ -65,6 +68,7 @@ class CannKernel:
     dtype_macros: dict
     tiling: Callable
     shapes: tuple          # default problems (the op's Problem spelling)
+    kt_test: bool = True
 
 
 def _kernels() -> dict:
@@ -149,7 +153,8 @@ def pack_tiling(fields: list, values: dict) -> bytes:
 
 def _flags(kernel: CannKernel, combo, hw, checkout: Path, tiling_h: Path) -> list[str]:
     macros = [f"-D{m}={C_TYPES[combo[tensor]]}" for m, tensor in kernel.dtype_macros.items()]
-    return [*CXXFLAGS, *emu_flags(hw), *CCE_FLAGS, *macros, "-include", str(tiling_h), f"-I{EMU_DIR}",
+    kt = ["-D__CCE_KT_TEST__"] if kernel.kt_test else []
+    return [*CXXFLAGS, *emu_flags(hw), *kt, *CCE_FLAGS, *macros, "-include", str(tiling_h), f"-I{EMU_DIR}",
             f"-I{(checkout / kernel.kernel).parent}"]
 
 
@@ -322,21 +327,23 @@ def print_rows(rows: list[CannRow], stream=None) -> None:
     import sys
 
     stream = stream or sys.stdout
-    head = (f"{'op':<14} {'shape':<10} {'dtypes':<10} {'out':<7} {'CANN ulps':>10} {'tol':>6} {'opgen ulps':>10} "
+    wo, ws = max([14, *(len(r.op) for r in rows)]), max([10, *(len(r.shape) for r in rows)])
+    head = (f"{'op':<{wo}} {'shape':<{ws}} {'dtypes':<10} {'out':<7} {'CANN ulps':>10} {'tol':>6} {'opgen ulps':>10} "
             f"{'tol':>6} {'CANN us':>9} {'opgen us':>9} {'atomic':>9} {'atomic/CANN':>11}")
     print(head, file=stream)
     print("-" * len(head), file=stream)
     for r in rows:
         ratio = f"{r.opgen_atomic_us / r.cann_us:10.2f}x" if r.opgen_atomic_us and r.cann_us else "-"
         us = [f"{v:9.1f}" if v is not None else "-" for v in (r.opgen_us, r.opgen_atomic_us)]
-        print(f"{r.op:<14} {r.shape:<10} {r.dtypes:<10} {r.output:<7} {r.cann_ulps:10.2f} {r.cann_tol:6.3f} "
+        print(f"{r.op:<{wo}} {r.shape:<{ws}} {r.dtypes:<10} {r.output:<7} {r.cann_ulps:10.2f} {r.cann_tol:6.3f} "
               f"{r.opgen_ulps:10.2f} {r.opgen_tol:6.3f} {r.cann_us:9.1f} {us[0]:>9} {us[1]:>9} {ratio:>11}",
               file=stream)
     print(f"ulps: max |out - float64| in rounding steps of the output dtype; tol: max error over opgen.verify's "
           f"tolerance (<= 1 passes; opgen's: the worse of its two kernels); us: modelled on {PRODUCT}'s timing model "
           f"(targets/ascend/emu/emu_timing.h). opgen us: its default, deterministic column sums; atomic: with "
-          f"sums=atomic, the summation CANN's kernel runs here (atomic dgamma), so atomic/CANN compares like "
-          f"with like.", file=stream)
+          f"sums=atomic, the summation CANN's RmsNormGrad runs here (atomic dgamma), so atomic/CANN compares like "
+          f"with like (CANN's GroupNormGrad sums atomically for N <= 2, else deterministically through its "
+          f"workspace, like opgen's default).", file=stream)
     if any(r.idioms for r in rows):
         print("CANN's kernels cast 16-bit data into the float buffer holding it (ops-nn Cast2FloatIf): a partial "
               "overlap within one iteration that asc-devkit's general constraints call unsupported; accepted "

@@ -16,6 +16,18 @@ extern "C" __global__ __aicore__ void cann_apis(GM_ADDR src, GM_ADDR out, GM_ADD
         WholeReduceSum<float, false>(y, x, MASK_PLACEHOLDER, 1, 0, 1, 0);
         return;
     }
+    static_assert(IsSameType<float, float>::value && !IsSameType<float, half>::value, "IsSameType");
+    if (mode == 4 || mode == 5) {   // flags chain: S -> MTE3, then MTE3 -> V orders S's write before V
+        x.SetValue(0, 2.0f);
+        SetFlag<HardEvent::S_MTE3>(EVENT_ID1);
+        WaitFlag<HardEvent::S_MTE3>(EVENT_ID1);
+        if (mode == 4) {
+            SetFlag<HardEvent::MTE3_V>(EVENT_ID1);
+            WaitFlag<HardEvent::MTE3_V>(EVENT_ID1);
+        }
+        Muls(y, x, 1.0f, 8);        // mode 5: S -> MTE3 alone does not order V
+        return;
+    }
     LocalTensor<half> h = x.ReinterpretCast<half>();
     if (mode == 2) {            // ops-nn's Cast2FloatIf: 16-bit data in the float buffer's upper half
         GlobalTensor<half> sh;
@@ -29,6 +41,10 @@ extern "C" __global__ __aicore__ void cann_apis(GM_ADDR src, GM_ADDR out, GM_ADD
     if (mode == 2) {
         Cast(x, h[64], RoundMode::CAST_NONE, 64);
         DataCopy(y, x, 64);
+    } else if (mode == 3) {         // Copy: per repeat the mask's 16 lanes, repeat strides 2 / 4 blocks
+        Duplicate(y, 0.0f, 64);
+        Copy(y, x, 16, 2, {1, 1, 2, 4});                                  // y[0, 16) = x[0, 16), y[16, 32) = x[32, 48)
+        Duplicate(y[32], ToFloat(bfloat16_t(1.5f)), 8);
     } else {
         Duplicate(y, 0.0f, 64);
         AscendCUtils::SetMask<float>(10);

@@ -18,6 +18,18 @@
 //                                      pad/broadcast.h): dim 1 or 2, axis 0 or 1; the timing model
 //                                      charges the documented steps (Brcb of the column for
 //                                      axis 1, then one copy pass over dst) as vector repeats
+//   ASSERT(x)                          asc-devkit impl/basic_api/kernel_macros.h: assert(x) in CPU
+//                                      debug builds (the emulation is one)
+//   IsSameType<T, U>::value            impl/basic_api/utils: true for the same type
+//   ToFloat(bfloat16_t)                impl/basic_api/kernel_scalar_convert.h: the exact widening
+//   CopyRepeatParams, Copy<T, isSetMask>(dst, src, mask | mask[2], repeatTime, params)
+//                                      UB -> UB masked copy (docs/zh/api .../UBToUB掩码式高维数据
+//                                      搬运(Copy).md): per repeat the mask's lanes, block strides
+//                                      dst/srcStride, repeat strides dst/srcRepeatSize (32 B
+//                                      blocks); a vector instruction, timed as one repeat each
+//   ReduceSum count form (emu_reduce_cast.h, with __CCE_AICORE__ == 220): dst[0] stored by the
+//                                      scalar unit between V_S and S_V / S_MTE3 flags (dav_c220)
+//   kernel_tiling/kernel_tiling.h, kernel_type.h   include shims (nothing of them is used)
 //   GetAccVal()                        declared; fails if called (which ReduceSum forms leave
 //                                      their sum in the ACC_VAL register is not documented)
 #ifndef OPGEN_EMU_CANN_H
@@ -26,6 +38,10 @@
 #include <cassert>
 
 #include "emu_extra.h"
+
+#ifndef ASSERT
+#define ASSERT(x) assert(x)
+#endif
 
 #ifndef likely
 #define likely(x) __builtin_expect(!!(x), 1)
@@ -133,6 +149,54 @@ void BroadCast(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uint3
     mark_write(dst.slot(), Pipe::V, api);
     if (dim == 2 && axis == 1) c.clock.vector("BroadCast (Brcb)", sizeof(T), (rows + 7) / 8);
     c.clock.vector(api, sizeof(T), std::max<uint64_t>(1, (di.size() * sizeof(T) + kRepeatBytes - 1) / kRepeatBytes));
+}
+
+template <typename T, typename U>
+struct IsSameType { static constexpr bool value = false; };
+template <typename T>
+struct IsSameType<T, T> { static constexpr bool value = true; };
+
+inline float ToFloat(const bfloat16_t& v) { return static_cast<float>(v); }
+
+struct CopyRepeatParams {
+    CopyRepeatParams() {}
+    CopyRepeatParams(uint16_t dstStrideIn, uint16_t srcStrideIn, uint16_t dstRepeatSizeIn, uint16_t srcRepeatSizeIn)
+        : dstStride(dstStrideIn), srcStride(srcStrideIn), dstRepeatSize(dstRepeatSizeIn),
+          srcRepeatSize(srcRepeatSizeIn) {}
+    uint16_t dstStride = 1;
+    uint16_t srcStride = 1;
+    uint16_t dstRepeatSize = 8;
+    uint16_t srcRepeatSize = 8;
+};
+
+namespace detail {
+template <typename T>
+constexpr bool copy_ok = std::is_same<T, half>::value || std::is_same<T, bfloat16_t>::value ||
+                         std::is_same<T, float>::value || std::is_same<T, int16_t>::value ||
+                         std::is_same<T, int32_t>::value;
+}  // namespace detail
+
+// UB -> UB copy of the mask's lanes per repeat (isSetMask = false: the mask register's).
+template <typename T, bool isSetMask = true>
+void Copy(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uint64_t mask, const uint8_t repeatTime,
+          const CopyRepeatParams& p) {
+    static_assert(detail::copy_ok<T>, "Copy: emulated for half, bfloat16_t, float, int16_t, int32_t");
+    using namespace opgen_emu;
+    if (p.dstRepeatSize > 4095 || p.srcRepeatSize > 4095) fail("Copy: dst/srcRepeatSize over 4095");
+    elementwise("Copy", repeat_lanes<isSetMask>(mask, repeatTime, max_lanes<T>(), "Copy"), dst,
+                Strides{p.dstStride, p.dstRepeatSize}, [](double a) { return a; },
+                std::make_pair(&src, Strides{p.srcStride, p.srcRepeatSize}));
+}
+
+template <typename T, bool isSetMask = true>
+void Copy(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uint64_t mask[], const uint8_t repeatTime,
+          const CopyRepeatParams& p) {
+    static_assert(detail::copy_ok<T>, "Copy: emulated for half, bfloat16_t, float, int16_t, int32_t");
+    using namespace opgen_emu;
+    if (p.dstRepeatSize > 4095 || p.srcRepeatSize > 4095) fail("Copy: dst/srcRepeatSize over 4095");
+    elementwise("Copy", repeat_lanes<isSetMask>(mask, repeatTime, max_lanes<T>(), "Copy"), dst,
+                Strides{p.dstStride, p.dstRepeatSize}, [](double a) { return a; },
+                std::make_pair(&src, Strides{p.srcStride, p.srcRepeatSize}));
 }
 
 inline uint64_t GetAccVal() {

@@ -198,7 +198,10 @@ inline void WaitFlag(int32_t eventId) {
     opgen_emu::core().clock.wait_flag(detail::event_dest(evt), it->time);
     f.erase(it);
     opgen_emu::Pipe src = detail::event_source(evt), dst = detail::event_target(evt);
-    opgen_emu::clear_pending(src, upto, dst);  // only `dst` is ordered after src's earlier work
+    // Only `dst` is ordered after src's earlier work; but the scalar unit issues every pipe's
+    // instructions in program order (asc-devkit docs, guide 抽象硬件架构: Scalar 把矢量计算、
+    // 数据搬运、同步指令发射给对应单元), so a wait on S orders them before all later work.
+    opgen_emu::clear_pending(src, upto, dst == opgen_emu::Pipe::S ? opgen_emu::Pipe::NONE : dst);
     // GM this core wrote on MTE3 may be read back by MTE2 (or GetValue) once they waited for it.
     if (src == opgen_emu::Pipe::MTE3 && (dst == opgen_emu::Pipe::MTE2 || dst == opgen_emu::Pipe::S))
         opgen_emu::core().gm_pending.clear();

@@ -316,6 +316,21 @@ void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const Local
     for (uint64_t r = 0; r < reps; ++r) wi[r] = r;
     reduce_groups(api, work, wi, src, groups);
     reduce_across(api, dst, work, reps, kCountAcross);
+#if defined(__CCE_AICORE__) && __CCE_AICORE__ == 220
+    // Atlas A2/A3 (asc-devkit impl/basic_api/dav_c220 ReduceSumImpl, the count form): vcadd leaves
+    // the sum in ACC_VAL, which the scalar unit stores to dst[0] between SetFlag/WaitFlag<V_S>
+    // and SetFlag/WaitFlag<S_V>, <S_MTE3>: dst is then readable by GetValue, vector ops and
+    // DataCopy without a further sync (CANN's kernels rely on it). Built so only for CANN's
+    // kernels (cann_src passes __CCE_AICORE__=220); opgen's keep their explicit syncs checked.
+    constexpr int32_t kAccEvent = -1;  // the flags ReduceSumImpl fetches; no kernel event id
+    SetFlag<HardEvent::V_S>(kAccEvent);
+    WaitFlag<HardEvent::V_S>(kAccEvent);
+    mark_write(dst.slot(), Pipe::S, api);
+    SetFlag<HardEvent::S_V>(kAccEvent);
+    WaitFlag<HardEvent::S_V>(kAccEvent);
+    SetFlag<HardEvent::S_MTE3>(kAccEvent);
+    WaitFlag<HardEvent::S_MTE3>(kAccEvent);
+#endif
 }
 
 // dst[0] = sum over all repeats of the masked lanes.

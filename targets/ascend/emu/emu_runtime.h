@@ -173,7 +173,9 @@ struct Slot {
     // visible to (bit per Pipe), and per reader pipe those a WaitFlag<reader_X> ordered after
     // its last read. A WaitFlag<MTE2_V> lets V read, not S or MTE3.
     uint8_t synced = 0;
+    uint64_t synced_seq[5] = {};  // per Pipe: when the pending write became visible to it
     uint8_t war_synced[5] = {};
+    uint64_t war_synced_seq[5][5] = {};  // [reader][pipe]: when that read became ordered before it
     std::string owner;          // "TQue 'inQueueX' (kernel.cpp:40) buffer 1/2"
     double enq_time = 0;        // timing: when its EnQue's producer pipe was done
     double free_time = 0;       // timing: when its FreeTensor's consumer pipe was done

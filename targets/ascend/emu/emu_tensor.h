@@ -121,16 +121,34 @@ inline void reset_sync(Slot* s) {
 
 // Synchronise accesses by `from` (every pipe for NONE) made up to access number `upto`.
 // With `to` (a WaitFlag<from_to>), only pipe `to` is ordered after them: event-level ordering.
+// Flags chain: a write another pipe's WaitFlag had made visible to `from` before from's SetFlag
+// (S -> MTE3, then MTE3 -> V) is visible to `to` as well; the wait is after the set, the set
+// after the write, in each pipe's program order.
 inline void clear_pending(Pipe from, uint64_t upto = ~uint64_t(0), Pipe to = Pipe::NONE) {
+    const uint64_t now = ++core().seq;  // a SetFlag from here on comes after this wait
     for (auto& s : core().slots) {
-        if ((from == Pipe::NONE || s.pending == from) && s.pending_seq <= upto) {
+        const int f = static_cast<int>(from);
+        const bool direct = (from == Pipe::NONE || s.pending == from) && s.pending_seq <= upto;
+        const bool chained = from != Pipe::NONE && s.pending != Pipe::NONE &&
+                             s.pending_seq <= upto && (s.synced & pipe_bit(from)) && s.synced_seq[f] <= upto;
+        if (direct || chained) {
             if (to == Pipe::NONE) s.pending = Pipe::NONE;
-            else s.synced |= pipe_bit(to);
+            else if (!(s.synced & pipe_bit(to))) {
+                s.synced |= pipe_bit(to);
+                s.synced_seq[static_cast<int>(to)] = now;
+            }
         }
         for (int r = 0; r < 5; ++r) {
-            if (!((from == Pipe::NONE || static_cast<int>(from) == r) && s.read_seq[r] <= upto)) continue;
+            if (!s.read_seq[r] || s.read_seq[r] > upto) continue;
+            const bool read_direct = from == Pipe::NONE || f == r;
+            const bool read_chained = from != Pipe::NONE && (s.war_synced[r] & pipe_bit(from)) &&
+                                      s.war_synced_seq[r][f] <= upto;
+            if (!read_direct && !read_chained) continue;
             if (to == Pipe::NONE) s.read_seq[r] = 0;
-            else s.war_synced[r] |= pipe_bit(to);
+            else if (!(s.war_synced[r] & pipe_bit(to))) {
+                s.war_synced[r] |= pipe_bit(to);
+                s.war_synced_seq[r][static_cast<int>(to)] = now;
+            }
         }
     }
 }
