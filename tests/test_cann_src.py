@@ -115,7 +115,7 @@ def test_cann_kernel_meets_opgens_tolerances(tag):
     assert len(rows) == 2 * len(shapes["rms_norm_grad"])
     failed = [r.as_dict() for r in rows if not r.cann_tol <= 1.0]
     assert not failed
-    assert all(r.cann_us > 0 and r.opgen_us and r.opgen_atomic_us and r.opgen_tol <= 1.0 for r in rows)
+    assert all(r.cann_us > 0 and r.opgen_us and r.opgen_atomic_us and r.like_us and r.opgen_tol <= 1.0 for r in rows)
 
 
 @needs_checkout
@@ -129,7 +129,7 @@ def test_cann_group_norm_grad_meets_opgens_tolerances(tag):
     assert len(rows) == 3 * len(shapes[op])
     failed = [r.as_dict() for r in rows if not r.cann_tol <= 1.0]
     assert not failed
-    assert all(r.cann_us > 0 and r.opgen_us and r.opgen_atomic_us and r.opgen_tol <= 1.0 for r in rows)
+    assert all(r.cann_us > 0 and r.opgen_us and r.opgen_atomic_us and r.like_us and r.opgen_tol <= 1.0 for r in rows)
 
 
 @needs_checkout

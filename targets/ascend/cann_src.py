@@ -57,7 +57,9 @@ class CannKernel:
     ``entry`` lists the kernel's GM arguments before workspace and tiling (kernel tensor names);
     ``dtype_macros`` maps each DTYPE_* macro of the kernel to the tensor whose dtype it takes;
     ``kt_test`` builds with __CCE_KT_TEST__ (hides a <<<>>> launcher), off for kernels whose
-    __CCE_KT_TEST__ branches drop device code (GroupNormGrad's SyncAll)."""
+    __CCE_KT_TEST__ branches drop device code (GroupNormGrad's SyncAll); ``sums(problem)``
+    is how CANN's kernel adds its column sums across cores on that problem ("atomic" or
+    "deterministic"): opgen's kernel with the same ``sums`` knob is the like-for-like time."""
 
     op: str
     kernel: str            # op_kernel .cpp, relative to the checkout
@@ -69,6 +71,7 @@ class CannKernel:
     tiling: Callable
     shapes: tuple          # default problems (the op's Problem spelling)
     kt_test: bool = True
+    sums: Callable = lambda problem: "atomic"
 
 
 def _kernels() -> dict:
@@ -215,8 +218,9 @@ class CannRow:
     |ref| (opgen.dtypes.ulp); ``*_tol``: the largest error over what opgen.verify allows (<= 1
     passes); ``idioms``: CANN's widening Casts accepted only for its kernels (emu_reduce_cast.h).
     ``opgen_us`` is opgen's default kernel (deterministic column sums: per-core partials,
-    SyncAll and a final pass); ``opgen_atomic_us`` opgen's with ``sums=atomic``, the summation
-    CANN's kernel runs here (fixed_output 0: atomic dgamma), the like-for-like time."""
+    SyncAll and a final pass); ``opgen_atomic_us`` opgen's with ``sums=atomic``; ``cann_sums``
+    how CANN's kernel sums on this problem (CannKernel.sums), which picks opgen's like-for-like
+    time (``like_us``)."""
 
     op: str
     dtypes: str
@@ -230,6 +234,11 @@ class CannRow:
     opgen_us: float | None
     opgen_atomic_us: float | None = None
     idioms: int = 0
+    cann_sums: str = "atomic"
+
+    @property
+    def like_us(self) -> float | None:
+        return self.opgen_atomic_us if self.cann_sums == "atomic" else self.opgen_us
 
     @property
     def passed(self) -> bool:
@@ -296,7 +305,7 @@ def compare_case(checkout: Path, op_name: str, tag: str, problem, rng, hw, targe
             verify.compare(name, cann_out, ref[name], compute, combo[name]).ratio,
             max(max_ulps(o, ref[name], combo[name]) for o in outs),
             max(verify.compare(name, o, ref[name], compute, combo[name]).ratio for o in outs),
-            cann_time.seconds * 1e6, _us(opgen_time), _us(atomic_time), idioms))
+            cann_time.seconds * 1e6, _us(opgen_time), _us(atomic_time), idioms, KERNELS[op_name].sums(problem)))
     return rows
 
 
@@ -329,21 +338,21 @@ def print_rows(rows: list[CannRow], stream=None) -> None:
     stream = stream or sys.stdout
     wo, ws = max([14, *(len(r.op) for r in rows)]), max([10, *(len(r.shape) for r in rows)])
     head = (f"{'op':<{wo}} {'shape':<{ws}} {'dtypes':<10} {'out':<7} {'CANN ulps':>10} {'tol':>6} {'opgen ulps':>10} "
-            f"{'tol':>6} {'CANN us':>9} {'opgen us':>9} {'atomic':>9} {'atomic/CANN':>11}")
+            f"{'tol':>6} {'CANN us':>9} {'opgen us':>9} {'atomic':>9} {'CANN sums':>13} {'like/CANN':>9}")
     print(head, file=stream)
     print("-" * len(head), file=stream)
     for r in rows:
-        ratio = f"{r.opgen_atomic_us / r.cann_us:10.2f}x" if r.opgen_atomic_us and r.cann_us else "-"
+        ratio = f"{r.like_us / r.cann_us:8.2f}x" if r.like_us and r.cann_us else "-"
         us = [f"{v:9.1f}" if v is not None else "-" for v in (r.opgen_us, r.opgen_atomic_us)]
         print(f"{r.op:<{wo}} {r.shape:<{ws}} {r.dtypes:<10} {r.output:<7} {r.cann_ulps:10.2f} {r.cann_tol:6.3f} "
-              f"{r.opgen_ulps:10.2f} {r.opgen_tol:6.3f} {r.cann_us:9.1f} {us[0]:>9} {us[1]:>9} {ratio:>11}",
-              file=stream)
+              f"{r.opgen_ulps:10.2f} {r.opgen_tol:6.3f} {r.cann_us:9.1f} {us[0]:>9} {us[1]:>9} {r.cann_sums:>13} "
+              f"{ratio:>9}", file=stream)
     print(f"ulps: max |out - float64| in rounding steps of the output dtype; tol: max error over opgen.verify's "
           f"tolerance (<= 1 passes; opgen's: the worse of its two kernels); us: modelled on {PRODUCT}'s timing model "
           f"(targets/ascend/emu/emu_timing.h). opgen us: its default, deterministic column sums; atomic: with "
-          f"sums=atomic, the summation CANN's RmsNormGrad runs here (atomic dgamma), so atomic/CANN compares like "
-          f"with like (CANN's GroupNormGrad sums atomically for N <= 2, else deterministically through its "
-          f"workspace, like opgen's default).", file=stream)
+          f"sums=atomic. CANN sums: how CANN's kernel adds its column sums on the row (RmsNormGrad atomically; "
+          f"GroupNormGrad atomically for N <= 2, else deterministically through its workspace); like/CANN: opgen's "
+          f"kernel summing the same way over CANN's.", file=stream)
     if any(r.idioms for r in rows):
         print("CANN's kernels cast 16-bit data into the float buffer holding it (ops-nn Cast2FloatIf): a partial "
               "overlap within one iteration that asc-devkit's general constraints call unsupported; accepted "
