@@ -176,27 +176,33 @@ constexpr bool copy_ok = std::is_same<T, half>::value || std::is_same<T, bfloat1
                          std::is_same<T, int32_t>::value;
 }  // namespace detail
 
-// UB -> UB copy of the mask's lanes per repeat (isSetMask = false: the mask register's).
+namespace detail {
+// UB -> UB copy of `lanes` (the mask's lanes per repeat) with Copy's repeat strides.
+template <typename T, typename Lanes>
+void copy_repeats(const LocalTensor<T>& dst, const LocalTensor<T>& src, const Lanes& lanes,
+                  const CopyRepeatParams& p) {
+    static_assert(copy_ok<T>, "Copy: emulated for half, bfloat16_t, float, int16_t, int32_t");
+    using namespace opgen_emu;
+    if (p.dstRepeatSize > 4095 || p.srcRepeatSize > 4095) fail("Copy: dst/srcRepeatSize over 4095");
+    elementwise("Copy", lanes, dst, Strides{p.dstStride, p.dstRepeatSize}, [](double a) { return a; },
+                std::make_pair(&src, Strides{p.srcStride, p.srcRepeatSize}));
+}
+}  // namespace detail
+
+// UB -> UB copy of the mask's lanes per repeat (isSetMask = false: the mask register's);
+// the mask as a lane count or as two 64-bit words.
 template <typename T, bool isSetMask = true>
 void Copy(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uint64_t mask, const uint8_t repeatTime,
           const CopyRepeatParams& p) {
-    static_assert(detail::copy_ok<T>, "Copy: emulated for half, bfloat16_t, float, int16_t, int32_t");
-    using namespace opgen_emu;
-    if (p.dstRepeatSize > 4095 || p.srcRepeatSize > 4095) fail("Copy: dst/srcRepeatSize over 4095");
-    elementwise("Copy", repeat_lanes<isSetMask>(mask, repeatTime, max_lanes<T>(), "Copy"), dst,
-                Strides{p.dstStride, p.dstRepeatSize}, [](double a) { return a; },
-                std::make_pair(&src, Strides{p.srcStride, p.srcRepeatSize}));
+    detail::copy_repeats(dst, src, opgen_emu::repeat_lanes<isSetMask>(mask, repeatTime, opgen_emu::max_lanes<T>(),
+                                                                        "Copy"), p);
 }
 
 template <typename T, bool isSetMask = true>
 void Copy(const LocalTensor<T>& dst, const LocalTensor<T>& src, const uint64_t mask[], const uint8_t repeatTime,
           const CopyRepeatParams& p) {
-    static_assert(detail::copy_ok<T>, "Copy: emulated for half, bfloat16_t, float, int16_t, int32_t");
-    using namespace opgen_emu;
-    if (p.dstRepeatSize > 4095 || p.srcRepeatSize > 4095) fail("Copy: dst/srcRepeatSize over 4095");
-    elementwise("Copy", repeat_lanes<isSetMask>(mask, repeatTime, max_lanes<T>(), "Copy"), dst,
-                Strides{p.dstStride, p.dstRepeatSize}, [](double a) { return a; },
-                std::make_pair(&src, Strides{p.srcStride, p.srcRepeatSize}));
+    detail::copy_repeats(dst, src, opgen_emu::repeat_lanes<isSetMask>(mask, repeatTime, opgen_emu::max_lanes<T>(),
+                                                                        "Copy"), p);
 }
 
 inline uint64_t GetAccVal() {
