@@ -124,25 +124,60 @@ def include_flags(root: Path) -> list[str]:
     return [f"-I{EMU_DIR}", f"-I{EMU_DIR / 'host'}", f"-I{root / 'op_kernel'}", f"-I{root / 'op_host'}"]
 
 
-def compile_project(files: dict, symbol: str, hw, extra_flags=()) -> Path:
-    """The shared library of kernel + host tiling (built once per distinct source and flags)."""
-    flags = list(CXXFLAGS) + emu_flags(hw) + list(extra_flags)
+def emulation_library(name: str, flags: list, key: str, lay_out, what: str) -> Path:
+    """A shared library built by g++ with ``flags`` against the emulation headers, cached (in
+    the trusted-or-private code folder) by ``name``, the flags, ``key`` (the sources' text)
+    and the headers. ``lay_out(folder)`` writes the sources into a scratch folder and returns
+    (the .cpp files, flags that name the folder, which stay out of the key); a compile error
+    is a RuntimeError naming ``what``. Shared by opgen's emitted projects and CANN's kernels
+    (targets/ascend/cann_src.py)."""
     header_text = "".join(p.read_text() for p in sorted(EMU_DIR.rglob("*.h")))
-    digest = hashlib.sha256("\0".join([*sorted(files.items()).__repr__(), *flags, header_text]).encode()).hexdigest()
-    lib = diskcache.code_dir("ascend-emu", "emulation libraries") / f"{symbol}-{digest[:20]}.so"
+    digest = hashlib.sha256("\0".join([key, *flags, header_text]).encode()).hexdigest()
+    lib = diskcache.code_dir("ascend-emu", "emulation libraries") / f"{name}-{digest[:20]}.so"
     if diskcache.loadable(lib):
         return lib
     with tempfile.TemporaryDirectory() as tmp:
-        write_project(files, Path(tmp))
+        sources, folder_flags = lay_out(Path(tmp))
         out = Path(tmp) / "lib.so"
-        root = Path(tmp)
-        sources = [root / rel for rel in sorted(files) if rel.endswith(".cpp")]
-        cmd = ["g++", *flags, *include_flags(root), *map(str, sources), "-o", str(out)]
-        done = subprocess.run(cmd, capture_output=True, text=True)
+        done = subprocess.run(["g++", *flags, *folder_flags, *map(str, sources), "-o", str(out)],
+                              capture_output=True, text=True)
         if done.returncode:
-            raise RuntimeError(f"g++ failed on the emitted {symbol}:\n{done.stderr[-4000:]}")
+            raise RuntimeError(f"g++ failed on {what}:\n{done.stderr[-4000:]}")
         diskcache.place(out, lib)
     return lib
+
+
+def compile_project(files: dict, symbol: str, hw, extra_flags=()) -> Path:
+    """The shared library of kernel + host tiling (built once per distinct source and flags)."""
+    def lay_out(root: Path):
+        write_project(files, root)
+        return [root / rel for rel in sorted(files) if rel.endswith(".cpp")], include_flags(root)
+    return emulation_library(symbol, list(CXXFLAGS) + emu_flags(hw) + list(extra_flags),
+                             sorted(files.items()).__repr__(), lay_out, f"the emitted {symbol}")
+
+
+def bind_launch(lib, symbol: str):
+    """The emulation's typed launch entry of kernel ``symbol`` in ``lib``:
+    ``launch(block_dim, pointers, sizes, count) -> status``."""
+    launch = getattr(lib, f"opgen_emu_launch_{symbol}")
+    launch.argtypes = [ctypes.c_uint32, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_uint64),
+                       ctypes.c_uint32]
+    launch.restype = ctypes.c_int
+    lib.opgen_emu_last_error.restype = ctypes.c_char_p
+    return launch
+
+
+def run_launch(lib, launch, hw, block_dim: int, ptrs: list, sizes: list, tiling_key: int, what: str):
+    """One launch on the emulation with ``hw``'s timing parameters and the tiling key
+    TILING_KEY_IS sees; returns the modelled time, or raises RuntimeError with the
+    emulation's message prefixed by ``what``."""
+    argv = (ctypes.c_void_p * len(ptrs))(*ptrs)
+    sizev = (ctypes.c_uint64 * len(sizes))(*sizes)
+    pipe_timing.configure(lib, hw.timing)
+    lib.opgen_emu_set_tiling_key(ctypes.c_uint64(tiling_key))
+    if launch(block_dim, argv, sizev, len(ptrs)):
+        raise RuntimeError(f"{what}: {lib.opgen_emu_last_error().decode(errors='replace')}")
+    return pipe_timing.last(lib)
 
 
 def tiling_struct(fields: tuple):
@@ -166,11 +201,7 @@ class EmuKernel:
     def __init__(self, lib_path: Path, kernel, hw):
         self.lib = ctypes.CDLL(str(lib_path))
         self.k, self.hw = kernel, hw
-        self.launch = getattr(self.lib, f"opgen_emu_launch_{kernel.symbol}")
-        self.launch.argtypes = [ctypes.c_uint32, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_uint64),
-                                ctypes.c_uint32]
-        self.launch.restype = ctypes.c_int
-        self.lib.opgen_emu_last_error.restype = ctypes.c_char_p
+        self.launch = bind_launch(self.lib, kernel.symbol)
         self.lib.opgen_emu_host_last_error.restype = ctypes.c_char_p
         self.struct = tiling_struct(kernel.fields)
         self.timings = []       # ModelledTime of each launch: the emulation's timing model
@@ -253,14 +284,8 @@ class EmuKernel:
         ptrs += [ws_ptr, tiling.ctypes.data]
         sizes += [ws_bytes, tiling.nbytes]
         ptrs = [p if s else None for p, s in zip(ptrs, sizes)]
-        argv = (ctypes.c_void_p * len(ptrs))(*ptrs)
-        sizev = (ctypes.c_uint64 * len(sizes))(*sizes)
-        pipe_timing.configure(self.lib, self.hw.timing)
-        self.lib.opgen_emu_set_tiling_key(ctypes.c_uint64(self.tiling_key))   # what TILING_KEY_IS sees
-        rc = self.launch(t.block_dim, argv, sizev, len(ptrs))
-        if rc:
-            raise RuntimeError(f"AscendC emulation: {self.lib.opgen_emu_last_error().decode(errors='replace')}")
-        self.last_timing = pipe_timing.last(self.lib)
+        self.last_timing = run_launch(self.lib, self.launch, self.hw, t.block_dim, ptrs, sizes, self.tiling_key,
+                                      "AscendC emulation")
         self.timings.append(self.last_timing)
 
     def largest_timing(self):

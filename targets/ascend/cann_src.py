@@ -15,23 +15,18 @@ with DataCopyPad), on the AtlasA2 hardware description's cores and UB.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import importlib
 import os
 import re
 import struct
-import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from opgen import diskcache
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype, ulp
-from opgen.targets.ascend import timing as pipe_timing
-from opgen.targets.ascend.build import EMU_DIR, emu_flags
+from opgen.targets.ascend.build import EMU_DIR, bind_launch, emu_flags, emulation_library, run_launch
 
 ENV = "OPGEN_CANN_SRC"
 DEFAULT_DIR = Path("~/ops-nn")
@@ -154,36 +149,29 @@ def pack_tiling(fields: list, values: dict) -> bytes:
 
 # ---- build and run ---------------------------------------------------------------------------
 
-def _flags(kernel: CannKernel, combo, hw, checkout: Path, tiling_h: Path) -> list[str]:
+def _flags(kernel: CannKernel, combo, hw, checkout: Path) -> list[str]:
     macros = [f"-D{m}={C_TYPES[combo[tensor]]}" for m, tensor in kernel.dtype_macros.items()]
     kt = ["-D__CCE_KT_TEST__"] if kernel.kt_test else []
-    return [*CXXFLAGS, *emu_flags(hw), *kt, *CCE_FLAGS, *macros, "-include", str(tiling_h), f"-I{EMU_DIR}",
+    return [*CXXFLAGS, *emu_flags(hw), *kt, *CCE_FLAGS, *macros, f"-I{EMU_DIR}",
             f"-I{(checkout / kernel.kernel).parent}"]
 
 
 def build(kernel: CannKernel, combo, hw, checkout: Path) -> tuple[Path, list]:
     """(the shared library of CANN's kernel on the emulation, its tiling fields); cached by the
-    kernel folder's sources, the flags and the emulation headers."""
+    kernel folder's sources, the tiling struct, the flags and the emulation headers."""
     fields = tiling_fields((checkout / kernel.tiling_header).read_text(errors="replace"), kernel.struct)
     kernel_dir = (checkout / kernel.kernel).parent
     sources = "".join(p.read_text(errors="replace") for p in sorted(kernel_dir.glob("*.[ch]*")) if p.is_file())
-    emu = "".join(p.read_text() for p in sorted(EMU_DIR.rglob("*.h")))
-    probe = _flags(kernel, combo, hw, checkout, Path("tiling.h"))
-    digest = hashlib.sha256("\0".join([sources, emu, struct_source(kernel.struct, fields), *probe]).encode())
-    lib = diskcache.code_dir("ascend-emu", "emulation libraries") / f"cann-{kernel.symbol}-{digest.hexdigest()[:20]}.so"
-    if diskcache.loadable(lib):
-        return lib, fields
-    with tempfile.TemporaryDirectory() as tmp:
-        tiling_h, main = Path(tmp) / "tiling.h", Path(tmp) / "main.cpp"
+
+    def lay_out(folder: Path):
+        tiling_h, main = folder / "tiling.h", folder / "main.cpp"
         tiling_h.write_text(struct_source(kernel.struct, fields))
         main.write_text(f'#include "{checkout / kernel.kernel}"\nOPGEN_EMU_EXPORT({kernel.symbol}, '
                         f'{len(kernel.entry) + 2})\n')
-        out = Path(tmp) / "lib.so"
-        done = subprocess.run(["g++", *_flags(kernel, combo, hw, checkout, tiling_h), str(main), "-o", str(out)],
-                              capture_output=True, text=True)
-        if done.returncode:
-            raise RuntimeError(f"g++ failed on CANN's {kernel.kernel} against the emulation:\n{done.stderr[-4000:]}")
-        diskcache.place(out, lib)
+        return [main], ["-include", str(tiling_h)]
+    lib = emulation_library(f"cann-{kernel.symbol}", _flags(kernel, combo, hw, checkout),
+                            sources + struct_source(kernel.struct, fields), lay_out,
+                            f"CANN's {kernel.kernel} against the emulation")
     return lib, fields
 
 
@@ -192,20 +180,11 @@ def launch(lib_path: Path, kernel: CannKernel, fields: list, tiling: tuple, arra
     place); returns the modelled time. RuntimeError with the emulation's message on a violation."""
     values, key, workspace_bytes = tiling
     lib = ctypes.CDLL(str(lib_path))
-    run = getattr(lib, f"opgen_emu_launch_{kernel.symbol}")
-    run.argtypes = [ctypes.c_uint32, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_uint64), ctypes.c_uint32]
-    run.restype = ctypes.c_int
-    lib.opgen_emu_last_error.restype = ctypes.c_char_p
     workspace = np.empty(max(1, workspace_bytes), np.uint8)
     tiling_bytes = np.frombuffer(pack_tiling(fields, values), np.uint8).copy()
     buffers = [arrays[name] for name in kernel.entry] + [workspace, tiling_bytes]
-    ptrs = (ctypes.c_void_p * len(buffers))(*[b.ctypes.data for b in buffers])
-    sizes = (ctypes.c_uint64 * len(buffers))(*[b.nbytes for b in buffers])
-    pipe_timing.configure(lib, hw.timing)
-    lib.opgen_emu_set_tiling_key(ctypes.c_uint64(key))
-    if run(values["block_dim"], ptrs, sizes, len(buffers)):
-        raise RuntimeError(f"CANN's {kernel.symbol} on the emulation: {lib.opgen_emu_last_error().decode()}")
-    return pipe_timing.last(lib)
+    return run_launch(lib, bind_launch(lib, kernel.symbol), hw, values["block_dim"], [b.ctypes.data for b in buffers],
+                      [b.nbytes for b in buffers], key, f"CANN's {kernel.symbol} on the emulation")
 
 
 # ---- the comparison ------------------------------------------------------------------------
