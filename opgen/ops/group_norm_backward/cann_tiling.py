@@ -33,43 +33,67 @@ def plan(problem, item: int, cores: int) -> dict:
     return group_norm_grad(problem.N, problem.C, problem.HxW, problem.group, item, cores)
 
 
+RESERVE = 1024              # RESERVE_SAPCE
+UB_COPIES = 3               # UB_COPIES_1
+
+
+def _capacities(cpg: int, hxw: int, dtype_bytes: int, epb: int, ub: int) -> dict:
+    """GroupNormGradTiling::Init's UB arithmetic, shared by the report line and the full
+    tiling data: the reserve, the ragged-HxW extra, the groups / channels that fit a pass
+    (cap_g, cap_c), one channel's bytes, and the stage-1 mode they choose (0 group, 1 channel,
+    2 channels, 3 hw-chunk with cap_e elements a pass, 5 HxW == 1)."""
+    rnd = lambda a, b: _ceil_div(a, b) * b               # noqa: E731  (CANN's Ceil)
+    reserve = RESERVE + rnd(cpg, epb) * dtype_bytes * UB_COPIES
+    extra = 0 if (hxw % 8 == 0 or cpg == 1) else 2 * rnd(hxw, epb) * 4
+    cap_g = 0 if ub < reserve + extra else (ub - reserve - extra) // (rnd(cpg * hxw, epb) * dtype_bytes * UB_COPIES)
+    unit = rnd(hxw, epb) * dtype_bytes * UB_COPIES
+    cap_c = (ub - reserve) // unit if unit else 0
+    cap_e = 0
+    if hxw == 1:
+        mode = 5
+    elif cap_g > 0:
+        mode = 0
+    elif cap_c == 1:
+        mode = 1
+    elif cap_c > 1:
+        mode = 2
+    else:
+        mode = 3
+        cap_e = (ub - reserve) // (dtype_bytes * UB_COPIES) // (epb * 8) * (epb * 8)
+    return dict(reserve=reserve, extra=extra, cap_g=cap_g, cap_c=cap_c, unit=unit, cap_e=cap_e, mode=mode)
+
+
+MODE_NAMES = {5: "hw1 (5)", 0: "group (0)", 1: "channel (1)", 2: "channels (2)", 3: "hw-chunk (3)"}
+
+
 def group_norm_grad(n: int, c: int, hxw: int, g: int, item: int, cores: int, ub: int = UB_BYTES) -> dict:
-    """GroupNormGradTiling::Init (non-regbase path)."""
+    """GroupNormGradTiling::Init (non-regbase path), as a report line."""
     dtype_bytes = 4 if item == 4 else item + 4          # fp16/bf16 budget their fp32 copies
     epb = 32 // (4 if item == 4 else item)
     rnd = lambda a, b: _ceil_div(a, b) * b               # noqa: E731  (CANN's Ceil)
     cpg, nxg = c // g, n * g
-    reserve = 1024 + rnd(cpg, epb) * dtype_bytes * 3
     per_core = _ceil_div(nxg, cores)
     used = _ceil_div(nxg, per_core)
-    extra = 0 if (hxw % 8 == 0 or cpg == 1) else 2 * rnd(hxw, epb) * 4
-    cap_g = max(ub - reserve - extra, 0) // (rnd(cpg * hxw, epb) * dtype_bytes * 3)
-    cap_c = (ub - reserve) // (rnd(hxw, epb) * dtype_bytes * 3)
-    unit = rnd(hxw, epb) * dtype_bytes * 3
-    if hxw == 1:
-        mode, chans, elems, ub_bytes = "hw1 (5)", cpg, 1, reserve + rnd(cpg, epb) * dtype_bytes * 3
-    elif cap_g > 0:
-        mode, chans, elems, ub_bytes = "group (0)", cpg, hxw, reserve + extra + rnd(cpg * hxw, epb) * dtype_bytes * 3
-    elif cap_c == 1:
-        mode, chans, elems, ub_bytes = "channel (1)", 1, hxw, reserve + unit
-    elif cap_c > 1:
-        mode, chans, elems, ub_bytes = "channels (2)", cap_c, hxw, reserve + cap_c * unit
-    else:
-        cap_e = (ub - reserve) // (dtype_bytes * 3) // (epb * 8) * (epb * 8)
-        mode, chans, elems, ub_bytes = "hw-chunk (3)", 1, cap_e, reserve + cap_e * dtype_bytes * 3
+    k = _capacities(cpg, hxw, dtype_bytes, epb, ub)
+    reserve, mode = k["reserve"], k["mode"]
+    chans, elems, ub_bytes = {
+        5: (cpg, 1, reserve + rnd(cpg, epb) * dtype_bytes * UB_COPIES),
+        0: (cpg, hxw, reserve + k["extra"] + rnd(cpg * hxw, epb) * dtype_bytes * UB_COPIES),
+        1: (1, hxw, reserve + k["unit"]),
+        2: (k["cap_c"], hxw, reserve + k["cap_c"] * k["unit"]),
+        3: (1, k["cap_e"], reserve + k["cap_e"] * dtype_bytes * UB_COPIES)}[mode]
     deterministic = n > 2
     workspace = 2 * _ceil_div(n, 2) * c * 4 if deterministic else 0
-    reread = 1 if mode.startswith(("group", "hw1")) else 2
+    reread = 1 if mode in (0, 5) else 2
     elems_total = n * c * hxw
     gm = reread * 2 * elems_total * item + elems_total * item + 2 * nxg * item + nxg * cpg * item
     gm += 2 * nxg * cpg * 4 + (2 * workspace if deterministic else 0) + 2 * c * item
-    return dict(mode=mode, cores=used, per_core=per_core, per_pass=f"{chans} x {elems}", ub_bytes=ub_bytes,
-                gm_bytes=gm, sums="deterministic" if deterministic else "atomic", workspace=workspace)
+    return dict(mode=MODE_NAMES[mode], cores=used, per_core=per_core, per_pass=f"{chans} x {elems}",
+                ub_bytes=ub_bytes, gm_bytes=gm, sums="deterministic" if deterministic else "atomic",
+                workspace=workspace)
 
 
 # ---- the whole GroupNormGradTilingData, for running CANN's own kernel (opgen compare --against cann-src)
-RESERVE = 1024              # RESERVE_SAPCE
-UB_COPIES = 3               # UB_COPIES_1
 STEP_SIZE = 64
 UPPER_CARRYING_LIMIT = 8000
 DTYPE_KEY = {"float32": 0, "float16": 1, "bfloat16": 2}   # FP32_MODE, FP16_MODE, BF16_MODE
@@ -93,30 +117,18 @@ def tiling_data(n: int, c: int, hxw: int, g: int, dtype: str, cores: int,
     cpg, nxg = c // g, n * g
     if rnd(cpg, epb) > UPPER_CARRYING_LIMIT:
         raise ValueError(f"CANN's GroupNormGrad refuses C/G = {cpg} (over {UPPER_CARRYING_LIMIT})")
-    reserve = RESERVE + rnd(cpg, epb) * dtype_bytes * UB_COPIES
     per_core = _ceil_div(nxg, cores)
     used = (nxg - 1) // per_core + 1
     per_tail, tail_core = per_core, used
     if nxg % used:
         per_tail, tail_core = per_core - 1, nxg % used
-    extra = 0 if (hxw % 8 == 0 or cpg == 1) else 2 * rnd(hxw, epb) * 4
-    cap_g = 0 if ub < reserve + extra else (ub - reserve - extra) // (rnd(cpg * hxw, epb) * dtype_bytes * UB_COPIES)
-    cap_c = (ub - reserve) // (rnd(hxw, epb) * dtype_bytes * UB_COPIES)
-    iter_c = tail_c = cap_e = iter_e = tail_e = 0
+    k = _capacities(cpg, hxw, dtype_bytes, epb, ub)
+    cap_c, cap_e, mode = k["cap_c"], k["cap_e"], k["mode"]
+    iter_c = tail_c = iter_e = tail_e = 0
     if cap_c > 0:
         iter_c = rnd(cpg, cap_c) // cap_c
         tail_c = cap_c if iter_c * cap_c == cpg else cpg - (iter_c - 1) * cap_c
-    if hxw == 1:
-        mode = 5
-    elif cap_g > 0:
-        mode = 0
-    elif cap_c == 1:
-        mode = 1
-    elif cap_c > 1:
-        mode = 2
-    else:
-        mode = 3
-        cap_e = (ub - reserve) // (dtype_bytes * UB_COPIES) // (epb * 8) * (epb * 8)
+    if mode == 3:
         iter_e = rnd(hxw, cap_e) // cap_e
         tail_e = cap_e if hxw == iter_e * cap_e else hxw - (iter_e - 1) * cap_e
     det = 1 if n > 2 else 0

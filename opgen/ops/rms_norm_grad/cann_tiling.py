@@ -35,30 +35,25 @@ def plan(problem, item: int, cores: int) -> dict:
 
 def rms_norm_grad(rows: int, cols: int, item: int, cores: int) -> dict:
     """Tiling4RmsNormGrad (non-regbase path), atomic dgamma (fixed_output =
-    GetDeterministic(), 0 by default)."""
-    align = 8 if item == 4 else 16
-    col_align = _ceil_div(cols, align) * align
-    block_factor = _ceil_div(rows, cores)
-    block_dim = _ceil_div(rows, block_factor)
-    if cols <= 6080:
-        buffer_size, mode, ub_bytes = 6080, "split-N", None
-        if col_align <= 640:
-            ub_rows = (195584 - col_align * 10) // (col_align * 24 + 268)
-            buffer_size, mode = ub_rows * col_align, "small-D"
-            ub_bytes = min(ub_rows, block_factor) * (col_align * 24 + 268) + col_align * 10
-        ub_rows, ub_cols, reread = min(buffer_size // col_align, block_factor), cols, 1
-    else:
-        mode, ub_rows, ub_cols, reread, ub_bytes = "split-D", 1, 4096, 2, None
+    GetDeterministic(), 0 by default), as a report line: read off ``tiling_data``, the one
+    transcription of CANN's formulas."""
+    t, key, workspace = tiling_data(rows, cols, item, False, cores)
+    col_align, block_dim = t["chunk_size"], t["block_dim"]
+    small = key == 1 and col_align <= SMALLD_THRESHOLD
+    mode = "split-D" if key == 2 else "small-D" if small else "split-N"
+    ub_rows, ub_cols, reread = (1, SPLIT_D_BUFFER, 2) if key == 2 else (t["ub_factor"], cols, 1)
+    ub_bytes = t["ub_factor"] * (col_align * SMALLD_BYTES + SMALLD_FIXED) + col_align * 10 if small else None
     gm = reread * 2 * rows * cols * item + rows * cols * item + rows * 4
     gm += (block_dim if mode != "split-D" else reread * rows) * cols * item + block_dim * cols * 4
-    return dict(mode=mode, cores=block_dim, per_core=block_factor, per_pass=f"{ub_rows} x {ub_cols}",
-                ub_bytes=ub_bytes, gm_bytes=gm, sums="atomic", workspace=8 * block_dim * 4)
+    return dict(mode=mode, cores=block_dim, per_core=t["block_factor"], per_pass=f"{ub_rows} x {ub_cols}",
+                ub_bytes=ub_bytes, gm_bytes=gm, sums="atomic", workspace=workspace)
 
 
 # ---- the whole RmsNormGradTilingData, for running CANN's own kernel (opgen compare --against cann-src)
 SPLIT_N_BUFFER = 6080       # BUFFER_SIZE_SPLIT_N_HIGH_PRECISION
 SPLIT_D_BUFFER = 4096       # BUFFER_SIZE_SPLIT_D_HIGH_PRECISION
 SMALLD_THRESHOLD = 640
+SMALLD_BYTES, SMALLD_FIXED = 24, 268   # CalcSmallDBufferSize: UB bytes per aligned column and per row
 USED_UB = 195584            # (192 - 1) * 1024
 DATA_TYPE = {4: 0, 2: 1}    # tiling's data_type: dtype_key - 1 (0 float32, 1 float16, 2 bfloat16)
 
@@ -92,7 +87,7 @@ def tiling_data(rows: int, cols: int, dtype_bytes: int, bf16: bool, cores: int) 
     if cols <= SPLIT_N_BUFFER:
         key, buffer = 1, SPLIT_N_BUFFER
         if col_align <= SMALLD_THRESHOLD:
-            buffer = (USED_UB - col_align * 10) // (col_align * 24 + 268) * col_align
+            buffer = (USED_UB - col_align * 10) // (col_align * SMALLD_BYTES + SMALLD_FIXED) * col_align
         ub_factor = min(buffer // col_align, t["block_factor"])
         num, tail, loop = _loops(t["block_factor"], ub_factor)
         t.update(ub_split_dim=0, ub_factor=ub_factor, ub_calc_num=num, ub_calc_tail=tail, ub_calc_loop=loop)
