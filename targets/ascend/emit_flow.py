@@ -12,7 +12,7 @@ from opgen.schedules.ascend import pass_steps
 from opgen.schedules.ascend_tiling import row_buffers
 from opgen.targets.ascend.emitter import (CPP_TYPE, MODES, RowKernel, _column_sum_fns, _init, _load_fns,
                                           _members, _outputs_fn, _row_stage_fn, _store_rows_fn, kernel_file,
-                                          pass_items)
+                                          pass_items, visit_lines)
 from opgen.targets.ascend.exprs import Context, emit_expr, sync
 
 ONE = "DataCopyExtParams(1, len * 4, 0, 0, 0)"
@@ -112,12 +112,11 @@ def _visit(pass_calls: list[str], last_pass: bool) -> list[str]:
     (by the previous visit, or before the row loop) and the visit issues the next chunk's
     (IssueAfter) before computing on this one, so the copy-in overlaps the compute."""
     last = "true" if last_pass else "false"
-    return ["for (int64_t c0 = 0; c0 < t_.cols; c0 += t_.ub_cols) {",
-            "    const int32_t len = t_.cols - c0 < t_.ub_cols ? t_.cols - c0 : t_.ub_cols;",
-            "    LoadCols(c0, len); TakeTiles(n);",
-            f"    if (BUFFER_NUM > 1) IssueAfter(r0, c0, {last});"]  \
-        + [f"    {c}" for c in pass_calls] \
-        + ["    FreeTiles(); FreeCols();", f"    if (BUFFER_NUM == 1) IssueAfter(r0, c0, {last});", "}"]
+    return (["for (int64_t c0 = 0; c0 < t_.cols; c0 += t_.ub_cols) {",
+             "    const int32_t len = t_.cols - c0 < t_.ub_cols ? t_.cols - c0 : t_.ub_cols;"]
+            + visit_lines("LoadCols(c0, len); TakeTiles(n);", f"IssueAfter(r0, c0, {last})", pass_calls,
+                          "FreeTiles(); FreeCols();", "    ")
+            + ["}"])
 
 
 def _stage_calls(k: RowKernel, split_d: bool) -> list[str]:

@@ -11,7 +11,7 @@ from opgen.schedules.ascend_tiling import itemsize
 from opgen.schedules.ascend_tiling_groups import group_buffers
 from opgen.targets.ascend.emit_groups import (GROUP_MODES, GroupKernel, _chan_stage_fn, _context,
                                               _names, _task_fns, _tile_fns, phases)
-from opgen.targets.ascend.emitter import CPP_TYPE, kernel_file, load_scalars
+from opgen.targets.ascend.emitter import CPP_TYPE, kernel_file, load_scalars, visit_lines
 from opgen.targets.ascend.exprs import EmitError, emit_expr, load_name, reduction_body, sync
 
 GM_SIZE = {"tile": "t_.N * t_.G * t_.D * t_.HW", "task": "t_.N * t_.G", "chan": "t_.G * t_.D", "scalar": "1"}
@@ -129,10 +129,9 @@ def _visit(calls: list[str], last_pass: bool) -> list[str]:
     return (["for (int64_t d0 = 0; d0 < t_.D; d0 += t_.ub_rows) {",
              "    const int32_t n = t_.D - d0 < t_.ub_rows ? t_.D - d0 : t_.ub_rows;",
              "    for (int64_t h0 = 0; h0 < t_.HW; h0 += t_.ub_cols) {",
-             "        const int32_t len = t_.HW - h0 < t_.ub_cols ? t_.HW - h0 : t_.ub_cols;",
-             "        TakeTiles(n);", f"        if (BUFFER_NUM > 1) IssueAfter(task, d0, h0, {last});"]
-            + [f"        {c}" for c in calls]
-            + ["        FreeTiles();", f"        if (BUFFER_NUM == 1) IssueAfter(task, d0, h0, {last});", "    }", "}"])
+             "        const int32_t len = t_.HW - h0 < t_.ub_cols ? t_.HW - h0 : t_.ub_cols;"]
+            + visit_lines("TakeTiles(n);", f"IssueAfter(task, d0, h0, {last})", calls, "FreeTiles();", "        ")
+            + ["    }", "}"])
 
 
 def _issue_after() -> list[str]:

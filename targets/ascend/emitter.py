@@ -128,6 +128,15 @@ def store_tile(expr, ctx, dtype: str, queue: str, gm: str, params: str, count: s
                   f"      {queue}.FreeTensor(o); }}"]
 
 
+def visit_lines(take: str, issue_next: str, calls: list[str], free: str, indent: str) -> list[str]:
+    """The body of one visit of a streamed chunk, the double-buffering protocol every chunked
+    loop shares: take this chunk's tiles (issued before), issue the next chunk's copy-in
+    before computing when there is a second buffer, compute, free, and with one buffer issue
+    the next copy-in only once this chunk's buffer is free."""
+    return ([f"{indent}{take}", f"{indent}if (BUFFER_NUM > 1) {issue_next};"] + [f"{indent}{c}" for c in calls]
+            + [f"{indent}{free}", f"{indent}if (BUFFER_NUM == 1) {issue_next};"])
+
+
 def as_float32(view: str, name: str, dtype: str, count: str) -> str:
     """``view`` = the copied-in tile as float32: the queue tensor itself, or a Cast of it
     into ``name``'s float32 scratch."""
