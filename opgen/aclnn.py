@@ -236,9 +236,21 @@ def _aliased(op, values: dict) -> frozenset:
     return frozenset(outputs[i] for i in overlapping_outputs(bounds(INPUT), bounds(OUTPUT)))
 
 
+_ON_CLEAR: list = []   # what else holds plans (opgen.api's bound calls), cleared with them
+
+
 def clear_plan_cache() -> None:
-    """Forget every cached plan (tests; after kernels were rebuilt or retuned)."""
+    """Forget every cached plan (tests; after kernels were rebuilt or retuned), and every
+    plan held elsewhere through ``on_plan_cache_clear``."""
     _PLANS.clear()
+    for forget in _ON_CLEAR:
+        forget()
+
+
+def on_plan_cache_clear(forget) -> None:
+    """Call ``forget()`` whenever the plan cache is cleared: a holder of plans (a bound
+    call) must never outlive the decision that made them."""
+    _ON_CLEAR.append(forget)
 
 
 lookup.on_reload(clear_plan_cache)   # a new tuning database may choose other kernels
@@ -355,6 +367,37 @@ def run(op, func: str, workspace, workspace_size, executor, stream) -> int:
         return _fail(func, err.status, err.message)
     except Exception as exc:
         return _fail(func, ACLNN_ERR_RUNTIME_ERROR, f"internal error {type(exc).__name__}: {exc}")
+    return ACLNN_SUCCESS
+
+
+# ---- bound calls ----------------------------------------------------------------------
+# A caller that can tell, from its own cheaper key, that a call's phase-one key is one it
+# has already seen succeed may keep that call's plan and skip both phases' reading and
+# checks (opgen.api does, for calls whose outputs it allocates itself: fresh outputs have
+# keys fixed by their shape and dtype and overlap nothing). The kernel still gets its
+# arguments through the binder, which checks each tensor it hands over by address.
+
+
+def bindable(executor: Executor):
+    """The (plan, kinds) of a successful phase one that a caller may keep and run again by
+    ``run_bound``, or None: only plans that hand memory straight to the kernel (no
+    workspace, no staging) and whose choice did not depend on the tensors' addresses."""
+    plan = executor.plan
+    if plan.binds_directly and not plan.workspace_size and not plan.by_alignment:
+        return plan, executor.kinds
+    return None
+
+
+def run_bound(op, bound: tuple, arguments: tuple) -> int:
+    """Phase two of a call whose phase one the caller knows gave ``bound`` (``bindable``):
+    the kernel runs on ``arguments``; failures get phase two's statuses and messages."""
+    plan, kinds = bound
+    try:
+        Executor(op.name, plan, kinds, arguments).run(None)
+    except ArgError as err:
+        return _fail(op.aclnn_name, err.status, err.message)
+    except Exception as exc:
+        return _fail(op.aclnn_name, ACLNN_ERR_RUNTIME_ERROR, f"internal error {type(exc).__name__}: {exc}")
     return ACLNN_SUCCESS
 
 

@@ -1,0 +1,176 @@
+"""The Pythonic layer's bound calls (opgen.api._Prepared.bound): a call like one that ran
+before, with no output given, runs that call's plan without the aclnn phases' reading.
+
+It must be exactly what phase one would have done: every change that changes phase one's
+key (dtype, shape, strides, alignment, product, target, an attribute) is a call of its own,
+run through both phases; given outputs always go through them; clearing the plan cache
+drops every bound call; a failure in a bound call has phase two's status and message.
+Values are compared with the float64 reference, and warm results with cold ones bit for bit.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import opgen
+from opgen import aclnn, api, config, executor
+from opgen.apispec import ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_RUNTIME_ERROR
+from opgen.ops import get_op
+from opgen.ops.group_norm_backward.reference import group_norm as reference
+
+from aclnn_helpers import product
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture
+def phase_ones(monkeypatch):
+    """A list that gets one entry per phase one actually run (opgen.aclnn._plan_call), from
+    a cold cache (no bound call or plan left by other tests)."""
+    aclnn.clear_plan_cache()
+    seen = []
+    real = aclnn._plan_call
+
+    def counted(op, positions, arguments):
+        seen.append(op.name)
+        return real(op, positions, arguments)
+    monkeypatch.setattr(aclnn, "_plan_call", counted)
+    return seen
+
+
+def _inputs(shape=(2, 6, 5), dtype=torch.float32, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(shape, generator=generator, dtype=torch.float64) * 2 + 0.5
+    gamma = torch.rand(shape[1], generator=generator, dtype=torch.float64) + 0.5
+    beta = torch.randn(shape[1], generator=generator, dtype=torch.float64)
+    return tuple(v.to(dtype) for v in (x, gamma, beta))
+
+
+def _check(outs, x, gamma, beta, group, tol=1e-4):
+    want = reference(*(np.asarray(v.double() if hasattr(v, "double") else v, np.float64)
+                                       for v in (x, gamma, beta)), group, 1e-5)
+    for got, ref in zip(outs, want):
+        got = got.double().numpy() if hasattr(got, "double") else np.asarray(got, np.float64)
+        np.testing.assert_allclose(got, ref.reshape(got.shape), rtol=tol, atol=tol)
+
+
+def test_a_repeated_call_skips_phase_one_and_matches_the_reference(phase_ones):
+    x, gamma, beta = _inputs(seed=1)
+    first = opgen.group_norm(x, gamma, beta, 3)
+    assert phase_ones == ["group_norm"]
+    for seed in (2, 3):   # other tensors, same signature: the bound plan, their own values
+        x, gamma, beta = _inputs(seed=seed)
+        outs = opgen.group_norm(x, gamma, beta, 3)
+        _check(outs, x, gamma, beta, 3)
+    assert phase_ones == ["group_norm"], "calls like the first must run its bound plan"
+    assert all(o.data_ptr() != p.data_ptr() for o, p in zip(outs, first)), "fresh outputs every call"
+
+
+def test_numpy_calls_are_bound_too(phase_ones):
+    x, gamma, beta = (v.numpy() for v in _inputs(seed=4))
+    for _ in range(3):
+        outs = opgen.group_norm(x, gamma, beta, 2)
+        assert all(type(o) is np.ndarray for o in outs)
+        _check(outs, x, gamma, beta, 2)
+    assert phase_ones == ["group_norm"]
+
+
+def _odd_address(x):
+    raw = np.zeros(x.nbytes + 1, np.uint8)
+    moved = raw[1:].view(x.dtype).reshape(x.shape)
+    moved[...] = x
+    return moved
+
+
+# Each change makes a call whose phase-one key differs from the bound one's (on the input
+# x, one attribute, or the settings): it must run phase one and get what a cold cache gives.
+CHANGES = {
+    "dtype": lambda x, g, b: ((x.half(), g.half(), b.half()), 3),
+    "shape": lambda x, g, b: ((x[:1].clone(), g, b), 3),
+    "strides": lambda x, g, b: ((x.transpose(0, 2).contiguous().transpose(0, 2), g, b), 3),
+    "group": lambda x, g, b: ((x, g, b), 2),
+    "numpy, element-misaligned": lambda x, g, b: ((_odd_address(x.numpy()), g.numpy(), b.numpy()), 3),
+}
+
+
+@pytest.mark.parametrize("change", CHANGES, ids=str)
+def test_key_changes_run_phase_one_and_get_the_cold_result(change, phase_ones):
+    x, gamma, beta = _inputs(seed=5)
+    numpy_like = change.startswith("numpy")
+    base = tuple(v.numpy() for v in (x, gamma, beta)) if numpy_like else (x, gamma, beta)
+    opgen.group_norm(*base, 3)
+    opgen.group_norm(*base, 3)
+    assert len(phase_ones) == 1
+    values, group = CHANGES[change](x, gamma, beta)
+    warm = opgen.group_norm(*values, group)
+    assert len(phase_ones) == 2, f"{change}: served the bound plan of another call"
+    aclnn.clear_plan_cache()
+    cold = opgen.group_norm(*values, group)
+    for w, c in zip(warm, cold):
+        np.testing.assert_array_equal(np.asarray(w.float() if hasattr(w, "float") else w),
+                                      np.asarray(c.float() if hasattr(c, "float") else c))
+    _check(warm, *values, group, tol=5e-3 if change == "dtype" else 1e-4)
+
+
+def test_product_and_target_are_part_of_the_key(phase_ones, monkeypatch):
+    x, gamma, beta = (v.to(torch.bfloat16) for v in _inputs(seed=6))
+    opgen.group_norm(x, gamma, beta, 3)
+    opgen.group_norm(x, gamma, beta, 3)
+    with product("AtlasInference"):   # no bfloat16 there: phase one refuses, every time
+        for _ in range(2):
+            with pytest.raises(opgen.AclnnError) as info:
+                opgen.group_norm(x, gamma, beta, 3)
+            assert info.value.status == ACLNN_ERR_PARAM_INVALID
+    monkeypatch.setenv("OPGEN_TARGET", "no-such-target")
+    config.reset()
+    with pytest.raises(opgen.AclnnError) as info:
+        opgen.group_norm(x, gamma, beta, 3)
+    assert info.value.status == ACLNN_ERR_RUNTIME_ERROR
+    assert len(phase_ones) == 4
+
+
+def test_given_outputs_always_run_both_phases(phase_ones):
+    x, gamma, beta = _inputs(seed=7)
+    y, mean, rstd = opgen.group_norm(x, gamma, beta, 3)
+    for _ in range(2):
+        outs = opgen.group_norm(x, gamma, beta, 3, out=y, mean=mean, rstd=rstd)
+        assert outs[0] is y
+    assert len(phase_ones) == 3
+
+
+def test_clearing_the_plan_cache_drops_bound_calls(phase_ones):
+    x, gamma, beta = _inputs(seed=8)
+    opgen.group_norm(x, gamma, beta, 3)
+    opgen.group_norm(x, gamma, beta, 3)
+    aclnn.clear_plan_cache()              # as a reloaded tuning database does
+    _check(opgen.group_norm(x, gamma, beta, 3), x, gamma, beta, 3)
+    assert len(phase_ones) == 2
+
+
+def test_plans_that_stage_are_never_bound(phase_ones):
+    """A non-contiguous input is staged through the workspace: phase two's path, each call."""
+    x, gamma, beta = _inputs(seed=9)
+    strided = x.transpose(0, 2).contiguous().transpose(0, 2)
+    for _ in range(2):
+        _check(opgen.group_norm(strided, gamma, beta, 3), strided, gamma, beta, 3)
+    op = get_op("group_norm")
+    prepared = api._prepared(op, api._layout(op), (strided, gamma, beta, 3, 1e-5), (None, None, None))
+    assert prepared.bound is None
+
+
+def test_a_failing_bound_call_has_phase_twos_status_and_message(monkeypatch):
+    x, gamma, beta = _inputs(seed=10)
+    opgen.group_norm(x, gamma, beta, 3)   # bound from here on
+
+    def broken(self, memory):
+        raise RuntimeError("boom")
+    monkeypatch.setattr(executor.Executor, "run", broken)
+    messages = []
+    for _ in range(2):                     # bound, then both phases: the same report
+        with pytest.raises(opgen.AclnnError) as info:
+            opgen.group_norm(x, gamma, beta, 3)
+        messages.append((info.value.status, info.value.message))
+        aclnn.clear_plan_cache()
+    assert messages[0] == messages[1]
+    assert messages[0][0] == ACLNN_ERR_RUNTIME_ERROR
+    assert messages[0][1].startswith("aclnnGroupNorm failed") and "boom" in messages[0][1]
