@@ -4,7 +4,9 @@ kernels take about a microsecond and everything else is the Python call path (is
 Times, in µs (median of many calls after a warm-up), the module forward with parameters that
 require grad (the autograd graph is recorded, as in training), the backward alone
 (``torch.autograd.grad`` on a graph kept alive), and torch.nn's modules on the same tensors;
-also the functional ``opgen.group_norm`` / ``opgen.layer_norm`` with outputs allocated.
+also the functional ``opgen.group_norm`` / ``opgen.layer_norm`` with outputs allocated, and
+the backward kernel called through the aclnn API on the same tensors (both phases, outputs
+given: the module backward's bar is that call plus 30 µs).
 The contenders are interleaved (one batch of calls each per round, rounds in a random
 order) so background load hits them alike. Pin it to get stable figures:
 
@@ -21,6 +23,7 @@ import torch
 
 import opgen
 import opgen.torch as ot
+from opgen import acl, aclnn
 
 
 def _batch_us(fn, batch: int) -> float:
@@ -44,35 +47,57 @@ def interleaved(contenders: dict, rounds: int, batch: int) -> dict:
     return {name: float(np.median(t)) for name, t in times.items()}
 
 
-def _module_pair(ours, theirs, x, dy, functional: tuple, aten: tuple) -> dict:
+def _aclnn(name: str, *arguments):
+    """A zero-argument call of the aclnn op ``name``: GetWorkspaceSize, then the op."""
+    phase_one, phase_two = getattr(aclnn, f"{name}GetWorkspaceSize"), getattr(aclnn, name)
+
+    def call():
+        status, size, executor = phase_one(*arguments)
+        workspace = acl.aclrtMalloc(size, acl.ACL_MEM_MALLOC_HUGE_FIRST)[1] if size else None
+        assert status == 0 and phase_two(workspace, size, executor, None) == 0, acl.aclGetRecentErrMsg()
+        if workspace is not None:
+            acl.aclrtFree(workspace)
+    return call
+
+
+def _module_pair(ours, theirs, x, dy, functional: tuple, aten: tuple, backward: tuple) -> dict:
     """Forward and backward of opgen's and torch's module on ``x`` (torch's loaded with
-    opgen's parameters), the functional call and ATen's native forward, as contenders."""
+    opgen's parameters), the functional call, ATen's native forward and the backward kernel
+    through the aclnn API, as contenders."""
     theirs.load_state_dict(ours.state_dict())
     y_ours, y_theirs = ours(x), theirs(x)
     p_ours, p_theirs = [x, *ours.parameters()], [x, *theirs.parameters()]
-    (f_name, f_call), (a_name, a_call) = functional, aten
+    (f_name, f_call), (a_name, a_call), (b_name, b_call) = functional, aten, backward
     return {"opgen forward": lambda: ours(x), "torch forward": lambda: theirs(x),
             "opgen backward": lambda: torch.autograd.grad(y_ours, p_ours, dy, retain_graph=True),
             "torch backward": lambda: torch.autograd.grad(y_theirs, p_theirs, dy, retain_graph=True),
-            f_name: f_call, a_name: a_call}
+            f_name: f_call, a_name: a_call, b_name: b_call}
 
 
 def cases():
     torch.manual_seed(0)
-    x = torch.randn(2, 8, 4, 4).requires_grad_()
+    x, dy = torch.randn(2, 8, 4, 4).requires_grad_(), torch.randn(2, 8, 4, 4)
     ours = ot.GroupNorm(4, 8)
     xd, w, b = x.detach(), ours.weight.detach(), ours.bias.detach()
+    _, mean, rstd = opgen.group_norm(xd, w, b, 4, 1e-5)
+    grads = (torch.empty_like(xd), torch.empty_like(w), torch.empty_like(b))
     yield "GroupNorm (2,8,4x4) G=4 f32", _module_pair(
-        ours, torch.nn.GroupNorm(4, 8), x, torch.randn(2, 8, 4, 4),
+        ours, torch.nn.GroupNorm(4, 8), x, dy,
         ("opgen.group_norm", lambda: opgen.group_norm(xd, w, b, 4, 1e-5)),
-        ("aten native_group_norm", lambda: torch.ops.aten.native_group_norm(xd, w, b, 2, 8, 16, 4, 1e-5)))
-    x = torch.randn(4, 16).requires_grad_()
+        ("aten native_group_norm", lambda: torch.ops.aten.native_group_norm(xd, w, b, 2, 8, 16, 4, 1e-5)),
+        ("aclnnGroupNormBackward", _aclnn("aclnnGroupNormBackward", dy, xd, mean, rstd, w, 2, 8, 16, 4,
+                                          [True, True, True], *grads)))
+    x, dy = torch.randn(4, 16).requires_grad_(), torch.randn(4, 16)
     ours = ot.LayerNorm(16)
     xd, w, b = x.detach(), ours.weight.detach(), ours.bias.detach()
+    _, mean, rstd = opgen.layer_norm(xd, [16], w, b, 1e-5)
+    grads = (torch.empty_like(xd), torch.empty_like(w), torch.empty_like(b))
     yield "LayerNorm (4,16) f32", _module_pair(
-        ours, torch.nn.LayerNorm(16), x, torch.randn(4, 16),
+        ours, torch.nn.LayerNorm(16), x, dy,
         ("opgen.layer_norm", lambda: opgen.layer_norm(xd, [16], w, b, 1e-5)),
-        ("aten native_layer_norm", lambda: torch.native_layer_norm(xd, [16], w, b, 1e-5)))
+        ("aten native_layer_norm", lambda: torch.native_layer_norm(xd, [16], w, b, 1e-5)),
+        ("aclnnLayerNormBackward", _aclnn("aclnnLayerNormBackward", dy, xd, [16], mean, rstd, w, b,
+                                          [True, True, True], *grads)))
 
 
 def main() -> None:
