@@ -393,7 +393,7 @@ def run_bound(op, bound: tuple, arguments: tuple) -> int:
     the kernel runs on ``arguments``; failures get phase two's statuses and messages."""
     plan, kinds = bound
     try:
-        Executor(op.name, plan, kinds, arguments).run(None)
+        Executor(op.name, plan, kinds, arguments).run(None, keys_just_read=True)
     except ArgError as err:
         return _fail(op.aclnn_name, err.status, err.message)
     except Exception as exc:

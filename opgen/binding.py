@@ -22,7 +22,10 @@ producers) has an ``ArgKind`` that knows these things about it:
     better handed the address than the object (torch, whose address is cheap; bf16
     numpy, whose object would need three conversions), and that address, checked at
     run time. A generated binder (opgen.launch) writes it into a DLTensor in the
-    kernel's own shape, so no view is made per call.
+    kernel's own shape, so no view is made per call;
+  * ``pointer_method``: the name of the object's own address method (torch's
+    ``data_ptr``), or None: what a bound call (opgen.api), which read the argument's key
+    in the same call, hands over without address's checks.
 
 Measured (2 cores, warm, µs per tensor): a Python-level ``tvm_ffi.from_dlpack`` 0.35 plus
 0.26 to free it and 0.42 (+0.2 to free) per ``tensor_view``; TVM-FFI converting a numpy
@@ -76,6 +79,8 @@ def _tvm_view(tensor, place):
 class NumpyKind:
     """numpy arrays: any strides, any alignment, read-only too (the plan stages what the
     kernel cannot read in place)."""
+
+    pointer_method = None   # an array's address is no method call: bound calls check it too
 
     @staticmethod
     def prefers_address(place) -> bool:
@@ -137,6 +142,7 @@ class AclKind:
     aclCreateTensor) read as numpy, plus the aclDataType and format."""
 
     prefers_address = NumpyKind.prefers_address
+    pointer_method = None
 
     @staticmethod
     def _view(t):
@@ -167,6 +173,13 @@ class AclKind:
 
 class TorchKind:
     """torch tensors on any device (requires_grad is fine: DLPack export works on them)."""
+
+    # A call whose tensors' keys were read just before (a bound call, opgen.api) hands a
+    # host kernel ``t.data_ptr()`` unchecked: the key fixes what ``address`` checks
+    # (device, dtype, shape, strides, hence contiguity and byte extent). One torch call
+    # per tensor instead of four (measured, GroupNorm forward right after a cache-evicting
+    # op: see opgen.api._Prepared).
+    pointer_method = "data_ptr"
 
     @staticmethod
     def key(t) -> tuple:
@@ -213,6 +226,8 @@ class TorchKind:
 
 class DLPackKind:
     """Any other DLPack producer, read through a TVM tensor's metadata."""
+
+    pointer_method = None
 
     @staticmethod
     def prefers_address(place) -> bool:

@@ -374,12 +374,17 @@ class Executor:
         """The caller's tensor of a staged placement as a numpy view (zero-copy)."""
         return describe(place.param, self.arguments[place.index]).host
 
-    def run(self, memory: Workspace | None) -> None:
-        """Stage, run the kernel, copy back. ArgError if the kernel fails."""
+    def run(self, memory: Workspace | None, keys_just_read: bool = False) -> None:
+        """Stage, run the kernel, copy back. ArgError if the kernel fails.
+
+        ``keys_just_read``: the caller read every tensor argument's binding key in this
+        call and it is the plan's (a bound call): addresses are taken unchecked where the
+        kind allows (ArgKind.pointer_method)."""
         plan = self.plan
         if plan.binds_directly:
             try:
-                kernel_args = launch.binders.get(plan, self.kinds, _recipes)(self.arguments)
+                recipes = _recipes_of_read_keys if keys_just_read else _recipes
+                kernel_args = launch.binders.get(plan, self.kinds, recipes)(self.arguments)
             except NotReadable:
                 raise self._changed_argument()
             self._call(kernel_args)
@@ -444,13 +449,15 @@ class Executor:
         return ArgError(ACLNN_ERR_PARAM_INVALID, "an argument was changed after GetWorkspaceSize")
 
 
-def _recipes(plan: Plan, kinds: tuple) -> list:
+def _recipes(plan: Plan, kinds: tuple, keys_just_read: bool = False) -> list:
     """How a binder (opgen.launch) gets each kernel parameter of ``plan`` on this thread."""
     recipes = []
     for place in plan.placements:
         if place.kind == DIRECT:
             kind = kinds[place.index]
-            if kind.prefers_address(place):
+            if kind.prefers_address(place) and keys_just_read and plan.host and kind.pointer_method:
+                recipes.append((launch.POINTER, place.index, kind.pointer_method, place))
+            elif kind.prefers_address(place):
                 recipes.append((launch.ADDRESS, place.index, kind.address, place))
             else:
                 recipes.append((launch.OBJECT, place.index, kind.for_kernel, place))
@@ -461,3 +468,8 @@ def _recipes(plan: Plan, kinds: tuple) -> list:
         else:
             recipes.append((launch.CONSTANT, _ARENA.tensor(place)))
     return recipes
+
+
+def _recipes_of_read_keys(plan: Plan, kinds: tuple) -> list:
+    """_recipes for a call whose tensors' keys were just read (Executor.run)."""
+    return _recipes(plan, kinds, keys_just_read=True)

@@ -86,6 +86,8 @@ class Frame:
 
 # How the binder gets each kernel parameter (opgen.executor decides, per placement):
 ADDRESS = "address"   # (ADDRESS, argument index, kind.address, placement): written into the frame
+POINTER = "pointer"   # (POINTER, argument index, method name, placement): the argument's own
+#                       address method, unchecked: for calls whose arguments' keys were just read
 OBJECT = "object"     # (OBJECT, argument index, kind.for_kernel, placement): what the kind hands over
 CONSTANT = "constant"  # (CONSTANT, value): the same object every call on this thread (arena views)
 
@@ -101,6 +103,12 @@ def binder_source(recipes) -> tuple[str, dict]:
             names.append(f"constant_{index}")
             continue
         _, position, function, place = recipe
+        if how == POINTER:
+            if not function.isidentifier():
+                raise ValueError(f"{function!r} is not a method name")
+            lines.append(f"    words[{index * _WORDS}] = arguments[{position}].{function}()")
+            names.append(f"handle_{index}")
+            continue
         namespace[f"{how}_of_{index}"], namespace[f"place_{index}"] = function, place
         if how == ADDRESS:
             lines.append(f"    words[{index * _WORDS}] = address_of_{index}(arguments[{position}], place_{index})")
@@ -114,7 +122,7 @@ def binder_source(recipes) -> tuple[str, dict]:
 
 def make_binder(recipes):
     """The binder for these recipes on a frame of its own (see binder_source)."""
-    frame = Frame([r[3] if r[0] == ADDRESS else None for r in recipes])
+    frame = Frame([r[3] if r[0] in (ADDRESS, POINTER) else None for r in recipes])
     source, namespace = binder_source(recipes)
     namespace["words"] = frame.words
     namespace.update((f"handle_{i}", handle) for i, handle in enumerate(frame.handles) if handle is not None)
@@ -136,7 +144,7 @@ class _Binders(threading.local):
         binders = self.binders
         if binders is None:
             self.binders = binders = {}
-        key = (id(plan), kinds)
+        key = (id(plan), kinds, recipes)
         known = binders.get(key)
         if known is not None and known[0] is plan:
             return known[1]

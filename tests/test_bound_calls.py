@@ -162,7 +162,7 @@ def test_a_failing_bound_call_has_phase_twos_status_and_message(monkeypatch):
     x, gamma, beta = _inputs(seed=10)
     opgen.group_norm(x, gamma, beta, 3)   # bound from here on
 
-    def broken(self, memory):
+    def broken(self, memory, keys_just_read=False):
         raise RuntimeError("boom")
     monkeypatch.setattr(executor.Executor, "run", broken)
     messages = []
@@ -174,3 +174,26 @@ def test_a_failing_bound_call_has_phase_twos_status_and_message(monkeypatch):
     assert messages[0] == messages[1]
     assert messages[0][0] == ACLNN_ERR_RUNTIME_ERROR
     assert messages[0][1].startswith("aclnnGroupNorm failed") and "boom" in messages[0][1]
+
+
+def test_bound_calls_hand_addresses_unchecked_but_the_aclnn_api_still_checks(phase_ones):
+    """A bound call's binder takes each torch tensor's data_ptr() unchecked (its key was read
+    in the same call); the aclnn API's binder for the same plan still checks each tensor
+    between the phases (binders are keyed by their recipes too): a tensor resized after
+    GetWorkspaceSize is refused, never read."""
+    from opgen import acl, launch
+
+    x, gamma, beta = _inputs(seed=11)
+    for _ in range(2):
+        y, mean, rstd = opgen.group_norm(x, gamma, beta, 3)
+    op = get_op("group_norm")
+    plan, kinds = api._prepared(op, api._layout(op), (x, gamma, beta, 3, 1e-5), (None, None, None)).bound
+    unchecked = launch.binders.get(plan, kinds, executor._recipes_of_read_keys)
+    assert ".data_ptr()" in unchecked.source and "address_of" not in unchecked.source
+    status, size, ex = aclnn.aclnnGroupNormGetWorkspaceSize(x, gamma, beta, 2, 6, 5, 3, 1e-5, y, mean, rstd)
+    assert status == 0 and ex.plan is plan
+    x.resize_(1)
+    before = y.clone()
+    assert aclnn.aclnnGroupNorm(None, size, ex, None) == ACLNN_ERR_PARAM_INVALID
+    assert "self was changed or destroyed" in acl.aclGetRecentErrMsg()
+    assert torch.equal(y, before)
