@@ -23,7 +23,7 @@ import torch
 
 import opgen
 import opgen.torch as ot
-from opgen import acl, aclnn
+from torch_forward import aclnn_call   # (run from the repository root: benchmarks/ is on sys.path)
 
 
 def _batch_us(fn, batch: int) -> float:
@@ -45,19 +45,6 @@ def interleaved(contenders: dict, rounds: int, batch: int) -> dict:
         for i in order.permutation(len(names)):
             times[names[i]].append(_batch_us(contenders[names[i]], batch))
     return {name: float(np.median(t)) for name, t in times.items()}
-
-
-def _aclnn(name: str, *arguments):
-    """A zero-argument call of the aclnn op ``name``: GetWorkspaceSize, then the op."""
-    phase_one, phase_two = getattr(aclnn, f"{name}GetWorkspaceSize"), getattr(aclnn, name)
-
-    def call():
-        status, size, executor = phase_one(*arguments)
-        workspace = acl.aclrtMalloc(size, acl.ACL_MEM_MALLOC_HUGE_FIRST)[1] if size else None
-        assert status == 0 and phase_two(workspace, size, executor, None) == 0, acl.aclGetRecentErrMsg()
-        if workspace is not None:
-            acl.aclrtFree(workspace)
-    return call
 
 
 def _module_pair(ours, theirs, x, dy, functional: tuple, aten: tuple, backward: tuple) -> dict:
@@ -85,7 +72,7 @@ def cases():
         ours, torch.nn.GroupNorm(4, 8), x, dy,
         ("opgen.group_norm", lambda: opgen.group_norm(xd, w, b, 4, 1e-5)),
         ("aten native_group_norm", lambda: torch.ops.aten.native_group_norm(xd, w, b, 2, 8, 16, 4, 1e-5)),
-        ("aclnnGroupNormBackward", _aclnn("aclnnGroupNormBackward", dy, xd, mean, rstd, w, 2, 8, 16, 4,
+        ("aclnnGroupNormBackward", aclnn_call("aclnnGroupNormBackward", dy, xd, mean, rstd, w, 2, 8, 16, 4,
                                           [True, True, True], *grads)))
     x, dy = torch.randn(4, 16).requires_grad_(), torch.randn(4, 16)
     ours = ot.LayerNorm(16)
@@ -96,7 +83,7 @@ def cases():
         ours, torch.nn.LayerNorm(16), x, dy,
         ("opgen.layer_norm", lambda: opgen.layer_norm(xd, [16], w, b, 1e-5)),
         ("aten native_layer_norm", lambda: torch.native_layer_norm(xd, [16], w, b, 1e-5)),
-        ("aclnnLayerNormBackward", _aclnn("aclnnLayerNormBackward", dy, xd, [16], mean, rstd, w, b,
+        ("aclnnLayerNormBackward", aclnn_call("aclnnLayerNormBackward", dy, xd, [16], mean, rstd, w, b,
                                           [True, True, True], *grads)))
 
 

@@ -105,6 +105,15 @@ class NumpyKind:
         return "numpy", a.dtype, a.shape, a.strides, flags.writeable, flags.aligned
 
     @staticmethod
+    def guard(name: str, a, constant) -> str:
+        """A Python expression true of an array ``name`` exactly when its key is ``a``'s
+        (``constant(value)`` names a value in the expression's namespace)."""
+        _, dtype, shape, strides, writeable, aligned = NumpyKind.key(a)
+        return (f"{name}.dtype == {constant(dtype)} and {name}.shape == {constant(shape)} and "
+                f"{name}.strides == {constant(strides)} and {name}.flags.writeable is {writeable} and "
+                f"{name}.flags.aligned is {aligned}")
+
+    @staticmethod
     def read(a):
         """(key, owner): the owner is the array owning ``a``'s memory, None when that is not
         a numpy allocation (then the aliasing check reads addresses)."""
@@ -143,6 +152,7 @@ class AclKind:
 
     prefers_address = NumpyKind.prefers_address
     pointer_method = None
+    guard = None   # not keyed by opgen.api: never written out (opgen.bound)
 
     @staticmethod
     def _view(t):
@@ -188,6 +198,16 @@ class TorchKind:
         return "torch", t.dtype, t.shape, t.stride(), t.is_cpu or t.device, t.data_ptr() % t.element_size() == 0
 
     @staticmethod
+    def guard(name: str, t, constant) -> str:
+        """A Python expression true of a tensor ``name`` exactly when its key is ``t``'s
+        (``constant(value)`` names a value in the expression's namespace)."""
+        _, dtype, shape, strides, device, aligned = TorchKind.key(t)
+        where = f"{name}.is_cpu" if device is True else f"{name}.device == {constant(device)}"
+        return (f"{name}.dtype is {constant(dtype)} and {name}.shape == {constant(tuple(shape))} and "
+                f"{name}.stride() == {constant(strides)} and {where} and "
+                f"({name}.data_ptr() % {t.element_size()} == 0) is {aligned}")
+
+    @staticmethod
     def read(t):
         """(key, byte range): a torch tensor's address costs 0.05 µs, numpy's 0.9."""
         key, address = TorchKind.key(t), t.data_ptr()
@@ -228,6 +248,7 @@ class DLPackKind:
     """Any other DLPack producer, read through a TVM tensor's metadata."""
 
     pointer_method = None
+    guard = None   # not keyed by opgen.api: never written out (opgen.bound)
 
     @staticmethod
     def prefers_address(place) -> bool:

@@ -125,7 +125,8 @@ def _from_dlpack(name: str, obj) -> TensorArg:
     try:
         tensor = tvm_ffi.from_dlpack(obj)
     except Exception as exc:  # foreign device, unsupported dtype: the producer decides
-        raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{name} cannot be read through DLPack on the host ({exc})")
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__   # not torch's C++ trace
+        raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{name} cannot be read through DLPack on the host ({reason})")
     dtype = str(tensor.dtype)
     itemsize = (tensor.dtype.bits * tensor.dtype.lanes + 7) // 8
     shape, strides = tuple(tensor.shape), tuple(tensor.strides)

@@ -197,3 +197,112 @@ def test_bound_calls_hand_addresses_unchecked_but_the_aclnn_api_still_checks(pha
     assert aclnn.aclnnGroupNorm(None, size, ex, None) == ACLNN_ERR_PARAM_INVALID
     assert "self was changed or destroyed" in acl.aclGetRecentErrMsg()
     assert torch.equal(y, before)
+
+
+# ---- written calls (opgen.bound) -----------------------------------------------------------
+
+def _written(op_name: str, values: tuple):
+    """The op's written call for the signature of ``values`` (made by two calls)."""
+    from opgen import bound
+
+    aclnn.clear_plan_cache()
+    function = getattr(opgen, op_name)
+    function(*values)
+    function(*values)
+    (written,) = bound.calls_of(op_name)
+    return written
+
+
+def _moved_by_one_element(t):
+    raw = torch.empty(t.numel() + 1, dtype=t.dtype)
+    moved = raw[1:].view(t.shape)
+    moved.copy_(t)
+    return moved
+
+
+# Each changes one field of the signature a written GroupNorm call was made for: its guard
+# must refuse it (None), so the call takes the general path.
+GUARDED = {
+    "dtype": lambda v: (v[0].double(), *v[1:]),
+    "shape": lambda v: (v[0][:1].clone(), *v[1:]),
+    "strides": lambda v: (v[0].transpose(0, 2).contiguous().transpose(0, 2), *v[1:]),
+    "type": lambda v: (torch.nn.Parameter(v[0]), *v[1:]),
+    "null beta": lambda v: (v[0], v[1], None, *v[3:]),
+    "group value": lambda v: (*v[:3], 2, v[4]),
+    "group as a bool": lambda v: (*v[:3], True, v[4]),
+    "eps value": lambda v: (*v[:4], 1e-3),
+    "eps as an int": lambda v: (*v[:4], 1),
+    "numpy for torch": lambda v: (v[0].numpy(), *v[1:]),
+    "nested": lambda v: (torch.nested.nested_tensor(list(v[0])), *v[1:]),   # no sizes: the guard must not raise
+}
+
+
+@pytest.mark.parametrize("change", GUARDED, ids=str)
+def test_a_written_calls_guard_refuses_every_other_signature(change):
+    x, gamma, beta = _inputs(seed=12)
+    values = (x, gamma, beta, 3, 1.0)
+    written = _written("group_norm", values)
+    assert written(values) is not None
+    changed = GUARDED[change](values)
+    assert written(changed) is None, f"{change}: the written call accepted another signature"
+    if change == "nested":   # and the general path reports it in one line
+        with pytest.raises(opgen.AclnnError) as info:
+            opgen.group_norm(*changed)
+        assert info.value.status == ACLNN_ERR_PARAM_INVALID and "\n" not in info.value.message
+
+
+def test_a_written_float_is_guarded_by_its_bits():
+    """0.0 and -0.0 are equal but fill different values (BatchNorm's momentum here)."""
+    x = _inputs(seed=18)[0]
+    values = (x, None, None, None, None, True, 0.0, 1e-5)
+    written = _written("batch_norm", values)
+    assert written(values) is not None
+    assert written((*values[:6], -0.0, 1e-5)) is None
+
+
+def test_a_written_call_takes_any_tensor_with_the_same_key_and_matches_the_reference():
+    x, gamma, beta = _inputs(seed=13)
+    written = _written("group_norm", (x, gamma, beta, 3, 1e-5))
+    other = _moved_by_one_element(_inputs(seed=14)[0])   # another storage offset, still 4-byte aligned
+    outs = written((other, gamma, beta, 3, 1e-5))
+    assert outs is not None
+    _check(outs, other, gamma, beta, 3)
+
+
+def test_a_written_mask_is_guarded_by_item_types():
+    x, gamma, beta = _inputs(seed=15)
+    y, mean, rstd = opgen.group_norm(x, gamma, beta, 3)
+    dy = torch.randn_like(x)
+    values = (dy, x, mean, rstd, gamma, 3, [True, False, True])
+    written = _written("group_norm_backward", values)
+    outs = written(values)
+    assert outs is not None and outs[1] is None
+    assert written((*values[:6], [True, 0, True])) is None
+    assert written((*values[:6], (True, False, True))) is None
+    assert written((*values[:6], [True, True, True])) is None
+
+
+def test_written_calls_follow_the_product_and_the_plan_cache():
+    from opgen import bound
+
+    x, gamma, beta = (v.to(torch.bfloat16) for v in _inputs(seed=16))
+    values = (x, gamma, beta, 3, 1e-5)
+    written = _written("group_norm", values)
+    with product("AtlasInference"):
+        assert written(values) is None
+        with pytest.raises(opgen.AclnnError):   # no bfloat16 there: the general path says so
+            opgen.group_norm(*values)
+    aclnn.clear_plan_cache()
+    assert bound.calls_of("group_norm") == ()
+
+
+def test_an_op_keeps_at_most_max_per_op_written_calls(phase_ones):
+    from opgen import bound
+
+    gamma, beta = _inputs(seed=17)[1:]
+    for n in range(1, bound.MAX_PER_OP + 3):
+        x = _inputs(shape=(n, 6, 5), seed=n)[0]
+        for _ in range(2):
+            _check(opgen.group_norm(x, gamma, beta, 3), x, gamma, beta, 3)
+    assert len(bound.calls_of("group_norm")) == bound.MAX_PER_OP
+    assert len(phase_ones) == bound.MAX_PER_OP + 2   # the others still bound: one phase one each
