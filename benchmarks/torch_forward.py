@@ -18,6 +18,12 @@ robust figure on a shared machine).
     python benchmarks/torch_forward.py                 # 21 repeats
     python benchmarks/torch_forward.py --repeats 41
     python benchmarks/torch_forward.py --only LayerNorm --only BatchNorm2d
+    python benchmarks/torch_forward.py --evict         # each call right after touching 64 MB
+
+``--evict`` times every call in the state a call finds inside a model, right after an op
+(a convolution) has moved more bytes than the caches hold: then every Python function and
+dict a call touches is a cache miss too, and a Python call path costs several times its
+warm time (torch.nn's module path too).
 """
 from __future__ import annotations
 
@@ -52,10 +58,10 @@ def aclnn_call(name: str, *arguments):
     return call
 
 
-def interleaved(contenders: dict, repeats: int) -> dict:
+def interleaved(contenders: dict, repeats: int, evict=None) -> dict:
     """Milliseconds per call of each contender, one call each per repeat, in a new random
     order each repeat (alternating two orders left the first and last places slower on the
-    shared machine, 2x in one run)."""
+    shared machine, 2x in one run); ``evict()`` (untimed) before each call when given."""
     names = list(contenders)
     for fn in contenders.values():     # warm-up: kernels built, pools awake, memory touched
         fn()
@@ -64,6 +70,8 @@ def interleaved(contenders: dict, repeats: int) -> dict:
     order = np.random.default_rng(0)
     for _ in range(repeats):
         for i in order.permutation(len(names)):   # every contender in every position alike
+            if evict is not None:
+                evict()
             times[names[i]].append(_time_ms(contenders[names[i]]))
     return times
 
@@ -239,12 +247,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=21)
     parser.add_argument("--only", action="append", default=[], help="cases whose label contains this (repeatable)")
+    parser.add_argument("--evict", action="store_true", help="touch 64 MB before each call (untimed)")
     args = parser.parse_args()
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.repeats} interleaved repeats")
+    scratch = torch.empty(16 << 20) if args.evict else None
+    evict = None if scratch is None else (lambda: scratch.add_(1.0))
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, {args.repeats} interleaved repeats"
+          f"{', each call right after touching 64 MB' if args.evict else ''}")
     for label, contenders in itertools.chain(_cases(), _backward_cases()):   # lazily: closures see their case
         if args.only and not any(word in label for word in args.only):
             continue
-        times = interleaved(contenders, args.repeats)
+        times = interleaved(contenders, args.repeats, evict)
         base = np.array(times["torch module"])
         aten = next((np.array(ms) for name, ms in times.items() if name.startswith("aten native")), None)
         print(label)
