@@ -267,13 +267,17 @@ def _workspace_bytes(workspace, need: int):
 # caller's workspace: such a call needs no workspace at all, and the caller skips
 # aclrtMalloc/aclrtFree. Measured on 2 cores: 3-5 µs of a warm 20 µs tiny call; 50-60 µs
 # of a GroupNorm (2,1280,16x16) call right after another library's op evicted the caches
-# (its 20 KiB of partial sums; 256 KiB covers GroupNorm up to N*C = 32K and RmsNorm's
-# partials up to 64K floats, e.g. 4096 columns x 16 chunks). The arena is used
+# (its 20 KiB of partial sums). 4 MiB covers GroupNorm up to N*C = 512K and the row
+# kernels' partials up to 1M floats (4096 columns x 256 chunks of rows): at 256 KiB,
+# LayerNormBackward (8,512,1024)'s 512 KiB of partials went to a fresh workspace each call
+# and its plan missed the binder, 145 µs over its 1.0 ms kernel through opgen's Python API,
+# warm (pages of a fresh buffer faulted in); in the arena 40 µs. The pages are mapped
+# lazily (np.zeros), so a thread holds only what its largest call touched. The arena is used
 # only during a run, which is synchronous and never re-entered on one thread; views of it
 # are made once per placement and thread. Staged copies of the caller's tensors, and
 # everything of device kernels and of targets whose modules take their own workspace
 # (ascend-emu's GM workspace), stay in the workspace, as CANN's ops ask for theirs.
-ARENA_BYTES = 256 << 10
+ARENA_BYTES = 4 << 20
 _MAX_ARENA_VIEWS = 4096
 
 
