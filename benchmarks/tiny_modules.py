@@ -5,8 +5,8 @@ Times, in µs (median of many calls after a warm-up), the module forward with pa
 require grad (the autograd graph is recorded, as in training), the backward alone
 (``torch.autograd.grad`` on a graph kept alive), and torch.nn's modules on the same tensors;
 also the functional ``opgen.group_norm`` / ``opgen.layer_norm`` with outputs allocated, and
-the backward kernel called through the aclnn API on the same tensors (both phases, outputs
-given: the module backward's bar is that call plus 30 µs).
+the backward kernel called through the aclnn API on the same tensors (both phases, fresh
+outputs each call as a backward makes them: the module backward's bar is that call plus 30 µs).
 The contenders are interleaved (one batch of calls each per round, rounds in a random
 order) so background load hits them alike. Pin it to get stable figures:
 
@@ -47,6 +47,11 @@ def interleaved(contenders: dict, rounds: int, batch: int) -> dict:
     return {name: float(np.median(t)) for name, t in times.items()}
 
 
+def _fresh(*likes):
+    """Outputs like ``likes``, made per call (as a module's backward makes its gradients)."""
+    return lambda: tuple(torch.empty_like(t) for t in likes)
+
+
 def _module_pair(ours, theirs, x, dy, functional: tuple, aten: tuple, backward: tuple) -> dict:
     """Forward and backward of opgen's and torch's module on ``x`` (torch's loaded with
     opgen's parameters), the functional call, ATen's native forward and the backward kernel
@@ -67,24 +72,24 @@ def cases():
     ours = ot.GroupNorm(4, 8)
     xd, w, b = x.detach(), ours.weight.detach(), ours.bias.detach()
     _, mean, rstd = opgen.group_norm(xd, w, b, 4, 1e-5)
-    grads = (torch.empty_like(xd), torch.empty_like(w), torch.empty_like(b))
+    grads = _fresh(xd, w, b)
     yield "GroupNorm (2,8,4x4) G=4 f32", _module_pair(
         ours, torch.nn.GroupNorm(4, 8), x, dy,
         ("opgen.group_norm", lambda: opgen.group_norm(xd, w, b, 4, 1e-5)),
         ("aten native_group_norm", lambda: torch.ops.aten.native_group_norm(xd, w, b, 2, 8, 16, 4, 1e-5)),
         ("aclnnGroupNormBackward", aclnn_call("aclnnGroupNormBackward", dy, xd, mean, rstd, w, 2, 8, 16, 4,
-                                          [True, True, True], *grads)))
+                                          [True, True, True], outputs=grads)))
     x, dy = torch.randn(4, 16).requires_grad_(), torch.randn(4, 16)
     ours = ot.LayerNorm(16)
     xd, w, b = x.detach(), ours.weight.detach(), ours.bias.detach()
     _, mean, rstd = opgen.layer_norm(xd, [16], w, b, 1e-5)
-    grads = (torch.empty_like(xd), torch.empty_like(w), torch.empty_like(b))
+    grads = _fresh(xd, w, b)
     yield "LayerNorm (4,16) f32", _module_pair(
         ours, torch.nn.LayerNorm(16), x, dy,
         ("opgen.layer_norm", lambda: opgen.layer_norm(xd, [16], w, b, 1e-5)),
         ("aten native_layer_norm", lambda: torch.native_layer_norm(xd, [16], w, b, 1e-5)),
         ("aclnnLayerNormBackward", aclnn_call("aclnnLayerNormBackward", dy, xd, [16], mean, rstd, w, b,
-                                          [True, True, True], *grads)))
+                                          [True, True, True], outputs=grads)))
 
 
 def main() -> None:

@@ -45,12 +45,13 @@ def _time_ms(fn) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def aclnn_call(name: str, *arguments):
-    """A zero-argument call of the aclnn op ``name``: GetWorkspaceSize, then the op."""
+def aclnn_call(name: str, *inputs, outputs):
+    """A zero-argument call of the aclnn op ``name``: GetWorkspaceSize on ``inputs`` and a
+    fresh set of ``outputs()`` (as a module's backward must make its gradients), then the op."""
     phase_one, phase_two = getattr(aclnn, f"{name}GetWorkspaceSize"), getattr(aclnn, name)
 
     def call():
-        status, size, executor = phase_one(*arguments)
+        status, size, executor = phase_one(*inputs, *outputs())
         workspace = acl.aclrtMalloc(size, acl.ACL_MEM_MALLOC_HUGE_FIRST)[1] if size else None
         assert status == 0 and phase_two(workspace, size, executor, None) == 0, acl.aclGetRecentErrMsg()
         if workspace is not None:
@@ -145,7 +146,7 @@ def _backward_cases():
     """(label, {contender: callable}) timing the backward alone: torch.autograd.grad on a
     graph kept alive (retain_graph), so every call runs the module's backward once and
     nothing accumulates; the opgen kernel through its custom op and through the aclnn API
-    (both phases, outputs given: the module's bar is that call plus 30 µs) on the same
+    (both phases, fresh outputs each call: the module's bar is that call plus 30 µs) on the same
     tensors and statistics."""
     torch.manual_seed(1)
     x = (torch.randn(32, 32, 64, 64) * 2 + 0.5).requires_grad_()
@@ -161,7 +162,7 @@ def _backward_cases():
         "opgen kernel": lambda: torch.ops.opgen.group_norm_backward(dy, x.detach(), mean, rstd, ours.weight.detach(),
                                                                     8, [True, True, True]),
         "opgen aclnn": aclnn_call("aclnnGroupNormBackward", dy, x.detach(), mean, rstd, ours.weight.detach(),
-                                  32, 32, 64 * 64, 8, [True, True, True], *_grads(x, ours.weight))}
+                                  32, 32, 64 * 64, 8, [True, True, True], outputs=_grads(x, ours.weight))}
     yield from _group_norm_backward_small()
     x = (torch.randn(8, 512, 1024) * 2 + 0.5).requires_grad_()
     dy = torch.randn(8, 512, 1024)
@@ -180,7 +181,7 @@ def _backward_cases():
             dy, x.detach(), [1024], omean, orstd, ln_ours.weight.detach(), ln_ours.bias.detach(), [True, True, True]),
         "opgen aclnn": aclnn_call("aclnnLayerNormBackward", dy, x.detach(), [1024], omean, orstd,
                                   ln_ours.weight.detach(), ln_ours.bias.detach(), [True, True, True],
-                                  *_grads(x, ln_ours.weight)),
+                                  outputs=_grads(x, ln_ours.weight)),
         "aten native_layer_norm_backward": lambda: torch.ops.aten.native_layer_norm_backward(
             dy, x.detach(), [1024], lmean, lrstd, ln_theirs.weight.detach(), ln_theirs.bias.detach(),
             [True, True, True])}
@@ -197,7 +198,7 @@ def _backward_cases():
         "opgen module": lambda: torch.autograd.grad(by_ours, bp_ours, dyb, retain_graph=True),
         "torch module": lambda: torch.autograd.grad(by_theirs, bp_theirs, dyb, retain_graph=True),
         "opgen aclnn": aclnn_call("aclnnBatchNormBackward", dyb, xb.detach(), w, None, None, omean, oinvstd, True,
-                                  1e-5, [True, True, True], *_grads(xb, bn_ours.weight)),
+                                  1e-5, [True, True, True], outputs=_grads(xb, bn_ours.weight)),
         "aten native_batch_norm_backward": lambda: torch.ops.aten.native_batch_norm_backward(
             dyb, xb.detach(), w, None, None, bmean, binvstd, True, 1e-5, [True, True, True])}
     x = torch.randn(8, 512, 1024).requires_grad_()
@@ -212,9 +213,10 @@ def _backward_cases():
         "opgen kernel": lambda: torch.ops.opgen.rms_norm_grad(dy, x.detach(), rrstd, rms_ours.weight.detach())}
 
 
-def _grads(x, weight) -> tuple:
-    """Outputs for an aclnn backward call: dx like x, dweight and dbias like weight."""
-    return torch.empty_like(x.detach()), torch.empty_like(weight.detach()), torch.empty_like(weight.detach())
+def _grads(x, weight):
+    """Outputs for an aclnn backward call, made per call: dx like x, dweight and dbias like weight."""
+    x, weight = x.detach(), weight.detach()
+    return lambda: (torch.empty_like(x), torch.empty_like(weight), torch.empty_like(weight))
 
 
 def _group_norm_backward_small():
@@ -237,7 +239,7 @@ def _group_norm_backward_small():
             "opgen kernel": lambda dy=dy, x=x, mean=mean, rstd=rstd, w=w: torch.ops.opgen.group_norm_backward(
                 dy, x.detach(), mean, rstd, w, 8, [True, True, True]),
             "opgen aclnn": aclnn_call("aclnnGroupNormBackward", dy, x.detach(), mean, rstd, w, shape[0], shape[1],
-                                      shape[2] * shape[3], 8, [True, True, True], *_grads(x, w)),
+                                      shape[2] * shape[3], 8, [True, True, True], outputs=_grads(x, w)),
             "aten native_group_norm_backward": lambda dy=dy, x=x, m=amean, r=arstd, w=w, s=shape:
                 torch.ops.aten.native_group_norm_backward(dy, x.detach(), m, r, w, s[0], s[1], s[2] * s[3], 8,
                                                           [True, True, True])}
