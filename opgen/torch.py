@@ -120,18 +120,24 @@ def _runner(op):
     nothing = (None,) * len(op.outputs)
 
     def run(values: tuple) -> tuple:
-        given = [i for i in positions if values[i] is not None]
-        first = values[given[0]]
-        if any(not values[i].is_contiguous() for i in given):   # the kernel reads them in place
-            values = tuple(v.contiguous() if isinstance(v, Tensor) else v for v in values)
-        device = first.device
-        if _target_for(device) == config.get_target():   # _on's common case, without its context manager
+        first = None
+        for i in positions:
+            value = values[i]
+            if value is not None:
+                if not value.is_contiguous():   # the kernel reads them in place
+                    return run(tuple(v.contiguous() if isinstance(v, Tensor) else v for v in values))
+                first = value if first is None else first
+        current = config.get_target()
+        # _on's common case without its context manager (a CPU tensor's device type read
+        # as is_cpu: 0.05 µs, against 0.3 for device.type)
+        if _target_serving("cpu" if first.is_cpu else first.device.type, current) == current:
             outs = api.call_op(op, values, nothing)
         else:
-            with _on(device):
+            with _on(first.device):
                 outs = api.call_op(op, values, nothing)
-        if any(o is None for o in outs):   # a custom op returns tensors, never None
-            outs = tuple(o if o is not None else first.new_empty((0,)) for o in outs)
+        for out in outs:
+            if out is None:   # a custom op returns tensors, never None
+                return tuple(o if o is not None else first.new_empty((0,)) for o in outs)
         return outs
     return run
 
