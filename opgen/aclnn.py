@@ -374,8 +374,9 @@ def run(op, func: str, workspace, workspace_size, executor, stream) -> int:
 # A caller that can tell, from its own cheaper key, that a call's phase-one key is one it
 # has already seen succeed may keep that call's plan and skip both phases' reading and
 # checks (opgen.api does, for calls whose outputs it allocates itself: fresh outputs have
-# keys fixed by their shape and dtype and overlap nothing). The kernel still gets its
-# arguments through the binder, which checks each tensor it hands over by address.
+# keys fixed by their shape and dtype and overlap nothing). The kernel gets its arguments
+# through a binder that takes the pointers of tensors whose keys the caller just read
+# unchecked (opgen.binding's pointer_method) and checks any other it hands over by address.
 
 
 def bindable(executor: Executor):

@@ -127,12 +127,12 @@ class _Prepared:
     calls that give no output get one: then the signature fixes the phase-one key in full
     (each input's dtype, shape, strides, device and element alignment are in it; the
     outputs are fresh allocations of fixed shape and dtype, overlapping nothing), so the
-    plan is the one phase one would find in its cache. opgen.bound then writes the whole
-    call out as straight-line code for later calls of the signature. Any other call runs both phases,
-    which validate every argument. Measured (2 cores, warm, torch tensors, medians of 15
-    rounds, benchmarks/tiny_modules.py): opgen.group_norm (2,8,4x4) 24.3 -> 15.1 us,
-    opgen.layer_norm (4,16) 24.7 -> 15.6; the GroupNorm module's forward 46.4 -> 30.9 and
-    backward 74.0 -> 56.6."""
+    plan is the one phase one would find in its cache; opgen.bound then writes the whole
+    call out as straight-line code for later calls of the signature. Any other call runs
+    both phases, which validate every argument. Measured, bound calls alone (2 cores, warm,
+    torch tensors, medians of 15 rounds, benchmarks/tiny_modules.py): opgen.group_norm
+    (2,8,4x4) 24.3 -> 15.1 us, opgen.layer_norm (4,16) 24.7 -> 15.6; the GroupNorm module's
+    forward 46.4 -> 30.9 and backward 74.0 -> 56.6."""
 
     __slots__ = ("derived", "new", "wanted", "bound")
 
@@ -311,7 +311,8 @@ def call_op(op, values: tuple, outputs: tuple) -> tuple:
     its output arguments; returns the outputs (None where not asked for). A call like one
     that ran before with no output given runs its bound call (see _Prepared), written out
     (opgen.bound) when its values allow."""
-    if all(o is None for o in outputs):
+    fresh = all(o is None for o in outputs)   # every output made here: a call that can be bound
+    if fresh:
         for written in bound.calls_of(op.name):
             made = written(values)
             if made is not None:
@@ -326,7 +327,7 @@ def call_op(op, values: tuple, outputs: tuple) -> tuple:
             raise AclnnError(status, acl.aclGetRecentErrMsg())
     else:
         executor = _run_phases(layout.phases, arguments)
-        if not any(o is not None for o in outputs):
+        if fresh:
             prepared.bound = aclnn.bindable(executor)
             bound.remember(op, layout, values, prepared, _MAKERS)
     return tuple(out if want else None for out, want in zip(made, prepared.wanted))

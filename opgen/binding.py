@@ -187,8 +187,7 @@ class TorchKind:
     # A call whose tensors' keys were read just before (a bound call, opgen.api) hands a
     # host kernel ``t.data_ptr()`` unchecked: the key fixes what ``address`` checks
     # (device, dtype, shape, strides, hence contiguity and byte extent). One torch call
-    # per tensor instead of four (measured, GroupNorm forward right after a cache-evicting
-    # op: see opgen.api._Prepared).
+    # per tensor instead of four: 1-3 µs of a warm 13 µs GroupNorm call (tiny_modules).
     pointer_method = "data_ptr"
 
     @staticmethod

@@ -120,13 +120,14 @@ def _runner(op):
     nothing = (None,) * len(op.outputs)
 
     def run(values: tuple) -> tuple:
-        first = None
+        first, contiguous = None, True
         for i in positions:
             value = values[i]
             if value is not None:
-                if not value.is_contiguous():   # the kernel reads them in place
-                    return run(tuple(v.contiguous() if isinstance(v, Tensor) else v for v in values))
                 first = value if first is None else first
+                contiguous = contiguous and value.is_contiguous()
+        if not contiguous:   # the kernel reads them in place
+            values = tuple(v.contiguous() if isinstance(v, Tensor) else v for v in values)
         current = config.get_target()
         # _on's common case without its context manager (a CPU tensor's device type read
         # as is_cpu: 0.05 µs, against 0.3 for device.type)
