@@ -329,9 +329,9 @@ def print_rows(rows: list[CannRow], stream=None) -> None:
     print(f"ulps: max |out - float64| in rounding steps of the output dtype; tol: max error over opgen.verify's "
           f"tolerance (<= 1 passes; opgen's: the worse of its two kernels); us: modelled on {PRODUCT}'s timing model "
           f"(targets/ascend/emu/emu_timing.h). opgen us: its default, deterministic column sums; atomic: with "
-          f"sums=atomic. CANN sums: how CANN's kernel adds its column sums on the row (RmsNormGrad atomically; "
-          f"GroupNormGrad atomically for N <= 2, else deterministically through its workspace); like/CANN: opgen's "
-          f"kernel summing the same way over CANN's.", file=stream)
+          f"sums=atomic. CANN sums: how CANN's kernel adds its column sums on the row (the op's CannKernel.sums: "
+          f"atomically, or deterministically through its workspace); like/CANN: opgen's kernel summing the same "
+          f"way over CANN's.", file=stream)
     if any(r.idioms for r in rows):
         print("CANN's kernels cast 16-bit data into the float buffer holding it (ops-nn Cast2FloatIf): a partial "
               "overlap within one iteration that asc-devkit's general constraints call unsupported; accepted "

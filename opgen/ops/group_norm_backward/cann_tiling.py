@@ -66,6 +66,12 @@ def _capacities(cpg: int, hxw: int, dtype_bytes: int, epb: int, ub: int) -> dict
 MODE_NAMES = {5: "hw1 (5)", 0: "group (0)", 1: "channel (1)", 2: "channels (2)", 3: "hw-chunk (3)"}
 
 
+def deterministic(n: int) -> bool:
+    """Whether CANN's GroupNormGrad sums dgamma/dbeta deterministically (through its
+    workspace, tiling key + 10) rather than atomically: N > 2."""
+    return n > 2
+
+
 def group_norm_grad(n: int, c: int, hxw: int, g: int, item: int, cores: int, ub: int = UB_BYTES) -> dict:
     """GroupNormGradTiling::Init (non-regbase path), as a report line."""
     dtype_bytes = 4 if item == 4 else item + 4          # fp16/bf16 budget their fp32 copies
@@ -82,14 +88,14 @@ def group_norm_grad(n: int, c: int, hxw: int, g: int, item: int, cores: int, ub:
         1: (1, hxw, reserve + k["unit"]),
         2: (k["cap_c"], hxw, reserve + k["cap_c"] * k["unit"]),
         3: (1, k["cap_e"], reserve + k["cap_e"] * dtype_bytes * UB_COPIES)}[mode]
-    deterministic = n > 2
-    workspace = 2 * _ceil_div(n, 2) * c * 4 if deterministic else 0
+    det = deterministic(n)
+    workspace = 2 * _ceil_div(n, 2) * c * 4 if det else 0
     reread = 1 if mode in (0, 5) else 2
     elems_total = n * c * hxw
     gm = reread * 2 * elems_total * item + elems_total * item + 2 * nxg * item + nxg * cpg * item
-    gm += 2 * nxg * cpg * 4 + (2 * workspace if deterministic else 0) + 2 * c * item
+    gm += 2 * nxg * cpg * 4 + (2 * workspace if det else 0) + 2 * c * item
     return dict(mode=MODE_NAMES[mode], cores=used, per_core=per_core, per_pass=f"{chans} x {elems}",
-                ub_bytes=ub_bytes, gm_bytes=gm, sums="deterministic" if deterministic else "atomic",
+                ub_bytes=ub_bytes, gm_bytes=gm, sums="deterministic" if det else "atomic",
                 workspace=workspace)
 
 
@@ -131,7 +137,7 @@ def tiling_data(n: int, c: int, hxw: int, g: int, dtype: str, cores: int,
     if mode == 3:
         iter_e = rnd(hxw, cap_e) // cap_e
         tail_e = cap_e if hxw == iter_e * cap_e else hxw - (iter_e - 1) * cap_e
-    det = 1 if n > 2 else 0
+    det = int(deterministic(n))
     ws = stage2 = cast = tail_cast = parts = parts_tail = repeat = 0
     user_ws = 0
     avail = (ub - RESERVE) // 2
@@ -188,5 +194,5 @@ KERNEL = dict(
     tiling=kernel_tiling,
     shapes=("4,32,64,8", "2,4,12000,2", "2,60,1664,2", "12,64,128x128,32"),
     kt_test=False,          # its __CCE_KT_TEST__ branches drop the SyncAll between stages
-    sums=lambda problem: "deterministic" if problem.N > 2 else "atomic",   # tiling_data's det
+    sums=lambda problem: "deterministic" if deterministic(problem.N) else "atomic",
 )
