@@ -174,9 +174,7 @@ template <typename T>
 constexpr bool copy_ok = std::is_same<T, half>::value || std::is_same<T, bfloat16_t>::value ||
                          std::is_same<T, float>::value || std::is_same<T, int16_t>::value ||
                          std::is_same<T, int32_t>::value;
-}  // namespace detail
 
-namespace detail {
 // UB -> UB copy of `lanes` (the mask's lanes per repeat) with Copy's repeat strides.
 template <typename T, typename Lanes>
 void copy_repeats(const LocalTensor<T>& dst, const LocalTensor<T>& src, const Lanes& lanes,
