@@ -3,7 +3,8 @@ kernels take about a microsecond and everything else is the Python call path (is
 
 Times, in µs (median of many calls after a warm-up), the module forward with parameters that
 require grad (the autograd graph is recorded, as in training), the backward alone
-(``torch.autograd.grad`` on a graph kept alive), and torch.nn's modules on the same tensors;
+(``torch.autograd.grad`` on a graph kept alive; and its node alone, torch_forward.NodeTime:
+a layer's share of a model's backward), and torch.nn's modules on the same tensors;
 also the functional ``opgen.group_norm`` / ``opgen.layer_norm`` with outputs allocated, and
 the backward kernel called through the aclnn API on the same tensors (both phases, fresh
 outputs each call as a backward makes them: the module backward's bar is that call plus 30 µs).
@@ -23,10 +24,12 @@ import torch
 
 import opgen
 import opgen.torch as ot
-from torch_forward import aclnn_call   # (run from the repository root: benchmarks/ is on sys.path)
+from torch_forward import NodeTime, aclnn_call   # (run from the repository root: benchmarks/ is on sys.path)
 
 
 def _batch_us(fn, batch: int) -> float:
+    if isinstance(fn, NodeTime):
+        return fn.measure_ms(batch) / batch * 1e3
     start = time.perf_counter()
     for _ in range(batch):
         fn()
@@ -59,10 +62,15 @@ def _module_pair(ours, theirs, x, dy, functional: tuple, aten: tuple, backward: 
     theirs.load_state_dict(ours.state_dict())
     y_ours, y_theirs = ours(x), theirs(x)
     p_ours, p_theirs = [x, *ours.parameters()], [x, *theirs.parameters()]
+    hooked_ours, hooked_theirs = ours(x), theirs(x)     # NodeTime's hooks on graphs of their own
     (f_name, f_call), (a_name, a_call), (b_name, b_call) = functional, aten, backward
     return {"opgen forward": lambda: ours(x), "torch forward": lambda: theirs(x),
             "opgen backward": lambda: torch.autograd.grad(y_ours, p_ours, dy, retain_graph=True),
             "torch backward": lambda: torch.autograd.grad(y_theirs, p_theirs, dy, retain_graph=True),
+            "opgen backward, its node": NodeTime(lambda: torch.autograd.grad(hooked_ours, p_ours, dy, retain_graph=True),
+                                                 hooked_ours.grad_fn),
+            "torch backward, its node": NodeTime(
+                lambda: torch.autograd.grad(hooked_theirs, p_theirs, dy, retain_graph=True), hooked_theirs.grad_fn),
             f_name: f_call, a_name: a_call, b_name: b_call}
 
 

@@ -11,6 +11,9 @@ its custom op (``torch.ops.opgen.*``), ``x.clone()`` (a fresh output and the sam
 read and written: the bandwidth bound of a one-pass forward, allocation included) and, for
 GroupNorm, LayerNorm and BatchNorm2d, ATen's native forward (native_group_norm,
 native_layer_norm, native_batch_norm).
+Backward: the module's whole ``torch.autograd.grad`` call, and its node alone (NodeTime:
+what one layer adds to a model's backward), beside the backward kernel through its custom op
+and the aclnn API, ATen's native backward and ``dy + x`` (a one-pass backward's bytes).
 Reports the median and the range over the repeats, in ms, and the median of the per-repeat
 ratios to torch's module (each ratio from one repeat, under the same background load: the
 robust figure on a shared machine).
@@ -45,6 +48,42 @@ def _time_ms(fn) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
+class NodeTime:
+    """A backward call timed by what the autograd engine spends in one node of it: from the
+    node's pre-hook to its post-hook, i.e. the node's backward plus the engine's checks of
+    the gradients it returns. That is a layer's share of a training step's backward, where
+    the engine is entered once for the whole model; ``torch.autograd.grad`` on one layer
+    also pays that entry (its Python wrapper, the graph task, collecting the results), the
+    same for every module (measured: 80-100 µs after a kernel that moved 24 MB, torch.nn's
+    modules included)."""
+
+    def __init__(self, call, node):
+        self.call, self.elapsed_ms, self._start = call, 0.0, None
+        node.register_prehook(self._enter)
+        node.register_hook(self._leave)
+
+    def _enter(self, grad_outputs):
+        self._start = time.perf_counter()
+
+    def _leave(self, grad_inputs, grad_outputs):
+        self.elapsed_ms += (time.perf_counter() - self._start) * 1e3
+
+    def __call__(self):
+        return self.call()
+
+    def measure_ms(self, calls: int = 1) -> float:
+        """The node's milliseconds summed over ``calls`` calls."""
+        self.elapsed_ms = 0.0
+        for _ in range(calls):
+            self.call()
+        return self.elapsed_ms
+
+
+def _timed_ms(fn) -> float:
+    """Milliseconds of one call of ``fn``: the whole call, or its node's share (NodeTime)."""
+    return fn.measure_ms() if isinstance(fn, NodeTime) else _time_ms(fn)
+
+
 def aclnn_call(name: str, *inputs, outputs):
     """A zero-argument call of the aclnn op ``name``: GetWorkspaceSize on ``inputs`` and a
     fresh set of ``outputs()`` (as a module's backward must make its gradients), then the op."""
@@ -73,7 +112,7 @@ def interleaved(contenders: dict, repeats: int, evict=None) -> dict:
         for i in order.permutation(len(names)):   # every contender in every position alike
             if evict is not None:
                 evict()
-            times[names[i]].append(_time_ms(contenders[names[i]]))
+            times[names[i]].append(_timed_ms(contenders[names[i]]))
     return times
 
 
@@ -142,23 +181,44 @@ def _cases():
                                                                   rm, rv, True, 0.1, 1e-5)}
 
 
+def _module_backward(ours, theirs, x, dy) -> dict:
+    """Both modules' backward on ``x`` (a leaf that requires grad) and ``dy``: the whole
+    ``torch.autograd.grad`` call on a kept graph (retain_graph: every call runs the
+    backward once and nothing accumulates), its node alone (NodeTime, on a second graph so
+    the hooks stay out of the whole call), and ``dy + x``: the bytes a backward that reads
+    dy and x once and writes dx moves, at the copy's speed (its bandwidth bound)."""
+    contenders = {}
+    for side, module in (("opgen module", ours), ("torch module", theirs)):
+        params = [x, *module.parameters()]
+        y, y_hooked = module(x), module(x)
+        contenders[side] = lambda y=y, p=params: torch.autograd.grad(y, p, dy, retain_graph=True)
+        if _one_node(y_hooked):   # torch.nn.RMSNorm is a chain of ops: no one node is its backward
+            contenders[f"{side}, its node"] = NodeTime(
+                lambda y=y_hooked, p=params: torch.autograd.grad(y, p, dy, retain_graph=True), y_hooked.grad_fn)
+    xd = x.detach()
+    contenders["dy + x (same bytes)"] = lambda: torch.add(dy, xd)
+    return contenders
+
+
+def _one_node(y) -> bool:
+    """Whether ``y``'s backward is one node: the node's inputs are all leaves (x and the
+    parameters) or need no gradient."""
+    return all(fn is None or type(fn).__name__ == "AccumulateGrad" for fn, _ in y.grad_fn.next_functions)
+
+
 def _backward_cases():
-    """(label, {contender: callable}) timing the backward alone: torch.autograd.grad on a
-    graph kept alive (retain_graph), so every call runs the module's backward once and
-    nothing accumulates; the opgen kernel through its custom op and through the aclnn API
-    (both phases, fresh outputs each call: the module's bar is that call plus 30 µs) on the same
-    tensors and statistics."""
+    """(label, {contender: callable}) timing the backward alone (_module_backward); the
+    opgen kernel through its custom op and through the aclnn API (both phases, fresh
+    outputs each call: the module's bar is that call plus 30 µs) on the same tensors and
+    statistics; ATen's native backward where it has one."""
     torch.manual_seed(1)
     x = (torch.randn(32, 32, 64, 64) * 2 + 0.5).requires_grad_()
     dy = torch.randn(32, 32, 64, 64)
     ours, theirs = ot.GroupNorm(8, 32), torch.nn.GroupNorm(8, 32)
     theirs.load_state_dict(ours.state_dict())
-    y_ours, y_theirs = ours(x), theirs(x)
-    params_ours, params_theirs = [x, *ours.parameters()], [x, *theirs.parameters()]
     _, mean, rstd = torch.ops.opgen.group_norm(x.detach(), ours.weight.detach(), ours.bias.detach(), 8, 1e-5)
     yield "GroupNorm (32,32,64x64) G=8 f32, backward", {
-        "opgen module": lambda: torch.autograd.grad(y_ours, params_ours, dy, retain_graph=True),
-        "torch module": lambda: torch.autograd.grad(y_theirs, params_theirs, dy, retain_graph=True),
+        **_module_backward(ours, theirs, x, dy),
         "opgen kernel": lambda: torch.ops.opgen.group_norm_backward(dy, x.detach(), mean, rstd, ours.weight.detach(),
                                                                     8, [True, True, True]),
         "opgen aclnn": aclnn_call("aclnnGroupNormBackward", dy, x.detach(), mean, rstd, ours.weight.detach(),
@@ -168,15 +228,12 @@ def _backward_cases():
     dy = torch.randn(8, 512, 1024)
     ln_ours, ln_theirs = ot.LayerNorm(1024), torch.nn.LayerNorm(1024)
     ln_theirs.load_state_dict(ln_ours.state_dict())
-    ly_ours, ly_theirs = ln_ours(x), ln_theirs(x)
-    lp_ours, lp_theirs = [x, *ln_ours.parameters()], [x, *ln_theirs.parameters()]
     _, lmean, lrstd = torch.native_layer_norm(x.detach(), [1024], ln_theirs.weight.detach(), ln_theirs.bias.detach(),
                                               1e-5)
     _, omean, orstd = torch.ops.opgen.layer_norm(x.detach(), [1024], ln_ours.weight.detach(), ln_ours.bias.detach(),
                                                  1e-5)
     yield "LayerNorm (8,512,1024) f32, backward", {
-        "opgen module": lambda: torch.autograd.grad(ly_ours, lp_ours, dy, retain_graph=True),
-        "torch module": lambda: torch.autograd.grad(ly_theirs, lp_theirs, dy, retain_graph=True),
+        **_module_backward(ln_ours, ln_theirs, x, dy),
         "opgen kernel": lambda: torch.ops.opgen.layer_norm_backward(
             dy, x.detach(), [1024], omean, orstd, ln_ours.weight.detach(), ln_ours.bias.detach(), [True, True, True]),
         "opgen aclnn": aclnn_call("aclnnLayerNormBackward", dy, x.detach(), [1024], omean, orstd,
@@ -189,14 +246,11 @@ def _backward_cases():
     dyb = torch.randn(32, 64, 32, 32)
     bn_ours, bn_theirs = ot.BatchNorm2d(64), torch.nn.BatchNorm2d(64)
     bn_theirs.load_state_dict(bn_ours.state_dict())
-    by_ours, by_theirs = bn_ours(xb), bn_theirs(xb)
-    bp_ours, bp_theirs = [xb, *bn_ours.parameters()], [xb, *bn_theirs.parameters()]
     w, b = bn_theirs.weight.detach(), bn_theirs.bias.detach()
     _, bmean, binvstd = torch.ops.aten.native_batch_norm(xb.detach(), w, b, None, None, True, 0.0, 1e-5)
     _, omean, oinvstd = opgen.batch_norm(xb.detach(), w, b, None, None, True, 0.0, 1e-5)
     yield "BatchNorm2d (32,64,32x32) f32, training backward", {
-        "opgen module": lambda: torch.autograd.grad(by_ours, bp_ours, dyb, retain_graph=True),
-        "torch module": lambda: torch.autograd.grad(by_theirs, bp_theirs, dyb, retain_graph=True),
+        **_module_backward(bn_ours, bn_theirs, xb, dyb),
         "opgen aclnn": aclnn_call("aclnnBatchNormBackward", dyb, xb.detach(), w, None, None, omean, oinvstd, True,
                                   1e-5, [True, True, True], outputs=_grads(xb, bn_ours.weight)),
         "aten native_batch_norm_backward": lambda: torch.ops.aten.native_batch_norm_backward(
@@ -205,11 +259,9 @@ def _backward_cases():
     dy = torch.randn(8, 512, 1024)
     rms_ours, rms_theirs = ot.RMSNorm(1024), torch.nn.RMSNorm(1024, eps=1e-6)
     rms_theirs.load_state_dict(rms_ours.state_dict())
-    ry_ours, ry_theirs = rms_ours(x), rms_theirs(x)
     _, rrstd = torch.ops.opgen.rms_norm(x.detach(), rms_ours.weight.detach(), 1e-6)
     yield "RMSNorm (8,512,1024) f32, backward", {
-        "opgen module": lambda: torch.autograd.grad(ry_ours, [x, rms_ours.weight], dy, retain_graph=True),
-        "torch module": lambda: torch.autograd.grad(ry_theirs, [x, rms_theirs.weight], dy, retain_graph=True),
+        **_module_backward(rms_ours, rms_theirs, x, dy),
         "opgen kernel": lambda: torch.ops.opgen.rms_norm_grad(dy, x.detach(), rrstd, rms_ours.weight.detach())}
 
 
@@ -226,16 +278,12 @@ def _group_norm_backward_small():
         dy = torch.randn(shape)
         ours, theirs = ot.GroupNorm(8, shape[1]), torch.nn.GroupNorm(8, shape[1])
         theirs.load_state_dict(ours.state_dict())
-        y_ours, y_theirs = ours(x), theirs(x)
         w = ours.weight.detach()
         _, mean, rstd = torch.ops.opgen.group_norm(x.detach(), w, ours.bias.detach(), 8, 1e-5)
         _, amean, arstd = torch.ops.aten.native_group_norm(x.detach(), w, ours.bias.detach(), shape[0], shape[1],
                                                            shape[2] * shape[3], 8, 1e-5)
         yield f"GroupNorm {tuple(shape)} G=8 f32, backward", {
-            "opgen module": lambda y=y_ours, p=[x, *ours.parameters()], dy=dy: torch.autograd.grad(
-                y, p, dy, retain_graph=True),
-            "torch module": lambda y=y_theirs, p=[x, *theirs.parameters()], dy=dy: torch.autograd.grad(
-                y, p, dy, retain_graph=True),
+            **_module_backward(ours, theirs, x, dy),
             "opgen kernel": lambda dy=dy, x=x, mean=mean, rstd=rstd, w=w: torch.ops.opgen.group_norm_backward(
                 dy, x.detach(), mean, rstd, w, 8, [True, True, True]),
             "opgen aclnn": aclnn_call("aclnnGroupNormBackward", dy, x.detach(), mean, rstd, w, shape[0], shape[1],

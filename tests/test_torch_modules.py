@@ -346,3 +346,26 @@ def test_eager_module_calls_skip_the_dispatcher_traced_ones_do_not(monkeypatch):
         traced = module(x)
     assert len(dispatched) == 1
     torch.testing.assert_close(traced, eager, rtol=0, atol=0)
+
+
+def test_benchmark_node_time_is_the_modules_node_inside_the_call(opgen_calls):
+    """benchmarks/torch_forward.NodeTime (the README's "its node" backward column): the time
+    the engine spends in the module's node, which runs opgen's backward, is positive and
+    within the whole call's time, and measure_ms(n) sums n calls."""
+    import importlib.util
+    import time
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "torch_forward.py"
+    spec = importlib.util.spec_from_file_location("torch_forward_under_test", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    x, dy = torch.randn(2, 8, 4, 4, requires_grad=True), torch.randn(2, 8, 4, 4)
+    y = ot.GroupNorm(4, 8)(x)
+    calls = []
+    timed = bench.NodeTime(lambda: calls.append(torch.autograd.grad(y, [x], dy, retain_graph=True)), y.grad_fn)
+    start = time.perf_counter()
+    node = timed.measure_ms()
+    whole = (time.perf_counter() - start) * 1e3
+    assert 0 < node <= whole and len(calls) == 1 and opgen_calls["group_norm_backward"] == 1
+    assert timed.measure_ms(3) > 0 and len(calls) == 4 and opgen_calls["group_norm_backward"] == 4
