@@ -134,11 +134,12 @@ class _Prepared:
     (2,8,4x4) 24.3 -> 15.1 us, opgen.layer_norm (4,16) 24.7 -> 15.6; the GroupNorm module's
     forward 46.4 -> 30.9 and backward 74.0 -> 56.6."""
 
-    __slots__ = ("derived", "new", "wanted", "bound")
+    __slots__ = ("derived", "new", "wanted", "bound", "rewrites")
 
     def __init__(self, derived: tuple, new: tuple, wanted: tuple):
         self.derived, self.new, self.wanted = derived, new, wanted
         self.bound = None
+        self.rewrites = _REWRITES
 
     def outputs(self, given: tuple) -> tuple:
         """The call's outputs: the given ones, and new ones made as decided (``new`` lists
@@ -193,6 +194,13 @@ def _failed(status: int):
 
 
 _MAKERS = {"alloc": _alloc, "placeholder": _placeholder, "failed": _failed}   # for opgen.bound
+# A written call guards each tensor's exact type, a signature does not: a module passes its
+# Parameters where a functional call of the same signature passed plain tensors, and took the
+# bound path for good (measured: GroupNorm's module forward ran run_bound's frames every call
+# once the custom op had been called first). A bound call that no written call took writes
+# one for its values' types, this many times a signature at most (a value with no guard,
+# a nan, would otherwise try on every call).
+_REWRITES = 2
 
 
 def _prepare(op, infos: dict, args: dict, given: tuple, template) -> _Prepared:
@@ -325,6 +333,9 @@ def call_op(op, values: tuple, outputs: tuple) -> tuple:
         status = aclnn.run_bound(op, prepared.bound, arguments)
         if status:
             raise AclnnError(status, acl.aclGetRecentErrMsg())
+        if fresh and prepared.rewrites:   # no written call took these values (see _REWRITES)
+            prepared.rewrites -= 1
+            bound.remember(op, layout, values, prepared, _MAKERS)
     else:
         executor = _run_phases(layout.phases, arguments)
         if fresh:

@@ -306,3 +306,35 @@ def test_an_op_keeps_at_most_max_per_op_written_calls(phase_ones):
             _check(opgen.group_norm(x, gamma, beta, 3), x, gamma, beta, 3)
     assert len(bound.calls_of("group_norm")) == bound.MAX_PER_OP
     assert len(phase_ones) == bound.MAX_PER_OP + 2   # the others still bound: one phase one each
+
+
+def test_a_signature_met_with_other_tensor_types_gets_a_written_call_of_its_own(phase_ones):
+    """A module passes Parameters where a functional call of the same signature passed plain
+    tensors: the first such call runs bound (no phase one), and writes a call that takes the
+    next ones."""
+    from opgen import bound
+
+    x, gamma, beta = _inputs(seed=19)
+    plain = (x, gamma, beta, 3, 1e-5)
+    params = (x, torch.nn.Parameter(gamma), torch.nn.Parameter(beta), 3, 1e-5)
+    opgen.group_norm(*plain)
+    opgen.group_norm(*plain)
+    assert len(bound.calls_of("group_norm")) == 1 and bound.calls_of("group_norm")[0](params) is None
+    _check(opgen.group_norm(*params), x, gamma, beta, 3)
+    assert len(phase_ones) == 1 and len(bound.calls_of("group_norm")) == 2
+    outs = bound.calls_of("group_norm")[1](params)
+    assert outs is not None
+    _check(outs, x, gamma, beta, 3)
+
+
+def test_a_signature_tries_to_write_its_call_a_bounded_number_of_times(phase_ones, monkeypatch):
+    """Where no written call can be made (write returns None: a nan attribute, say), the
+    bound calls stop trying after api._REWRITES attempts."""
+    from opgen import bound
+
+    tries = []
+    monkeypatch.setattr(bound, "write", lambda *args: tries.append(args[0].name))
+    x, gamma, beta = _inputs(seed=20)
+    for _ in range(6):
+        _check(opgen.group_norm(x, gamma, beta, 3), x, gamma, beta, 3)
+    assert len(phase_ones) == 1 and tries == ["group_norm"] * (1 + api._REWRITES)
