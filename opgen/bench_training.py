@@ -172,7 +172,10 @@ def _ms(fn) -> float:
 
 def layer_times(pair: tuple, x, repeats: int) -> list[dict]:
     """Forward and backward of each norm layer alone, torch's module and opgen's, at the
-    input shape the model gives it, interleaved (torch, opgen per round), medians in ms."""
+    input shape the model gives it, interleaved (torch, opgen per round), medians in ms.
+    The backward is ``torch.autograd.grad`` on a kept graph: the gradients are returned,
+    not added into ``x.grad`` (in the model x is the previous layer's output, where nothing
+    accumulates; ``y.backward`` here added a pass over x's size to both sides' times)."""
     rows = []
     modules = [dict(m.named_modules()) for m in pair]
     for name, kind, shape in norm_inputs(pair[0], x):
@@ -182,9 +185,9 @@ def layer_times(pair: tuple, x, repeats: int) -> list[dict]:
         ms = {}
         for side, mods in zip(("torch", "opgen"), modules):
             layer = mods[name]
-            y = layer(inp)
+            y, wrt = layer(inp), [inp, *layer.parameters()]
             ms[side] = {"forward": lambda layer=layer: layer(inp),
-                        "backward": lambda y=y: y.backward(grad, retain_graph=True)}
+                        "backward": lambda y=y, wrt=wrt: torch.autograd.grad(y, wrt, grad, retain_graph=True)}
         rounds = {(side, phase): [] for side in ms for phase in ("forward", "backward")}
         for _ in range(repeats):
             for (side, phase), times in rounds.items():
