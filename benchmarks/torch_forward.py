@@ -54,7 +54,7 @@ class NodeTime:
     the gradients it returns. That is a layer's share of a training step's backward, where
     the engine is entered once for the whole model; ``torch.autograd.grad`` on one layer
     also pays that entry (its Python wrapper, the graph task, collecting the results), the
-    same for every module (measured: 80-100 µs after a kernel that moved 24 MB, torch.nn's
+    same for every module (measured: 70-100 µs after a kernel that moved 24 MB, torch.nn's
     modules included)."""
 
     def __init__(self, call, node):
