@@ -113,7 +113,7 @@ def _derive(pythonic, infos: dict, args: dict) -> None:
 class _Prepared:
     """What a call of the Python function decides before the aclnn call, from its metadata
     alone: the derived attributes' values, how to make each output the caller did not give
-    (by _alloc or _placeholder; one not asked for and not required is not made: null),
+    (by _alloc, _zeros or _placeholder; one not asked for and not required is not made: null),
     which outputs are asked for, and, once a call like it has run, its bound call.
 
     ``_prepare`` computes it from the inputs' shapes and dtypes (TensorInfo), the
@@ -143,12 +143,12 @@ class _Prepared:
 
     def outputs(self, given: tuple) -> tuple:
         """The call's outputs: the given ones, and new ones made as decided (``new`` lists
-        (output index, asked for, library, shape, dtype, device) of those to make)."""
+        (output index, maker: a _MAKERS name, library, shape, dtype, device) of those to make)."""
         if not self.new:
             return given
         made = list(given)
-        for index, asked, library, shape, dtype, device in self.new:
-            made[index] = (_alloc if asked else _placeholder)(library, shape, dtype, device)
+        for index, maker, library, shape, dtype, device in self.new:
+            made[index] = _MAKERS[maker](library, shape, dtype, device)
         return tuple(made)
 
 
@@ -179,6 +179,14 @@ def _alloc(torch, shape: tuple, dtype, device=None):
     return np.zeros(shape, dtype)
 
 
+def _zeros(torch, shape: tuple, dtype, device=None):
+    """An output of a call whose data has no elements (see _no_data): zeroed, since such a
+    call may run no kernel at all."""
+    if torch is not None:
+        return torch.zeros(shape, dtype=dtype, device=device)
+    return np.zeros(shape, dtype)
+
+
 def _placeholder(torch, shape: tuple, dtype, device=None):
     """A stand-in for an output not asked for that the op still requires as a tensor
     (Param.required_when_off): one zero broadcast to ``shape`` (no allocation of its size).
@@ -193,7 +201,7 @@ def _failed(status: int):
     raise AclnnError(status, acl.aclGetRecentErrMsg())
 
 
-_MAKERS = {"alloc": _alloc, "placeholder": _placeholder, "failed": _failed}   # for opgen.bound
+_MAKERS = {"alloc": _alloc, "zeros": _zeros, "placeholder": _placeholder, "failed": _failed}   # opgen.bound too
 # A written call guards each tensor's exact type, a signature does not: a module passes its
 # Parameters where a functional call of the same signature passed plain tensors, and took the
 # bound path for good (measured: GroupNorm's module forward ran run_bound's frames every call
@@ -209,15 +217,29 @@ def _prepare(op, infos: dict, args: dict, given: tuple, template) -> _Prepared:
     api, pythonic = op.api, op.api.pythonic
     _derive(pythonic, infos, args)
     new, wanted = [], []
+    asked_maker = "zeros" if _no_data(infos) else "alloc"
     for index, (param, out_given) in enumerate(zip(api.tensors(OUTPUT), given)):
         want = api.wanted(param, args)
         if not out_given and (want or param.required_when_off):
             shape_dtype = pythonic.allocate[param.name](infos, args)
             if shape_dtype is not None:
                 library, dtype, device = _library(template, shape_dtype[1])
-                new.append((index, want, library, tuple(shape_dtype[0]), dtype, device))
+                new.append((index, asked_maker if want else "placeholder", library, tuple(shape_dtype[0]), dtype,
+                            device))
         wanted.append(want)
     return _Prepared(tuple(args[name] for name in pythonic.derived), tuple(new), tuple(wanted))
+
+
+def _no_data(infos: dict) -> bool:
+    """Whether the call's data, its first tensor input, has no elements. Such a call may
+    run no kernel (aclnnBatchNorm and aclnnBatchNormBackward write nothing for an empty
+    input, as CANN's do), and _alloc's torch.empty would hand back whatever its memory held
+    (opgen.torch's BatchNorm2d returned such a weight gradient for an empty batch): its
+    outputs are zeroed, as numpy's np.zeros outputs already are, which is also what a sum
+    over nothing is (a weight gradient). Those outputs are per-channel or per-column, the
+    others as empty as the data: zeroing them costs nothing."""
+    first = next((info for info in infos.values() if info is not None), None)
+    return first is not None and 0 in first.shape
 
 
 class _Layout:

@@ -95,10 +95,11 @@ def _tensor_guard(src: _Source, name: str, value) -> bool:
 
 def _output_lines(src: _Source, prepared, count: int, make: dict) -> list[str]:
     """``o<i> = ...`` for each output the call makes (None for the others), by the
-    allocators in ``make`` (opgen.api's: ``alloc``, ``placeholder``)."""
+    allocators in ``make`` (opgen.api's, by the name _Prepared.new gives: ``alloc``,
+    ``zeros``, ``placeholder``)."""
     lines = [f"    o{i} = None" for i in range(count)]
-    for index, asked, library, shape, dtype, device in prepared.new:
-        function = src.constant(make["alloc" if asked else "placeholder"])
+    for index, maker, library, shape, dtype, device in prepared.new:
+        function = src.constant(make[maker])
         lines[index] = (f"    o{index} = {function}({src.constant(library)}, {src.constant(shape)}, "
                         f"{src.constant(dtype)}, {src.constant(device)})")
     return lines

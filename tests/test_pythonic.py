@@ -222,3 +222,22 @@ def test_outputs_are_made_on_the_inputs_device(torch_mod):
         prepared = api._prepared(op, layout, values, (None, None, None))
         made = prepared.outputs((None, None, None))
         assert [o.device.type for o in made if o is not None] == [device] * 3, device
+
+
+def test_a_call_on_empty_data_returns_zeroed_outputs(torch_mod):
+    """aclnnBatchNormBackward writes nothing for an empty batch (B5, as CANN): the weight
+    and bias gradients a call makes for it are zeros (a sum over nothing), for torch
+    tensors as for numpy arrays, in the first call and in the written call after it. The
+    allocator is first given back memory holding nan, so a torch.empty output would not
+    come back zero by chance."""
+    t = torch_mod
+    x = t.randn(0, 3, 4, 4)
+    weight, saved_mean, saved_invstd = t.rand(3) + 0.5, t.zeros(3), t.ones(3)
+    for _ in range(2):
+        for _ in range(16):
+            t.full((3,), float("nan"))
+        _, dweight, dbias = opgen.batch_norm_backward(x, x, weight, None, None, saved_mean, saved_invstd, True)
+        assert t.equal(dweight, t.zeros(3)) and t.equal(dbias, t.zeros(3))
+    numpy_out = opgen.batch_norm_backward(x.numpy(), x.numpy(), weight.numpy(), None, None, saved_mean.numpy(),
+                                          saved_invstd.numpy(), True)
+    assert [o.shape for o in numpy_out] == [(0, 3, 4, 4), (3,), (3,)] and not numpy_out[1].any()

@@ -369,3 +369,31 @@ def test_benchmark_node_time_is_the_modules_node_inside_the_call(opgen_calls):
     whole = (time.perf_counter() - start) * 1e3
     assert 0 < node <= whole and len(calls) == 1 and opgen_calls["group_norm_backward"] == 1
     assert timed.measure_ms(3) > 0 and len(calls) == 4 and opgen_calls["group_norm_backward"] == 4
+
+
+_EMPTY_CASES = [("batch", (0, 3, 4, 4)), ("batch", (2, 3, 0, 4)), ("group", (0, 4, 4, 4)), ("group", (2, 4, 0, 4)),
+                ("layer", (0, 8)), ("layer", (3, 0, 8)), ("rms", (0, 8)), ("rms", (3, 0, 8))]
+
+
+@pytest.mark.parametrize("training", [True, False], ids=["train", "eval"])
+@pytest.mark.parametrize("kind,shape", _EMPTY_CASES, ids=[f"{k}-{s}" for k, s in _EMPTY_CASES])
+def test_empty_inputs_match_torch_modules(kind, shape, training):
+    """An empty batch or an empty spatial axis, in training and eval: the output's shape,
+    the gradients (a weight gradient is a sum over nothing: zero, or nan where torch's is
+    nan) and the running statistics (an empty batch leaves them) as torch.nn's modules.
+    BatchNorm's aclnn calls write nothing for an empty input (as CANN's): before, the module
+    returned the allocator's leftover bytes as weight gradients and mixed them into its
+    running statistics."""
+    torch.manual_seed(12)
+    make = {"batch": (lambda m: m.BatchNorm2d(3)), "group": (lambda m: m.GroupNorm(2, 4)),
+            "layer": (lambda m: m.LayerNorm(8)), "rms": (lambda m: m.RMSNorm(8))}[kind]
+    ours, theirs = _pair(make(ot), make(torch.nn))
+    ours.train(training)
+    theirs.train(training)
+    x, dy = torch.randn(shape), torch.randn(shape)
+    for _ in range(16):   # nan in the memory the allocator hands out next (BatchNorm2d(3)'s outputs)
+        torch.full((3,), float("nan"))
+    for a, b in zip(_grads_and_output(ours, x, dy), _grads_and_output(theirs, x, dy)):
+        torch.testing.assert_close(a, b, equal_nan=True)
+    for a, b in zip(ours.buffers(), theirs.buffers()):
+        torch.testing.assert_close(a, b)

@@ -65,7 +65,8 @@ class BatchNorm2d(nn.BatchNorm2d):
     behaviour, running statistics) whose forward and backward are opgen's aclnnBatchNorm and
     aclnnBatchNormBackward kernels. In training the running statistics are updated here as
     torch does (momentum, or the cumulative average with momentum=None; the unbiased batch
-    variance), from the kernel's saved mean and 1/sqrt(var + eps): C elements each."""
+    variance), from the kernel's saved mean and 1/sqrt(var + eps): C elements each; an empty
+    batch leaves them as they are (aclnnBatchNorm writes no statistics for it)."""
 
     def forward(self, x: Tensor) -> Tensor:
         self._check_input_dim(x)
@@ -79,8 +80,8 @@ class BatchNorm2d(nn.BatchNorm2d):
         y, save_mean, save_invstd = _BatchNormFunction.apply(
             x, self.weight, self.bias, None if use_batch else self.running_mean,
             None if use_batch else self.running_var, use_batch, self.eps)
-        if self.training and self.running_mean is not None:
-            self._update_running(x, save_mean, save_invstd, factor)
+        if self.training and self.running_mean is not None and x.numel():
+            self._update_running(x, save_mean, save_invstd, factor)   # an empty batch leaves them, as torch
         return y
 
     @torch.no_grad()
