@@ -81,7 +81,7 @@ class BatchNorm2d(nn.BatchNorm2d):
             x, self.weight, self.bias, None if use_batch else self.running_mean,
             None if use_batch else self.running_var, use_batch, self.eps)
         if self.training and self.running_mean is not None and x.numel():
-            self._update_running(x, save_mean, save_invstd, factor)   # an empty batch leaves them, as torch
+            self._update_running(x, save_mean, save_invstd, factor)
         return y
 
     @torch.no_grad()
