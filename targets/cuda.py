@@ -159,11 +159,15 @@ def _ptx(source: str, arch: str) -> str:
 
 def _with_sass(report: ArchReport, source: str, bytes_per_element: int) -> ArchReport:
     """``report`` with the SASS instructions per element of its cubin's elementwise loop
-    (targets/cuda_sass.py), or the reason it could not be counted."""
+    (targets/cuda_sass.py), or the reason it could not be counted: the SASS column is a
+    measure beside nvcc's verdict, so a missing or failing cuobjdump is a note, never an error."""
     why = cuda_sass.missing()
     if why:
         return dataclasses.replace(report, sass_note=why)
-    value = cuda_sass.per_element(_compile_cached(source, report.arch)[1], bytes_per_element)
+    try:
+        value = cuda_sass.per_element(_compile_cached(source, report.arch)[1], bytes_per_element)
+    except cuda_sass.SassError as err:
+        return dataclasses.replace(report, sass_note=str(err))
     return dataclasses.replace(report, sass_per_element=value, sass_note="" if value is not None else "no loop")
 
 

@@ -6,8 +6,10 @@ spends besides its loads and stores (64-bit index arithmetic, per-element reload
 row's scalars, scalar 16-bit accesses: all visible here).
 
 ``sass(cubin)`` disassembles with ``cuobjdump -sass`` (pip ``nvidia-cuda-cuobjdump``, the
-``sass`` extra of pyproject.toml, or a CUDA toolkit's); without it ``per_element`` returns
-None and ``missing()`` says how to get it. The measure, per kernel function: its loops are
+``sass`` extra of pyproject.toml, or a CUDA toolkit's), which runs ``nvdisasm`` (pip
+``nvidia-cuda-nvdisasm``, also in the extra); without either ``missing()`` says how to get
+it, and a cuobjdump that fails raises ``SassError`` with its reason in one phrase (the
+cuda target's row note), never a traceback. The measure, per kernel function: its loops are
 the backward branches; among the innermost ones (containing no other) that load from global
 memory, the one storing the most bytes there is the elementwise loop (a loop that only
 stores zeroes partials); its trip covers ``stored bytes /
@@ -39,34 +41,92 @@ _BRANCH = re.compile(r"\bBRA\b(?:\s+!?U?P\d,)?\s+(0x[0-9a-f]+)")
 _STORE_BYTES = {"U8": 1, "S8": 1, "U16": 2, "S16": 2, "64": 8, "128": 16}
 
 
-@functools.lru_cache(maxsize=None)
-def cuobjdump() -> str | None:
-    """The cuobjdump binary: on PATH, else the pip wheel's (nvidia/*/bin/cuobjdump)."""
-    found = shutil.which("cuobjdump")
-    if found:
-        return found
+NVDISASM_NOT_FOUND = "nvdisasm not found (pip install nvidia-cuda-nvdisasm)"
+
+
+class SassError(RuntimeError):
+    """cuobjdump could not disassemble a cubin; the message is the reason in one phrase,
+    short enough for the note of a row of ``opgen generate --target cuda``."""
+
+
+def _pip_tool(name: str) -> str | None:
+    """An executable of NVIDIA's pip wheels (nvidia/<cu13 or a tool's folder>/bin/<name>)."""
     try:
         import nvidia
     except ImportError:
         return None
     for root in nvidia.__path__:
-        for path in sorted(glob.glob(os.path.join(root, "*", "bin", "cuobjdump"))):
+        for path in sorted(glob.glob(os.path.join(root, "*", "bin", name))):
             if os.access(path, os.X_OK):
                 return path
     return None
 
 
+@functools.lru_cache(maxsize=None)
+def cuobjdump() -> str | None:
+    """The cuobjdump binary: on PATH, else the pip wheel's (nvidia/*/bin/cuobjdump)."""
+    return shutil.which("cuobjdump") or _pip_tool("cuobjdump")
+
+
+def nvdisasm() -> str | None:
+    """The nvdisasm that ``cuobjdump -sass`` will run. cuobjdump looks next to itself, in
+    the folder NVDISASM_PATH names and on PATH; opgen also takes the pip wheel's, whose
+    folder ``sass`` puts on cuobjdump's PATH (a toolkit's cuobjdump on PATH would not find
+    it otherwise)."""
+    beside = [os.path.join(os.path.dirname(found), "nvdisasm") for found in (cuobjdump(),) if found]
+    named = [os.path.join(os.environ["NVDISASM_PATH"], "nvdisasm")] if os.environ.get("NVDISASM_PATH") else []
+    for path in beside + named:
+        if os.access(path, os.X_OK):
+            return path
+    return shutil.which("nvdisasm") or _pip_tool("nvdisasm")
+
+
 def missing() -> str | None:
-    return None if cuobjdump() else 'cuobjdump is not installed (pip install -e ".[sass]")'
+    """Why SASS cannot be counted here (one line naming what to install), or None."""
+    if not cuobjdump():
+        return 'cuobjdump is not installed (pip install -e ".[sass]")'
+    if not nvdisasm():
+        return NVDISASM_NOT_FOUND   # cuobjdump -sass runs it
+    return None
+
+
+def _environment() -> dict:
+    """cuobjdump's environment: this one, with nvdisasm's folder first on PATH."""
+    env = dict(os.environ)
+    found = nvdisasm()
+    if found:
+        env["PATH"] = os.pathsep.join([os.path.dirname(found), env.get("PATH", "")])
+    return env
+
+
+def _failure(log: str) -> str:
+    """cuobjdump's error output as one phrase: what to install when it is nvdisasm that
+    it could not find, else its last line."""
+    if "nvdisasm" in log and "could not find" in log.lower():
+        return f"cuobjdump failed: {NVDISASM_NOT_FOUND}"
+    lines = [line.strip() for line in log.splitlines() if line.strip()]
+    return f"cuobjdump failed: {lines[-1][:160] if lines else 'no message'}"
+
+
+def _disassemble(path: Path) -> str:
+    """``cuobjdump -sass path``'s output; SassError when it cannot run or fails."""
+    try:
+        proc = subprocess.run([cuobjdump(), "-sass", str(path)], capture_output=True, text=True, timeout=120,
+                              env=_environment())
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise SassError(f"cuobjdump failed: {err}") from None
+    if proc.returncode:
+        raise SassError(_failure(proc.stderr + proc.stdout))
+    return proc.stdout
 
 
 def sass(cubin: bytes) -> dict:
-    """function name -> [(address, instruction text)] of ``cubin`` (cuobjdump -sass)."""
+    """function name -> [(address, instruction text)] of ``cubin`` (cuobjdump -sass;
+    SassError when it fails)."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "kernel.cubin"
         path.write_bytes(cubin)
-        out = subprocess.run([cuobjdump(), "-sass", str(path)], capture_output=True, text=True, timeout=120,
-                             check=True).stdout
+        out = _disassemble(path)
     functions, current = {}, None
     for line in out.splitlines():
         if m := _FUNCTION.search(line):
@@ -131,7 +191,7 @@ def stored_bytes_per_element(func) -> int:
 
 def per_element(cubin: bytes, bytes_per_element: int) -> float | None:
     """SASS instructions per element of ``cubin``'s elementwise loop (None: no cuobjdump,
-    or no loop that stores)."""
+    or no loop that stores; SassError: cuobjdump failed)."""
     if not cuobjdump() or not cubin or not bytes_per_element:
         return None
     loop = elementwise_loop(sass(cubin))

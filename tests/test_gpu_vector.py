@@ -92,6 +92,48 @@ def test_sass_loops_and_their_stores_are_read_from_the_disassembly(monkeypatch):
     assert report.sass_per_element is None and "pip install" in report.summary
 
 
+def _fake_tool(folder, name: str, script: str) -> str:
+    """An executable shell script standing in for one of NVIDIA's tools."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text("#!/bin/sh\n" + script)
+    path.chmod(0o755)
+    return str(path)
+
+
+NO_NVDISASM = "echo \"cuobjdump fatal : Could not find executable file 'nvdisasm'\" >&2; exit 1\n"
+
+
+def test_a_failing_cuobjdump_is_a_row_note_not_an_exception(tmp_path, monkeypatch):
+    fake = _fake_tool(tmp_path, "cuobjdump", NO_NVDISASM)
+    _fake_tool(tmp_path, "nvdisasm", "exit 0\n")   # found beside it: missing() has no objection
+    monkeypatch.setattr(cuda_sass, "cuobjdump", lambda: fake)
+    monkeypatch.setattr(cuda_target, "_compile_cached", lambda source, arch: (None, b"a cubin"))
+    report = cuda_target._with_sass(cuda_target.ArchReport("sm_90", True, {"k": (32, 0)}), "", 6)
+    assert report.sass_per_element is None
+    assert report.sass_note == "cuobjdump failed: nvdisasm not found (pip install nvidia-cuda-nvdisasm)"
+    assert report.summary.endswith(report.sass_note)
+
+
+def test_missing_names_nvdisasm_when_only_cuobjdump_is_installed(tmp_path, monkeypatch):
+    fake = _fake_tool(tmp_path, "cuobjdump", "exit 0\n")
+    monkeypatch.setattr(cuda_sass, "cuobjdump", lambda: fake)
+    monkeypatch.setattr(cuda_sass, "_pip_tool", lambda name: None)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.delenv("NVDISASM_PATH", raising=False)
+    assert cuda_sass.missing() == "nvdisasm not found (pip install nvidia-cuda-nvdisasm)"
+
+
+def test_cuobjdump_is_handed_the_pip_wheels_nvdisasm_on_its_path(tmp_path, monkeypatch):
+    needs_nvdisasm = "command -v nvdisasm >/dev/null || { " + NO_NVDISASM.strip() + "; }\necho 'Function : k'\n"
+    fake = _fake_tool(tmp_path / "toolkit", "cuobjdump", needs_nvdisasm)
+    wheel_nvdisasm = _fake_tool(tmp_path / "wheel", "nvdisasm", "exit 0\n")
+    monkeypatch.setattr(cuda_sass, "cuobjdump", lambda: fake)
+    monkeypatch.setattr(cuda_sass, "_pip_tool", lambda name: wheel_nvdisasm if name == "nvdisasm" else None)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    assert cuda_sass.sass(b"a cubin") == {"k": []}
+
+
 def _shapes(rows: int, cols: int) -> dict:
     return {"dy": (rows, cols), "x": (rows, cols), "rstd": (rows,), "gamma": (cols,), "dx": (rows, cols),
             "dgamma": (cols,)}
