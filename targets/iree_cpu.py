@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import tvm
 
-from opgen.targets.llvm import host_cpu
+from opgen.targets import llvm_host
 from opgen.targets.mlir import iree
 from opgen.targets.spec import WALL_CLOCK, TargetSpec
 
@@ -20,15 +20,12 @@ from opgen.targets.spec import WALL_CLOCK, TargetSpec
 @dataclass(frozen=True)
 class IreeTarget(TargetSpec):
     backend: str = "llvm-cpu"        # IREE's target backend
-    flags: tuple = ("--iree-llvmcpu-target-cpu=host",)
+    flags: tuple = ()                # more iree-compile flags (the CPU's come from cpu_flags)
     runs_here: bool = True           # False: compile-only (a device this machine lacks)
     library_suffix: str = ""
     schedule_rules: str | None = None
     timer: str = WALL_CLOCK
     peer_name: str = "iree"          # opgen compare --against iree, and a contender in opgen bench
-
-    def missing(self) -> str | None:
-        return iree.iree_missing()
 
     def can_run(self) -> bool:
         return self.runs_here and self.can_build()
@@ -40,18 +37,32 @@ class IreeTarget(TargetSpec):
         return "IREE llvm-cpu, run by iree.runtime (local-task) on this CPU" if self.can_run() else \
             f"not here: {self.missing()}"
 
+    def cpu_flags(self) -> tuple:
+        """The CPU IREE compiles for: the llvm target's (llvm_host: the probed host, or
+        OPGEN_LLVM_TARGET), every feature spelled out. IREE's own ``cpu=host`` would probe
+        the same way, but would ignore the override; and IREE picks its microkernels from
+        the feature string, so it gets the whole set, not only the edits to the name."""
+        if self.backend != "llvm-cpu":
+            return ()
+        cpu = llvm_host.current()
+        return (f"--iree-llvmcpu-target-cpu={cpu.name}",
+                f"--iree-llvmcpu-target-cpu-features={llvm_host.feature_string(cpu)}")
+
+    def missing(self) -> str | None:
+        return iree.iree_missing() or (llvm_host.problem() if self.backend == "llvm-cpu" else None)
+
     def tvm_target(self):
-        # TVM compiles nothing here; the host CPU names the hardware IREE compiles for.
-        return tvm.target.Target({"kind": "llvm", "mcpu": host_cpu()})
+        # TVM compiles nothing here; the CPU the llvm target builds for names the hardware.
+        return tvm.target.Target({"kind": "llvm", **llvm_host.current().tvm_config()})
 
     def hardware_key(self) -> dict:
-        return {"iree_backend": self.backend, "flags": list(self.flags), "cpu": host_cpu()}
+        return {"iree_backend": self.backend, "flags": list(self.flags + self.cpu_flags())}
 
     def device(self):
         return tvm.cpu(0)            # tensors are handed over on the host
 
     def build(self, mod):
-        return iree.build(mod, self.backend, self.flags, self.runs_here)
+        return iree.build(mod, self.backend, self.flags + self.cpu_flags(), self.runs_here)
 
     def source_of(self, module):
         return "kernel.mlir", module.text

@@ -2,7 +2,9 @@
 
 The TVM target names the host CPU (``mcpu``) so that LLVM uses its vector units and F16C;
 plain "llvm" is generic x86-64 and turns every fp16 conversion into a library call (~35x
-slower in a probe). ``fast-math-reassoc`` alone (no nnan/ninf) lets LLVM vectorize float
+slower in a probe). The name comes with the features this machine's OS actually enables
+(``mattr`` edits: a VM that hides AVX-512 from a Zen 4 gets ``-avx512f``...), or with what
+``OPGEN_LLVM_TARGET`` says: ``llvm_host.py``. ``fast-math-reassoc`` alone (no nnan/ninf) lets LLVM vectorize float
 sums: the order it picks is fixed at compile time, so results stay bit-identical run to
 run and for any thread count, and inf/nan still propagate.
 
@@ -22,7 +24,6 @@ float32 exp is a vectorized polynomial, not a libm call per element (``llvm_math
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import shutil
 import tempfile
@@ -33,7 +34,7 @@ import tvm
 
 from opgen import diskcache
 from opgen.targets.spec import TargetSpec
-from opgen.targets import llvm_threads
+from opgen.targets import llvm_host, llvm_threads
 from opgen.targets.llvm_math import polynomial_exp
 from opgen.targets.llvm_stream import streamed_buffers, with_streamed_stores
 
@@ -49,18 +50,10 @@ def usable_cpus() -> int:
 os.environ.setdefault("TVM_NUM_THREADS", str(usable_cpus()))
 
 
-@functools.lru_cache(maxsize=None)
-def host_cpu() -> str:
-    """LLVM's name for this machine's CPU (e.g. znver4, skylake-avx512)."""
-    return str(tvm.target.codegen.llvm_get_system_cpu())
-
-
-@functools.lru_cache(maxsize=None)
-def prefers_256_bit_vectors() -> bool:
+def prefers_256_bit_vectors(cpu: llvm_host.CpuSpec) -> bool:
     """Whether LLVM caps this CPU's vectors at 256 bits by default (its tuning for
     AVX-512 parts that slow their clock on 512-bit instructions)."""
-    base = tvm.target.Target({"kind": "llvm", "mcpu": host_cpu()})
-    return "prefer-256-bit" in set(tvm.target.codegen.llvm_get_cpu_features(base))
+    return "prefer-256-bit" in cpu.features()
 
 
 def holds_16bit_floats(mod) -> bool:
@@ -84,18 +77,31 @@ class LlvmTarget(TargetSpec):
     # TVM's llvm.exp, which LLVM scalarizes into libm expf calls. Part of the target's
     # repr, so kernels built either way never share a disk-cache entry.
     polynomial_exp: bool = True
+    # The CPU built for; None: this host as probed, or OPGEN_LLVM_TARGET (llvm_host.current).
+    # A CpuSpec here builds for another CPU (tests simulate hosts they do not have).
+    cpu: llvm_host.CpuSpec | None = None
+
+    def built_for(self) -> llvm_host.CpuSpec:
+        return self.cpu if self.cpu is not None else llvm_host.current()
+
+    def missing(self) -> str | None:
+        return None if self.cpu is not None else llvm_host.problem()
 
     def tvm_target(self, wide_vectors: bool = False):
-        config = {"kind": "llvm", "mcpu": host_cpu(), "num-cores": usable_cpus(), "fast-math-reassoc": True}
-        if wide_vectors and self.wide_vectors_for_16bit_floats and prefers_256_bit_vectors():
-            config["mattr"] = ["-prefer-256-bit"]
+        cpu = self.built_for()
+        config = {"kind": "llvm", **cpu.tvm_config(), "num-cores": usable_cpus(), "fast-math-reassoc": True}
+        if wide_vectors and self.wide_vectors_for_16bit_floats and prefers_256_bit_vectors(cpu):
+            config["mattr"] = [*config.get("mattr", ()), "-prefer-256-bit"]
         return tvm.target.Target(config)
+
+    def hardware_summary(self) -> str:
+        return self.built_for().describe()
 
     def device(self):
         return tvm.cpu(0)
 
     def can_run(self) -> bool:
-        return True
+        return self.can_build()
 
     def build(self, mod):
         with polynomial_exp() if self.polynomial_exp else contextlib.nullcontext():

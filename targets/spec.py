@@ -83,6 +83,11 @@ class TargetSpec:
         """Where kernels run, for tables ("PoCL (pthread-AMD EPYC)", "no GPU")."""
         return "here" if self.can_run() else "not here"
 
+    def hardware_summary(self) -> str | None:
+        """The hardware its kernels are compiled for, when it is worth a line of ``opgen
+        targets`` (llvm: the CPU name, its feature edits and vector extensions); None."""
+        return None
+
     def simulated(self) -> "TargetSpec | None":
         """This target's kernels on a simulator that checks them as they run (opencl:
         Oclgrind, data races and invalid accesses raise), or None when it has none. Its
