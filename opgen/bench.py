@@ -32,6 +32,7 @@ when it is already loaded with another value the benchmark reruns itself in a fr
 from __future__ import annotations
 
 import csv
+import importlib.util
 import json
 import os
 import statistics
@@ -286,6 +287,8 @@ def _progress(total: int, enabled: bool):
         from tqdm import tqdm
     except ImportError:
         tqdm = None
+        if enabled and sys.stderr.isatty():   # where tqdm would have drawn the bar
+            print("opgen bench: no progress bar without tqdm (pip install 'opgen[bench]')", file=sys.stderr)
     if tqdm is None or not enabled:
         class Quiet:
             def set_description(self, _):
@@ -428,6 +431,24 @@ def apply_policy(args, module: str = "opgen.bench", argv: list[str] | None = Non
     return subprocess.run([sys.executable, "-m", module, *argv], env=env).returncode
 
 
+TORCH_EXTRA = "pip install 'opgen[torch]'"
+
+
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported, found without importing it: importing torch
+    would load OpenMP before ``apply_policy`` sets its wait policy."""
+    return importlib.util.find_spec(module) is not None
+
+
+def not_run_note() -> str | None:
+    """The line under the table when torch is missing: without it only opgen's numpy call,
+    the peer compilers and the triad run, and a reader should not take the short table for
+    the whole comparison."""
+    if installed("torch"):
+        return None
+    return f"not run: opgen-torch and the torch baselines (torch is not installed: {TORCH_EXTRA})"
+
+
 def check_arguments(args) -> str | None:
     """The first problem with the command line, as one line, or None: checked before any
     timing, so that a misspelt value costs a message, not a traceback or a silently empty
@@ -438,6 +459,10 @@ def check_arguments(args) -> str | None:
         value = getattr(args, option)
         if value is not None and value < least:
             return f"--{option} wants a number >= {least}, got {value}"
+    if args.training and not installed("torch"):
+        return f"--training trains torch models: {TORCH_EXTRA}"
+    if args.plot and not installed("matplotlib"):
+        return "--plot needs matplotlib: pip install 'opgen[bench]'"
     if args.target:
         try:
             get_target(args.target)
@@ -486,6 +511,8 @@ def main(args) -> int:
     repeats = args.repeats if args.repeats is not None else (5 if args.quick else 15)
     rows, failures = run(case_list, repeats, set(args.skip), args.seed)
     print_table(rows)
+    if note := not_run_note():
+        print(note)
     if args.out:
         write_rows(rows, args.out)
     if args.plot:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import struct
+import sys
 
 import pytest
 
@@ -135,3 +136,20 @@ def test_a_failing_case_is_reported_and_the_rest_still_run(monkeypatch):
     assert {r.op for r in rows} == {c.op for c in case_list} - {"group_norm_backward"}
     assert {r.contender for r in rows} == {"opgen-numpy", "triad"}
     assert failures == ["group_norm_backward f32-f32 2,640,32x32,32: RuntimeError: kernel failed"]
+
+
+@pytest.mark.parametrize("missing,argv,says", [
+    ("torch", ["--training", "--quick"], "--training trains torch models: pip install 'opgen[torch]'"),
+    ("matplotlib", ["--quick", "--plot", "bench.png"], "--plot needs matplotlib: pip install 'opgen[bench]'"),
+])
+def test_a_missing_extra_is_one_line_before_any_timing(monkeypatch, capsys, missing, argv, says):
+    monkeypatch.setitem(sys.modules, missing, None)   # what an install without the extra finds
+    monkeypatch.delitem(sys.modules, "opgen.bench_training", raising=False)
+    assert cli_main(["bench", "--omp-wait", "inherit", *argv]) == 2
+    assert capsys.readouterr().err == f"opgen bench: {says}\n"
+
+
+def test_without_torch_the_table_says_which_contenders_did_not_run(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)
+    assert bench.not_run_note() == ("not run: opgen-torch and the torch baselines "
+                                    "(torch is not installed: pip install 'opgen[torch]')")
