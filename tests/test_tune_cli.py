@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import socket
+import sys
 
 import pytest
 
@@ -131,6 +132,14 @@ def test_an_unknown_name_or_a_malformed_number_is_one_line_and_exit_2(argv, mess
     assert main(["tune", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("opgen tune: ") and message in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("module", tune_cli.METASCHEDULE_NEEDS)
+def test_metaschedule_without_the_tune_extra_is_one_line_and_exit_2(module, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, module, None)   # what an install without the extra finds
+    assert main(["tune", *RMS_8x8, "--engine", "metaschedule", "--trials", "1"]) == 2
+    err = capsys.readouterr().err
+    assert err == f"opgen tune: --engine metaschedule needs {module}: pip install 'opgen[tune]'\n"
 
 
 def test_rpc_addresses_parse_with_ipv6_hosts():

@@ -16,6 +16,7 @@ line, 130 after Ctrl-C (the finished trials are kept), so scripts can tell them 
 """
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import math
 import socket
@@ -197,6 +198,20 @@ def _rpc_timeout(text: str | None) -> float | None:
     return seconds
 
 
+# What tvm.s_tir.meta_schedule imports as it runs, not when it loads: its popen pool
+# (cloudpickle), that pool's cleanup of child processes (psutil) and the "xgb" cost model.
+METASCHEDULE_NEEDS = ("cloudpickle", "psutil", "xgboost")
+
+
+def metaschedule_missing() -> str | None:
+    """Why ``--engine metaschedule`` cannot run here (one line naming the extra), or None:
+    without the ``tune`` extra MetaSchedule would fail only after it had started."""
+    absent = [name for name in METASCHEDULE_NEEDS if importlib.util.find_spec(name) is None]
+    if not absent:
+        return None
+    return f"--engine metaschedule needs {', '.join(absent)}: pip install 'opgen[tune]'"
+
+
 def _check_arguments(args) -> str | None:
     """The first problem with the command line, as one line, or None. Checked before any
     build: a malformed value should cost a message, not a traceback minutes later."""
@@ -205,6 +220,8 @@ def _check_arguments(args) -> str | None:
     for option, least in (("trials", 1), ("repeat", 1), ("jobs", 0), ("confirm", 0), ("patience", 0)):
         if getattr(args, option) < least:
             return f"--{option} wants a number >= {least}, got {getattr(args, option)}"
+    if args.engine == "metaschedule" and (why := metaschedule_missing()):
+        return why
     try:
         if args.rpc:
             from opgen.tune.rpc import parse_address
