@@ -334,6 +334,7 @@ def environment() -> dict:
     import numpy as np
 
     from opgen.config import get_target
+    from opgen.targets import get_target as target_spec
 
     versions = {"numpy": np.__version__}
     try:
@@ -342,7 +343,9 @@ def environment() -> dict:
         versions["torch"] = torch.__version__
     except ImportError:
         pass
-    return {"target": get_target(), "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "unset"),
+    built_for = target_spec(get_target()).hardware_summary()        # llvm: the CPU and its features
+    return {"target": get_target(), **({"built for": built_for} if built_for else {}),
+            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY", "unset"),
             "cpus": os.cpu_count(), "machine": platform.machine(), "python": platform.python_version(), **versions}
 
 

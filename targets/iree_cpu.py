@@ -51,6 +51,9 @@ class IreeTarget(TargetSpec):
     def missing(self) -> str | None:
         return iree.iree_missing() or (llvm_host.problem() if self.backend == "llvm-cpu" else None)
 
+    def hardware_summary(self) -> str | None:
+        return llvm_host.current().describe() if self.backend == "llvm-cpu" else None
+
     def tvm_target(self):
         # TVM compiles nothing here; the CPU the llvm target builds for names the hardware.
         return tvm.target.Target({"kind": "llvm", **llvm_host.current().tvm_config()})
