@@ -16,7 +16,7 @@ the compiled library, and a target's generated source where it has one), and pri
 summary row each. A target that cannot build here gets NOT RUN rows saying why (an
 optional target: no nvcc, no OpenCL device that builds opgen's probe kernel); one named
 with ``--target`` is refused instead (one line, exit status 2). Exit status 1 when any
-row fails.
+row fails. Rows print as they are decided.
 """
 from __future__ import annotations
 
@@ -132,21 +132,44 @@ def compile_check(kernel, out_dir: Path) -> tuple[bool, str]:
     return True, f"compiled {archs}: PASS ({usage})"
 
 
-def print_table(rows: list[Row], stream=None) -> None:
+HEADER = f"{'op':<20} {'dtypes':<10} {'target':<10} {'build ms':>9} {'max err/tol':>12}  verdict"
+FOOTER = "(c: loaded from the kernel disk cache; max err/tol <= 1 passes)"
+
+
+def format_row(r: Row) -> str:
+    build = f"{r.build_ms:8.0f}{'c' if r.cached else ' '}"
+    ratio = "-" if r.max_ratio is None else f"{r.max_ratio:.3g}"
+    line = f"{r.op:<20} {r.dtypes:<10} {r.target:<10} {build:>9} {ratio:>12}  {r.verdict}"
+    if r.verdict == "FAIL" and r.detail != r.note:
+        line += f"  ({r.detail})"
+    if r.note:
+        line += f"  [{r.note}]"
+    return line
+
+
+def print_header(stream=None) -> None:
+    """Flushed, like every row: stdout to a file or a pipe is block-buffered, and a run that
+    a signal ends (issue 33) would otherwise lose every row it had decided."""
     stream = stream or sys.stdout
-    header = f"{'op':<20} {'dtypes':<10} {'target':<10} {'build ms':>9} {'max err/tol':>12}  verdict"
-    print(header, file=stream)
-    print("-" * len(header), file=stream)
+    print(HEADER, file=stream)
+    print("-" * len(HEADER), file=stream, flush=True)
+
+
+def print_row(row: Row, stream=None) -> Row:
+    """Print one row as soon as it is decided (flushed: see print_header); returns it."""
+    print(format_row(row), file=stream or sys.stdout, flush=True)
+    return row
+
+
+def print_footer(stream=None) -> None:
+    print(FOOTER, file=stream or sys.stdout, flush=True)
+
+
+def print_table(rows: list[Row], stream=None) -> None:
+    print_header(stream)
     for r in rows:
-        build = f"{r.build_ms:8.0f}{'c' if r.cached else ' '}"
-        ratio = "-" if r.max_ratio is None else f"{r.max_ratio:.3g}"
-        line = f"{r.op:<20} {r.dtypes:<10} {r.target:<10} {build:>9} {ratio:>12}  {r.verdict}"
-        if r.verdict == "FAIL" and r.detail != r.note:
-            line += f"  ({r.detail})"
-        if r.note:
-            line += f"  [{r.note}]"
-        print(line, file=stream)
-    print("(c: loaded from the kernel disk cache; max err/tol <= 1 passes)", file=stream)
+        print_row(r, stream)
+    print_footer(stream)
 
 
 def usage_error(command: str, message: str) -> int:
@@ -183,16 +206,24 @@ def cmd_generate(args) -> int:
         targets = [t.for_product(args.product) for t in targets]
     rng = np.random.default_rng(args.seed)
     out_root = Path(args.out)
+    print_header()
     rows = []
     for target in targets:
-        for op in ops:
-            built: list = []
-            rows += [generate_one(op, combo, target, out_root, rng, built) if target.can_build()
-                     else not_run(op, combo, target) for combo in op.combos]
-            write_op_project(target, op, built, out_root)
-    print_table(rows)
+        rows += generate_target(target, ops, out_root, rng, args.product)
+    print_footer()
     print(f"artifacts: {out_root.resolve()}")
     return 0 if all(r.verdict != "FAIL" for r in rows) else 1
+
+
+def generate_target(target, ops: list, out_root: Path, rng, product: str | None) -> list[Row]:
+    """Every row of one target, each printed as soon as it is decided."""
+    rows = []
+    for op in ops:
+        built: list = []
+        rows += [print_row(generate_one(op, combo, target, out_root, rng, built) if target.can_build()
+                           else not_run(op, combo, target)) for combo in op.combos]
+        write_op_project(target, op, built, out_root)
+    return rows
 
 
 def not_run(op, combo, target) -> Row:
@@ -274,6 +305,8 @@ def cmd_targets(args) -> int:
     for target in all_targets():
         builds, runs = target.can_build(), target.can_build() and target.can_run()
         why = target.run_place() if builds else target.missing()
+        built_for = target.hardware_summary() if builds else None     # llvm: the CPU and its features
+        why = f"{why}; built for {built_for}" if built_for else why
         simulates, sim_note = simulate_column(target)
         print(f"{target.name:<12} {'yes' if builds else 'no':<6} {'yes' if runs else 'no':<6} {simulates:<4} "
               f"{why}{sim_note}{'  (default)' if target.default else ''}")
