@@ -16,7 +16,9 @@ the compiled library, and a target's generated source where it has one), and pri
 summary row each. A target that cannot build here gets NOT RUN rows saying why (an
 optional target: no nvcc, no OpenCL device that builds opgen's probe kernel); one named
 with ``--target`` is refused instead (one line, exit status 2). Exit status 1 when any
-row fails. Rows print as they are decided.
+row fails. Rows print as they are decided, and a target's smoke kernel runs first in a
+child process (opgen.smoke): a kernel that kills its process (SIGILL, SIGBUS) fails that
+target's rows instead of ending ``generate`` with nothing printed.
 """
 from __future__ import annotations
 
@@ -216,7 +218,12 @@ def cmd_generate(args) -> int:
 
 
 def generate_target(target, ops: list, out_root: Path, rng, product: str | None) -> list[Row]:
-    """Every row of one target, each printed as soon as it is decided."""
+    """Every row of one target, each printed as soon as it is decided. A target whose
+    smoke kernel died gets the smoke's FAIL row, then its kernel rows unbuilt (see
+    smoke_rows)."""
+    died = smoke_test(target, ops, product)
+    if died is not None:
+        return smoke_rows(target, ops, died)
     rows = []
     for op in ops:
         built: list = []
@@ -224,6 +231,31 @@ def generate_target(target, ops: list, out_root: Path, rng, product: str | None)
                            else not_run(op, combo, target)) for combo in op.combos]
         write_op_project(target, op, built, out_root)
     return rows
+
+
+def smoke_test(target, ops: list, product: str | None) -> str | None:
+    """Why the target's smoke kernel (the first op x combo) killed or hung its child process
+    (opgen.smoke); None when it survived, or when nothing of this target runs here."""
+    if not (target.can_build() and target.can_run()):
+        return None
+    from opgen import smoke
+
+    return smoke.smoke_failure(target.name, ops[0].name, ops[0].combos[0].tag, product)
+
+
+def smoke_rows(target, ops: list, died: str) -> list[Row]:
+    """The smoke's FAIL row, then one FAIL row per kernel, none of them built or run.
+
+    Not run: what killed the child would kill this process, and with it the table (a
+    hung child: this process has no timeout). Not built either: a signal in the child's
+    build (the compiler itself) would recur here. FAIL, not NOT RUN: NOT RUN says a target
+    that cannot build here is no failure, and these kernels did not survive a run here.
+    The op column says ``smoke:<op>`` so that tables read per op count kernels only."""
+    op, combo = ops[0], ops[0].combos[0]
+    rows = [print_row(Row(f"smoke:{op.name}", combo.tag, target.name, 0.0, False, None, "FAIL", died))]
+    reason = f"not run: {died.partition(': ')[0]}"     # what happened; why is on the smoke row
+    return rows + [print_row(Row(o.name, c.tag, target.name, 0.0, False, None, "FAIL", reason))
+                   for o in ops for c in o.combos]
 
 
 def not_run(op, combo, target) -> Row:
