@@ -15,10 +15,22 @@ the next process that loads it. opgen therefore
   in a private temporary directory instead; the file is never loaded.
 
 The checks run when a kernel is loaded or stored, never on a call of a built kernel.
+
+A library is also checked for damage before it is loaded: a file cut short (a full disk, a
+killed copy, a file system that lost its tail) maps pages past its end, and the first touch
+of one kills the process with SIGBUS, a signal no Python code can catch. So every library
+opgen writes here is *sealed*: a trailer after the ELF data (the loader never reads past
+the segments its headers name) holds the SHA-256 of everything before it and the file's own
+name. ``load_sealed`` loads a file only when its seal matches its bytes and its name (a
+valid library of another kernel copied over it fails the name), and the loaded library has
+the symbols its caller expects; otherwise the file is moved aside (``<name>.damaged``) with
+a one-line warning and the caller rebuilds it. ``payload`` is the library without its seal
+(what ``opgen generate`` writes out).
 """
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
 import shutil
 import stat
@@ -154,6 +166,15 @@ def private_scratch_dir() -> Path:
         return _scratch[0]
 
 
+def private_copy(path: Path) -> Path:
+    """A copy of ``path`` under a new name in the private scratch directory: a library this
+    process must load afresh although it has loaded another file under ``path``'s name."""
+    fd, copy = tempfile.mkstemp(dir=private_scratch_dir(), suffix=Path(path).suffix)
+    os.close(fd)
+    shutil.copyfile(path, copy)
+    return Path(copy)
+
+
 def code_dir(name: str, what: str) -> Path:
     """Where code built outside TVM goes (``what``, a plural: "emulation libraries"): ``<cache>/<name>`` when opgen may load code from it, else the private
     scratch directory of this process (warned once, as every refusal)."""
@@ -164,11 +185,104 @@ def code_dir(name: str, what: str) -> Path:
 
 
 def place(built: Path, dest: Path) -> Path:
-    """Copy the file ``built`` to ``dest`` atomically (a concurrent process sees the old file
-    or the whole new one, never half of it); returns ``dest``."""
+    """Copy the file ``built`` to ``dest`` atomically, sealed (a concurrent process sees the
+    old file or the whole new one, never half of it); returns ``dest``."""
     fd, staged = tempfile.mkstemp(dir=dest.parent, suffix=dest.suffix)
     os.close(fd)
-    shutil.copyfile(built, staged)
-    os.replace(staged, dest)
+    try:
+        shutil.copyfile(built, staged)
+        seal(Path(staged), dest.name)
+        os.replace(staged, dest)
+    finally:
+        if os.path.exists(staged):
+            os.unlink(staged)
     return dest
 
+
+# ---- seals: a library's digest and name after its bytes -----------------------------------
+
+SEAL_MAGIC = b"OPGSEAL1"          # the file's last 8 bytes; the 8 before them: the trailer's length
+
+
+def seal(path: Path, name: str) -> None:
+    """Append the seal of ``path``'s bytes, for the file name ``name`` it will have."""
+    digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    line = f"\n#opgen-seal v1 sha256={digest} name={name}\n".encode()
+    with open(path, "ab") as out:
+        out.write(line + len(line).to_bytes(8, "little") + SEAL_MAGIC)
+
+
+def _split_seal(data: bytes) -> tuple[bytes, dict] | None:
+    """(payload, seal fields) of a sealed file's bytes, or None when it carries no seal."""
+    if len(data) < 16 or data[-8:] != SEAL_MAGIC:
+        return None
+    size = int.from_bytes(data[-16:-8], "little")
+    if size > len(data) - 16:
+        return None
+    words = data[-16 - size:-16].decode("utf-8", "replace").split()
+    if words[:2] != ["#opgen-seal", "v1"]:
+        return None
+    return data[:-16 - size], dict(word.split("=", 1) for word in words[2:] if "=" in word)
+
+
+def damage(path: Path) -> str | None:
+    """Why the sealed library at ``path`` must not be loaded (None: its seal holds)."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as err:
+        return f"unreadable ({err.strerror})"
+    parts = _split_seal(data)
+    if parts is None:
+        return f"no intact seal ({len(data)} bytes: cut short, overwritten, or not written by opgen)"
+    payload, fields = parts
+    if fields.get("name") != Path(path).name:
+        return f"sealed for {fields.get('name')!r}, another file"
+    if fields.get("sha256") != hashlib.sha256(payload).hexdigest():
+        return "its bytes do not match its seal"
+    return None
+
+
+def payload(path: Path) -> bytes:
+    """The library at ``path`` without its seal (a file with none: all of it)."""
+    data = Path(path).read_bytes()
+    parts = _split_seal(data)
+    return data if parts is None else parts[0]
+
+
+def set_aside(path: Path, reason: str) -> None:
+    """Move a damaged cached file out of the way (``<name>.damaged``) and say so in one
+    line; the caller rebuilds it."""
+    path = Path(path)
+    try:
+        os.replace(path, path.with_name(path.name + ".damaged"))
+    except OSError:
+        pass
+    warnings.warn(f"opgen: cached library {path} is damaged: {reason}; moved aside and rebuilt", stacklevel=3)
+
+
+def intact(path: Path) -> bool:
+    """Whether a cached library may be loaded (``loadable``) and is undamaged (``damage``);
+    a damaged one is set aside (the caller rebuilds it)."""
+    if not loadable(path):
+        return False
+    reason = damage(path)
+    if reason:
+        set_aside(path, reason)
+    return reason is None
+
+
+def load_sealed(path: Path, load, expected=lambda loaded: True):
+    """``load(path)`` of an ``intact`` cached library that, loaded, passes ``expected`` (its
+    symbols). None otherwise: the caller builds it again; a file the loader refuses or that
+    lacks the expected symbols is set aside too."""
+    if not intact(path):
+        return None
+    try:
+        loaded = load(path)
+    except Exception as err:  # the dynamic loader refused it: set aside, rebuilt
+        set_aside(path, f"the loader refused it ({type(err).__name__})")
+        return None
+    if expected(loaded):
+        return loaded
+    set_aside(path, "it lacks the symbols expected of it")
+    return None

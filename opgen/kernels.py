@@ -14,7 +14,6 @@ from __future__ import annotations
 import functools
 import hashlib
 import os
-import shutil
 import tempfile
 import threading
 import time
@@ -72,7 +71,7 @@ class Kernel:
     def export(self, path: Path) -> None:
         """Write the compiled library to ``path`` (a module loaded from disk cannot re-export)."""
         if self.library_path is not None and self.library_path.exists():
-            shutil.copyfile(self.library_path, path)
+            Path(path).write_bytes(diskcache.payload(self.library_path))     # without the cache's seal
         else:
             self.module.export_library(str(path))
 
@@ -284,15 +283,12 @@ def _cache_path(target: TargetSpec, symbol: str, tir: str) -> Path:
     return diskcache.cache_dir() / "kernels" / f"{symbol}-{target.name}-{digest[:20]}{target.library_suffix}"
 
 
-def _load(path: Path):
-    """The cached library at ``path``, or None: absent, unreadable (a truncated or foreign
-    file: rebuilt), or in a place someone else could have written (never loaded)."""
-    if not diskcache.loadable(path):
-        return None
-    try:
-        return tvm.runtime.load_module(str(path))
-    except Exception:
-        return None
+def _load(path: Path, symbol: str):
+    """The cached library at ``path``, or None: absent, damaged or lacking ``symbol`` (set
+    aside, rebuilt: opgen.diskcache.load_sealed), or in a place someone else could have
+    written (never loaded)."""
+    return diskcache.load_sealed(path, lambda p: tvm.runtime.load_module(str(p)),
+                                 lambda module: module.implements_function(symbol))
 
 
 def _store(module, path: Path) -> bool:
@@ -304,6 +300,7 @@ def _store(module, path: Path) -> bool:
     os.close(fd)
     try:
         module.export_library(tmp)
+        diskcache.seal(Path(tmp), path.name)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -322,7 +319,7 @@ def build(op: OpSpec, combo: DtypeCombo, target: TargetSpec, variant: str = "def
     size_vars = _size_vars(func, op.inputs + op.outputs)
     tir = mod.script()
     path = _cache_path(target, symbol, tir) if target.library_suffix and diskcache.enabled() else None
-    module = _load(path) if path is not None else None
+    module = _load(path, symbol) if path is not None else None
     from_disk = module is not None
     if module is None:
         module = target.build(mod)

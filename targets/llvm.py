@@ -25,10 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
 import tvm
 
@@ -119,10 +116,8 @@ class LlvmTarget(TargetSpec):
         if library_path is None:
             return module
         if not from_disk:
-            fd, copy = tempfile.mkstemp(dir=diskcache.private_scratch_dir(), suffix=library_path.suffix)
-            os.close(fd)
-            shutil.copyfile(library_path, copy)
-            library_path, module = Path(copy), tvm.runtime.load_module(copy)
+            library_path = diskcache.private_copy(library_path)
+            module = tvm.runtime.load_module(str(library_path))
         llvm_threads.route(library_path)
         return module
 

@@ -120,13 +120,14 @@ def _compiler() -> str | None:
 
 
 def _build_launcher() -> Path | None:
-    """The launcher library (compiled once per source), or None without a C compiler."""
+    """The launcher library: the cached one when it is there intact (a damaged one is set
+    aside: opgen.diskcache.intact), else compiled once per source; None without a C compiler."""
     compiler = _compiler()
     if compiler is None:
         return None
     name = f"opgen_threads-{hashlib.sha256(_SOURCE.encode()).hexdigest()[:16]}.so"
     lib = diskcache.code_dir("llvm-threads", "thread launchers") / name
-    if diskcache.loadable(lib):
+    if diskcache.intact(lib):
         return lib
     with tempfile.TemporaryDirectory() as tmp:
         source, out = Path(tmp) / "threads.c", Path(tmp) / "threads.so"
@@ -138,15 +139,35 @@ def _build_launcher() -> Path | None:
         return diskcache.place(out, lib)
 
 
+_ENTRIES = ("opgen_threads_set_tvm_launch", "opgen_threads_set_tvm_barrier", "opgen_threads_set_openmp",
+            "opgen_threads_openmp_launches", "opgen_parallel_launch", "opgen_parallel_barrier")
+
+
+def _load(path: Path, retry: bool = True) -> ctypes.CDLL | None:
+    """The launcher at ``path``, loaded, if it has every entry. Otherwise it is set aside,
+    rebuilt in its place and loaded from a private copy (this process has loaded the old
+    file under that name, and the dynamic loader would hand it out again); None when even
+    that fails (the kernels stay on TVM's pool: slower next to torch, never wrong)."""
+    try:
+        lib = ctypes.CDLL(str(path))
+    except OSError:
+        lib = None
+    if lib is not None and all(hasattr(lib, entry) for entry in _ENTRIES):
+        return lib
+    diskcache.set_aside(path, "the loader refused it" if lib is None else "it lacks the thread launcher's entry points")
+    rebuilt = _build_launcher() if retry else None
+    return None if rebuilt is None else _load(diskcache.private_copy(rebuilt), retry=False)
+
+
 def launcher() -> ctypes.CDLL | None:
     """The loaded launcher (built on first use), or None where it cannot be built."""
     global _launcher, _launcher_failed
     with _lock:
         if _launcher is None and not _launcher_failed:
             path = _build_launcher()
-            _launcher_failed = path is None
-            if path is not None:
-                _launcher = ctypes.CDLL(str(path))
+            _launcher = None if path is None else _load(path)
+            _launcher_failed = _launcher is None
+            if _launcher is not None:
                 _launcher.opgen_threads_openmp_launches.restype = ctypes.c_ulonglong
         return _launcher
 

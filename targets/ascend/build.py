@@ -124,18 +124,44 @@ def include_flags(root: Path) -> list[str]:
     return [f"-I{EMU_DIR}", f"-I{EMU_DIR / 'host'}", f"-I{root / 'op_kernel'}", f"-I{root / 'op_host'}"]
 
 
-def emulation_library(name: str, flags: list, key: str, lay_out, what: str) -> Path:
+def emulation_library(name: str, flags: list, key: str, lay_out, what: str, symbol: str) -> Path:
     """A shared library built by g++ with ``flags`` against the emulation headers, cached (in
     the trusted-or-private code folder) by ``name``, the flags, ``key`` (the sources' text)
     and the headers. ``lay_out(folder)`` writes the sources into a scratch folder and returns
     (the .cpp files, flags that name the folder, which stay out of the key); a compile error
     is a RuntimeError naming ``what``. Shared by opgen's emitted projects and CANN's kernels
-    (targets/ascend/cann_src.py)."""
+    (targets/ascend/cann_src.py), whose launch entry for kernel ``symbol`` it must export.
+
+    A cached library that is damaged is set aside and rebuilt (opgen.diskcache.intact); one
+    without the entry too, and since this process has then loaded the old file under that
+    name (the dynamic loader would hand it out again), the rebuilt one is loaded from a
+    private copy."""
     header_text = "".join(p.read_text() for p in sorted(EMU_DIR.rglob("*.h")))
     digest = hashlib.sha256("\0".join([key, *flags, header_text]).encode()).hexdigest()
     lib = diskcache.code_dir("ascend-emu", "emulation libraries") / f"{name}-{digest[:20]}.so"
-    if diskcache.loadable(lib):
-        return lib
+    if diskcache.intact(lib):
+        if _exports(lib, launch_entry(symbol)):
+            return lib
+        diskcache.set_aside(lib, f"it lacks {launch_entry(symbol)}")
+        return _compile(flags, lay_out, what, lib, private_copy=True)
+    return _compile(flags, lay_out, what, lib)
+
+
+def launch_entry(symbol: str) -> str:
+    """The emulation's exported launch function of kernel ``symbol`` (OPGEN_EMU_EXPORT)."""
+    return f"opgen_emu_launch_{symbol}"
+
+
+def _exports(lib: Path, entry: str) -> bool:
+    try:
+        return hasattr(ctypes.CDLL(str(lib)), entry)
+    except OSError:
+        return False
+
+
+def _compile(flags: list, lay_out, what: str, lib: Path, private_copy: bool = False) -> Path:
+    """g++ the sources into ``lib`` (sealed); with ``private_copy`` also into this process's
+    private scratch folder under a name of its own, which is returned."""
     with tempfile.TemporaryDirectory() as tmp:
         sources, folder_flags = lay_out(Path(tmp))
         out = Path(tmp) / "lib.so"
@@ -144,7 +170,7 @@ def emulation_library(name: str, flags: list, key: str, lay_out, what: str) -> P
         if done.returncode:
             raise RuntimeError(f"g++ failed on {what}:\n{done.stderr[-4000:]}")
         diskcache.place(out, lib)
-    return lib
+    return diskcache.private_copy(lib) if private_copy else lib
 
 
 def compile_project(files: dict, symbol: str, hw, extra_flags=()) -> Path:
@@ -153,13 +179,13 @@ def compile_project(files: dict, symbol: str, hw, extra_flags=()) -> Path:
         write_project(files, root)
         return [root / rel for rel in sorted(files) if rel.endswith(".cpp")], include_flags(root)
     return emulation_library(symbol, list(CXXFLAGS) + emu_flags(hw) + list(extra_flags),
-                             sorted(files.items()).__repr__(), lay_out, f"the emitted {symbol}")
+                             sorted(files.items()).__repr__(), lay_out, f"the emitted {symbol}", symbol)
 
 
 def bind_launch(lib, symbol: str):
     """The emulation's typed launch entry of kernel ``symbol`` in ``lib``:
     ``launch(block_dim, pointers, sizes, count) -> status``."""
-    launch = getattr(lib, f"opgen_emu_launch_{symbol}")
+    launch = getattr(lib, launch_entry(symbol))
     launch.argtypes = [ctypes.c_uint32, ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_uint64),
                        ctypes.c_uint32]
     launch.restype = ctypes.c_int

@@ -171,7 +171,7 @@ def build(kernel: CannKernel, combo, hw, checkout: Path) -> tuple[Path, list]:
         return [main], ["-include", str(tiling_h)]
     lib = emulation_library(f"cann-{kernel.symbol}", _flags(kernel, combo, hw, checkout),
                             sources + struct_source(kernel.struct, fields), lay_out,
-                            f"CANN's {kernel.kernel} against the emulation")
+                            f"CANN's {kernel.kernel} against the emulation", kernel.symbol)
     return lib, fields
 
 
