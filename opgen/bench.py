@@ -431,6 +431,7 @@ def apply_policy(args, module: str = "opgen.bench", argv: list[str] | None = Non
         os.environ.update({} if want is None else {"OMP_WAIT_POLICY": want})
         return None
     argv = to_argv(args) if argv is None else argv
+    env["PYTHONSAFEPATH"] = "1"     # -m would put the current folder first on the import path
     return subprocess.run([sys.executable, "-m", module, *argv], env=env).returncode
 
 
