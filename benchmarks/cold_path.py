@@ -50,7 +50,7 @@ def contenders(torch, n, c, h, w, g, dtype) -> dict:
         _, size, ex = phase_one(*args)
         phase_two(None, size, ex, None)
 
-    return {"api": api, "kernel": lambda: kernel(*kernel_args), "stream": same_bytes_stream(dy, x, args[10]),
+    return {"api": api, "kernel": lambda: kernel(*kernel_args), "stream": same_bytes_stream([dy, x], [args[10]]),
             "aten": lambda: torch.ops.aten.native_group_norm_backward(dy, x, mean, rstd, gamma, n, c, hw, g,
                                                                       [True] * 3)}
 

@@ -202,6 +202,9 @@ def place(built: Path, dest: Path) -> Path:
 # ---- seals: a library's digest and name after its bytes -----------------------------------
 
 SEAL_MAGIC = b"OPGSEAL1"          # the file's last 8 bytes; the 8 before them: the trailer's length
+# Part of every cached library's key: files an opgen without seals wrote are never looked up
+# (they would all be set aside as damaged, one warning each), only left behind.
+KEY_FORMAT = "sealed-1"
 
 
 def seal(path: Path, name: str) -> None:

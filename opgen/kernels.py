@@ -279,7 +279,8 @@ def _size_vars(func, tensor_names) -> tuple:
 
 
 def _cache_path(target: TargetSpec, symbol: str, tir: str) -> Path:
-    digest = hashlib.sha256("\n".join([tvm.__version__, repr(target), str(target.tvm_target()), tir]).encode()).hexdigest()
+    key = [diskcache.KEY_FORMAT, tvm.__version__, repr(target), str(target.tvm_target()), tir]
+    digest = hashlib.sha256("\n".join(key).encode()).hexdigest()
     return diskcache.cache_dir() / "kernels" / f"{symbol}-{target.name}-{digest[:20]}{target.library_suffix}"
 
 

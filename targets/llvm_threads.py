@@ -125,7 +125,7 @@ def _build_launcher() -> Path | None:
     compiler = _compiler()
     if compiler is None:
         return None
-    name = f"opgen_threads-{hashlib.sha256(_SOURCE.encode()).hexdigest()[:16]}.so"
+    name = f"opgen_threads-{hashlib.sha256((diskcache.KEY_FORMAT + _SOURCE).encode()).hexdigest()[:16]}.so"
     lib = diskcache.code_dir("llvm-threads", "thread launchers") / name
     if diskcache.intact(lib):
         return lib

@@ -137,7 +137,7 @@ def emulation_library(name: str, flags: list, key: str, lay_out, what: str, symb
     name (the dynamic loader would hand it out again), the rebuilt one is loaded from a
     private copy."""
     header_text = "".join(p.read_text() for p in sorted(EMU_DIR.rglob("*.h")))
-    digest = hashlib.sha256("\0".join([key, *flags, header_text]).encode()).hexdigest()
+    digest = hashlib.sha256("\0".join([diskcache.KEY_FORMAT, key, *flags, header_text]).encode()).hexdigest()
     lib = diskcache.code_dir("ascend-emu", "emulation libraries") / f"{name}-{digest[:20]}.so"
     if diskcache.intact(lib):
         if _exports(lib, launch_entry(symbol)):
