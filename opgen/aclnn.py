@@ -151,7 +151,8 @@ def _kernel(op, combo, product: str, shapes: dict, call=None, aliased=frozenset(
     except KeyError as exc:
         raise ArgError(ACLNN_ERR_RUNTIME_ERROR, f"the kernel target is unusable ({exc.args[0]})")
     if not target.can_run():
-        raise ArgError(ACLNN_ERR_RUNTIME_ERROR, f"target {target.name} cannot run kernels on this machine")
+        raise ArgError(ACLNN_ERR_RUNTIME_ERROR,
+                       f"target {target.name} cannot run kernels on this machine ({target.run_place()})")
     try:
         device = target.device()
         alignments = None if call is None else kernel_alignments(call, shapes, is_host(device), aliased)

@@ -28,14 +28,19 @@ class IreeTarget(TargetSpec):
     peer_name: str = "iree"          # opgen compare --against iree, and a contender in opgen bench
 
     def can_run(self) -> bool:
-        return self.runs_here and self.can_build()
+        return self.runs_here and self.can_build() and self.cross_built() is None
+
+    def cross_built(self) -> str | None:
+        """Why IREE's llvm-cpu code for the llvm target's CPU cannot run here (an
+        OPGEN_LLVM_TARGET naming features this CPU lacks), or None."""
+        return llvm_host.why_not_here(llvm_host.current()) if self.backend == "llvm-cpu" else None
 
     def run_place(self) -> str:
         if not self.runs_here:
             return (f"compiled only: IREE's {self.backend} backend ({' '.join(self.flags)}); "
                     "nothing runs without the device")
         return "IREE llvm-cpu, run by iree.runtime (local-task) on this CPU" if self.can_run() else \
-            f"not here: {self.missing()}"
+            f"not here: {self.missing() or self.cross_built()}"
 
     def cpu_flags(self) -> tuple:
         """The CPU IREE compiles for: the llvm target's (llvm_host: the probed host, or

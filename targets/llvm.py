@@ -98,7 +98,12 @@ class LlvmTarget(TargetSpec):
         return tvm.cpu(0)
 
     def can_run(self) -> bool:
-        return self.can_build()
+        """Built here, and for no feature this CPU lacks (an OPGEN_LLVM_TARGET cross build
+        compiles, but its kernels would die of SIGILL here: they are not run)."""
+        return self.can_build() and llvm_host.why_not_here(self.built_for()) is None
+
+    def run_place(self) -> str:
+        return "here" if self.can_run() else f"not here: {self.missing() or llvm_host.why_not_here(self.built_for())}"
 
     def build(self, mod):
         with polynomial_exp() if self.polynomial_exp else contextlib.nullcontext():

@@ -103,6 +103,25 @@ def for_host(name: str, host_features: dict, source: str = "probed: LLVM's host 
     return CpuSpec(name, edits_for_host(name, host_features), source)
 
 
+def lacking_here(cpu: CpuSpec) -> list:
+    """The features ``cpu`` builds with that this machine's OS does not enable (probed): a
+    kernel built for it may stop at its first instruction of one with SIGILL. Empty for the
+    probed host itself, and for any CPU whose features this host has."""
+    host = probe_host()[1]
+    vector = [f for family in _VECTOR_FAMILIES for f in family]     # named first: what kernels use
+    return sorted((f for f in cpu.features() if f in host and not host[f]),
+                  key=lambda f: (vector.index(f) if f in vector else len(vector), f))
+
+
+def why_not_here(cpu: CpuSpec) -> str | None:
+    """One line saying why kernels built for ``cpu`` must not run here, or None."""
+    lacking = lacking_here(cpu)
+    if not lacking:
+        return None
+    named = ", ".join(lacking[:6]) + (f" and {len(lacking) - 6} more" if len(lacking) > 6 else "")
+    return f"built for {cpu.name} with {named}, which this CPU (or its OS) does not enable"
+
+
 def feature_string(cpu: CpuSpec) -> str:
     """The ISA features ``cpu`` has, each spelled "+f", then the name's features switched off
     as "-f": the form compilers that read features literally need (IREE). Only features

@@ -204,3 +204,29 @@ def test_iree_builds_for_the_same_cpu_and_features(monkeypatch, tmp_path):
         found[label] = encodings(library)
     assert found["hidden"]["EVEX"] == 0 and found["hidden"]["VEX"] > 0, found
     assert found["named"]["EVEX"] > 0, found
+
+
+def test_kernels_built_for_features_this_host_lacks_are_built_not_run(monkeypatch):
+    """A cross build (OPGEN_LLVM_TARGET naming more than the host has) compiles, but its
+    kernels are not run here, where their first instruction of a missing set would be
+    SIGILL: opgen generate makes BUILT rows, the aclnn API refuses with the reason. The
+    host is simulated: a Zen 4 without AVX-512, asked to build for Sapphire Rapids."""
+    zen4_without_avx512 = simulated_host("znver4", no_avx512)
+    monkeypatch.setattr(llvm_host, "probe_host", lambda: ("znver4", zen4_without_avx512))
+    cross = dataclasses.replace(LLVM, cpu=llvm_host.CpuSpec("sapphirerapids"))
+    assert cross.can_build() and not cross.can_run()
+    assert "avx512f" in llvm_host.lacking_here(cross.built_for()) and "avx512fp16" in cross.run_place()
+    native = dataclasses.replace(LLVM, cpu=HOSTS["znver4 without AVX-512"][0])
+    assert native.can_run() and native.run_place() == "here"
+
+
+def test_a_cross_build_is_refused_by_the_api_with_the_reason(monkeypatch):
+    import opgen
+    from opgen import AclnnError
+
+    zen4_without_avx512 = simulated_host("znver4", no_avx512)
+    monkeypatch.setattr(llvm_host, "probe_host", lambda: ("znver4", zen4_without_avx512))
+    monkeypatch.setenv(llvm_host.OVERRIDE_VARIABLE, "znver4")
+    with pytest.raises(AclnnError, match="cannot run kernels on this machine .*avx512f"):
+        opgen.rms_norm_grad(np.ones((4, 8), np.float32), np.ones((4, 8), np.float32), np.ones(4, np.float32),
+                            np.ones(8, np.float32))
