@@ -12,9 +12,9 @@ as ``tvm.codegen.llvm.GetHostCPUFeatures``), chosen over ``/proc/cpuinfo`` becau
 exactly what decides whether an instruction runs: CPUID as the hypervisor presents it, and
 for the AVX and AVX-512 register states XGETBV, i.e. whether the OS saves them (XCR0). It is
 also the query ``clang -march=native`` and IREE's ``cpu=host`` use, it names features in the
-spelling ``mattr`` takes (no mapping table to keep), and it works where /proc does not
-(macOS, Windows). /proc/cpuinfo is the kernel's view of the same bits; the tests check the
-two agree on the vector extensions here (tests/test_llvm_host.py).
+spelling ``mattr`` takes, and it works where /proc does not (macOS, Windows). On Linux the
+vector extensions are also checked against /proc/cpuinfo, the kernel's view of the same
+bits: one the kernel does not list is switched off (``probe_host``).
 
 ``OPGEN_LLVM_TARGET`` overrides the probe: ``CPU[,+feature|-feature...]``, e.g.
 ``znver4,-avx512f`` (AVX-512 off, and with it every extension that needs it) or
@@ -77,13 +77,44 @@ def _enabled_features(name: str, mattr: tuple) -> frozenset:
     return frozenset(str(f) for f in tvm.target.codegen.llvm_get_cpu_features(target))
 
 
+# LLVM's names of the vector extensions kernels use, as Linux spells them in /proc/cpuinfo.
+LINUX_FLAGS = {"sse4.2": "sse4_2", "avx": "avx", "avx2": "avx2", "fma": "fma", "f16c": "f16c",
+               "avx512f": "avx512f", "avx512bw": "avx512bw", "avx512vl": "avx512vl", "avx512dq": "avx512dq",
+               "avx512cd": "avx512cd", "avx512bf16": "avx512_bf16", "avx512vnni": "avx512_vnni",
+               "avx512fp16": "avx512_fp16", "avx512ifma": "avx512ifma", "avx512vbmi": "avx512vbmi",
+               "avx512vbmi2": "avx512_vbmi2", "avx512bitalg": "avx512_bitalg",
+               "avx512vpopcntdq": "avx512_vpopcntdq", "avx512vp2intersect": "avx512_vp2intersect"}
+
+
+def linux_cpu_flags(cpuinfo: str = "/proc/cpuinfo") -> frozenset | None:
+    """The flags the Linux kernel lists for the first CPU, or None (not Linux, not x86)."""
+    try:
+        with open(cpuinfo) as text:
+            line = next((line for line in text if line.startswith("flags")), None)
+    except OSError:
+        return None
+    return frozenset(line.split(":", 1)[1].split()) if line else None
+
+
 @functools.lru_cache(maxsize=None)
 def probe_host() -> tuple[str, dict]:
     """LLVM's name for this CPU and its host-feature map (feature -> enabled), as the running
-    OS allows them (CPUID and XCR0). An empty map where LLVM cannot query features."""
+    OS allows them (CPUID and XCR0). An empty map where LLVM cannot query features.
+
+    On Linux, a vector extension the kernel does not list in /proc/cpuinfo is switched off
+    too: a second opinion over the same CPUID bits, for the rare host where LLVM's query
+    misfires (seen reported: AVX-512 claimed on an EPYC whose CPUID had none). A kernel
+    too old to know a flag's name costs only speed, never a SIGILL."""
     name = str(tvm.target.codegen.llvm_get_system_cpu())
-    features = tvm_ffi.get_global_func("tvm.codegen.llvm.GetHostCPUFeatures")()
-    return name, {str(k): bool(v) for k, v in features.items()}
+    features = {str(k): bool(v) for k, v in tvm_ffi.get_global_func("tvm.codegen.llvm.GetHostCPUFeatures")().items()}
+    flags = linux_cpu_flags()
+    if flags and "sse2" in flags:          # x86 Linux: the kernel's view of the same bits
+        for feature, flag in LINUX_FLAGS.items():
+            if features.get(feature) and flag not in flags:
+                features[feature] = False
+        if not features.get("avx512f"):    # every AVX-512 extension needs the foundation
+            features.update({f: False for f in features if f.startswith("avx512")})
+    return name, features
 
 
 def edits_for_host(name: str, host_features: dict) -> tuple:

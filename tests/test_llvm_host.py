@@ -124,17 +124,37 @@ def test_positive_control_the_names_own_features_are_found(tmp_path):
 
 def test_the_probe_agrees_with_the_kernels_view_of_the_vector_extensions():
     """LLVM's host query (CPUID and XCR0) against Linux's /proc/cpuinfo flags, the same bits
-    as the kernel enabled them, on every vector extension opgen's kernels can use."""
-    cpuinfo = Path("/proc/cpuinfo")
-    if not cpuinfo.exists():
-        pytest.skip("no /proc/cpuinfo")
-    flags = set(next(line for line in cpuinfo.read_text().splitlines() if line.startswith("flags")).split(":")[1].split())
-    spelled = {"sse4.2": "sse4_2", "avx": "avx", "avx2": "avx2", "fma": "fma", "f16c": "f16c", "avx512f": "avx512f",
-               "avx512bw": "avx512bw", "avx512vl": "avx512vl", "avx512dq": "avx512dq", "avx512cd": "avx512cd",
-               "avx512bf16": "avx512_bf16", "avx512vnni": "avx512_vnni", "avx512fp16": "avx512_fp16"}
-    probed = llvm_host.probe_host()[1]
-    disagree = {f: (probed.get(f), name in flags) for f, name in spelled.items() if bool(probed.get(f)) != (name in flags)}
+    as the kernel enabled them, on every vector extension opgen's kernels can use: the raw
+    query agrees here, and the probe never keeps one the kernel does not list."""
+    import tvm_ffi
+
+    flags = llvm_host.linux_cpu_flags()
+    if not flags:
+        pytest.skip("no /proc/cpuinfo flags")
+    raw = tvm_ffi.get_global_func("tvm.codegen.llvm.GetHostCPUFeatures")()
+    disagree = {f: (bool(raw.get(f)), name in flags) for f, name in llvm_host.LINUX_FLAGS.items()
+                if bool(raw.get(f)) != (name in flags)}
     assert not disagree, disagree
+    probed = llvm_host.probe_host()[1]
+    assert all(name in flags for f, name in llvm_host.LINUX_FLAGS.items() if probed.get(f))
+
+
+def test_a_vector_extension_the_kernel_does_not_list_is_switched_off(monkeypatch, tmp_path):
+    """The second opinion: a host whose LLVM query claims AVX-512 while Linux lists none."""
+    flags = llvm_host.linux_cpu_flags()
+    if not flags or "sse2" not in flags:
+        pytest.skip("x86 Linux only")
+    fake = tmp_path / "cpuinfo"
+    fake.write_text("flags\t\t: " + " ".join(sorted(f for f in flags if not f.startswith("avx512"))) + "\n")
+    read = llvm_host.linux_cpu_flags
+    monkeypatch.setattr(llvm_host, "linux_cpu_flags", lambda: read(str(fake)))
+    llvm_host.probe_host.cache_clear()
+    try:
+        probed = llvm_host.probe_host()[1]
+        assert not any(on for f, on in probed.items() if f.startswith("avx512"))
+        assert probed.get("avx2") == ("avx2" in flags)
+    finally:
+        llvm_host.probe_host.cache_clear()
 
 
 def test_this_host_builds_for_its_probed_features():
