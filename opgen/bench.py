@@ -43,7 +43,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from opgen import baselines as B
-from opgen.ops import all_ops, get_op
+from opgen.ops import all_ops, get_op, unknown_op
 from opgen.peers import import_torch
 
 DATA_DTYPES = ("f32", "bf16")    # the data dtypes benchmarked: each op's combo with that data dtype
@@ -364,7 +364,8 @@ def write_rows(rows: list[Record], path) -> None:
 
 def add_arguments(parser) -> None:
     parser.add_argument("--quick", action="store_true", help="one shape per op, f32 (under a minute)")
-    parser.add_argument("--op", action="append", choices=[op.name for op in all_ops()])
+    parser.add_argument("--op", action="append", metavar="OP",   # checked: one line names an unknown op
+                        help="only this op (repeatable)")
     parser.add_argument("--dtypes", action="append", help="dtype combo, e.g. bf16-bf16 (repeatable)")
     parser.add_argument("--shape", action="append", metavar="OP=SHAPE",
                         help="OP=SHAPE with the shape in the op's Problem spelling (fields joined by commas, "
@@ -463,6 +464,8 @@ def check_arguments(args) -> str | None:
         value = getattr(args, option)
         if value is not None and value < least:
             return f"--{option} wants a number >= {least}, got {value}"
+    if args.op and (mistake := unknown_op(args.op)):
+        return mistake
     if args.training and not installed("torch"):
         return f"--training trains torch models: {TORCH_EXTRA}"
     if args.plot and not installed("matplotlib"):

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from opgen import kernels, verify
-from opgen.ops import all_ops, get_op
+from opgen.ops import all_ops, get_op, unknown_op
 from opgen.targets import all_targets, get_target
 
 
@@ -184,10 +184,7 @@ def known_ops(names) -> list | str:
     """The ops named (all when none), or the one-line complaint about an unknown name."""
     if not names:
         return all_ops()
-    unknown = [n for n in names if n not in {op.name for op in all_ops()}]
-    if unknown:
-        return f"unknown op {unknown[0]!r}; registered ops: {', '.join(op.name for op in all_ops())}"
-    return [get_op(n) for n in names]
+    return unknown_op(names) or [get_op(n) for n in names]
 
 
 def cmd_generate(args) -> int:
@@ -292,7 +289,8 @@ def why_not_buildable(target) -> str:
 
 def add_explain_arguments(parser) -> None:
     parser.add_argument("op", help="op name")
-    parser.add_argument("--shape", required=True, help="problem shape, as for opgen tune (e.g. 4096x4096, "
+    # Required, but checked after the op: an unknown op is named as such, not as a missing --shape.
+    parser.add_argument("--shape", help="problem shape (required), as for opgen tune (e.g. 4096x4096, "
                         "8,256,56x56,32)")
     parser.add_argument("--dtype", default=None, help="dtype combo tag (default: the op's first)")
     parser.add_argument("--target", default=None, help="target name (default: opgen's current target)")
@@ -309,6 +307,8 @@ def cmd_explain(args) -> int:
     if isinstance(ops, str):
         return usage_error("explain", ops)
     op = ops[0]
+    if not args.shape:
+        return usage_error("explain", f"give --shape, the problem of {op.name} to explain")
     try:
         combo = op.combo(args.dtype) if args.dtype else op.combos[0]
         target = get_target(args.target or config.get_target())

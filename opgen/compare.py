@@ -21,7 +21,7 @@ import numpy as np
 
 from opgen import baselines, standards
 from opgen.dtypes import dtype_name
-from opgen.ops import all_ops, get_op
+from opgen.ops import all_ops, get_op, unknown_op
 from opgen.registry import Registry
 from opgen.targets import all_targets
 
@@ -186,7 +186,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("source_args", nargs="*", metavar="DIR",
                         help="what the source reads: for cann-src, the hicann/ops-nn checkout "
                         "(default $OPGEN_CANN_SRC, else ~/ops-nn)")
-    parser.add_argument("--op", action="append", choices=[op.name for op in all_ops() if op.cases.compare],
+    parser.add_argument("--op", action="append", metavar="OP",   # checked in main: one line names an unknown op
                         help="only this op (repeatable)")
     parser.add_argument("--dtypes", action="append", help="only this dtype combo, e.g. bf16-f32 (repeatable)")
     parser.add_argument("--shape", action="append", metavar="[OP=]SHAPE",
@@ -387,6 +387,9 @@ def main(args) -> int:
     """The ``opgen compare`` command: table, optional --out, exit 1 if a standard fails."""
     from opgen.bench import apply_policy
 
+    if args.op and (mistake := unknown_op(args.op)):
+        print(f"opgen compare: {mistake}", file=sys.stderr)
+        return 2
     rerun = apply_policy(args, "opgen.compare", to_argv(args))
     if rerun is not None:
         return rerun

@@ -1,6 +1,8 @@
 """``opgen generate`` (the main job) and ``opgen prove`` through their entry point."""
 from __future__ import annotations
 
+import pytest
+
 from opgen import cli
 
 
@@ -59,3 +61,31 @@ def test_generate_prints_the_ascend_emulations_modelled_time(tmp_path, capsys):
     assert status == 0 and len(rows) == 5, out
     assert all("PASS" in r and "modelled " in r and "% of the GM bound" in r and "busy MTE2" in r for r in rows), out
     assert get_target("llvm").run_summary(None) is None
+
+
+UNKNOWN_OP = [["tune", "nosuch"], ["tune", "nosuch", "--shape", "8x8"], ["explain", "nosuch"],
+              ["explain", "nosuch", "--shape", "8x8"], ["compare", "--op", "nosuch"], ["bench", "--op", "nosuch"],
+              ["generate", "--op", "nosuch"], ["export", "--target", "opencl", "--op", "nosuch"]]
+
+
+def _status(argv) -> int:
+    """``opgen`` 's exit status, whether main returns it or argparse exits with it."""
+    try:
+        return cli.main(argv)
+    except SystemExit as exit_:
+        return exit_.code
+
+
+@pytest.mark.parametrize("argv", UNKNOWN_OP, ids=lambda argv: " ".join(argv))
+def test_every_subcommand_that_takes_an_op_names_an_unknown_one(argv, tmp_path, capsys):
+    """``opgen tune nosuch`` said "give an op and --shape"; compare and bench answered with
+    argparse's usage (several lines). Each now says the op is unknown, in one line with the
+    registered ops, exit 2, and writes nothing."""
+    out = tmp_path / "out"
+    argv = [*argv, "--out", str(out)] if argv[0] in ("generate", "export") else argv
+    assert _status(argv) == 2
+    err = capsys.readouterr().err
+    command = argv[0]
+    assert err.startswith(f"opgen {command}: unknown op 'nosuch'; registered ops: "), err
+    assert "rms_norm_grad" in err and err.count("\n") == 1, err
+    assert not out.exists()

@@ -212,3 +212,28 @@ def test_the_rpc_help_carries_the_warning(capsys):
     help_text = " ".join(capsys.readouterr().out.split())
     assert "--rpc HOST:PORT:KEY measure on the servers of a TVM RPC tracker. WARNING:" in help_text
     assert "runs any code it is sent, without authentication" in help_text and "127.0.0.1" in help_text
+
+
+# ---- paths: no folder is created that was not asked for --------------------------------------
+
+@pytest.mark.parametrize("show", [False, True])
+def test_a_db_in_a_missing_folder_is_one_line_and_exit_2_and_creates_nothing(show, tmp_path, capsys):
+    """``opgen tune --db /nonexistent/dir/db.jsonl`` created the folder."""
+    missing = tmp_path / "no" / "such"
+    argv = ["tune", "--show"] if show else [*SMALL]
+    assert main([*argv, "--db", str(missing / "db.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert err == f"opgen tune: --db {missing / 'db.jsonl'}: the folder {missing} does not exist (create it first)\n"
+    assert not (tmp_path / "no").exists()
+
+
+def test_opgen_tune_db_in_a_missing_folder_is_refused_too(tmp_path, monkeypatch, capsys):
+    missing = tmp_path / "no"
+    monkeypatch.setenv("OPGEN_TUNE_DB", str(missing / "db.jsonl"))
+    assert main([*SMALL]) == 2
+    assert "$OPGEN_TUNE_DB=" in capsys.readouterr().err and not missing.exists()
+
+
+def test_opgen_tune_without_a_shape_names_the_op(capsys):
+    assert main(["tune", "rms_norm_grad"]) == 2
+    assert capsys.readouterr().err == "opgen tune: give --shape, the problem of rms_norm_grad to tune\n"

@@ -17,4 +17,15 @@ get_op = _REGISTRY.get
 all_ops = _REGISTRY.all
 
 
+def unknown_op(names) -> str | None:
+    """The one-line complaint about the first of ``names`` that is no registered op, listing
+    the registered ones (None: all are). Every subcommand that takes an op says this, so a
+    misspelt op is named as such instead of surfacing as some later, unrelated problem."""
+    registered = [op.name for op in all_ops()]
+    unknown = [name for name in names if name not in registered]
+    if not unknown:
+        return None
+    return f"unknown op {unknown[0]!r}; registered ops: {', '.join(registered)}"
+
+
 _REGISTRY.discover(__name__, __path__, "SPEC")

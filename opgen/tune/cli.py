@@ -24,9 +24,10 @@ import statistics
 import sys
 import time
 import warnings
+from pathlib import Path
 
-from opgen import config, kernels, schedules
-from opgen.ops import get_op
+from opgen import config, diskcache, kernels, schedules
+from opgen.ops import get_op, unknown_op
 from opgen.targets import get_target
 from opgen.tune import database
 
@@ -212,11 +213,33 @@ def metaschedule_missing() -> str | None:
     return f"--engine metaschedule needs {', '.join(absent)}: pip install 'opgen[tune]'"
 
 
+def chosen_db(args) -> Path:
+    """The database this command reads and appends to: ``--db``, else the default."""
+    return Path(args.db).expanduser() if args.db else database.user_db_path()
+
+
+def missing_folder(args) -> str | None:
+    """Why the database cannot be written (its folder does not exist), or None. The file
+    may be created, and the default one's private cache folder; a folder named by ``--db``
+    or ``$OPGEN_TUNE_DB`` is not: a typo in a path should not leave folders behind."""
+    db = chosen_db(args)
+    if db.parent.is_dir() or (not args.db and db.parent == diskcache.cache_dir()):
+        return None
+    named = f"--db {args.db}" if args.db else f"$OPGEN_TUNE_DB={db}"
+    return f"{named}: the folder {db.parent} does not exist (create it first)"
+
+
 def _check_arguments(args) -> str | None:
     """The first problem with the command line, as one line, or None. Checked before any
     build: a malformed value should cost a message, not a traceback minutes later."""
-    if not args.op or not args.shape:
+    if not args.op:
         return "give an op and --shape (or --show)"
+    if mistake := unknown_op([args.op]):
+        return mistake
+    if not args.shape:
+        return f"give --shape, the problem of {args.op} to tune"
+    if mistake := missing_folder(args):
+        return mistake
     for option, least in (("trials", 1), ("repeat", 1), ("jobs", 0), ("confirm", 0), ("patience", 0)):
         if getattr(args, option) < least:
             return f"--{option} wants a number >= {least}, got {getattr(args, option)}"
@@ -359,6 +382,9 @@ def _run(args, op, combo, target, problem, db):
 
 def main(args) -> int:
     if args.show:
+        if args.db and (mistake := missing_folder(args)):
+            print(f"opgen tune: {mistake}", file=sys.stderr)
+            return 2
         return show(args.db)
     mistake = _check_arguments(args)
     if mistake:
@@ -374,7 +400,7 @@ def main(args) -> int:
     except ValueError as err:
         print(f"opgen tune: {err}", file=sys.stderr)
         return 2
-    db = database.user_db_path() if not args.db else __import__("pathlib").Path(args.db)
+    db = chosen_db(args)
     space = space_for(op, combo, target, problem)
     bucket = database.bucket_for(op, kernel_shapes(op, problem))
     print(f"tuning {op.name} {combo.tag} on {target.name}, {problem} (bucket {bucket}): {len(space.points)} valid "

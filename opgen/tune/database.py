@@ -133,7 +133,7 @@ def append(path: Path, record: dict) -> None:
     path = Path(path)
     if path.parent == diskcache.cache_dir():
         diskcache.private_dir(path.parent)          # the default database: in the private cache root
-    path.parent.mkdir(parents=True, exist_ok=True)
+    # Any other folder must exist: a mistyped path fails (os.open) instead of growing folders.
     stored = {k: v for k, v in record.items() if not k.startswith("_")}   # not in-memory annotations
     line = (json.dumps(stored, sort_keys=True, default=str) + "\n").encode()
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)   # read: the last byte
