@@ -214,6 +214,39 @@ def test_the_rpc_help_carries_the_warning(capsys):
     assert "runs any code it is sent, without authentication" in help_text and "127.0.0.1" in help_text
 
 
+# ---- the table reports what a call would use ------------------------------------------------
+
+def _stale_record(knobs: dict, median_ms: float) -> dict:
+    """An ok record of SMALL's key whose knobs today's rule may not accept."""
+    from opgen.targets import get_target
+
+    return {"op": "rms_norm_grad", "combo": "f32-f32", "target": "llvm",
+            "hardware": database.hardware_of(get_target("llvm")), "bucket": "64x1024",
+            "engine": database.TEMPLATE, "knobs": knobs, "status": database.OK,
+            "median_ms": median_ms, "times_ms": [median_ms]}
+
+
+@pytest.mark.timeout(120)
+def test_opgen_tune_never_reports_a_record_the_resolver_refuses_as_the_best(tmp_path, capsys):
+    """A faster record with an unknown knob was printed as the best (8318.83x the default)
+    although the call path and --show refuse it: the table now shows the resolver's choice
+    and names each refused record with its reason."""
+    db = tmp_path / "db.jsonl"
+    database.append(db, _stale_record({"no_such_knob": 1}, 0.001))
+    database.append(db, _stale_record({"rows_per_chunk": 3}, 0.002))    # outside the domain
+    try:
+        assert main([*SMALL, "--trials", "1", "--db", str(db)]) == 0
+    finally:
+        lookup.reload()
+    out = capsys.readouterr().out
+    best = next(line for line in out.splitlines() if line.startswith("best ".ljust(14)))
+    assert "no_such_knob" not in best and "'rows_per_chunk': 3," not in best, out
+    assert "best vs default: 1.00x" in out, out
+    assert "2 faster record(s) refused" in out, out
+    assert f"  {db}:1: " in out and "no_such_knob" in out.split(f"{db}:1: ")[1].splitlines()[0], out
+    assert f"  {db}:2: " in out, out
+
+
 # ---- paths: no folder is created that was not asked for --------------------------------------
 
 @pytest.mark.parametrize("show", [False, True])

@@ -133,18 +133,38 @@ def latest(records: list[dict], key: tuple, engine: str) -> dict | None:
     return same[-1] if same else None
 
 
+def resolved_best(op, combo, target, shapes: dict | None, ranked: tuple) -> tuple:
+    """(the first of ``ranked`` that is a valid point of today's rule, [(record, why
+    refused)] for better-ranked ones): the resolver's own decision, as a call would make
+    it, so that neither ``--show`` nor a tuning run's table reports a record no call uses.
+    ``shapes`` None: without a concrete shape (the bucket's problem-size checks are not
+    applied)."""
+    resolution = schedules.resolve(kernels.prim_func(op, combo), target, shapes, ranked)
+    return resolution.record, list(resolution.refused)
+
+
 def valid_best(key: tuple, ranked: tuple) -> tuple:
-    """(the best record of ``key`` that is a valid point of today's rule, [(record, why
-    refused)] for better-ranked ones): the resolver's own decision, as a call would make it
-    (without a concrete shape: the bucket's problem-size checks are not applied)."""
+    """``resolved_best`` of a database key, without a concrete shape (``--show``)."""
     try:
         op = get_op(key[0])
-        combo = op.combo(key[1])
-        target = get_target(key[2])
-        resolution = schedules.resolve(kernels.prim_func(op, combo), target, None, ranked)
+        return resolved_best(op, op.combo(key[1]), get_target(key[2]), None, ranked)
     except (KeyError, schedules.NoScheduleRule) as err:
         return None, [(r, f"no such op, dtype combo, target or rule here ({err})") for r in ranked]
-    return resolution.record, list(resolution.refused)
+
+
+REFUSED_SHOWN = 3
+
+
+def refused_lines(refused: list) -> list[str]:
+    """The table's note on records faster than the best that the resolver refuses: a
+    count, then file:line and why for the first few (``--show`` lists them all)."""
+    if not refused:
+        return []
+    lines = [f"{len(refused)} faster record(s) refused (not valid points of today's rule; no call uses them):"]
+    lines += [f"  {record.get('_source', '?')}: {why}" for record, why in refused[:REFUSED_SHOWN]]
+    if len(refused) > REFUSED_SHOWN:
+        lines.append(f"  ... and {len(refused) - REFUSED_SHOWN} more (opgen tune --show lists them)")
+    return lines
 
 
 def show(path) -> int:
@@ -416,10 +436,13 @@ def main(args) -> int:
         return exit_status(False, 0)
     records = database.load(db)
     key = database.key_of(op.name, combo.tag, target, bucket)
-    best = database.best_records(records).get(key)
+    best, refused = resolved_best(op, combo, target, kernel_shapes(op, problem),
+                                  database.ranked_records(records).get(key, ()))
     default = next((r for r in reversed(records) if database.record_key(r) == key and r.get("knobs") == space.default
                     and r.get("engine", database.TEMPLATE) == database.TEMPLATE), None)
     print(final_table(_pooled(records, best), _pooled(records, default), latest(records, key, database.METASCHEDULE),
                       timings))
+    for line in refused_lines(refused):
+        print(line)
     lookup.reload()
     return status
