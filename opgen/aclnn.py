@@ -15,8 +15,11 @@ the seeds document none:
   * executor None -> ACLNN_ERR_PARAM_NULLPTR; not an executor, another op's, or already
     run (executors are single-use) -> ACLNN_ERR_PARAM_INVALID;
   * workspace None, shorter than the executor needs, or workspaceSize smaller than that
-    -> ACLNN_ERR_PARAM_INVALID; such argument errors leave the executor unused, so the
-    caller may retry with a proper workspace;
+    or past any address space (> 2**63 - 1) -> ACLNN_ERR_PARAM_INVALID; such argument
+    errors leave the executor unused, so the caller may retry with a proper workspace;
+  * a tensor changed after phase one (resized, re-pointed, another dtype, its memory
+    freed) so that the plan cannot serve it -> ACLNN_ERR_PARAM_INVALID, before the kernel
+    runs or any output is written;
   * the kernel failing -> ACLNN_ERR_RUNTIME_ERROR (the executor is then spent).
 """
 from __future__ import annotations
@@ -24,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import keyword
+import math
 import operator
 from dataclasses import dataclass
 
@@ -31,8 +35,8 @@ import numpy as np
 
 from opgen import acl, config, selection
 from opgen.apispec import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ACLNN_ERR_RUNTIME_ERROR,
-                           ACLNN_ERR_INNER_TILING_ERROR, ACLNN_SUCCESS, ATTR, INPUT, MASK, OUTPUT, STATUS_NAMES,
-                           ArgError, Call)
+                           ACLNN_ERR_INNER_TILING_ERROR, ACLNN_SUCCESS, ATTR, INPUT, INT64_MAX, INT64_MIN, MASK,
+                           OUTPUT, STATUS_NAMES, ArgError, Call)
 from opgen.binding import KINDS, NotReadable, aliased_outputs, kind_of, no_overlap, overlapping_outputs, value_key
 from opgen.executor import Executor, kernel_alignments, make_plan
 from opgen.memory import is_host
@@ -46,12 +50,45 @@ __all__ = ["ACLNN_SUCCESS", "ACLNN_ERR_PARAM_NULLPTR", "ACLNN_ERR_PARAM_INVALID"
 
 
 def _integer(name: str, value, what: str = "an integer") -> int:
+    """An int64_t argument: an integer (never a bool) that an int64 holds. A Python int
+    past that range is a value no C caller could pass, so it is the caller's mistake
+    (161002 naming it), not a rule of the op that happens to catch it later."""
     try:
         if isinstance(value, (bool, np.bool_)):
             raise TypeError("a bool")
-        return operator.index(value)
+        number = operator.index(value)
     except TypeError:
         raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{name} must be {what}, got {value!r}") from None
+    if not INT64_MIN <= number <= INT64_MAX:
+        raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{name} is {_short(number)}, outside the int64 range the document "
+                                                f"types it as ([-2**63, 2**63 - 1])")
+    return number
+
+
+def _double(name: str, value) -> float:
+    """A double argument: any int or float that a double holds (inf and nan are doubles:
+    the op's rules judge them). A Python int or a numpy long double past a double's range
+    is no double at all: 161002 naming the parameter, never float()'s OverflowError."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{name} must be a number (double), got {value!r}")
+    try:
+        with np.errstate(over="raise"):
+            number = float(value)
+        if math.isinf(number) and not np.isinf(value):
+            raise OverflowError
+    except (OverflowError, FloatingPointError):
+        raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{name} is {_short(value)}, beyond the range of the double the "
+                                                f"document types it as (about 1.8e308)") from None
+    return number
+
+
+def _short(number) -> str:
+    """A number for a message: its repr, or its magnitude where the repr is a screenful."""
+    text = repr(number)
+    if len(text) <= 40:
+        return text
+    digits = len(str(abs(int(number))))
+    return f"a {'negative ' if number < 0 else ''}{digits}-digit integer"
 
 
 def _read_attr(param, value):
@@ -62,9 +99,7 @@ def _read_attr(param, value):
     if kind == "int":
         return _integer(name, value)
     if kind == "float":
-        if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-            raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{name} must be a number (double), got {value!r}")
-        return float(value)
+        return _double(name, value)
     if kind == "bool":
         if not isinstance(value, (bool, np.bool_)):
             raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{name} must be a bool, got {value!r}")
@@ -117,7 +152,9 @@ def _check_call(call: Call):
 
 def _check_generic(call: Call):
     """Constraints every op's Parameters table states alike: format ND, writable outputs
-    (validated_only and unread inputs too; an output not asked for is never touched)."""
+    (validated_only and unread inputs too; an output not asked for is never touched), and
+    outputs whose elements each have memory of their own (an input may repeat elements:
+    it is only read)."""
     for p in call.api.tensors():
         arg = call[p.name]
         if arg is None or (p.role == OUTPUT and not call.wanted(p)):
@@ -126,6 +163,11 @@ def _check_generic(call: Call):
             return ACLNN_ERR_PARAM_INVALID, f"{p.name} has format {arg.format}; expected ND (a plain layout)"
         if p.role == OUTPUT and not arg.writeable:
             return ACLNN_ERR_PARAM_INVALID, f"{p.name} is read-only but is an output"
+        if p.role == OUTPUT and arg.overlaps_itself:
+            return ACLNN_ERR_PARAM_INVALID, (f"{p.name} is an output whose elements overlap in memory (shape "
+                                             f"{tuple(arg.shape)}, byte strides {tuple(arg.byte_strides)}: a zero "
+                                             f"stride, as from expand() or broadcast_to, or folded strides); each "
+                                             f"element of an output needs memory of its own")
     return None
 
 
@@ -350,6 +392,9 @@ def _check_run_args(op, workspace, workspace_size, executor, stream):
         pass
     if not isinstance(workspace_size, int) or workspace_size < need:
         raise ArgError(ACLNN_ERR_PARAM_INVALID, f"workspaceSize is {workspace_size!r}; the executor needs {need} bytes")
+    if workspace_size > INT64_MAX:   # uint64 in the document, but no buffer of that size can exist
+        raise ArgError(ACLNN_ERR_PARAM_INVALID, f"workspaceSize is {_short(workspace_size)}, past any address space "
+                                                f"(at most 2**63 - 1 bytes); the executor needs {need} bytes")
     if need and workspace is None:
         raise ArgError(ACLNN_ERR_PARAM_INVALID, f"workspace is a null pointer; the executor needs {need} bytes")
     if stream is not None and (not isinstance(stream, acl.aclrtStream) or stream.destroyed):

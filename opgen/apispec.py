@@ -20,6 +20,10 @@ ACLNN_ERR_PARAM_INVALID = 161002
 ACLNN_ERR_RUNTIME_ERROR = 361001
 ACLNN_ERR_INNER_TILING_ERROR = 561002
 ACLNN_ERR_INNER_NULLPTR = 561103   # what CANN's op_api returns when an l0 kernel's tiling refuses
+# The most an int64_t holds: the document's type of integer attributes, of aclIntArray
+# items, and the bound on any byte count (a tensor's, a workspace's) a real call can have.
+INT64_MAX = 2**63 - 1
+INT64_MIN = -2**63
 STATUS_NAMES = {
     ACLNN_SUCCESS: "ACLNN_SUCCESS",
     ACLNN_ERR_PARAM_NULLPTR: "ACLNN_ERR_PARAM_NULLPTR",

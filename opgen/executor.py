@@ -35,6 +35,7 @@ other runs walk the placements.
 from __future__ import annotations
 
 import functools
+import math
 import threading
 from dataclasses import dataclass
 
@@ -43,11 +44,11 @@ import tvm
 import tvm_ffi
 
 from opgen import acl, launch
-from opgen.apispec import ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_RUNTIME_ERROR, ArgError
+from opgen.apispec import ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_RUNTIME_ERROR, INT64_MAX, ArgError
 from opgen.dtypes import numpy_dtype
 from opgen.binding import NotReadable
 from opgen.memory import ALIGNMENT, host_tensor, is_host, tensor_view
-from opgen.tensorarg import describe
+from opgen.tensorarg import describe, overlaps_itself
 
 DIRECT, EMPTY, STAGE_IN, STAGE_OUT, FILL, SCRATCH = "direct", "empty", "in", "out", "fill", "scratch"
 SLOT_KINDS = (STAGE_IN, STAGE_OUT, FILL, SCRATCH)
@@ -58,8 +59,14 @@ def _align(n: int) -> int:
 
 
 def _bytes(shape, dtype: str) -> int:
-    """Bytes of a C-contiguous tensor of ``shape`` and ``dtype``."""
-    return int(np.prod(shape, dtype=np.int64)) * numpy_dtype(dtype).itemsize
+    """Bytes of a C-contiguous tensor of ``shape`` and ``dtype`` (exact: numpy's int64
+    product would wrap silently for shapes no memory holds)."""
+    return _count(shape) * numpy_dtype(dtype).itemsize
+
+
+def _count(shape) -> int:
+    """Elements of ``shape``, as an exact Python int."""
+    return math.prod(int(d) for d in shape)
 
 
 @dataclass(frozen=True)
@@ -177,7 +184,7 @@ def readable_in_place(arg, shape) -> bool:
     element-aligned (the kernels promise LLVM no more than element alignment)."""
     return (arg.tensor is not None and arg.tensor.is_contiguous() and arg.key[-1]
             and arg.tensor.device.dlpack_device_type() == 1
-            and int(np.prod(shape, dtype=np.int64)) == arg.size)
+            and _count(shape) == arg.size)
 
 
 def kernel_alignments(call, shapes: dict, host: bool, aliased) -> dict:
@@ -214,7 +221,7 @@ def make_plan(call, kernel, problem, combo, device, aliased) -> Plan:
             continue
         shape, dtype, arg = shapes[p.kernel], combo[p.kernel], call[p.name]
         output = p.role == "output"
-        if int(np.prod(shape, dtype=np.int64)) == 0:
+        if _count(shape) == 0:
             planner.put(p.kernel, EMPTY, shape, dtype)
         elif not output and not call.reads(p):   # null, or left unread by this call (ApiSpec.unread)
             planner.put(p.kernel, FILL, shape, dtype, fill=api.fill[p.kernel])
@@ -231,10 +238,15 @@ def make_plan(call, kernel, problem, combo, device, aliased) -> Plan:
     scratch_shapes = kernel.scratch_shapes(shapes)
     for buf in kernel.scratch:
         shape = scratch_shapes[buf.name]
-        empty = int(np.prod(shape, dtype=np.int64)) == 0
+        empty = _count(shape) == 0
         planner.put(buf.name, EMPTY if empty else SCRATCH, shape, buf.dtype)
     placements = tuple(planner.placed[name] for name in kernel.tensor_names)
-    return Plan(kernel, device, host, placements, planner.used)
+    plan = Plan(kernel, device, host, placements, planner.used)
+    if plan.workspace_size > INT64_MAX:
+        raise ArgError(ACLNN_ERR_PARAM_INVALID, f"the call needs a workspace of {plan.workspace_size} bytes, past "
+                                                f"any address space (at most 2**63 - 1): its staged tensors are too "
+                                                f"large")
+    return plan
 
 
 def _workspace_bytes(workspace, need: int):
@@ -375,8 +387,20 @@ class Executor:
         return self._unused.acquire(False)
 
     def host(self, place: Placement) -> np.ndarray:
-        """The caller's tensor of a staged placement as a numpy view (zero-copy)."""
-        return describe(place.param, self.arguments[place.index]).host
+        """The caller's tensor of a staged placement as a numpy view (zero-copy), checked
+        again: a torch tensor may have been resized, re-pointed (set_, ``.data =``) or had
+        its storage freed since phase one. A view that no longer holds the planned dtype
+        and element count (any layout serves a staged tensor) is 161002, like a directly
+        placed tensor that changed (_direct); never a numpy error past the API."""
+        try:
+            view = describe(place.param, self.arguments[place.index]).host
+        except ArgError as err:
+            raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{_CHANGED.format(place.param)} ({err.message})")
+        if view.dtype != numpy_dtype(place.dtype) or view.size != _count(place.shape):
+            raise ArgError(ACLNN_ERR_PARAM_INVALID, _CHANGED.format(place.param))
+        if place.kind == STAGE_OUT and overlaps_itself(view.shape, view.strides, view.itemsize):
+            raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{_CHANGED.format(place.param)}: its elements now overlap")
+        return view
 
     def run(self, memory: Workspace | None, keys_just_read: bool = False) -> None:
         """Stage, run the kernel, copy back. ArgError if the kernel fails.
@@ -413,14 +437,14 @@ class Executor:
                 memory.stage_in(place, self.host(place), tensor)
             elif kind == FILL:
                 memory.stage_in(place, None, tensor)
-            elif kind == STAGE_OUT:
-                staged.append((place, tensor))
+            elif kind == STAGE_OUT:   # its target checked now: a changed output fails before the kernel runs
+                staged.append((place, tensor, self.host(place)))
             kernel_args.append(tensor)
         if not plan.converts_arrays:
             kernel_args = [a if isinstance(a, tvm_ffi.Tensor) else tvm_ffi.from_dlpack(a) for a in kernel_args]
         self._call(kernel_args)
-        for place, tensor in staged:
-            memory.stage_out(place, self.host(place), tensor)
+        for place, tensor, target in staged:
+            memory.stage_out(place, target, tensor)
 
     def _call(self, kernel_args) -> None:
         try:
@@ -439,8 +463,7 @@ class Executor:
                 kind.address(value, place)
             return kind.for_kernel(value, place)
         except NotReadable:
-            raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{place.param} was changed or destroyed, or its memory "
-                                                    f"freed, after GetWorkspaceSize")
+            raise ArgError(ACLNN_ERR_PARAM_INVALID, _CHANGED.format(place.param))
 
     def _changed_argument(self) -> ArgError:
         """The error for a binder that met an argument no longer as phase one read it."""
@@ -451,6 +474,9 @@ class Executor:
                 except ArgError as err:
                     return err
         return ArgError(ACLNN_ERR_PARAM_INVALID, "an argument was changed after GetWorkspaceSize")
+
+
+_CHANGED = "{} was changed or destroyed, or its memory freed, after GetWorkspaceSize"
 
 
 def _recipes(plan: Plan, kinds: tuple, keys_just_read: bool = False) -> list:

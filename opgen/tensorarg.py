@@ -22,8 +22,8 @@ import numpy as np
 import tvm_ffi
 
 from opgen import acl
-from opgen.apispec import ACLNN_ERR_PARAM_INVALID, ArgError
-from opgen.dtypes import dtype_name
+from opgen.apispec import ACLNN_ERR_PARAM_INVALID, INT64_MAX, ArgError
+from opgen.dtypes import dtype_name, numpy_dtype
 
 _UINT16 = np.dtype(np.uint16)
 _BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -40,11 +40,12 @@ class TensorArg:
     """
 
     __slots__ = ("name", "shape", "dtype", "itemsize", "format", "tensor", "writeable", "storage_only",
-                 "key", "_bounds", "_host", "_make_host")
+                 "key", "byte_strides", "_bounds", "_host", "_make_host")
 
     def __init__(self, name, shape, dtype, itemsize, fmt, tensor, layout, address, nbytes, contiguous,
-                 host=None, make_host=None, writeable=True, storage_only=False):
+                 host=None, make_host=None, writeable=True, storage_only=False, byte_strides=None):
         self.name, self.shape, self.dtype, self.itemsize, self.format = name, shape, dtype, itemsize, fmt
+        self.byte_strides = byte_strides  # bytes between neighbours along each dimension
         self.tensor = tensor              # tvm_ffi Tensor over the caller's memory, or None
         self.writeable = writeable
         self.storage_only = storage_only  # the tensor's dtype is only the storage (bf16 as uint16)
@@ -68,6 +69,11 @@ class TensorArg:
         return _count(self.shape)
 
     @property
+    def overlaps_itself(self) -> bool:
+        """Whether two of its elements share memory (see ``overlaps_itself``)."""
+        return overlaps_itself(self.shape, self.byte_strides, self.itemsize)
+
+    @property
     def bounds(self) -> tuple[int, int]:
         """[first, last) byte addresses the tensor may touch (numpy's may_share_memory rule)."""
         if self._bounds is None:
@@ -80,6 +86,53 @@ def _count(shape) -> int:
     for d in shape:
         n *= d
     return n
+
+
+def _check_byte_size(name: str, shape, itemsize: int) -> None:
+    """Refuse a tensor whose bytes an int64 cannot count (161002): torch's expand() and an
+    aclTensor's zero strides describe such shapes over a few bytes, but no call of a real
+    aclnn function can size, stage or plan them (numpy itself refuses to view them)."""
+    nbytes = _count(shape) * itemsize
+    if nbytes > INT64_MAX:
+        raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{name} has shape {tuple(shape)}: its {nbytes} bytes overflow "
+                                                f"int64 (more than any address space)")
+
+
+# Past this many elements an output's layout that the sorted-strides test cannot clear is
+# refused rather than enumerated (only as_strided views with interleaved strides get there).
+_OVERLAP_ENUMERATION_LIMIT = 1 << 20
+
+
+def overlaps_itself(shape, byte_strides, itemsize: int) -> bool:
+    """Whether two elements of a strided view touch a common byte: a zero stride along a
+    dimension of more than one element (torch's expand(), numpy's broadcast_to), or strides
+    that fold the view onto itself (as_strided windows). Written through, such a view keeps
+    only one of the values meant for a byte, so outputs like it are refused (torch refuses
+    to write them too). Dimensions sorted by stride must each step past everything the
+    smaller ones span; where that fails the offsets are enumerated (exact), and past
+    _OVERLAP_ENUMERATION_LIMIT elements the view counts as overlapping."""
+    if byte_strides is None or 0 in shape:
+        return False
+    dims = sorted((abs(stride), extent) for extent, stride in zip(shape, byte_strides) if extent > 1)
+    reach = itemsize            # bytes spanned by the dimensions placed so far
+    for stride, extent in dims:
+        if stride == 0:
+            return True
+        if stride < reach:
+            return _offsets_collide(dims, itemsize)
+        reach += stride * (extent - 1)
+    return False
+
+
+def _offsets_collide(dims, itemsize: int) -> bool:
+    """The exact test: every element's byte offset, sorted, at least ``itemsize`` apart."""
+    if _count(extent for _, extent in dims) > _OVERLAP_ENUMERATION_LIMIT:
+        return True
+    offsets = np.zeros(1, np.int64)
+    for stride, extent in dims:
+        offsets = (offsets[:, None] + np.arange(extent, dtype=np.int64) * stride).ravel()
+    offsets.sort()
+    return bool(np.any(np.diff(offsets) < itemsize))
 
 
 def _dlpack_view(array: np.ndarray):
@@ -98,7 +151,7 @@ def _from_numpy(name: str, array: np.ndarray, fmt: str = "ND", dtype: str | None
     address = tensor.data_ptr() if tensor is not None else array.ctypes.data
     return TensorArg(name, array.shape, dtype or dtype_name(dt) or str(dt), dt.itemsize, fmt, tensor,
                      array.strides, address, array.nbytes, flags.c_contiguous, array, None, flags.writeable,
-                     dt is _BF16)
+                     dt is _BF16, array.strides)
 
 
 def _from_acl(name: str, t: acl.aclTensor) -> TensorArg:
@@ -107,6 +160,7 @@ def _from_acl(name: str, t: acl.aclTensor) -> TensorArg:
     if t.buffer is not None and (t.buffer.freed or t.buffer.host is None) and 0 not in t.shape:
         where = "freed memory" if t.buffer.freed else "memory of a device the host cannot address"
         raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{name} points to {where}")
+    _check_byte_size(name, t.shape, numpy_dtype(t.dtype).itemsize)   # before numpy refuses to view it
     return _from_numpy(name, t.host_view(), t.format_name, t.dtype)
 
 
@@ -130,6 +184,10 @@ def _from_dlpack(name: str, obj) -> TensorArg:
     dtype = str(tensor.dtype)
     itemsize = (tensor.dtype.bits * tensor.dtype.lanes + 7) // 8
     shape, strides = tuple(tensor.shape), tuple(tensor.strides)
+    _check_byte_size(name, shape, itemsize)
+    if hasattr(obj, "untyped_storage") and not _torch_memory_alive(obj):
+        raise ArgError(ACLNN_ERR_PARAM_INVALID, f"{name} points to freed memory (its storage holds "
+                                                f"{obj.untyped_storage().nbytes()} bytes, fewer than its view needs)")
 
     def make_host():
         if tensor.device.dlpack_device_type() != _HOST:
@@ -137,7 +195,22 @@ def _from_dlpack(name: str, obj) -> TensorArg:
         return _torch_host(obj) if hasattr(obj, "detach") else np.from_dlpack(obj)
 
     return TensorArg(name, shape, dtype, itemsize, "ND", tensor, ("elements",) + strides, tensor.data_ptr(),
-                     itemsize * _count(shape), tensor.is_contiguous(), make_host=make_host)
+                     itemsize * _count(shape), tensor.is_contiguous(), make_host=make_host,
+                     byte_strides=tuple(s * itemsize for s in strides))
+
+
+def _torch_memory_alive(t) -> bool:
+    """Whether a torch tensor's storage still holds every byte its view reaches: a storage
+    resized to 0 (freed in place) leaves the view's shape as it was, and DLPack exports it
+    with a dangling address. Negative strides do not exist in torch."""
+    if t.numel() == 0 or t.device.type == "meta":
+        return True
+    itemsize = t.element_size()
+    last = t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, t.stride()))
+    try:
+        return t.untyped_storage().nbytes() >= (last + 1) * itemsize
+    except (RuntimeError, NotImplementedError):   # a tensor without a storage to ask (a functional wrapper)
+        return True
 
 
 def describe(name: str, obj) -> TensorArg | None:
