@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import time
 
 import pytest
 
@@ -270,3 +271,35 @@ def test_opgen_tune_db_in_a_missing_folder_is_refused_too(tmp_path, monkeypatch,
 def test_opgen_tune_without_a_shape_names_the_op(capsys):
     assert main(["tune", "rms_norm_grad"]) == 2
     assert capsys.readouterr().err == "opgen tune: give --shape, the problem of rms_norm_grad to tune\n"
+
+
+# ---- an unreachable tracker: one line, within the connect timeout ------------------------
+
+@pytest.fixture
+def silent_tracker():
+    """A port on 127.0.0.1 that accepts connections (the kernel's backlog) and never answers."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        yield listener.getsockname()[1]
+
+
+def _refused_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]     # closed again: nothing listens there
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("kind", ["refused", "silent"])
+def test_an_unreachable_tracker_fails_within_the_connect_timeout_in_one_line(kind, tmp_path, capsys, request):
+    """TVM's client retried a refused tracker for 60 s and waited for a silent one forever."""
+    from opgen.tune.rpc import CONNECT_TIMEOUT_S
+
+    port = request.getfixturevalue("silent_tracker") if kind == "silent" else _refused_port()
+    start = time.monotonic()
+    assert main([*SMALL, "--db", str(tmp_path / "db.jsonl"), "--rpc", f"127.0.0.1:{port}:k"]) == 1
+    assert time.monotonic() - start < CONNECT_TIMEOUT_S + 3
+    err = capsys.readouterr().err
+    assert err.startswith(f"opgen tune: cannot reach the RPC tracker at 127.0.0.1:{port}: ") and err.count("\n") == 1
+    assert ("ConnectionRefusedError" if kind == "refused" else "no answer within") in err, err

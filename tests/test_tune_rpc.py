@@ -213,7 +213,12 @@ def test_a_stopped_server_fails_one_candidate_within_the_rpc_timeout_naming_its_
     failed = [r for r in records if r["status"] == database.FAILED]
     assert len(records) == 3 and len(failed) == 1, json.dumps(records)
     assert failed[0]["device"] == f"rpc:{KEY}@127.0.0.1:{victim}", failed[0]
-    assert f"127.0.0.1:{victim}" in failed[0]["error"] and "no result within 10 s" in failed[0]["error"]
+    assert f"127.0.0.1:{victim}" in failed[0]["error"] and "no result within 5 s" in failed[0]["error"]
     ok = [r for r in records if r["status"] == database.OK]
     assert len(ok) == 2 and all(r["device"] == f"rpc:{KEY}@127.0.0.1:{survivor}" for r in ok), json.dumps(ok)
-    assert status == 0 and elapsed < 90, (status, elapsed)
+    assert status == 0 and elapsed < 5 + 15, (status, elapsed)     # one timeout, then the run goes on
+
+
+def test_a_dead_or_stopped_server_costs_at_most_10_s_by_default():
+    """The default was 120 s: a stopped server stalled its candidate's batch for 125 s."""
+    assert Settings().timeout_s <= 10

@@ -51,7 +51,7 @@ def add_arguments(parser) -> None:
                              "it is sent, without authentication: bind tracker and servers to 127.0.0.1 and reach "
                              "them through SSH tunnels, or use them only on a trusted network (README, Tuning)")
     parser.add_argument("--rpc-timeout", metavar="SECONDS", default=None,
-                        help="with --rpc: a candidate without a result this long (+5 s) after it was picked up "
+                        help="with --rpc: a candidate without a result this long after it was picked up "
                              f"fails, naming its server (default {Settings().timeout_s:g})")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--jobs", type=int, default=2, help="parallel builders (0: build in this process)")

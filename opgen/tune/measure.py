@@ -39,7 +39,7 @@ class Settings:
     warmup: int = 1
     repeat: int = 10
     min_repeat_ms: int = 2
-    timeout_s: float = 120.0     # one candidate's measurement on a remote server
+    timeout_s: float = 10.0      # one candidate on a remote server: a dead or stopped one costs this long
 
 
 @dataclass

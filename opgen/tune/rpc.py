@@ -12,25 +12,34 @@ failed on (``rpc:<key>@host:port``; a build error, which never reached a server,
 ``rpc:<key>``):
   * a server that dies mid-measurement breaks its session: that candidate is recorded as
     FAILED with the server's address, and the next request goes to a live server;
-  * a candidate without a result ``settings.timeout_s`` + 5 s after its thread picked it
-    up (``opgen tune --rpc-timeout``) is recorded as FAILED with the address the tracker
+  * a candidate without a result ``settings.timeout_s`` (default 10 s) after its thread
+    picked it up (``opgen tune --rpc-timeout``) is recorded as FAILED with the address the tracker
     handed its thread: the address is noted as soon as the tracker replies, because a
     stopped (SIGSTOP) or hung server stalls the client inside ``rpc.connect``'s handshake,
     which has no timeout. The thread is abandoned (daemon) and replaced, and the server
     ends the session itself (``session_timeout``);
   * a server the tracker still lists but that refuses connections is skipped when the
-    session is requested (retried, bounded); no candidate is charged for it.
+    session is requested (retried, bounded); no candidate is charged for it;
+  * a tracker that refuses, or accepts and never answers, fails within
+    ``CONNECT_TIMEOUT_S`` (TVM's own client retries for 60 s, or waits forever).
+
+Servers started with ``python -m opgen.tune.rpc_server`` (opgen.tune.rpc_server) take
+their sessions along when they are killed, even with SIGKILL; TVM's own leave a worker
+process behind that keeps the port and the tracker's listing.
 """
 from __future__ import annotations
 
 import functools
 import os
 import queue
+import socket
+import struct
 import threading
 import time
 
 from tvm import rpc
 from tvm.rpc import base
+from tvm.rpc import client as rpc_client
 
 from opgen.tune import database
 from opgen.tune.measure import Measurement, Settings, measure_module
@@ -50,9 +59,38 @@ def parse_address(text: str) -> tuple[str, int, str]:
     return host.removeprefix("[").removesuffix("]"), int(port), key
 
 
+CONNECT_TIMEOUT_S = 5.0
+
+
+def connect_tracker(host: str, port: int, timeout_s: float = CONNECT_TIMEOUT_S):
+    """A session with the tracker (TVM's TrackerSession), connected and greeted within
+    ``timeout_s``, whose later replies are bounded by it too; OSError otherwise. TVM's own
+    ``rpc.connect_tracker`` retries a refused connection for 60 s and waits for a silent
+    tracker's greeting forever: a mistyped or dead tracker would hang ``opgen tune``."""
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout_s)
+    except TimeoutError as err:
+        raise TimeoutError(f"no connection within {timeout_s:g} s") from err
+    try:
+        sock.sendall(struct.pack("<i", base.RPC_TRACKER_MAGIC))
+        magic = struct.unpack("<i", base.recvall(sock, 4))[0]
+    except TimeoutError as err:
+        sock.close()
+        raise TimeoutError(f"connected, but no answer within {timeout_s:g} s") from err
+    except BaseException:
+        sock.close()
+        raise
+    if magic != base.RPC_TRACKER_MAGIC:
+        sock.close()
+        raise ConnectionError(f"{host}:{port} answered, but is not a TVM RPC tracker")
+    session = rpc_client.TrackerSession.__new__(rpc_client.TrackerSession)   # its __init__ would retry 60 s
+    session._addr, session._sock = (host, port), sock
+    return session
+
+
 def free_servers(host: str, port: int, key: str) -> int:
     """How many servers the tracker lists as free under ``key``."""
-    summary = rpc.connect_tracker(host, port).summary()
+    summary = connect_tracker(host, port).summary()
     return int(summary.get("queue_info", {}).get(key, {}).get("free", 0))
 
 
@@ -76,8 +114,8 @@ class RpcRunner:
         """(session, "host:port") of a free server; waits at most settings.timeout_s for the
         tracker. ``on_address`` gets each server's address as soon as the tracker hands it
         out, before connecting: a hung server stalls ``rpc.connect`` itself."""
-        tracker = rpc.connect_tracker(self.host, self.port)
-        tracker._sock.settimeout(self.settings.timeout_s)
+        tracker = connect_tracker(self.host, self.port)
+        tracker._sock.settimeout(self.settings.timeout_s)    # a busy farm: waiting for a free server
         tried, last = [], None
         for _ in range(self.connect_retries):
             base.sendjson(tracker._sock, [base.TrackerCode.REQUEST, self.key, "", 1])
@@ -165,7 +203,7 @@ class RpcRunner:
     def _overdue(self, started: dict, done: set, addresses: dict):
         """(index, FAILED measurement) of a candidate past its time, naming the server it
         was handed (or the tracker, when none was handed out yet); (None, None) if none."""
-        limit = self.settings.timeout_s + 5.0
+        limit = self.settings.timeout_s
         for index, t0 in list(started.items()):
             if index not in done and time.monotonic() - t0 > limit:
                 address = addresses.get(index)
