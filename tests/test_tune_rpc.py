@@ -4,7 +4,8 @@ Every process is started by the fixture in its own session (process group), boun
 time, and stopped by its PID; ports are free ones chosen at start. The farm is shared by
 this module's tests (each process imports TVM: 20-30 s for three on a 2-core machine); a
 server a test kills or stops is replaced before the next test, which starts only once the
-tracker lists exactly the live servers. One test kills a server in the middle of a
+tracker lists exactly the live servers. The servers are opgen's launcher
+(``python -m opgen.tune.rpc_server``): one process each, whose sessions die with it. One test kills a server in the middle of a
 measurement: that trial is recorded as failed with the dead server's address and the run
 finishes on the other server; another stops one (SIGSTOP) and tunes through ``opgen tune
 --rpc-timeout``: the stalled candidate fails in bounded time, naming the stopped server.
@@ -71,7 +72,7 @@ class Farm:
 
     def _add_server(self) -> None:
         port = _free_port()
-        self.servers[port] = _start(["tvm.exec.rpc_server", "--host", "127.0.0.1", "--port", str(port),
+        self.servers[port] = _start(["opgen.tune.rpc_server", "--host", "127.0.0.1", "--port", str(port),
                                      "--port-end", str(port + 1), "--tracker",
                                      f"127.0.0.1:{self.tracker_port}", "--key", KEY, "--silent"])
 
@@ -194,10 +195,42 @@ def test_a_server_killed_mid_run_costs_one_trial(farm, tmp_path):
     assert len(survivors) == 5 and all(not r["device"].endswith(f":{victim}") for r in survivors)
 
 
+def _port_is_free(port: int) -> bool:
+    """Whether nothing listens on 127.0.0.1:``port`` (a socket left in TIME_WAIT does not count)."""
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+            return True
+        except OSError:
+            return False
+
+
+@pytest.mark.timeout(120)
+def test_a_server_killed_with_sigkill_frees_its_port_and_leaves_the_tracker(farm):
+    """``kill -9`` of TVM's rpc_server left its worker process holding the port, registered,
+    running every later upload. opgen's launcher takes its session processes along: killed
+    (the process alone, not its group) in the middle of a session, its port is free and the
+    tracker stops listing it within seconds."""
+    runner = RpcRunner("127.0.0.1", farm.tracker_port, KEY, get_target("llvm"), Settings(timeout_s=10))
+    session, address = runner._request(lambda address: None)
+    port = int(address.rsplit(":", 1)[1])
+    os.kill(farm.servers[port].pid, signal.SIGKILL)
+    farm.servers[port].wait(timeout=10)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and not (_port_is_free(port) and port not in farm._listed()[0]):
+        time.sleep(0.2)
+    assert _port_is_free(port), f"a process still listens on the killed server's port {port}"
+    assert port not in farm._listed()[0], "the tracker still lists the killed server"
+    with pytest.raises(Exception):
+        session.upload(__file__, "probe.py")     # the session went with the server
+    del session
+
+
 @pytest.mark.timeout(240)
 def test_a_stopped_server_fails_one_candidate_within_the_rpc_timeout_naming_its_address(farm, tmp_path, capsys):
     """A SIGSTOPped server stays listed and accepts the TCP connection, then never answers:
-    without --rpc-timeout the batch waits 125 s for it."""
+    with the old default (120 s) the batch waited 125 s for it."""
     victim, survivor = list(farm.servers)
     farm.pause(victim)
     db = tmp_path / "db.jsonl"
