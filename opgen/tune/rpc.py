@@ -29,6 +29,7 @@ process behind that keeps the port and the tracker's listing.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import queue
@@ -90,7 +91,8 @@ def connect_tracker(host: str, port: int, timeout_s: float = CONNECT_TIMEOUT_S):
 
 def free_servers(host: str, port: int, key: str) -> int:
     """How many servers the tracker lists as free under ``key``."""
-    summary = connect_tracker(host, port).summary()
+    with contextlib.closing(connect_tracker(host, port)) as tracker:
+        summary = tracker.summary()
     return int(summary.get("queue_info", {}).get(key, {}).get("free", 0))
 
 
@@ -114,8 +116,12 @@ class RpcRunner:
         """(session, "host:port") of a free server; waits at most settings.timeout_s for the
         tracker. ``on_address`` gets each server's address as soon as the tracker hands it
         out, before connecting: a hung server stalls ``rpc.connect`` itself."""
-        tracker = connect_tracker(self.host, self.port)
-        tracker._sock.settimeout(self.settings.timeout_s)    # a busy farm: waiting for a free server
+        with contextlib.closing(connect_tracker(self.host, self.port)) as tracker:
+            tracker._sock.settimeout(self.settings.timeout_s)    # a busy farm: waiting for a free server
+            return self._request_through(tracker, on_address)
+
+    def _request_through(self, tracker, on_address):
+        """``_request`` on an open tracker session."""
         tried, last = [], None
         for _ in range(self.connect_retries):
             base.sendjson(tracker._sock, [base.TrackerCode.REQUEST, self.key, "", 1])
