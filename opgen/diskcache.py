@@ -255,9 +255,11 @@ def payload(path: Path) -> bytes:
 def set_aside(path: Path, reason: str) -> None:
     """Move a damaged cached file out of the way (``<name>.damaged``) and say so in one
     line; the caller rebuilds it."""
-    path = Path(path)
+    path, aside = Path(path), Path(path).with_name(Path(path).name + ".damaged")
     try:
-        os.replace(path, path.with_name(path.name + ".damaged"))
+        if aside.is_dir() and not aside.is_symlink():     # a folder set aside before (OpenCL binaries)
+            shutil.rmtree(aside)
+        os.replace(path, aside)
     except OSError:
         pass
     warnings.warn(f"opgen: cached library {path} is damaged: {reason}; moved aside and rebuilt", stacklevel=3)

@@ -168,6 +168,26 @@ def _binary_cache_dir():
     return False
 
 
+def _build_with_binary_cache(cl, ctx, source: str):
+    """The built program, through pyopencl's binary cache when opgen's cache may hold it.
+
+    A damaged cache entry (a binary cut short or zero-filled) makes pyopencl's cached build
+    raise (pyopencl 2026.1: a KeyError from its own fallback, which reads an unset
+    environment variable), for this program in every later process. So a cached build that
+    fails is tried once more without the cache: if that succeeds the cache was at fault, and
+    its folder is set aside (opgen.diskcache.set_aside: one warning; the next build fills a
+    new one); if it fails too, the program itself does not build and that error is raised."""
+    cache = _binary_cache_dir()
+    try:
+        return devices.quiet_build(cl.Program(ctx, source), cache_dir=cache)
+    except Exception:
+        if cache is False:
+            raise
+    program = devices.quiet_build(cl.Program(ctx, source), cache_dir=False)
+    diskcache.set_aside(Path(cache), "pyopencl could not build from its binaries there")
+    return program
+
+
 def _host_array(tensor) -> np.ndarray:
     """A numpy view of a host TVM tensor's memory (bfloat16 as its uint16 bits)."""
     if str(tensor.dtype) == "bfloat16":
@@ -195,7 +215,7 @@ class OpenclModule:
         self.empty_launch = empty_launch
         cl, ctx, queue = runtime.cl, runtime.ctx, runtime.queue
         self._cl, self._ctx, self._queue = cl, ctx, queue
-        program = devices.quiet_build(cl.Program(ctx, source), cache_dir=_binary_cache_dir())
+        program = _build_with_binary_cache(cl, ctx, source)
         names = {launch.kernel for plan in plans.values() for launch in plan.launches}
         self._kernels = {name: cl.Kernel(program, name) for name in names}
         self._lock = threading.Lock()   # a cl.Kernel's arguments are shared state

@@ -43,8 +43,8 @@ kernels.get_kernel("rms_norm", "f32-f32", get_target("ascend-emu"))
 """
 
 
-def run_python(code: str, cache: Path, *args) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OPGEN_CACHE_DIR": str(cache), "OPGEN_DISK_CACHE": "1"}
+def run_python(code: str, cache: Path, *args, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OPGEN_CACHE_DIR": str(cache), "OPGEN_DISK_CACHE": "1", **(env or {})}
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=env, timeout=600)
 
 
@@ -139,3 +139,26 @@ def test_a_seal_names_its_file_and_covers_every_byte(tmp_path):
     diskcache.seal(library, library.name)
     library.rename(renamed)
     assert "sealed for 'a.so'" in diskcache.damage(renamed)
+
+
+def test_damaged_opencl_binaries_are_set_aside_and_rebuilt(tmp_path):
+    """pyopencl's binary cache under opgen's (native code on a CPU device): Intel's runtime
+    writes binaries there (PoCL keeps its own cache). A binary cut short made every later
+    build of that program raise (a KeyError inside pyopencl's fallback); now the folder is
+    set aside with a warning and the program built again."""
+    env_intel = {"PYOPENCL_CTX": "Intel"}
+    place = run_python("from opgen.targets import get_target; print(get_target('opencl').run_place())", tmp_path,
+                       env=env_intel)
+    if place.returncode or "Intel" not in place.stdout:
+        pytest.skip(f"no Intel OpenCL CPU runtime here ({place.stdout.strip() or place.stderr[-200:]})")
+    first = run_python(CALLS, tmp_path, "opencl", env=env_intel)
+    assert first.returncode == 0, first.stderr[-2000:]
+    binaries = sorted((tmp_path / "opencl").rglob("binary"))
+    assert binaries
+    for binary in binaries:
+        os.truncate(binary, binary.stat().st_size // 2)
+    again = run_python(CALLS, tmp_path, "opencl", env=env_intel)
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert float(again.stdout.split()[1]) <= 1.0
+    assert f"cached library {tmp_path / 'opencl'} is damaged" in again.stderr
+    assert (tmp_path / "opencl.damaged").is_dir()
