@@ -2,7 +2,7 @@
 
 The source tree keeps the user's layout: ``opgen/`` (the core and the op packages),
 ``schedules/`` and ``targets/``; installed, the outer two are ``opgen.schedules`` and
-``opgen.targets`` (../shared/DESIGN.md). pyproject.toml cannot discover packages under
+``opgen.targets`` (README.md, Layout). pyproject.toml cannot discover packages under
 three roots mapped into one namespace, so this file does: every directory below the roots
 is a package (a folder of headers too), and the data files it holds are package data. A
 new op, schedule or target package, or a file of shipped tuning records, needs no edit

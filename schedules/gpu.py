@@ -38,7 +38,8 @@ pass both build): only how the matched stages are laid onto blocks and threads d
   barrier; the row sums are D floats per group, and x/dy are read twice either way.
 
 Per-row and per-group scalars live in "local" scope: each thread holds its own copy
-(a global one raced in a probe; see ../shared/TVM-NOTES.md). The GPU targets build with
+(a global one raced in a probe: TVM 0.27 kept a single copy in global memory that every
+thread wrote). The GPU targets build with
 StorageRewrite off because, with it on, TVM 0.27 folded a local scalar computed from a
 reduction (RmsNorm's coef) into the shared buffer holding the reduction's result, so every
 thread rewrote the value the others were still reading (seen in the emitted OpenCL).

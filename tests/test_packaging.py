@@ -83,3 +83,22 @@ def test_a_target_imports_from_an_install_of_the_wheel(wheel, tmp_path):
     assert module_file.startswith(str(site)) and emu_dir.startswith(str(site))
     assert (Path(emu_dir) / "kernel_operator.h").is_file()
     assert can_build == "True" and "ascend-emu" in names and int(shipped_records) > 0
+
+
+def test_no_tracked_file_refers_outside_the_repository():
+    """A clone has nothing beside it: no file may point at a sibling folder or at the
+    machine it was written on (relative ``../<folder>/`` paths that leave the repository, or
+    absolute paths under the workspace)."""
+    root = Path(__file__).resolve().parents[1]
+    tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True)
+    if tracked.returncode:
+        pytest.skip("not a git checkout")
+    outside = ("../" + "shared", "/work" + "/")
+    found = []
+    for name in tracked.stdout.splitlines():
+        try:
+            text = (root / name).read_text()
+        except (UnicodeDecodeError, OSError):
+            continue
+        found += [f"{name}:{i}" for i, line in enumerate(text.splitlines(), 1) if any(o in line for o in outside)]
+    assert not found, found

@@ -2,7 +2,7 @@
 
 The schedule (schedules/ascend.py) derives every tiling decision from these numbers and
 the emulation enforces them, so nothing else in opgen hard-codes a UB size or a core
-count. Sources (public; ../shared/ASCEND-NOTES.md lists them per product): asc-devkit's
+count. Sources (public, named next to each number below): asc-devkit's
 kernel_utils_constants.h and platform code, and CANN's platform ini files (public copies in
 hicann/pypto). hicann/ops-nn's tiling unit tests are not product specs: each inlines a fake
 ``hardware_info`` fixture. Its A2 fixtures have UB 196608 with CORE_NUM 40 in
@@ -41,9 +41,9 @@ CORES_ENV = "OPGEN_ASCEND_CORES"
 @dataclass(frozen=True)
 class PipeTiming:
     """The emulation's timing-model parameters for one product (emu_timing.h's TimingParams,
-    same order): cycles, and bytes per cycle of one vector core. Sources in
-    ../shared/ASCEND-NOTES.md; ``assumed`` names the fields no public source gives for the
-    product, which stay named parameters rather than facts."""
+    same order): cycles, and bytes per cycle of one vector core. Each field's source is in
+    its comment (msKPP, asc-devkit, CANN's platform files); ``assumed`` names the fields no
+    public source gives for the product, which stay named parameters rather than facts."""
 
     clock_hz: float = 1.8e9              # 910B2 / A3 9381-9382 (M); 910B1 is 1.85 GHz (H)
     mte2_bytes_per_cycle: float = 46.5   # msKPP resource910b.cpp: GM->UB plateau ~78 GiB/s at 1.8 GHz
