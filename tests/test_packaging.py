@@ -102,3 +102,27 @@ def test_no_tracked_file_refers_outside_the_repository():
             continue
         found += [f"{name}:{i}" for i, line in enumerate(text.splitlines(), 1) if any(o in line for o in outside)]
     assert not found, found
+
+
+def test_every_aclnn_function_has_a_spec_page_naming_its_public_source():
+    """Each aclnn function opgen registers (an op spec's ``aclnn_name``) has its digest,
+    ``docs/specs/<aclnn name>.md``, and each page there names the public document it follows:
+    a ``docs/<aclnn name>...md`` path in hicann/ops-nn (aclnnLayerNorm's document also covers
+    aclnnLayerNormWithImplMode), and a line citing hicann/ops-nn with the commit it was read at."""
+    import re
+
+    from opgen.ops import all_ops
+
+    specs = REPO / "docs" / "specs"
+    names = sorted(op.aclnn_name for op in all_ops())
+    missing = [f"docs/specs/{name}.md" for name in names if not (specs / f"{name}.md").is_file()]
+    pinned = re.compile(r"hicann/ops-nn\b.*?\b(?=[0-9a-f]*[0-9])[0-9a-f]{7,40}\b")
+    unsourced = []
+    for page in sorted(specs.glob("*.md")):
+        text = page.read_text()
+        if not re.search(rf"docs/{re.escape(page.stem)}[^\s`|]*\.md", text):
+            unsourced.append(f"{page.name}: never names its document, docs/{page.stem}...md in hicann/ops-nn")
+        if not any(pinned.search(line) for line in text.splitlines()):
+            unsourced.append(f"{page.name}: no line cites hicann/ops-nn with a commit")
+    assert not missing and not unsourced, {"registered aclnn functions without a page": missing,
+                                           "pages without their public source": unsourced}
