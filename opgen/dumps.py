@@ -1,7 +1,7 @@
 """Golden dumps: inputs and outputs written out of a real aclnn library, read back exactly.
 
 A dump is a directory holding the tensors as ``.npy`` or raw ``.bin`` files and a
-``manifest.json`` (the README's "Golden dump format" shows one)::
+``manifest.json`` (docs/compare-and-bench.md, "Golden dump format", shows one)::
 
     {"library": "free text: where the outputs came from",
      "cases": [{"op": "rms_norm_grad",           # or the aclnn name, aclnnRmsNormGrad

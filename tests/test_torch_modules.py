@@ -349,7 +349,7 @@ def test_eager_module_calls_skip_the_dispatcher_traced_ones_do_not(monkeypatch):
 
 
 def test_benchmark_node_time_is_the_modules_node_inside_the_call(opgen_calls):
-    """benchmarks/torch_forward.NodeTime (the README's "its node" backward column): the time
+    """benchmarks/torch_forward.NodeTime (docs/torch.md's "its node" backward column): the time
     the engine spends in the module's node, which runs opgen's backward, is positive and
     within the whole call's time, and measure_ms(n) sums n calls."""
     import importlib.util

@@ -49,7 +49,7 @@ def add_arguments(parser) -> None:
     parser.add_argument("--rpc", metavar="HOST:PORT:KEY",
                         help="measure on the servers of a TVM RPC tracker. WARNING: a TVM RPC server runs any code "
                              "it is sent, without authentication: bind tracker and servers to 127.0.0.1 and reach "
-                             "them through SSH tunnels, or use them only on a trusted network (README, Tuning)")
+                             "them through SSH tunnels, or use them only on a trusted network (docs/tuning.md)")
     parser.add_argument("--rpc-timeout", metavar="SECONDS", default=None,
                         help="with --rpc: a candidate without a result this long after it was picked up "
                              f"fails, naming its server (default {Settings().timeout_s:g})")
@@ -313,7 +313,7 @@ def _warn_if_exposed(rpc_text: str) -> None:
     reason = rpc_exposure(parse_address(rpc_text)[0])
     if reason:
         print(f"opgen tune: warning: --rpc {reason}: TVM RPC servers run the code they are sent without "
-              f"authentication; use them only on a trusted network or through an SSH tunnel (README, Tuning)",
+              f"authentication; use them only on a trusted network or through an SSH tunnel (docs/tuning.md)",
               file=sys.stderr)
 
 

@@ -13,7 +13,7 @@ with it, the port is free and the tracker drops the server. Elsewhere (no prctl)
 process group instead: ``kill -- -PGID``.
 
 The host defaults to 127.0.0.1, not TVM's 0.0.0.0: the server runs any code it is sent,
-without authentication (README, Tuning).
+without authentication (docs/tuning.md, Security).
 """
 from __future__ import annotations
 
