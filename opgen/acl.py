@@ -23,8 +23,9 @@ import operator
 import threading
 from dataclasses import dataclass, field
 
-import ml_dtypes
 import numpy as np
+
+from opgen.lazy import ml_dtypes
 
 ACL_SUCCESS = 0
 ACL_ERROR_INVALID_PARAM = 100000

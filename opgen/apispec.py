@@ -14,6 +14,8 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from opgen.dtypes import numpy_dtype
+
 ACLNN_SUCCESS = 0
 ACLNN_ERR_PARAM_NULLPTR = 161001
 ACLNN_ERR_PARAM_INVALID = 161002
@@ -326,8 +328,11 @@ def set_args(**changes):
 
 
 def cast_args(names, dtype):
-    """A mutate function casting the named arrays to ``dtype``."""
-    return set_args(**{n: (lambda n: lambda a: np.asarray(a[n]).astype(dtype))(n) for n in names})
+    """A mutate function casting the named arrays to ``dtype``: a numpy dtype, or a dtype name
+    of opgen.dtypes ("bfloat16": ml_dtypes', looked up when the mutation runs)."""
+    def cast(a, n):
+        return np.asarray(a[n]).astype(numpy_dtype(dtype) if isinstance(dtype, str) else dtype)
+    return set_args(**{n: (lambda n: lambda a: cast(a, n))(n) for n in names})
 
 
 def other_float(name: str):

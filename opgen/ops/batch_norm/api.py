@@ -27,7 +27,6 @@ channel axis' length, input and output of different formats, shapes or ranks out
 """
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 from opgen.apispec import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ATTR, INPUT, OUTPUT, ApiSpec, Param,
@@ -136,7 +135,7 @@ def _rules() -> tuple:
              "training/inference).", _check_dtype_range, (
                  Violation("float64 input", cast_args(("input",), np.float64)),
                  Violation("int32 weight", cast_args(("weight",), np.int32)),
-                 Violation("bfloat16 data on Atlas training", cast_args(("input", "output"), ml_dtypes.bfloat16),
+                 Violation("bfloat16 data on Atlas training", cast_args(("input", "output"), "bfloat16"),
                            _NO_BF16))),
         Rule(_CODE, "The dtypes are not a row of opgen's kernels (kernel.COMBOS: output as input; weight and bias "
              "alike; the statistics alike).", _check_dtype_table, (

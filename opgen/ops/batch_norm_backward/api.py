@@ -24,7 +24,6 @@ decision; the digest is docs/specs/aclnnBatchNormBackward.md):
 """
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 from opgen import acl
@@ -36,8 +35,7 @@ from opgen.ops.batch_norm_backward.reference import NULL_FILL
 
 NON_950 = ("AtlasA3", "AtlasA2", "AtlasTraining")
 DATA = ("gradOut", "input", "gradInput")
-_ACL_DTYPES = {np.dtype(np.float32): acl.ACL_FLOAT, np.dtype(np.float16): acl.ACL_FLOAT16,
-               np.dtype(ml_dtypes.bfloat16): acl.ACL_BF16}
+_ACL_DTYPES = {"float32": acl.ACL_FLOAT, "float16": acl.ACL_FLOAT16, "bfloat16": acl.ACL_BF16}   # by dtype name
 _FORMATS = {"ND": acl.ACL_FORMAT_ND, "NCHW": acl.ACL_FORMAT_NCHW, "NHWC": acl.ACL_FORMAT_NHWC,
             "NCDHW": acl.ACL_FORMAT_NCDHW, "NDHWC": acl.ACL_FORMAT_NDHWC, "FRACTAL_NZ": acl.ACL_FORMAT_FRACTAL_NZ}
 
@@ -49,7 +47,7 @@ def tagged(array, fmt: str):
     _, buffer = acl.aclrtMalloc(max(a.nbytes, 1))
     if a.nbytes:
         acl.aclrtMemcpy(buffer, a.nbytes, a, a.nbytes, acl.ACL_MEMCPY_HOST_TO_DEVICE)
-    return acl.aclCreateTensor(a.shape, _ACL_DTYPES[a.dtype], None, 0, _FORMATS[fmt], a.shape, buffer)
+    return acl.aclCreateTensor(a.shape, _ACL_DTYPES[a.dtype.name], None, 0, _FORMATS[fmt], a.shape, buffer)
 
 
 def _tag(fmt: str, shape=None, names=DATA):
@@ -109,7 +107,7 @@ def _rules_dtypes() -> tuple:
              "differ. (doc l.330, l.354; CheckDtypeValid l.114-122)", C.with_elements(C.check_data_dtypes), (
                  Violation("float64 gradOut", cast_args(("gradOut",), np.float64)),
                  Violation("input float16, gradOut float32", cast_args(("input",), np.float16)),
-                 Violation("bfloat16 data on Atlas training", cast_args(DATA, ml_dtypes.bfloat16),
+                 Violation("bfloat16 data on Atlas training", cast_args(DATA, "bfloat16"),
                            ("AtlasTraining",)))),
         Rule(ACLNN_ERR_PARAM_INVALID, "When outputMask[0..2] is true, gradInput's/gradWeight's/gradBias's dtype is "
              "outside the supported range. (doc l.339-345; CheckGradDtypeValid l.124-139)",
@@ -211,7 +209,7 @@ def _rules_950_kernel() -> tuple:
              C.with_elements(C.check_kernel_dtypes), (
                  Violation("float16 weight with float32 data", cast_args(("weight",), np.float16), NON_950),
                  Violation("bfloat16 gradWeight/gradBias, weight null", lambda a: (
-                     a.update(weight=None), cast_args(("gradWeight", "gradBias"), ml_dtypes.bfloat16)(a)),
+                     a.update(weight=None), cast_args(("gradWeight", "gradBias"), "bfloat16")(a)),
                      ("Ascend950", "AtlasA3", "AtlasA2")))),
     )
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import math
 
-import ml_dtypes
 import numpy as np
 
 from opgen.apispec import (ACLNN_ERR_INNER_NULLPTR, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ATTR, INPUT,
                            MASK, OUTPUT, ApiSpec, ArgError, Param, Pythonic, Rule, Violation, cast_args, dtype_message, first,
                            null_message, other_float, set_args, shape_str)
+from opgen.lazy import ml_dtypes
 from opgen.ops.group_norm_backward.kernel import Problem, kernel_shapes
 
 # ---- the aclnn API, as seed 002 documents it -------------------------------------------

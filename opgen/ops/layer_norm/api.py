@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import operator
 
-import ml_dtypes
 import numpy as np
 
 from opgen.apispec import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ATTR, INPUT, OUTPUT, ApiSpec, Param,
@@ -140,7 +139,7 @@ def _rules() -> tuple:
                  Violation("float64 input", cast_args(("input",), np.float64)),
                  Violation("int32 weightOptional", cast_args(("weightOptional",), np.int32)),
                  Violation("bfloat16 everywhere on Atlas training", cast_args(
-                     ("input", "weightOptional", "biasOptional", "out"), ml_dtypes.bfloat16), _NO_BF16))),
+                     ("input", "weightOptional", "biasOptional", "out"), "bfloat16"), _NO_BF16))),
         Rule(_CODE, "The dtypes do not meet the Parameters table: out, meanOut, rstdOut in input's dtype (opgen: "
              "float32 statistics too); weight and bias input's or FLOAT32, the same when both are given.",
              _check_dtype_table, (

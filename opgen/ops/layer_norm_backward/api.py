@@ -23,13 +23,13 @@ from __future__ import annotations
 import math
 import operator
 
-import ml_dtypes
 import numpy as np
 
 from opgen.apispec import (ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ATTR, INPUT, MASK, OUTPUT, ApiSpec,
                            Param, Pythonic, Rule, Violation, cast_args, dtype_message, first, null_message,
                            other_float, set_args, shape_str)
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32
+from opgen.lazy import ml_dtypes
 from opgen.ops.layer_norm_backward.kernel import Problem, kernel_shapes
 
 _INPUTS = ("gradOut", "input", "mean", "rstd", "weightOptional", "biasOptional")

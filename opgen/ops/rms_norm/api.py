@@ -12,7 +12,6 @@ leading n dims then 1s. Interpretations:
 """
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 
 from opgen.apispec import (ACLNN_ERR_INNER_TILING_ERROR, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ATTR,
@@ -96,7 +95,7 @@ def _rules() -> tuple:
         Violation("yOut's dtype differs from x's", other_float("yOut")),
         Violation("rstdOut is float16", cast_args(("rstdOut",), np.float16)),
         Violation("int32 gamma", cast_args(("gamma",), np.int32)),
-        Violation("bfloat16 data on Atlas inference", cast_args(("x", "gamma", "yOut"), ml_dtypes.bfloat16),
+        Violation("bfloat16 data on Atlas inference", cast_args(("x", "gamma", "yOut"), "bfloat16"),
                   ("AtlasInference",)),
     )
     code = ACLNN_ERR_INNER_TILING_ERROR
