@@ -10,6 +10,8 @@ while the ``opgen.ops`` package discovers them, so the two never import each oth
 from __future__ import annotations
 
 import dataclasses
+import importlib
+import importlib.util
 import math
 import typing
 from dataclasses import dataclass, field
@@ -268,14 +270,13 @@ class OpSpec:
     # Floating-point operations per element of the first input, counted from the TE stages:
     # the x axis of a roofline (opgen bench --plot). 0: not counted.
     flops_per_element: int = 0
-    # The sympy forward model opgen.derive proves the TE against (opgen.symbolic.ProofModel).
-    model: Any = None
     # problem -> {output kernel name: shape in the user's layout} (what a caller allocates).
     output_shapes: Callable[[Any], dict] | None = None
     peers: tuple = ()             # Peer: what opgen compare and opgen bench set opgen against
     cases: Cases = Cases()
     package: str = ""             # the op's package (__name__): where optional parts live, e.g.
-                                  # torch_module.py, the torch.nn modules opgen.torch exports
+                                  # torch_module.py, the torch.nn modules opgen.torch exports,
+                                  # and model.py, its forward model (``model``)
     cann: CannOp | None = None    # CANN's OpDef of the op (Ascend projects print its names)
 
     def __post_init__(self):
@@ -296,6 +297,16 @@ class OpSpec:
         for combo in self.combos:
             if tuple(n for n, _ in combo.dtypes) != tensors:
                 raise ValueError(f"{self.name}: combo {combo.tag} does not list {tensors}")
+
+    @property
+    def model(self):
+        """The sympy forward model opgen.derive proves the TE against (opgen.symbolic.ProofModel):
+        ``MODEL`` of the op package's model.py, imported on first use (sympy and opgen.symbolic
+        take a second to import, and only the proofs read them); None without one."""
+        name = f"{self.package}.model"
+        if not self.package or importlib.util.find_spec(name) is None:
+            return None
+        return importlib.import_module(name).MODEL
 
     @property
     def problem_type(self) -> type:

@@ -32,7 +32,6 @@ from opgen.ops.batch_norm.api import API
 from opgen.ops.batch_norm.kernel import (  # noqa: F401  (re-exported)
     BF16_ROWS, COMBOS, F16_ROWS, F32, INPUTS, OUTPUTS, PRODUCTS, STAGE, Problem, compute, kernel_args,
     kernel_shapes, output_shapes, random_inputs)
-from opgen.ops.batch_norm.model import MODEL
 from opgen.ops.batch_norm.peers import CASES, PEERS
 from opgen.ops.spec import CannAttr, CannOp, OpSpec
 
@@ -62,7 +61,6 @@ SPEC = OpSpec(
               Problem((5, 4, 3, 2, 7)), Problem((7, 6, 5, 3), channel_last=True), Problem((1, 2, 12290)),
               Problem((1, 1)), Problem((0, 0))),
     api=API,
-    model=MODEL,
     output_shapes=output_shapes,
     peers=PEERS,
     cases=CASES,

@@ -10,9 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from tvm import te
 
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype
+from opgen.lazy import te
 from opgen.ops.batch_norm_backward.kernel import Problem as _CallSizes
 from opgen.ops.spec import DtypeCombo, as_float32
 

@@ -36,7 +36,6 @@ from opgen.ops.batch_norm_backward.api import API
 from opgen.ops.batch_norm_backward.kernel import (  # noqa: F401  (re-exported)
     COMBOS, F16, F32, BF16, INPUTS, OUTPUTS, PRODUCTS, STAGE, Problem, compute, kernel_args, kernel_shapes,
     output_shapes, random_inputs)
-from opgen.ops.batch_norm_backward.model import MODEL
 from opgen.ops.batch_norm_backward.peers import CASES, PEERS
 from opgen.ops.spec import CannAttr, CannOp, OpSpec
 
@@ -64,7 +63,6 @@ SPEC = OpSpec(
     problems=(Problem((2, 3, 4, 5)), Problem((3, 7, 33)), Problem((2, 33, 941), False, 1e-3),
               Problem((5, 4, 3, 2, 7)), Problem((7, 6, 5, 3), channel_last=True)),
     api=API,
-    model=MODEL,
     output_shapes=output_shapes,
     peers=PEERS,
     cases=CASES,

@@ -37,7 +37,6 @@ from opgen.ops.deep_norm_grad.api import API
 from opgen.ops.deep_norm_grad.kernel import (  # noqa: F401  (re-exported)
     BF16_F32, COMBOS, F16_F32, F32_F32, INPUTS, OUTPUTS, PRODUCTS, STAGE, Problem, compute, kernel_args,
     kernel_shapes, output_shapes, random_inputs)
-from opgen.ops.deep_norm_grad.model import MODEL
 from opgen.ops.deep_norm_grad.peers import CASES, PEERS
 from opgen.ops.spec import CannAttr, CannOp, OpSpec
 
@@ -63,7 +62,6 @@ SPEC = OpSpec(
     problems=(Problem((3, 1, 4), 1), Problem((7, 33), 1, 0.87), Problem((3, 12290), 1), Problem((2, 2, 941), 1, 1.5),
               Problem((3, 4, 5), 2, -0.5)),
     api=API,
-    model=MODEL,
     output_shapes=output_shapes,
     peers=PEERS,
     cases=CASES,

@@ -8,9 +8,9 @@ import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
-from tvm import te
 
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype
+from opgen.lazy import te
 from opgen.ops.spec import DtypeCombo, TrailingAxesProblem, as_float32
 
 # alpha is an attribute (double in the C API, float32 in CANN's kernel); the kernel is built

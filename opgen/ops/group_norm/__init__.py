@@ -24,7 +24,6 @@ from opgen.ops.group_norm.api import API
 from opgen.ops.group_norm.kernel import (  # noqa: F401  (re-exported)
     BF16_BF16, BF16_F32, COMBOS, F16_F16, F16_F32, F32_F32, INPUTS, OUTPUTS, PRODUCTS, STAGE, Problem, compute,
     kernel_args, kernel_shapes, output_shapes, random_inputs)
-from opgen.ops.group_norm.model import MODEL
 from opgen.ops.group_norm.peers import CASES, PEERS
 from opgen.ops.spec import CannAttr, CannOp, OpSpec
 
@@ -51,7 +50,6 @@ SPEC = OpSpec(
     problems=(Problem(2, 3, 4, 1), Problem(2, 6, 33, 3), Problem(1, 64, 941, 64), Problem(3, 2130, 7, 71),
               Problem(2, 4, 12290, 2, 1e-3)),
     api=API,
-    model=MODEL,
     output_shapes=output_shapes,
     peers=PEERS,
     cases=CASES,

@@ -19,7 +19,6 @@ from opgen.ops.group_norm_swish.api import API
 from opgen.ops.group_norm_swish.kernel import (  # noqa: F401  (re-exported)
     BF16_BF16, BF16_F32, COMBOS, F16_F16, F16_F32, F32_F32, INPUTS, OUTPUTS, PRODUCTS, STAGE, Problem, compute,
     kernel_args, kernel_shapes, output_shapes, random_inputs)
-from opgen.ops.group_norm_swish.model import MODEL
 from opgen.ops.group_norm_swish.peers import CASES, PEERS
 from opgen.ops.spec import CannAttr, CannOp, OpSpec
 
@@ -48,7 +47,6 @@ SPEC = OpSpec(
     problems=(Problem(2, 3, 4, 1), Problem(2, 6, 33, 3, 1e-5, 0.5), Problem(1, 64, 941, 64),
               Problem(3, 2130, 7, 71), Problem(2, 4, 12290, 2, 1e-3, 1.0, False)),
     api=API,
-    model=MODEL,
     output_shapes=output_shapes,
     peers=PEERS,
     cases=CASES,

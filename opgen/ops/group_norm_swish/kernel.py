@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from tvm import te
 
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32
+from opgen.lazy import te
 from opgen.ops.group_norm import kernel as group_norm_kernel
 from opgen.ops.group_norm.kernel import (DEFAULT_EPS, normalization, output_shapes,  # noqa: F401 (re-exported)
                                          placeholders, statistics_out)

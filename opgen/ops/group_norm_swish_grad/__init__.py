@@ -42,7 +42,6 @@ from opgen.ops.group_norm_swish_grad.api import API
 from opgen.ops.group_norm_swish_grad.kernel import (  # noqa: F401  (re-exported)
     BF16_BF16, COMBOS, F16_F16, F32_F32, INPUTS, OUTPUTS, PRODUCTS, STAGE, Problem, compute, kernel_args,
     kernel_shapes, output_shapes, random_inputs)
-from opgen.ops.group_norm_swish_grad.model import MODEL
 from opgen.ops.group_norm_swish_grad.peers import CASES, PEERS
 from opgen.ops.spec import CannAttr, CannOp, OpSpec
 
@@ -72,7 +71,6 @@ SPEC = OpSpec(
     problems=(Problem((2, 3, 4), 1), Problem((2, 6, 3, 11), 3, 0.5), Problem((1, 64, 941), 64, -2.0),
               Problem((3, 2130, 7), 71, 1.7)),
     api=API,
-    model=MODEL,
     output_shapes=output_shapes,
     peers=PEERS,
     cases=CASES,

@@ -26,7 +26,6 @@ from opgen.ops.layer_norm.api import API
 from opgen.ops.layer_norm.kernel import (  # noqa: F401  (re-exported)
     BF16_BF16, BF16_BF16_F32, BF16_F32, BF16_F32_F32, COMBOS, F16_F16, F16_F16_F32, F16_F32, F16_F32_F32, F32_F32,
     INPUTS, OUTPUTS, PRODUCTS, STAGE, Problem, compute, kernel_args, kernel_shapes, output_shapes, random_inputs)
-from opgen.ops.layer_norm.model import MODEL
 from opgen.ops.layer_norm.peers import CASES, PEERS
 from opgen.ops.spec import CannAttr, CannOp, OpSpec
 
@@ -53,7 +52,6 @@ SPEC = OpSpec(
     problems=(Problem((2, 3, 8), 2), Problem((5, 1)), Problem((7, 33)), Problem((4, 941), 1, 1e-3),
               Problem((3, 12290)), Problem((3, 5, 7))),
     api=API,
-    model=MODEL,
     output_shapes=output_shapes,
     peers=PEERS,
     cases=CASES,

@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from tvm import te
 
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype
+from opgen.lazy import te
 from opgen.ops.spec import DtypeCombo, TrailingAxesProblem, as_float32, attribute_array
 
 STAGE = "layer_norm"

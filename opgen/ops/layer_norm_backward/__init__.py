@@ -37,7 +37,6 @@ from opgen.ops.layer_norm_backward.kernel import (  # noqa: F401  (re-exported)
     BF16_BF16, BF16_BF16_F32, BF16_F16, BF16_F16_F32, BF16_F32, BF16_F32_F32, COMBOS, F16_BF16, F16_BF16_F32, F16_F16,
     F16_F16_F32, F16_F32, F16_F32_F32, F32_F32, INPUTS, OUTPUTS, PRODUCTS, STAGE, Problem, compute, kernel_args,
     kernel_shapes, output_shapes, random_inputs)
-from opgen.ops.layer_norm_backward.model import MODEL
 from opgen.ops.layer_norm_backward.peers import CASES, PEERS
 from opgen.ops.spec import CannAttr, CannOp, OpSpec
 
@@ -64,7 +63,6 @@ SPEC = OpSpec(
     problems=(Problem((2, 3, 8), 2), Problem((2, 2), 1), Problem((7, 33), 1), Problem((4, 941), 1),
               Problem((3, 12290), 1), Problem((3, 5, 7), 1)),
     api=API,
-    model=MODEL,
     output_shapes=output_shapes,
     peers=PEERS,
     cases=CASES,

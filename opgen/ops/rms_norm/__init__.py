@@ -22,7 +22,6 @@ from opgen.ops.rms_norm.api import API
 from opgen.ops.rms_norm.kernel import (  # noqa: F401  (re-exported)
     BF16_BF16, BF16_F32, COMBOS, F16_F16, F16_F32, F32_F32, INPUTS, OUTPUTS, PRODUCTS, STAGE, Problem, compute,
     kernel_args, kernel_shapes, output_shapes, random_inputs)
-from opgen.ops.rms_norm.model import MODEL
 from opgen.ops.rms_norm.peers import CASES, PEERS
 from opgen.ops.spec import CannAttr, CannOp, OpSpec
 
@@ -47,7 +46,6 @@ SPEC = OpSpec(
     problems=(Problem((2, 1, 16)), Problem((7, 33)), Problem((3, 12290)), Problem((4, 941), 1, 1e-5),
               Problem((3, 4, 7), 2), Problem((5, 1))),
     api=API,
-    model=MODEL,
     output_shapes=output_shapes,
     peers=PEERS,
     cases=CASES,

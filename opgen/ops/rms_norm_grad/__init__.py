@@ -25,7 +25,6 @@ from opgen.ops.rms_norm_grad.api import API
 from opgen.ops.rms_norm_grad.kernel import (  # noqa: F401  (re-exported)
     BF16_BF16, BF16_F32, COMBOS, F16_F16, F16_F32, F32_F32, INPUTS, OUTPUTS, PRODUCTS, Problem, compute, kernel_args,
     kernel_shapes, output_shapes, random_inputs)
-from opgen.ops.rms_norm_grad.model import MODEL
 from opgen.ops.rms_norm_grad.peers import CASES, PEERS
 from opgen.ops.spec import CannOp, OpSpec
 
@@ -48,7 +47,6 @@ SPEC = OpSpec(
     kernel_args=kernel_args,
     problems=(Problem((2, 1, 16), 1), Problem((7, 33), 1), Problem((3, 12290), 1), Problem((4, 941), 1)),
     api=API,
-    model=MODEL,
     output_shapes=output_shapes,
     peers=PEERS,
     cases=CASES,

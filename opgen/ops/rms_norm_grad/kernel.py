@@ -8,9 +8,9 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from tvm import te
 
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype
+from opgen.lazy import te
 from opgen.ops.spec import DtypeCombo, ProblemBase, as_float32
 
 INPUTS = ("dy", "x", "rstd", "gamma")
