@@ -30,8 +30,7 @@ from __future__ import annotations
 import importlib
 from dataclasses import dataclass
 
-from tvm import s_tir
-from tvm.sym.analyzer import Analyzer
+from opgen.lazy import s_tir, tvm
 
 
 # Block annotation a rule may set on a block that writes an output: "this output is written
@@ -220,7 +219,7 @@ def pattern_schedule(func, keep_prologues: bool = False) -> s_tir.Schedule:
 
 def same_extent(a, b) -> bool:
     """Whether two (possibly symbolic) extents are provably equal."""
-    return bool(Analyzer().can_prove_equal(a, b))
+    return bool(tvm.sym.analyzer.Analyzer().can_prove_equal(a, b))
 
 
 def rules_of(target) -> list:

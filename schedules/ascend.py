@@ -40,9 +40,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm import s_tir
-from tvm.sym.analyzer import Analyzer
-
+from opgen.lazy import s_tir, tvm
 from opgen.schedules import (Block, Knob, PatternRule, ScheduleRule, blocks, pattern_schedule, patterns,
                              same_extent)
 from opgen.schedules.ascend_scratch import scratch_tiles
@@ -104,7 +102,7 @@ def bind_sizes(func, shapes) -> dict:
 
 
 def _value(expr, sizes: dict) -> int:
-    analyzer = Analyzer()
+    analyzer = tvm.sym.analyzer.Analyzer()
     text = str(expr)
     if text in sizes:
         return sizes[text]

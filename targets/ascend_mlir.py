@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-import tvm
-
+from opgen.lazy import tvm
 from opgen.targets.mlir import bishengir, named
 from opgen.targets.mlir.stages import UnsupportedStage, stage_graph
 from opgen.targets.spec import MODEL, TargetSpec

@@ -31,8 +31,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import tvm
-
+from opgen.lazy import tvm
 from opgen.targets.gpu_launch import (UnsupportedHostCode, compile_capturing_split, config_for, guard_empty_launches,
                                       launch_plan, with_32_bit_indices)
 from opgen.targets import cuda_sass

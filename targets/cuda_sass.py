@@ -31,9 +31,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-import tvm
-import tvm_ffi
-from tvm import tirx
+from opgen.lazy import tirx, tvm, tvm_ffi
 
 _FUNCTION = re.compile(r"Function : (\S+)")
 _INSTRUCTION = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?)\s*;")

@@ -27,21 +27,27 @@ all, whichever runtime launches it (TVM's CUDA runtime, opgen's OpenCL launcher)
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
-import tvm
-import tvm_ffi
-from tvm import s_tir, tirx
 
-_BINARY = {tirx.Add: "({} + {})", tirx.Sub: "({} - {})", tirx.Mul: "({} * {})",
-           tirx.FloorDiv: "({} // {})", tirx.FloorMod: "({} % {})", tirx.Min: "min({}, {})",
-           tirx.Max: "max({}, {})", tirx.LT: "({} < {})", tirx.LE: "({} <= {})",
-           tirx.GT: "({} > {})", tirx.GE: "({} >= {})", tirx.EQ: "({} == {})", tirx.NE: "({} != {})",
-           tirx.And: "({} and {})", tirx.Or: "({} or {})"}
-# Truncating division and modulo agree with floor ones on the non-negative sizes seen here.
-_BINARY[tirx.Div] = "({} // {})"
-_BINARY[tirx.Mod] = "({} % {})"
+from opgen.lazy import s_tir, tirx, tvm, tvm_ffi
+
+
+@functools.lru_cache(maxsize=None)
+def _binary() -> dict:
+    """TIR binary node type -> its Python template (made on first use: TVM's classes)."""
+    table = {tirx.Add: "({} + {})", tirx.Sub: "({} - {})", tirx.Mul: "({} * {})",
+             tirx.FloorDiv: "({} // {})", tirx.FloorMod: "({} % {})", tirx.Min: "min({}, {})",
+             tirx.Max: "max({}, {})", tirx.LT: "({} < {})", tirx.LE: "({} <= {})",
+             tirx.GT: "({} > {})", tirx.GE: "({} >= {})", tirx.EQ: "({} == {})", tirx.NE: "({} != {})",
+             tirx.And: "({} and {})", tirx.Or: "({} or {})"}
+    # Truncating division and modulo agree with floor ones on the non-negative sizes seen here.
+    table[tirx.Div] = "({} // {})"
+    table[tirx.Mod] = "({} % {})"
+    return table
+
 
 THREAD_AXES = ("blockIdx.x", "blockIdx.y", "blockIdx.z", "threadIdx.x", "threadIdx.y", "threadIdx.z")
 
@@ -112,7 +118,7 @@ def python_expr(expr, names: _Names) -> str:
     if isinstance(expr, tirx.Select):
         return "({} if {} else {})".format(python_expr(expr.true_value, names), python_expr(expr.condition, names),
                                           python_expr(expr.false_value, names))
-    template = _BINARY.get(type(expr))
+    template = _binary().get(type(expr))
     if template is None:
         raise UnsupportedHostCode(f"launch expression {expr} ({type(expr).__name__}) is not supported")
     return template.format(python_expr(expr.a, names), python_expr(expr.b, names))

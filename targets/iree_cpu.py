@@ -10,8 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import tvm
-
+from opgen.lazy import tvm
 from opgen.targets import llvm_host
 from opgen.targets.mlir import iree
 from opgen.targets.spec import WALL_CLOCK, TargetSpec

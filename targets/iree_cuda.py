@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import tvm
-
+from opgen.lazy import tvm
 from opgen.targets.iree_cpu import IreeTarget
 
 

@@ -27,9 +27,8 @@ import contextlib
 import os
 from dataclasses import dataclass
 
-import tvm
-
 from opgen import diskcache
+from opgen.lazy import tvm
 from opgen.targets.spec import TargetSpec
 from opgen.targets import llvm_host, llvm_threads
 from opgen.targets.llvm_math import polynomial_exp
@@ -127,7 +126,11 @@ class LlvmTarget(TargetSpec):
         return module
 
     def share_host_threads(self) -> None:
-        llvm_threads.adopt_openmp()
+        """Kernels routed before torch was loaded move to its pool now; without any (no
+        launcher yet) the first one routed adopts the pool itself (llvm_threads.route), and
+        importing opgen.torch compiles nothing."""
+        if llvm_threads.launcher_loaded():
+            llvm_threads.adopt_openmp()
 
 
 TARGET = LlvmTarget(name="llvm", description="host CPU via LLVM (vectorized, multi-threaded)", default=True)

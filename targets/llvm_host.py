@@ -33,8 +33,7 @@ import functools
 import os
 from dataclasses import dataclass, field
 
-import tvm
-import tvm_ffi
+from opgen.lazy import tvm, tvm_ffi
 
 OVERRIDE_VARIABLE = "OPGEN_LLVM_TARGET"
 

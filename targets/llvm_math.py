@@ -18,14 +18,16 @@ took 9.1 ms at that shape.
 Scope: TVM's lowering rules are process-global (``register_intrin_lowering``), so this rule
 takes effect only inside ``polynomial_exp()``, which the LLVM target's build enters.
 Elsewhere it returns what TVM's own rule gives (``llvm.exp``), so other TVM code in the
-process is unaffected.
+process is unaffected. The rule is registered on the first entry, not on import: importing
+the targets imports no TVM (opgen.lazy).
 """
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import threading
 
-from tvm import tirx
+from opgen.lazy import tirx
 
 EXP_MAX_ULP = 2                          # measured bound (see tests/test_llvm_math.py)
 _ACTIVE = contextvars.ContextVar("opgen_polynomial_exp", default=False)
@@ -41,6 +43,7 @@ _P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666
 @contextlib.contextmanager
 def polynomial_exp():
     """Within this block, float32 exp lowers to the polynomial (the LLVM target's build)."""
+    _register_lowering()
     token = _ACTIVE.set(True)
     try:
         yield
@@ -99,4 +102,13 @@ def _lower_exp(call):
     return tirx.call_llvm_pure_intrin(_dtype(call), "llvm.exp", x)
 
 
-tirx.register_intrin_lowering("tirx.exp", target="llvm", f=_lower_exp, level=99)
+_REGISTERED: list = []
+_REGISTER_LOCK = threading.Lock()
+
+
+def _register_lowering() -> None:
+    """Make _lower_exp TVM's lowering of exp for LLVM, once per process."""
+    with _REGISTER_LOCK:
+        if not _REGISTERED:
+            tirx.register_intrin_lowering("tirx.exp", target="llvm", f=_lower_exp, level=99)
+            _REGISTERED.append(True)

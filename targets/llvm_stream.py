@@ -35,9 +35,7 @@ import os
 import re
 import tempfile
 
-import tvm
-from tvm import s_tir, tirx
-
+from opgen.lazy import s_tir, tirx, tvm
 from opgen.schedules import STREAMED_OUTPUT
 
 SFENCE = "llvm.x86.sse.sfence"

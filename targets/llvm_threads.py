@@ -172,6 +172,11 @@ def launcher() -> ctypes.CDLL | None:
         return _launcher
 
 
+def launcher_loaded() -> bool:
+    """Whether the launcher is loaded already (some kernel was routed), without building it."""
+    return _launcher is not None
+
+
 def _address(lib: ctypes.CDLL, symbol: str) -> int:
     return ctypes.cast(getattr(lib, symbol), ctypes.c_void_p).value
 

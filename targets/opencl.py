@@ -43,9 +43,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import tvm
 
 from opgen import diskcache
+from opgen.lazy import tvm
 from opgen.targets import opencl_devices as devices
 from opgen.targets.spec import WALL_CLOCK, GpuTargetSpec
 from opgen.targets.gpu_launch import LaunchPlan, compile_capturing_split, guard_empty_launches, launch_plan

@@ -27,8 +27,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-import tvm
-
+from opgen.lazy import tvm
 from opgen.products import DEFAULT_PRODUCT
 from opgen.targets.spec import MODEL, TargetSpec
 from opgen.targets.ascend.build import EmuKernel, EmuModule, compile_project, emulation_available, project

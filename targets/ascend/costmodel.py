@@ -25,9 +25,8 @@ from __future__ import annotations
 
 import math
 
-from tvm import te
-
 from opgen import schedules
+from opgen.lazy import te
 
 # SoC -> (HBM bytes/s, per-core GM bytes/s, vector clock Hz): assumptions, not data sheets.
 ASSUMED = {

@@ -25,8 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm import s_tir
-
+from opgen.lazy import s_tir
 from opgen.schedules.ascend import ChannelTiles
 from opgen.schedules.ascend_tiling import TEMP_TILES
 from opgen.targets.ascend.emitter import CPP_TYPE, as_float32, camel, copy_in, load_scalars, recorded_stages, store_tile

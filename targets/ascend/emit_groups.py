@@ -18,8 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm import s_tir
-
+from opgen.lazy import s_tir
 from opgen.schedules.ascend import GroupTiles, pass_phases
 from opgen.schedules.ascend_tiling_groups import TASKS_PER_STORE
 from opgen.targets.ascend.emitter import (CPP_TYPE, as_float32, camel, copy_in, copy_params, store_tile,

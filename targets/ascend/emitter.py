@@ -32,8 +32,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tvm import s_tir
-
+from opgen.lazy import s_tir
 from opgen.schedules.ascend import RowTiles
 from opgen.targets.ascend.cann import entry_lines
 from opgen.targets.ascend.exprs import (LOADS, Context, EmitError, Value, emit_expr, load_name, reduction_body,
