@@ -5,8 +5,8 @@
     opgen.set_product("AtlasInference"); opgen.set_target("llvm")
     from opgen import acl, aclnn          # the two-phase API and the runtime calls
 
-``import opgen`` stays light: the settings are plain Python; the API layers (which import
-TVM) load on first use of the names below.
+``import opgen`` stays light: the settings are plain Python; the API layers load on first
+use of the names below, and TVM with the first call that runs a kernel (opgen.lazy).
 """
 from __future__ import annotations
 

@@ -15,20 +15,27 @@ the attributes, which outputs are given and the product, so that decision is cac
 such signature (``_Prepared``); a warm call of a small op spent most of its Python time
 remaking it. Validation is not part of it: every call still goes through both aclnn
 phases, whose plan cache is keyed by all the tensors' metadata.
+
+Importing this module generates the functions from the op registry and builds nothing:
+the machinery a call runs on (the aclnn layer, the binder, the bound calls, and through
+them the kernels, TVM and its FFI: seconds to import) is imported by the first call
+(``_load_runtime``), so ``import opgen.torch`` does not pay for it.
 """
 from __future__ import annotations
 
 import keyword
 import operator
+import threading
 
 import numpy as np
 
-from opgen import acl, aclnn, bound, config
+from opgen import acl, config
 from opgen.apispec import INPUT, OUTPUT, STATUS_NAMES, ArgError, python_name
-from opgen.binding import NumpyKind, TorchKind, value_key
 from opgen.dtypes import dtype_name, numpy_dtype
 from opgen.ops import all_ops
-from opgen.tensorarg import describe
+
+# The call machinery, imported by the first call (see the module docstring).
+aclnn = bound = NumpyKind = TorchKind = value_key = describe = None
 
 
 class AclnnError(RuntimeError):
@@ -262,14 +269,30 @@ class _Layout:
 
 _LAYOUTS: dict = {}
 _PREPARED: dict = {}
-aclnn.on_plan_cache_clear(_PREPARED.clear)   # a bound call must not outlive its plan
 _MAX_PREPARED = 4096
 _LIST_ITEMS = frozenset((int, bool))   # a list's items compare exactly by type and ==
+_RUNTIME_LOCK = threading.Lock()
+
+
+def _load_runtime() -> None:
+    """Import the call machinery into this module's names, once (the first call's)."""
+    global aclnn, bound, NumpyKind, TorchKind, value_key, describe
+    with _RUNTIME_LOCK:
+        if bound is not None:
+            return
+        from opgen import aclnn
+        from opgen.binding import NumpyKind, TorchKind, value_key
+        from opgen.tensorarg import describe
+        aclnn.on_plan_cache_clear(_PREPARED.clear)   # a bound call must not outlive its plan
+        _KEY_READERS[np.ndarray] = NumpyKind.key
+        from opgen import bound                      # last: call_op takes it as the sign of the rest
 
 
 def _layout(op) -> _Layout:
     layout = _LAYOUTS.get(op.name)
     if layout is None or layout.op is not op:
+        if bound is None:
+            _load_runtime()
         layout = _LAYOUTS[op.name] = _Layout(op)
     return layout
 
@@ -306,7 +329,7 @@ def _signature(op, layout: _Layout, values: tuple, outputs: tuple):
     return tuple(key)
 
 
-_KEY_READERS: dict = {np.ndarray: NumpyKind.key}   # type -> its key reader, or None
+_KEY_READERS: dict = {}   # type -> its key reader, or None (numpy's: _load_runtime)
 
 
 def _key_reader(kind):
@@ -341,6 +364,8 @@ def call_op(op, values: tuple, outputs: tuple) -> tuple:
     its output arguments; returns the outputs (None where not asked for). A call like one
     that ran before with no output given runs its bound call (see _Prepared), written out
     (opgen.bound) when its values allow."""
+    if bound is None:
+        _load_runtime()
     fresh = all(o is None for o in outputs)   # every output made here: a call that can be bound
     if fresh:
         for written in bound.calls_of(op.name):
