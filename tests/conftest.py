@@ -13,6 +13,8 @@ import pytest
 
 from opgen.targets import all_targets, default_target, get_target
 
+from tiers import everything_requested
+
 TARGET_NAMES = [t.name for t in all_targets()]
 
 
@@ -95,3 +97,14 @@ def flip_stage(monkeypatch):
         return hits
 
     return apply
+
+
+def pytest_collection_modifyitems(config, items):
+    """The default tier leaves out the cases marked ``full`` (tests/tiers.py), unless both
+    tiers were asked for."""
+    if everything_requested(config):
+        return
+    extended = [item for item in items if item.get_closest_marker("full")]
+    if extended:
+        config.hook.pytest_deselected(items=extended)
+        items[:] = [item for item in items if not item.get_closest_marker("full")]

@@ -30,11 +30,14 @@ except ImportError:  # torch is optional: its layouts are simply not drawn
     torch = None
 
 # Settings profiles (registered here, applied only to this test, so other modules keep theirs):
-# "opgen-ci" is the default; OPGEN_HYPOTHESIS_PROFILE=opgen-quick for a fast local loop.
+# "opgen-ci" is the default tier's, "opgen-full" the extended tier's (OPGEN_TESTS=full, see
+# tests/tiers.py); OPGEN_HYPOTHESIS_PROFILE=opgen-quick for a fast local loop.
 _COMMON = dict(derandomize=True, deadline=None, database=None, suppress_health_check=list(HealthCheck))
-settings.register_profile("opgen-ci", max_examples=3000, **_COMMON)
+settings.register_profile("opgen-ci", max_examples=1000, **_COMMON)
+settings.register_profile("opgen-full", max_examples=3000, **_COMMON)
 settings.register_profile("opgen-quick", max_examples=300, **_COMMON)
-PROFILE = settings.get_profile(os.environ.get("OPGEN_HYPOTHESIS_PROFILE", "opgen-ci"))
+_TIER_PROFILE = "opgen-full" if os.environ.get("OPGEN_TESTS", "").strip().lower() == "full" else "opgen-ci"
+PROFILE = settings.get_profile(os.environ.get("OPGEN_HYPOTHESIS_PROFILE", _TIER_PROFILE))
 EXAMPLES = int(os.environ.get("OPGEN_HYPOTHESIS_EXAMPLES", PROFILE.max_examples))
 PRODUCTS = ["Ascend950", "AtlasA3", "AtlasA2", "AtlasInference", "AtlasTraining"]
 DOCUMENTED = {aclnn.ACLNN_ERR_PARAM_NULLPTR, aclnn.ACLNN_ERR_PARAM_INVALID, aclnn.ACLNN_ERR_INNER_TILING_ERROR}

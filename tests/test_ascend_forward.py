@@ -31,6 +31,7 @@ from opgen.targets import get_target
 from opgen.targets.ascend import build as emu_build
 from opgen.targets.ascend.op_project import op_project
 
+from tiers import tiered
 from toy_ops import build_toy, row_statistics_forward, row_statistics_forward_reference, run_toy
 
 EMU = get_target("ascend-emu")
@@ -164,12 +165,17 @@ def test_two_row_statistics_of_a_toy_are_stored_whatever_the_rows_per_pass(rng):
     assert np.isnan(mean).all() and np.isnan(rstd).all()
 
 
-@pytest.mark.parametrize("op,names", [
+FORWARD_PROJECTS = [
     ("rms_norm", ("RmsNorm", ["x", "gamma"], ["y", "rstd"], ["epsilon"])),
     ("group_norm", ("GroupNormV2", ["x", "gamma", "beta"], ["y", "mean", "rstd"],
                     ["num_groups", "data_format", "eps", "is_training"])),
     ("batch_norm", ("BatchNormV3", ["x", "weight", "bias", "running_mean", "running_var"],
-                    ["y", "save_mean", "save_rstd"], ["epsilon", "momentum", "is_training"]))])
+                    ["y", "save_mean", "save_rstd"], ["epsilon", "momentum", "is_training"]))]
+
+
+# The project machinery is one for every op (tests/test_ascend_project.py); one forward
+# builds and runs here, the others in the extended tier.
+@pytest.mark.parametrize("op,names", tiered(FORWARD_PROJECTS, FORWARD_PROJECTS[:1], [op for op, _ in FORWARD_PROJECTS]))
 def test_op_project_of_a_forward_compiles_and_runs_like_its_kernel(op, names, tmp_path, rng):
     """The CANN project of each forward op (its CANN name, inputs, outputs and attributes
     from its spec) compiles with -Wall -Werror against the emulation, and its one entry,

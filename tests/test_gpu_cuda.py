@@ -14,6 +14,7 @@ from opgen.ops.rms_norm_grad import Problem as RMSProblem
 from opgen.targets import cuda as cuda_target
 from opgen.targets import get_target
 from opgen.verify import run_and_compare
+from tiers import covering, tiered
 
 CUDA = get_target("cuda")
 KERNELS = [(op, combo) for op in all_ops() for combo in op.combos]
@@ -32,7 +33,7 @@ SPILL_GAP_BYTES = 16
 
 
 @needs_nvcc
-@pytest.mark.parametrize("op,combo", KERNELS, ids=IDS)
+@pytest.mark.parametrize("op,combo", tiered(KERNELS, covering(KERNELS), IDS))
 def test_nvcc_compiles_every_variant_for_sm80_and_sm90_without_spills(op, combo):
     kernel = kernels.get_kernel(op, combo, CUDA)
     reports = CUDA.compile_check(kernel.module)

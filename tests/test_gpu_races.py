@@ -32,6 +32,7 @@ from opgen.targets import get_target
 from opgen.targets import opencl as opencl_target
 from opgen.targets.gpu_launch import Launch, LaunchPlan
 from opgen.verify import run_and_compare
+from tiers import covering, tiered
 
 SIM = get_target("opencl").simulated()
 CUDA = get_target("cuda")
@@ -130,7 +131,7 @@ EXTRA = [(op, combo, name) for op, combo in FIRST for name in ("rows-per-block",
 
 
 @needs_simulator
-@pytest.mark.parametrize("op,combo", KERNELS, ids=[f"{op.name}-{c.tag}" for op, c in KERNELS])
+@pytest.mark.parametrize("op,combo", tiered(KERNELS, covering(KERNELS), [f"{op.name}-{c.tag}" for op, c in KERNELS]))
 def test_every_combo_is_race_free_and_in_bounds_under_oclgrind(op, combo, rng):
     small, empty = problems_of(op)
     knobs = point_of(op, combo, "small-grid")

@@ -30,6 +30,7 @@ from opgen.targets.opencl_source import (HalfRewriteError, fence_thread0_stores,
 from opgen.verify import run_and_compare
 
 from test_schedules import toy_grouped_pass, toy_row_pass
+from tiers import covering, tiered
 
 CUDA, OPENCL = get_target("cuda"), get_target("opencl")
 KERNELS = [(op, combo) for op in all_ops() for combo in op.combos]
@@ -48,7 +49,7 @@ PATTERN_KERNELS = {"GpuRowPass": (lambda infos: 1 + len(patterns.row_pass(infos)
                    "GpuChannelPass": (lambda infos: 3, False)}
 
 
-@pytest.mark.parametrize("op,combo", KERNELS, ids=IDS)
+@pytest.mark.parametrize("op,combo", tiered(KERNELS, covering(KERNELS), IDS))
 def test_gpu_schedule_structure(op, combo):
     """Every kernel of every op through the cuda target's own path: threads bound within the
     limit; a pattern rule's kernels reduce through shared memory, without atomics, in the

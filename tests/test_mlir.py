@@ -16,6 +16,7 @@ import tvm
 from tvm import te
 
 from aclnn_helpers import assert_matches, base_args, run_both
+from tiers import covering, tiered
 from opgen import config, kernels, verify
 from opgen.ops import all_ops, get_op
 from opgen.targets import get_target
@@ -172,7 +173,7 @@ ENDS = [(op, combo) for op in all_ops() for combo in dict.fromkeys((op.combos[0]
 
 
 @needs_iree
-@pytest.mark.parametrize("op,combo", ENDS, ids=[f"{op.name}-{combo.tag}" for op, combo in ENDS])
+@pytest.mark.parametrize("op,combo", tiered(ENDS, covering(ENDS), [f"{op.name}-{combo.tag}" for op, combo in ENDS]))
 def test_iree_matches_the_reference_on_every_sample_problem(op, combo, rng):
     kernel = kernels.get_kernel(op, combo, IREE)
     for problem in op.problems:
@@ -221,7 +222,7 @@ BISHENGIR_GAPS: dict = {}
 
 
 @needs_bishengir
-@pytest.mark.parametrize("op,combo", ALL, ids=ALL_IDS)
+@pytest.mark.parametrize("op,combo", tiered(ALL, covering(ALL), ALL_IDS))
 def test_bishengir_takes_every_kernel_to_hivm(op, combo):
     """Every op x combo, split by pattern, reaches HIVM (verdicts come from the disk cache
     that ``opgen generate`` fills, keyed by bishengir's version and the exact text), but the

@@ -30,6 +30,7 @@ from opgen.verify import compare_outputs, run_and_compare
 
 from aclnn_helpers import base_args, product, run_both
 from op_checks import assert_gradient as _assert_gradient, central_difference as _central_difference
+from tiers import tiered
 
 OP = get_op("layer_norm_backward")
 TAGS = [c.tag for c in OP.combos]
@@ -912,7 +913,10 @@ def test_nvcc_compiles(tag):
         assert report.ok and report.spill_bytes == 0, f"{report.arch}: {report.error} {report.kernels}"
 
 
-@pytest.mark.parametrize("tag", ["f32-f32", "f16-f32-f32", "f16-f16", "bf16-bf16"])
+ROW_PATTERN_TAGS = ["f32-f32", "f16-f32-f32", "f16-f16", "bf16-bf16"]
+
+
+@pytest.mark.parametrize("tag", tiered(ROW_PATTERN_TAGS, ["f32-f32", "bf16-bf16"], ROW_PATTERN_TAGS))
 def test_ascend_emu_emits_and_runs_the_row_pattern(tag):
     """The row pattern RowTiles emits, run under the emulation (the half-weight combos'
     dgamma/dbeta rounded from float32 accumulators by the final pass)."""

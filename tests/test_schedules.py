@@ -17,6 +17,7 @@ from tvm import te
 from opgen import kernels, schedules, selection
 from opgen.ops import all_ops
 from opgen.targets import get_target
+from tiers import covering, tiered
 
 LLVM = get_target("llvm")
 
@@ -200,7 +201,7 @@ def test_a_target_without_a_matching_rule_is_refused_by_name():
 KERNELS = [(op, combo) for op in all_ops() for combo in op.combos]
 
 
-@pytest.mark.parametrize("op,combo", KERNELS, ids=[f"{o.name}-{c.tag}" for o, c in KERNELS])
+@pytest.mark.parametrize("op,combo", tiered(KERNELS, covering(KERNELS), [f"{o.name}-{c.tag}" for o, c in KERNELS]))
 def test_llvm_kernels_are_parallel_and_vectorized(op, combo):
     """Parallel, vectorized, and no division per element: the per-row and per-group
     scalars divide once (LLVM's reassociation sank RmsNorm's ``/ cols`` into the inner

@@ -1,0 +1,58 @@
+"""The two test tiers, and how a parametrized test puts its cases in them.
+
+The default tier (``python -m pytest -q``, what the README and CI run) guards every rule
+once: every op on llvm over its edge shapes, every error rule, every pattern on every
+target through representative kernels, the races, packaging and structure. The extended
+tier (cases marked ``full``) holds the rest of the op x combo x target matrix: the same
+checks over every kernel. ``opgen generate``, which CI runs first, verifies every kernel
+against the float64 reference as well.
+
+    python -m pytest -q                  # the default tier
+    python -m pytest -q -m full          # the extended tier only
+    OPGEN_TESTS=full python -m pytest -q # both
+
+A new test joins the default tier only if it guards something no other default test
+does; a matrix over every kernel puts its representatives there (``covering``) and the
+other cases in the extended tier.
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+FULL = pytest.mark.full
+
+
+def everything_requested(config) -> bool:
+    """Both tiers: ``OPGEN_TESTS=full``, or a ``-m`` expression that names the tier (then
+    pytest's own marker filter decides)."""
+    return os.environ.get("OPGEN_TESTS", "").strip().lower() == "full" or "full" in (config.option.markexpr or "")
+
+
+def dtype_set(combo) -> frozenset:
+    """The storage dtypes a combo mixes (``bf16-f32-f32`` -> {bf16, f32}): what changes the
+    casts a target emits, unlike the position of each dtype in the tag."""
+    return frozenset(combo.tag.split("-"))
+
+
+def covering(pairs) -> list:
+    """Of (op, combo, ...) tuples in order, the first of each op and the first of each
+    dtype mix, whichever op it comes with: every op and every cast a target emits, once."""
+    seen_ops, seen_mixes, kept = set(), set(), []
+    for pair in pairs:
+        op, combo = pair[0], pair[1]
+        if op.name not in seen_ops or dtype_set(combo) not in seen_mixes:
+            kept.append(pair)
+            seen_ops.add(op.name)
+            seen_mixes.add(dtype_set(combo))
+    return kept
+
+
+def tiered(cases, keep, ids=None) -> list:
+    """``cases`` as pytest params, those not in ``keep`` marked for the extended tier."""
+    keep = list(keep)
+    names = ids if ids is not None else [None] * len(cases)
+    return [pytest.param(*(case if isinstance(case, tuple) else (case,)), id=name,
+                         marks=() if case in keep else FULL)
+            for case, name in zip(cases, names)]
