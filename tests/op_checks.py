@@ -9,6 +9,19 @@ from tvm import ir, tirx
 H, RTOL, ATOL = 1e-6, 1e-6, 1e-7      # float64 step and tolerances of the reference checks
 
 
+class BuiltOnDemand(dict):
+    """Kernels by key, each built by ``build(key)`` when a test first asks for it: a module
+    fixture that built every kernel up front would build the extended tier's too."""
+
+    def __init__(self, build):
+        super().__init__()
+        self._build = build
+
+    def __missing__(self, key):
+        self[key] = self._build(key)
+        return self[key]
+
+
 def central_difference(loss, value: np.ndarray) -> np.ndarray:
     """d loss / d value by central differences, one element at a time."""
     grad = np.zeros_like(value)

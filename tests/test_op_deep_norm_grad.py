@@ -33,7 +33,8 @@ from opgen.targets import get_target
 from opgen.verify import compare_outputs, run_and_compare
 
 from aclnn_helpers import assert_matches, base_args, product, run_both
-from op_checks import assert_all_pass, assert_gradient, central_difference
+from op_checks import BuiltOnDemand, assert_all_pass, assert_gradient, central_difference
+from tiers import tiered
 
 OP = get_op("deep_norm_grad")
 BF16 = ml_dtypes.bfloat16
@@ -258,10 +259,11 @@ def emu_kernels():
     """The ascend-emu kernels of EMU_JOBS through the target's own build (g++ on the emulation)."""
     if not EMU.can_build():
         pytest.skip(f"ascend-emu cannot build here: {EMU.missing()}")
-    return {(prod, tag): kernels.get_kernel(OP, tag, EMU.for_product(prod)) for prod, tag in EMU_JOBS}
+    return BuiltOnDemand(lambda job: kernels.get_kernel(OP, job[1], EMU.for_product(job[0])))
 
 
-@pytest.mark.parametrize("prod,tag", EMU_JOBS)
+# The product with DataCopyPad and the one without, each once; bfloat16 in the extended tier.
+@pytest.mark.parametrize("prod,tag", tiered(EMU_JOBS, EMU_JOBS[1:], [f"{p}-{t}" for p, t in EMU_JOBS]))
 def test_ascend_emu_kernel_matches_reference(emu_kernels, prod, tag, rng):
     """The emitted AscendC reads alpha, a (1,) input, into a register once per core."""
     kernel = emu_kernels[prod, tag]

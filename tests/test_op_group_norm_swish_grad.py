@@ -35,6 +35,7 @@ from opgen.targets import get_target
 from aclnn_helpers import assert_matches, base_args, product, run_both
 from op_checks import assert_gradient as _assert_gradient
 from op_checks import central_difference as _central_difference
+from op_checks import BuiltOnDemand
 from op_checks import flip_first_sign as _flip_first_sign
 from tiers import tiered
 
@@ -286,20 +287,12 @@ EMU_PROBLEMS = [Problem((2, 4, 5), 2), Problem((3, 6, 7), 3, 0.5), Problem((1, 8
                 Problem((0, 4, 5), 2), Problem((2, 4, 0), 2)]
 
 
-class _EmuKernels(dict):
-    """ascend-emu kernels by (product, combo tag), each built (g++, seconds) when first asked for."""
-
-    def __missing__(self, key):
-        prod, tag = key
-        self[key] = kernels.get_kernel(OP, OP.combo(tag), EMU.for_product(prod))
-        return self[key]
-
-
 @pytest.fixture(scope="module")
 def emu_kernels():
+    """ascend-emu kernels by (product, combo tag), each built (g++, seconds) when first asked for."""
     if not EMU.can_build():
         pytest.skip(f"ascend-emu cannot build here: {EMU.missing()}")
-    return _EmuKernels()
+    return BuiltOnDemand(lambda key: kernels.get_kernel(OP, OP.combo(key[1]), EMU.for_product(key[0])))
 
 
 EMU_CASES = [(prod, combo) for prod in EMU_PRODUCTS for combo in OP.combos]
