@@ -275,7 +275,8 @@ def test_explain_refuses_bad_input_in_one_line(capsys):
 def test_opgen_log_kernels_reports_every_selection(tmp_path):
     script = ("import numpy as np, opgen; x = np.ones((3, 8), np.float32); "
               "opgen.rms_norm_grad(x, x, np.ones(3, np.float32), np.ones(8, np.float32))")
-    env = {**os.environ, "OPGEN_LOG": "kernels", "OPGEN_DISK_CACHE": "0"}
+    # a fresh cache: the first process builds (and logs), the quiet one loads what it built
+    env = {**os.environ, "OPGEN_LOG": "kernels", "OPGEN_DISK_CACHE": "1", "OPGEN_CACHE_DIR": str(tmp_path)}
     done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "opgen: rms_norm_grad_f32_f32 on llvm" in done.stderr and "RowPassWithColumnSums(" in done.stderr

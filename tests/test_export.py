@@ -25,9 +25,14 @@ from opgen.export import case_problems
 from opgen.ops import all_ops, get_op
 from opgen.runtime import plan as plans
 from opgen.targets import get_target
+from tiers import covering, tiered
 
 OPENCL, CUDA = get_target("opencl"), get_target("cuda")
-REPLAYED = [(op.name, combo.tag) for op in all_ops() for combo in op.combos]
+EVERY_KERNEL = [(op, combo) for op in all_ops() for combo in op.combos]
+# Every kernel's plan replays in the extended tier; the default tier replays each op once and
+# each dtype mix once (tests/tiers.py).
+REPLAYED = {"representatives": [(op.name, combo.tag) for op, combo in covering(EVERY_KERNEL)],
+            "every-kernel": [(op.name, combo.tag) for op, combo in EVERY_KERNEL]}
 NO_TVM = "import sys; sys.modules['tvm'] = None; sys.modules['tvm_ffi'] = None\n"
 
 
@@ -91,10 +96,11 @@ def _opencl_env(tmp_path) -> dict:
 
 
 @pytest.mark.timeout(900)
-def test_exported_opencl_plans_replay_without_tvm_and_match_the_reference(tmp_path):
+@pytest.mark.parametrize("which", tiered(list(REPLAYED), ["representatives"], list(REPLAYED)))
+def test_exported_opencl_plans_replay_without_tvm_and_match_the_reference(tmp_path, which):
     if not OPENCL.can_run():
         pytest.skip(f"opencl cannot run here: {OPENCL.missing()}")
-    paths = _export(OPENCL, tmp_path, REPLAYED)
+    paths = _export(OPENCL, tmp_path, REPLAYED[which])
     env = _opencl_env(tmp_path)
     code = NO_TVM + "from opgen.runtime.check import main\nsys.exit(main(sys.argv[1:]))\n"
     proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, env=env,
