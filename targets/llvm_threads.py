@@ -7,7 +7,7 @@ other's work needs next. Measured (2-core VM, GroupNorm f32 (32,32,64x64), G=8, 
 9 interleaved rounds, ms), opgen.torch.GroupNorm's backward (the kernel, then torch
 accumulating the gradient) took 6.06 on TVM's pool and 2.97 on torch's, its forward 1.75
 and 1.25; the kernel alone, called back to back, 2.20 and 1.99. OMP_WAIT_POLICY=PASSIVE
-stops the fight only by slowing torch's own ops (README).
+stops the fight only by slowing torch's own ops (docs/torch.md).
 
 How: TVM compiles a parallel loop into a closure and calls it through a function pointer
 the kernel library holds, ``__TVMBackendParallelLaunch`` (and ``__TVMBackendParallel
