@@ -328,7 +328,8 @@ def run_control(mutants, pristine: Path, work: Path, timeout: float) -> list[Res
         start = time.monotonic()
         rc, output = copy.pytest(args, timeout)
         tally = counts(output)
-        label = f"control ({len(args)} args)" if len(args) > 1 else f"control {args[0]}"
+        named = " ".join(args)
+        label = f"control: {named}" if len(named) < 120 else f"control: {len(args)} node ids"
         if rc == 0 and tally.get("passed"):
             note = f"{tally['passed']} passed" + (f", {tally['skipped']} skipped" if tally.get("skipped") else "")
             results.append(Result(label, "PASSED", "", note, time.monotonic() - start))
