@@ -16,17 +16,25 @@ the compiled library, and a target's generated source where it has one), and pri
 summary row each. A target that cannot build here gets NOT RUN rows saying why (an
 optional target: no nvcc, no OpenCL device that builds opgen's probe kernel); one named
 with ``--target`` is refused instead (one line, exit status 2). Exit status 1 when any
-row fails. Rows print as they are decided, and a target's smoke kernel runs first in a
-child process (opgen.smoke): a kernel that kills its process (SIGILL, SIGBUS) fails that
-target's rows instead of ending ``generate`` with nothing printed.
+row fails. Rows print as they are decided, in op and combo order; the next kernels build
+meanwhile, a few at once (``OPGEN_GENERATE_JOBS``, default: the cores this process may use,
+at most 4; 1 builds one at a time), and each row's verification inputs come from ``--seed``
+and the row's own op, combo and target, so the table does not depend on the jobs. A
+target's smoke kernel runs first in a child process (opgen.smoke): a kernel that kills its
+process (SIGILL, SIGBUS) fails that target's rows instead of ending ``generate`` with
+nothing printed.
 """
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import contextlib
 import importlib
 import os
 import sys
 import time
+import warnings
+import zlib
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -87,9 +95,24 @@ def write_op_project(target, op, built: list, out_root: Path) -> None:
         path.write_text(text)
 
 
-def generate_one(op, combo, target, out_root: Path, rng, built: list | None = None) -> Row:
-    """Build, write and verify one kernel; a built module is appended to ``built`` as
-    (combo tag, module) for the op-level artifacts."""
+@dataclass
+class Built:
+    """A kernel built, written and compile-checked: its row when that decided it (a compile
+    failure, a target that cannot run here), else None and it waits for its verification."""
+    op: object
+    combo: object
+    target: object
+    kernel: object
+    build_ms: float
+    note: str
+    row: Row | None = None
+
+
+def build_one(op, combo, target, out_root: Path) -> Row | Built:
+    """The part of a row that runs no kernel: build (or load) it, write its artifacts, run the
+    target's compile check. A Row when the kernel was not built (no printer for its
+    pattern, a build error), else Built. Safe to run in a thread beside other kernels'
+    (``generate_target`` does)."""
     start = time.perf_counter()
     try:
         kernel = kernels.get_kernel(op, combo, target)
@@ -100,23 +123,42 @@ def generate_one(op, combo, target, out_root: Path, rng, built: list | None = No
         return Row(op.name, combo.tag, target.name, (time.perf_counter() - start) * 1e3, False, None,
                    "FAIL", f"build: {type(err).__name__}: {err}")
     build_ms = kernel.build_seconds * 1e3
-    if built is not None:
-        built.append((combo.tag, kernel.module))
     out_dir = out_root / target.name / op.name / combo.tag
     write_artifacts(kernel, out_dir)
     compiled, note = compile_check(kernel, out_dir)
     if not compiled:
-        return Row(op.name, combo.tag, target.name, build_ms, kernel.from_disk, None, "FAIL", note, note)
+        return Built(op, combo, target, kernel, build_ms, note,
+                     Row(op.name, combo.tag, target.name, build_ms, kernel.from_disk, None, "FAIL", note, note))
     if not target.can_run():
-        return Row(op.name, combo.tag, target.name, build_ms, kernel.from_disk, None, "BUILT",
-                   "cannot run here: compiled only", f"{note}; run: {target.run_place()}".lstrip("; "))
+        return Built(op, combo, target, kernel, build_ms, note,
+                     Row(op.name, combo.tag, target.name, build_ms, kernel.from_disk, None, "BUILT",
+                         "cannot run here: compiled only", f"{note}; run: {target.run_place()}".lstrip("; ")))
+    return Built(op, combo, target, kernel, build_ms, note)
+
+
+def finish_one(stage: Row | Built, rng, built: list | None = None) -> Row:
+    """The row of what ``build_one`` returned: a built module is appended to ``built`` as
+    (combo tag, module) for the op-level artifacts, and a kernel that can run is verified."""
+    if isinstance(stage, Row):
+        return stage
+    op, combo, target, kernel = stage.op, stage.combo, stage.target, stage.kernel
+    if built is not None:
+        built.append((combo.tag, kernel.module))
+    if stage.row is not None:
+        return stage.row
     ratio, where = verify_kernel(kernel, rng)
     verdict = "PASS" if ratio <= 1.0 else "FAIL"
     place = target.run_place()
-    note = f"{note}; run: {place}".lstrip("; ") if note or place != "here" else ""
+    note = f"{stage.note}; run: {place}".lstrip("; ") if stage.note or place != "here" else ""
     summary = target.run_summary(kernel.module)       # ascend-emu: modelled time, % of the GM bound
     note = f"{note}; {summary}".lstrip("; ") if summary else note
-    return Row(op.name, combo.tag, target.name, build_ms, kernel.from_disk, ratio, verdict, where, note)
+    return Row(op.name, combo.tag, target.name, stage.build_ms, kernel.from_disk, ratio, verdict, where, note)
+
+
+def generate_one(op, combo, target, out_root: Path, rng, built: list | None = None) -> Row:
+    """Build, write and verify one kernel; a built module is appended to ``built`` as
+    (combo tag, module) for the op-level artifacts."""
+    return finish_one(build_one(op, combo, target, out_root), rng, built)
 
 
 def compile_check(kernel, out_dir: Path) -> tuple[bool, str]:
@@ -203,31 +245,80 @@ def cmd_generate(args) -> int:
         except ValueError as err:
             return usage_error("generate", str(err))
         targets = [t.for_product(args.product) for t in targets]
-    rng = np.random.default_rng(args.seed)
     out_root = Path(args.out)
     print_header()
     rows = []
     for target in targets:
-        rows += generate_target(target, ops, out_root, rng, args.product)
+        rows += generate_target(target, ops, out_root, args.seed, args.product)
     print_footer()
     print(f"artifacts: {out_root.resolve()}")
     return 0 if all(r.verdict != "FAIL" for r in rows) else 1
 
 
-def generate_target(target, ops: list, out_root: Path, rng, product: str | None) -> list[Row]:
-    """Every row of one target, each printed as soon as it is decided. A target whose
-    smoke kernel died gets the smoke's FAIL row, then its kernel rows unbuilt (see
-    smoke_rows)."""
+def generate_target(target, ops: list, out_root: Path, seed: int, product: str | None) -> list[Row]:
+    """Every row of one target, in the order of ``ops`` and their combos, each printed as soon
+    as it and every row before it are decided. A target whose smoke kernel died gets the
+    smoke's FAIL row, then its kernel rows unbuilt (see smoke_rows).
+
+    Up to ``generate_jobs()`` kernels build at once (build_one: TVM, then the target's
+    compilers, g++ or nvcc or bishengir, as child processes that threads overlap) ahead of
+    the row being verified; the verification runs here, one kernel at a time, in row
+    order, on inputs drawn from the row's own generator (row_rng), so the table is the same
+    whatever the number of jobs. An op's project is written after its last row."""
     died = smoke_test(target, ops, product)
     if died is not None:
         return smoke_rows(target, ops, died)
+    if not target.can_build():
+        return [print_row(not_run(op, combo, target)) for op in ops for combo in op.combos]
     rows = []
-    for op in ops:
-        built: list = []
-        rows += [print_row(generate_one(op, combo, target, out_root, rng, built) if target.can_build()
-                           else not_run(op, combo, target)) for combo in op.combos]
-        write_op_project(target, op, built, out_root)
+    work = [(op, combo) for op in ops for combo in op.combos]
+    with contextlib.closing(in_order(lambda item: build_one(*item, target, out_root), work, generate_jobs())) as stages:
+        for op in ops:
+            built: list = []
+            rows += [print_row(finish_one(next(stages), row_rng(seed, op, combo, target), built))
+                     for combo in op.combos]
+            write_op_project(target, op, built, out_root)
     return rows
+
+
+JOBS_VARIABLE = "OPGEN_GENERATE_JOBS"
+MAX_JOBS = 4
+
+
+def generate_jobs() -> int:
+    """How many kernels ``generate`` builds at once: ``OPGEN_GENERATE_JOBS`` when set (1:
+    one after another, no threads), else the cores this process may use, at most MAX_JOBS."""
+    text = os.environ.get(JOBS_VARIABLE)
+    if text:
+        try:
+            if int(text) >= 1:
+                return int(text)
+        except ValueError:
+            pass
+        warnings.warn(f"opgen: {JOBS_VARIABLE}={text!r} is not a positive whole number; using the default",
+                      stacklevel=2)
+    return max(1, min(MAX_JOBS, len(os.sched_getaffinity(0))))
+
+
+def in_order(work, items: list, jobs: int):
+    """``work(item)`` for each item, yielded in the items' order; with ``jobs`` > 1 a pool of
+    that many threads runs ahead (each result is yielded as soon as it and those before it
+    are done). Leaving early (an exception, a signal) cancels what has not started."""
+    if jobs <= 1:
+        yield from map(work, items)
+        return
+    pool = concurrent.futures.ThreadPoolExecutor(jobs, thread_name_prefix="opgen-generate")
+    try:
+        for future in [pool.submit(work, item) for item in items]:
+            yield future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def row_rng(seed: int, op, combo, target) -> np.random.Generator:
+    """The generator of one row's verification inputs: from ``--seed`` and the row's identity
+    alone, so a row's inputs do not depend on which rows ran before it, or in what order."""
+    return np.random.default_rng([seed, zlib.crc32(f"{op.name}\0{combo.tag}\0{target.name}".encode())])
 
 
 def smoke_test(target, ops: list, product: str | None) -> str | None:

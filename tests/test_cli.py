@@ -94,3 +94,27 @@ def test_every_subcommand_that_takes_an_op_names_an_unknown_one(argv, tmp_path, 
     assert err.startswith(f"opgen {command}: unknown op 'nosuch'; registered ops: "), err
     assert "rms_norm_grad" in err and err.count("\n") == 1, err
     assert not out.exists()
+
+
+def test_generate_rows_do_not_depend_on_how_many_kernels_build_at_once(tmp_path, capsys, monkeypatch):
+    """Kernels build a few at once (OPGEN_GENERATE_JOBS) while rows print in op and combo
+    order, each verified on inputs from its own generator (the seed and the row's op, combo
+    and target): one job and two give the same rows, verdicts and error ratios."""
+    monkeypatch.setenv("OPGEN_CACHE_DIR", str(tmp_path / "cache"))      # two builds at once, not loads
+    monkeypatch.delenv("OPGEN_DISK_CACHE", raising=False)
+    tables = {}
+    for jobs in ("2", "1"):
+        cli.kernels.clear_memory_cache()
+        monkeypatch.setenv("OPGEN_GENERATE_JOBS", jobs)
+        status = cli.main(["generate", "--op", "rms_norm_grad", "--target", "llvm", "--out", str(tmp_path / jobs)])
+        out = capsys.readouterr().out
+        assert status == 0, out
+        rows = [line.split() for line in out.splitlines() if line.startswith("rms_norm_grad")]
+        tables[jobs] = [(row[1], row[-2], row[-1]) for row in rows]     # dtypes, max err/tol, verdict
+    assert [tag for tag, _, _ in tables["1"]] == [combo.tag for combo in cli.get_op("rms_norm_grad").combos]
+    assert tables["1"] == tables["2"], tables
+    monkeypatch.setenv("OPGEN_GENERATE_JOBS", "3")
+    assert cli.generate_jobs() == 3
+    monkeypatch.setenv("OPGEN_GENERATE_JOBS", "0")
+    with pytest.warns(UserWarning, match="OPGEN_GENERATE_JOBS"):
+        assert 1 <= cli.generate_jobs() <= cli.MAX_JOBS
