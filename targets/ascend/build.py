@@ -176,12 +176,28 @@ def _compile(flags: list, lay_out, what: str, lib: Path, private_copy: bool = Fa
 def _compile_each(flags: list, sources: list, folder: Path, what: str) -> list:
     """Each source to its object file, as many g++ at once as this process may use cores:
     a project is a kernel and two host files, and one g++ given all three compiles them one
-    after another (the kernel takes most of the time, the host files the rest)."""
+    after another (the kernel takes most of the time, the host files the rest).
+
+    The kernel starts first: the pool starts the jobs in the order given, and sorted by
+    path the kernel (op_kernel/) came after both host files (op_host/), so on two cores it
+    waited for one of them (~1.2 s of a 3.2 s kernel compile; measured 4.5-5.0 s per
+    project then, 3.1-3.5 s kernel first)."""
     objects = [folder / f"{index}.o" for index in range(len(sources))]
     jobs = [[*flags, "-c", str(source), "-o", str(obj)] for source, obj in zip(sources, objects)]
+    jobs = [jobs[i] for i in sorted(range(len(jobs)), key=lambda i: not is_kernel_source(sources[i]))]
     with concurrent.futures.ThreadPoolExecutor(min(len(jobs), len(os.sched_getaffinity(0))) or 1) as pool:
         list(pool.map(lambda args: _gxx(args, what), jobs))
     return objects
+
+
+def is_kernel_source(source: Path) -> bool:
+    """Whether ``source`` is a kernel: its first directive includes kernel_operator.h (the
+    emitted kernels' first line after their comment)."""
+    for line in Path(source).read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("//"):
+            return line.replace(" ", "") == '#include"kernel_operator.h"'
+    return False
 
 
 def _gxx(args: list, what: str) -> None:
