@@ -33,7 +33,6 @@ import importlib
 import os
 import sys
 import time
-import warnings
 import zlib
 from dataclasses import dataclass
 from importlib import metadata
@@ -42,6 +41,7 @@ from pathlib import Path
 import numpy as np
 
 from opgen import kernels, verify
+from opgen.environment import positive_setting, usable_cpus
 from opgen.ops import all_ops, get_op, unknown_op
 from opgen.targets import all_targets, get_target
 
@@ -288,16 +288,7 @@ MAX_JOBS = 4
 def generate_jobs() -> int:
     """How many kernels ``generate`` builds at once: ``OPGEN_GENERATE_JOBS`` when set (1:
     one after another, no threads), else the cores this process may use, at most MAX_JOBS."""
-    text = os.environ.get(JOBS_VARIABLE)
-    if text:
-        try:
-            if int(text) >= 1:
-                return int(text)
-        except ValueError:
-            pass
-        warnings.warn(f"opgen: {JOBS_VARIABLE}={text!r} is not a positive whole number; using the default",
-                      stacklevel=2)
-    return max(1, min(MAX_JOBS, len(os.sched_getaffinity(0))))
+    return positive_setting(JOBS_VARIABLE, int, min(MAX_JOBS, usable_cpus()), "whole number")
 
 
 def in_order(work, items: list, jobs: int):

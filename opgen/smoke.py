@@ -23,7 +23,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import warnings
 
 DEFAULT_TIMEOUT_S = 300.0     # a first build of one kernel: seconds to a minute even on slow targets
 TIMEOUT_VARIABLE = "OPGEN_SMOKE_TIMEOUT"
@@ -49,16 +48,9 @@ def smoke_command(target_name: str, op_name: str, combo_tag: str, product: str |
 def timeout_seconds() -> float:
     """``OPGEN_SMOKE_TIMEOUT`` when set (a slow machine, or a test), else DEFAULT_TIMEOUT_S;
     a value that is not a positive number of seconds is warned about once and ignored."""
-    text = os.environ.get(TIMEOUT_VARIABLE)
-    try:
-        value = float(text) if text else DEFAULT_TIMEOUT_S
-    except ValueError:
-        value = float("nan")
-    if not value > 0:
-        warnings.warn(f"opgen: {TIMEOUT_VARIABLE}={text!r} is not a positive number of seconds; "
-                      f"using {DEFAULT_TIMEOUT_S:g}", stacklevel=2)
-        return DEFAULT_TIMEOUT_S
-    return value
+    from opgen.environment import positive_setting
+
+    return positive_setting(TIMEOUT_VARIABLE, float, DEFAULT_TIMEOUT_S, "number of seconds")
 
 
 def smoke_failure(target_name: str, op_name: str, combo_tag: str, product: str | None = None,

@@ -28,19 +28,12 @@ import os
 from dataclasses import dataclass
 
 from opgen import diskcache
+from opgen.environment import usable_cpus
 from opgen.lazy import tvm
 from opgen.targets.spec import TargetSpec
 from opgen.targets import llvm_host, llvm_threads
 from opgen.targets.llvm_math import polynomial_exp
 from opgen.targets.llvm_stream import streamed_buffers, with_streamed_stores
-
-
-def usable_cpus() -> int:
-    """CPUs this process may run on (affinity/cgroup aware where the OS tells)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 os.environ.setdefault("TVM_NUM_THREADS", str(usable_cpus()))
