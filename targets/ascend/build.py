@@ -14,7 +14,6 @@ from __future__ import annotations
 import concurrent.futures
 import ctypes
 import hashlib
-import os
 import shutil
 import subprocess
 import tempfile
@@ -23,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from opgen import diskcache
+from opgen.environment import usable_cpus
 from opgen.targets.spec import Scratch
 from opgen.targets.ascend.emit_channels import read_channel_kernel
 from opgen.targets.ascend.cann import GE_CODE, face_of
@@ -178,26 +178,13 @@ def _compile_each(flags: list, sources: list, folder: Path, what: str) -> list:
     a project is a kernel and two host files, and one g++ given all three compiles them one
     after another (the kernel takes most of the time, the host files the rest).
 
-    The kernel starts first: the pool starts the jobs in the order given, and sorted by
-    path the kernel (op_kernel/) came after both host files (op_host/), so on two cores it
-    waited for one of them (~1.2 s of a 3.2 s kernel compile; measured 4.5-5.0 s per
-    project then, 3.1-3.5 s kernel first)."""
+    The pool starts them in the order given: a caller lists the longest first
+    (project_sources)."""
     objects = [folder / f"{index}.o" for index in range(len(sources))]
     jobs = [[*flags, "-c", str(source), "-o", str(obj)] for source, obj in zip(sources, objects)]
-    jobs = [jobs[i] for i in sorted(range(len(jobs)), key=lambda i: not is_kernel_source(sources[i]))]
-    with concurrent.futures.ThreadPoolExecutor(min(len(jobs), len(os.sched_getaffinity(0))) or 1) as pool:
+    with concurrent.futures.ThreadPoolExecutor(min(len(jobs), usable_cpus()) or 1) as pool:
         list(pool.map(lambda args: _gxx(args, what), jobs))
     return objects
-
-
-def is_kernel_source(source: Path) -> bool:
-    """Whether ``source`` is a kernel: its first directive includes kernel_operator.h (the
-    emitted kernels' first line after their comment)."""
-    for line in Path(source).read_text().splitlines():
-        line = line.strip()
-        if line and not line.startswith("//"):
-            return line.replace(" ", "") == '#include"kernel_operator.h"'
-    return False
 
 
 def _gxx(args: list, what: str) -> None:
@@ -206,11 +193,20 @@ def _gxx(args: list, what: str) -> None:
         raise RuntimeError(f"g++ failed on {what}:\n{done.stderr[-4000:]}")
 
 
+def project_sources(files: dict, root: Path) -> list:
+    """A project's .cpp files under ``root``, its kernel (op_kernel/) first: the kernel takes
+    most of the g++ time, and sorted by path it came after both host files (op_host/), so
+    on two cores it waited for one of them (~1.2 s of a 3.2 s kernel compile; measured
+    4.5-5.0 s per project then, 3.1-3.5 s kernel first)."""
+    cpp = sorted(rel for rel in files if rel.endswith(".cpp"))
+    return [root / rel for rel in sorted(cpp, key=lambda rel: not rel.startswith("op_kernel/"))]
+
+
 def compile_project(files: dict, symbol: str, hw, extra_flags=()) -> Path:
     """The shared library of kernel + host tiling (built once per distinct source and flags)."""
     def lay_out(root: Path):
         write_project(files, root)
-        return [root / rel for rel in sorted(files) if rel.endswith(".cpp")], include_flags(root)
+        return project_sources(files, root), include_flags(root)
     return emulation_library(symbol, list(CXXFLAGS) + emu_flags(hw) + list(extra_flags),
                              sorted(files.items()).__repr__(), lay_out, f"the emitted {symbol}", symbol)
 
