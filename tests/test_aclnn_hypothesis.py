@@ -23,6 +23,7 @@ from opgen.ops.rms_norm_grad import Problem as RMSProblem
 from opgen.verify import compare_outputs
 
 from aclnn_helpers import base_args, product, run_both
+from tiers import full_in_environment
 
 try:
     import torch
@@ -36,7 +37,7 @@ _COMMON = dict(derandomize=True, deadline=None, database=None, suppress_health_c
 settings.register_profile("opgen-ci", max_examples=1000, **_COMMON)
 settings.register_profile("opgen-full", max_examples=3000, **_COMMON)
 settings.register_profile("opgen-quick", max_examples=300, **_COMMON)
-_TIER_PROFILE = "opgen-full" if os.environ.get("OPGEN_TESTS", "").strip().lower() == "full" else "opgen-ci"
+_TIER_PROFILE = "opgen-full" if full_in_environment() else "opgen-ci"
 PROFILE = settings.get_profile(os.environ.get("OPGEN_HYPOTHESIS_PROFILE", _TIER_PROFILE))
 EXAMPLES = int(os.environ.get("OPGEN_HYPOTHESIS_EXAMPLES", PROFILE.max_examples))
 PRODUCTS = ["Ascend950", "AtlasA3", "AtlasA2", "AtlasInference", "AtlasTraining"]

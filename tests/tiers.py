@@ -24,10 +24,16 @@ import pytest
 FULL = pytest.mark.full
 
 
+def full_in_environment() -> bool:
+    """``OPGEN_TESTS=full``: both tiers (a test that scales itself, like hypothesis's number
+    of examples, reads it too)."""
+    return os.environ.get("OPGEN_TESTS", "").strip().lower() == "full"
+
+
 def everything_requested(config) -> bool:
     """Both tiers: ``OPGEN_TESTS=full``, or a ``-m`` expression that names the tier (then
     pytest's own marker filter decides)."""
-    return os.environ.get("OPGEN_TESTS", "").strip().lower() == "full" or "full" in (config.option.markexpr or "")
+    return full_in_environment() or "full" in (config.option.markexpr or "")
 
 
 def dtype_set(combo) -> frozenset:
