@@ -1,7 +1,7 @@
 """The ``opgen`` command line. ``opgen generate`` is the main job.
 
     opgen generate [--out opgen-out] [--op NAME ...] [--target NAME ...] [--fresh]
-    opgen prove        # the sympy proofs of opgen.derive, and the seed-formula report
+    opgen prove [--op NAME ...]   # the sympy proofs of opgen.derive, and the seed-formula report
     opgen compare [--against aten|DIR] [--op ..] [--dtypes ..] [--shape ..] [--out F.json|F.csv]
     opgen bench [--quick] [--plot F.png] [--out F.json|F.csv]   # see opgen.compare, opgen.bench
     opgen explain OP --shape S [--dtype D] [--target T]   # which kernel a call runs, and why
@@ -483,9 +483,12 @@ def cmd_export(args) -> int:
 
 
 def cmd_prove(args) -> int:
+    complaint = unknown_op(args.op) if args.op else None
+    if complaint:
+        return usage_error("prove", complaint)
     from opgen import derive
 
-    return derive.main()
+    return derive.main(args.op)
 
 
 def _add_from_module(parser, module_name: str) -> None:
@@ -525,6 +528,7 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--seed", type=int, default=0, help="seed of the golden cases' inputs")
     exp.set_defaults(func=cmd_export)
     prove = sub.add_parser("prove", help="prove each op's TE against sympy's derivative of its forward")
+    prove.add_argument("--op", action="append", help="only this op's proof and seed formulas (repeatable)")
     prove.set_defaults(func=cmd_prove)
     explain = sub.add_parser("explain", help="which kernel a call of OP with this shape runs: rule, knobs and "
                              "where each came from, cache key, artifact")

@@ -16,9 +16,10 @@ the sizes are concrete. Two bridges join the forward's statistics to the kernel'
 Then ``expand(kernel - truth)`` must be 0 for every output element: a polynomial identity,
 for every value of rstd.
 
-Every registered op with a model is proven (``opgen prove``); an op without one is
-reported as unproven, never skipped in silence. Outside the proof: float rounding (casts
-are identity); accuracy is the numeric tests' job, algebra is this module's.
+Every registered op with a model is proven (``opgen prove``; ``--op NAME`` proves only the
+ops named); an op without one is reported as unproven, never skipped in silence. Outside
+the proof: float rounding (casts are identity); accuracy is the numeric tests' job, algebra
+is this module's.
 """
 from __future__ import annotations
 
@@ -103,23 +104,27 @@ def prove(op_name: str, combo_tag: str = "f32-f32", cases=None) -> ProofReport:
     return ProofReport(op_name, combo_tag, tuple(results))
 
 
-def check_seed_formulas() -> list[SeedCheck]:
-    """Every formula the ops' documents print, judged against sympy's derivative of the forward."""
-    return [check for op in all_ops() if op.model is not None and op.model.seed_checks is not None
+def check_seed_formulas(ops=None) -> list[SeedCheck]:
+    """Every formula the documents of ``ops`` (default: every op) print, judged against
+    sympy's derivative of the forward."""
+    return [check for op in (all_ops() if ops is None else ops)
+            if op.model is not None and op.model.seed_checks is not None
             for check in op.model.seed_checks()]
 
 
-def main() -> int:
-    """``opgen prove``: every op's proof and the seed-formula report; 1 if a proof fails or an
-    op has no model."""
-    unproven = [op.name for op in all_ops() if op.model is None]
-    reports = [prove(op.name) for op in all_ops() if op.model is not None]
+def main(names=None) -> int:
+    """``opgen prove [--op NAME ...]``: the proofs of the ops named (every op when none: about
+    a minute, so one adding an op proves only that one) and their seed-formula report; 1 if a
+    proof fails or an op has no model. The caller checks that the names are registered."""
+    ops = all_ops() if not names else [get_op(name) for name in names]
+    unproven = [op.name for op in ops if op.model is None]
+    reports = [prove(op.name) for op in ops if op.model is not None]
     for report in reports:
         print(report.summary())
     for name in unproven:
         print(f"{name}: UNPROVEN (no forward model in its OpSpec)")
     print("\nseed formulas vs the true gradient:")
-    for c in check_seed_formulas():
+    for c in check_seed_formulas(ops):
         print(f"  [{c.seed}] {c.op}.{c.output}: {'matches' if c.matches else 'DIFFERS'}  {c.formula}\n"
               f"        {c.detail}")
     return 0 if all(r.ok for r in reports) and not unproven else 1

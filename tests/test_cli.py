@@ -52,6 +52,17 @@ def test_prove_exits_0(capsys, monkeypatch):
     assert "DIFFERS" in capsys.readouterr().out  # the seed's garbled GroupNorm gradInput is reported
 
 
+def test_prove_op_proves_only_the_ops_named(capsys):
+    """``opgen prove --op NAME``: that op's proof and seed formulas, not every op's (a minute),
+    so one adding an op proves it alone; RmsNormGrad's is the cheapest with seed formulas."""
+    assert cli.main(["prove", "--op", "rms_norm_grad"]) == 0
+    out = capsys.readouterr().out
+    proofs = [line for line in out.splitlines() if line.endswith(")") and ": PROVEN (" in line]
+    assert [line.split()[0] for line in proofs] == ["rms_norm_grad"], out
+    seeds = [line.split()[1] for line in out.splitlines() if line.startswith("  [")]
+    assert seeds and {seed.split(".")[0] for seed in seeds} == {"rms_norm_grad"}, out
+
+
 def test_generate_prints_the_ascend_emulations_modelled_time(tmp_path, capsys):
     """ascend-emu rows carry the timing model of the largest verified run; other targets' rows
     do not (their run_summary is None)."""
@@ -70,7 +81,8 @@ def test_generate_prints_the_ascend_emulations_modelled_time(tmp_path, capsys):
 
 UNKNOWN_OP = [["tune", "nosuch"], ["tune", "nosuch", "--shape", "8x8"], ["explain", "nosuch"],
               ["explain", "nosuch", "--shape", "8x8"], ["compare", "--op", "nosuch"], ["bench", "--op", "nosuch"],
-              ["generate", "--op", "nosuch"], ["export", "--target", "opencl", "--op", "nosuch"]]
+              ["generate", "--op", "nosuch"], ["export", "--target", "opencl", "--op", "nosuch"],
+              ["prove", "--op", "rms_norm_grad", "--op", "nosuch"]]
 
 
 def _status(argv) -> int:
