@@ -398,19 +398,43 @@ def positional(op) -> list:
     return [p for p in op.api.params if p.role != OUTPUT and p.name not in derived]
 
 
+class _Required:
+    """The default of a required parameter that follows one with a default (GroupNorm's
+    ``group`` after its optional gamma and beta): Python allows no required parameter
+    there, so it gets this one and the function checks it (``_source``)."""
+
+    def __repr__(self) -> str:
+        return "<required>"
+
+
+REQUIRED = _Required()
+
+
+def signature_defaults(op) -> dict:
+    """Python name -> default of the function's positional parameters: None for every
+    optional input (Param.optional: a user leaves it out, as aclnn takes a null pointer),
+    then what the op's ``Pythonic.defaults`` declares (which may override it)."""
+    defaults = {python_name(p): None for p in positional(op) if p.role == INPUT and p.optional}
+    defaults.update(op.api.pythonic.defaults)
+    return defaults
+
+
 def _source(op) -> str:
     """The function's ``def`` line and body: a real signature (introspection, and a TypeError
-    for a wrong argument list) at no per-call cost."""
-    pythonic = op.api.pythonic
+    for a wrong argument list) at no per-call cost, save one ``is`` test for each required
+    parameter that follows a default (``REQUIRED``)."""
+    defaults = signature_defaults(op)
     params_in, outputs = positional(op), op.api.tensors(OUTPUT)
-    params, seen_default = [], False
+    params, checks, seen_default = [], [], False
     for p in params_in:
         name = python_name(p)
-        if name in pythonic.defaults:
+        if name in defaults:
             params.append(f"{name}=_defaults[{name!r}]")
             seen_default = True
         elif seen_default:
-            raise ValueError(f"{op.name}: {name} has no default but follows a parameter that has one")
+            params.append(f"{name}=_REQUIRED")
+            checks.append(f"    if {name} is _REQUIRED:\n"
+                          f"        raise TypeError(\"{op.name}() missing required argument: '{name}'\")\n")
         else:
             params.append(name)
     names = [python_name(p) for p in params_in + list(outputs)]
@@ -420,7 +444,7 @@ def _source(op) -> str:
     keywords = ", ".join(f"{python_name(p)}=None" for p in outputs)
     values = ", ".join(python_name(p) for p in params_in)
     outs = ", ".join(python_name(p) for p in outputs)
-    return (f"def {op.name}({', '.join(params)}, *, {keywords}):\n"
+    return (f"def {op.name}({', '.join(params)}, *, {keywords}):\n" + "".join(checks) +
             f"    return _call(_op, ({values},), ({outs},))\n")
 
 
@@ -436,7 +460,7 @@ def _doc(op) -> str:
 
 def make_function(op):
     """The Pythonic function of ``op``, written out with exec as dataclasses do."""
-    namespace = {"_call": call_op, "_op": op, "_defaults": dict(op.api.pythonic.defaults)}
+    namespace = {"_call": call_op, "_op": op, "_defaults": signature_defaults(op), "_REQUIRED": REQUIRED}
     exec(_source(op), namespace)  # noqa: S102 (names checked in _source)
     function = namespace[op.name]
     function.__doc__ = _doc(op)

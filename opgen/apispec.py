@@ -143,8 +143,11 @@ class Pythonic:
         made when the caller passes none (one not asked for, by its mask bit or flag, is
         neither made nor returned: None, or a one-element placeholder broadcast to that
         shape where the op requires a tensor, Param.required_when_off);
-      * ``defaults``: Python name -> default value (outputMask: all True). Output
-        arguments are keyword-only and default to None (allocated).
+      * ``defaults``: Python name -> default value (outputMask: all True). Optional
+        inputs (Param.optional) default to None without being named here; output
+        arguments are keyword-only and default to None (allocated). A required parameter
+        after one with a default (GroupNorm's group after gamma) stays required: a call
+        without it is a TypeError, as Python's own.
     """
 
     allocate: Mapping[str, Callable]

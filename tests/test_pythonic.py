@@ -113,6 +113,42 @@ def test_group_norm_backward(rng):
     assert info.value.status == 161002
 
 
+def test_an_optional_input_can_be_left_out(rng):
+    """An optional input (Param.optional) defaults to None in the Python signature without
+    the op declaring it: GroupNormBackward's gamma, which a required ``group`` follows, is
+    left out by naming ``group`` (a null gamma: ones); ``group`` stays required."""
+    dy, x, mean, rstd, _ = _gn_inputs(rng)
+    outs = opgen.group_norm_backward(dy, x, mean, rstd, group=3)
+    for got, ref in zip(outs, gn_ref.group_norm_backward(dy, x, mean, rstd, None, 3)):
+        np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    with pytest.raises(TypeError, match="group_norm_backward\\(\\) missing required argument: 'group'"):
+        opgen.group_norm_backward(dy, x, mean, rstd)
+
+
+def test_every_optional_input_defaults_to_none():
+    """Every op's Pythonic signature: each optional input has the default None, the other
+    inputs none at all (or the required marker, after an optional one)."""
+    import inspect
+
+    from opgen import api
+    from opgen.apispec import INPUT, python_name
+
+    checked = 0
+    for name in api.FUNCTIONS:
+        op = opgen.ops.get_op(name)
+        parameters = inspect.signature(getattr(opgen, name)).parameters
+        for param in api.positional(op):
+            if param.role != INPUT:
+                continue
+            default = parameters[python_name(param)].default
+            if param.optional:
+                assert default is None, (name, param.name)
+                checked += 1
+            else:
+                assert default in (inspect.Parameter.empty, api.REQUIRED), (name, param.name, default)
+    assert checked >= 10   # BatchNorm's and LayerNorm's weights and statistics, GroupNorm's gamma and beta
+
+
 
 @pytest.fixture
 def torch_mod():

@@ -229,6 +229,5 @@ API = ApiSpec(
     pythonic=Pythonic(
         allocate={"output": lambda t, attrs: None if t["input"] is None else (t["input"].shape, t["input"].dtype),
                   "saveMean": _save, "saveInvstd": _save},
-        defaults={"weight": None, "bias": None, "running_mean": None, "running_var": None, "training": True,
-                  "momentum": 0.1, "eps": 1e-5}),
+        defaults={"training": True, "momentum": 0.1, "eps": 1e-5}),
 )

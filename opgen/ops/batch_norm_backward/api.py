@@ -286,6 +286,5 @@ API = ApiSpec(
         allocate={"gradInput": lambda t, attrs: None if t["gradOut"] is None else (t["gradOut"].shape,
                                                                                     t["gradOut"].dtype),
                   "gradWeight": _per_channel_output, "gradBias": _per_channel_output},
-        defaults={"weight": None, "running_mean": None, "running_var": None, "save_mean": None, "save_invstd": None,
-                  "training": True, "eps": 1e-5, "output_mask": (True, True, True)}),
+        defaults={"training": True, "eps": 1e-5, "output_mask": (True, True, True)}),
 )

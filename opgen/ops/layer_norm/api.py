@@ -227,5 +227,5 @@ API = ApiSpec(
     pythonic=Pythonic(
         allocate={"out": lambda t, attrs: None if t["input"] is None else (t["input"].shape, t["input"].dtype),
                   "meanOutOptional": _statistics, "rstdOutOptional": _statistics},
-        defaults={"weight": None, "bias": None, "eps": 1e-5}),
+        defaults={"eps": 1e-5}),
 )

@@ -444,5 +444,5 @@ API = ApiSpec(
     pythonic=Pythonic(
         allocate={"gradInputOut": lambda t, attrs: None if t["input"] is None else (t["input"].shape, t["input"].dtype),
                   "gradWeightOut": _per_norm, "gradBiasOut": _per_norm},
-        defaults={"weight": None, "bias": None, "output_mask": (True, True, True)}),
+        defaults={"output_mask": (True, True, True)}),
 )
