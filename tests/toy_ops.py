@@ -1,8 +1,12 @@
 """Ops defined only in the tests, to show that schedules and emitters know patterns, not ops."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from tvm import te
+
+from opgen.ops.spec import TrailingAxesProblem
 
 
 def row_softmax():
@@ -347,3 +351,37 @@ def row_statistics_forward_reference(x, gamma) -> list:
     mean = x.mean(axis=1)
     rstd = 1.0 / np.sqrt(((x - mean[:, None]) ** 2).mean(axis=1) + 1e-5)
     return [(x - mean[:, None]) * rstd[:, None] * gamma, mean, rstd]
+
+
+# Problems normalized over trailing axes (opgen.ops.spec.TrailingAxesProblem) with each kind
+# of attribute an op may have: none, an int, a bool, a float without a default.
+
+@dataclass(frozen=True)
+class RowsProblem(TrailingAxesProblem):
+    """x and how many trailing axes gamma covers; no attribute."""
+
+    x_shape: tuple[int, ...]
+    gamma_ndim: int = 1
+
+
+@dataclass(frozen=True)
+class IntAttributeProblem(TrailingAxesProblem):
+    x_shape: tuple[int, ...]
+    gamma_ndim: int = 1
+    groups: int = 4
+
+
+@dataclass(frozen=True)
+class BoolAttributeProblem(TrailingAxesProblem):
+    x_shape: tuple[int, ...]
+    gamma_ndim: int = 1
+    training: bool = True
+
+
+@dataclass(frozen=True)
+class RequiredAttributeProblem(TrailingAxesProblem):
+    """A float attribute without a default: every spelling gives it."""
+
+    x_shape: tuple[int, ...]
+    gamma_ndim: int
+    alpha: float

@@ -89,9 +89,11 @@ class ProblemBase:
 
 class TrailingAxesProblem(ProblemBase):
     """Base of the Problem dataclasses whose fields are ``x_shape``, ``gamma_ndim`` (how many
-    trailing axes of x gamma covers) and one float attribute with a default (RmsNorm's
-    ``epsilon``, DeepNorm's ``alpha``): the rows/cols view every such op's kernel takes,
-    and the spelling ``X[,GAMMA_NDIM[,ATTRIBUTE]]`` (``4096x4096``, ``4x8x64,2,1e-5``)."""
+    trailing axes of x gamma covers) and at most one attribute, typed by its annotation
+    (float, int or bool; RmsNorm's ``epsilon``, DeepNorm's ``alpha``): the rows/cols view
+    every such op's kernel takes, and the spelling ``X[,GAMMA_NDIM[,ATTRIBUTE]]``
+    (``4096x4096``, ``4x8x64,2,1e-5``; a bool as 1/0/true/false). An attribute without a
+    default must be spelt; one with a default may be left out."""
 
     @property
     def n(self) -> int:
@@ -116,40 +118,98 @@ class TrailingAxesProblem(ProblemBase):
         return self.x_shape[: self.n] + (1,) * self.gamma_ndim
 
     @classmethod
-    def _attribute(cls) -> dataclasses.Field:
-        return dataclasses.fields(cls)[2]
+    def _attribute(cls) -> "_Attribute | None":
+        """The third field, its type read from its annotation (None: the op has no attribute)."""
+        fields = dataclasses.fields(cls)
+        if len(fields) > 3:
+            raise TypeError(f"{cls.__name__}: a TrailingAxesProblem has at most one attribute after x_shape "
+                            f"and gamma_ndim, not {[f.name for f in fields[2:]]}")
+        if len(fields) < 3:
+            return None
+        field_ = fields[2]
+        kind = typing.get_type_hints(cls)[field_.name]
+        if kind not in _ATTRIBUTE_READERS:
+            raise TypeError(f"{cls.__name__}.{field_.name}: a {kind} attribute; the spelling reads float, int or bool")
+        return _Attribute(field_.name, kind, field_.default)
+
+    @classmethod
+    def _expected(cls) -> str:
+        """The spelling, for an error message: its form and an example."""
+        attr = cls._attribute()
+        if attr is None:
+            return "X[,GAMMA_NDIM], e.g. 4096x4096 or 4x8x64,2"
+        if attr.required:
+            example = _spell(attr.type, _ATTRIBUTE_EXAMPLES[attr.type])
+            return f"X,GAMMA_NDIM,{attr.name.upper()}, e.g. 4096x4096,1,{example}"
+        return f"X[,GAMMA_NDIM[,{attr.name.upper()}]], e.g. 4096x4096 or 4x8x64,2,{_spell(attr.type, attr.default)}"
 
     @classmethod
     def parse(cls, text: str):
         """``4096x4096``, ``4x8x64,2`` or ``4x8x64,2,<attribute>`` (ValueError: what is wrong)."""
         attr = cls._attribute()
         parts = [p.strip() for p in str(text).strip().strip("()").split(",") if p.strip()]
-        if not 1 <= len(parts) <= 3:
-            raise ValueError(f"cannot read {text!r} as {cls.__name__}: expected X[,GAMMA_NDIM[,{attr.name.upper()}]], "
-                             f"e.g. 4096x4096 or 4x8x64,2,{attr.default}")
+        least, most = (3 if attr is not None and attr.required else 1), (2 if attr is None else 3)
+        if not least <= len(parts) <= most:
+            raise ValueError(f"cannot read {text!r} as {cls.__name__}: expected {cls._expected()}")
         try:
             shape = tuple(int(d) for d in parts[0].lower().split("x"))
             ndim = int(parts[1]) if len(parts) > 1 else 1
-            value = float(parts[2]) if len(parts) > 2 else attr.default
-        except ValueError:
+            value = () if attr is None else (
+                (_ATTRIBUTE_READERS[attr.type](parts[2]),) if len(parts) > 2 else (attr.default,))
+        except (ValueError, KeyError):
+            what = "" if attr is None else f", {attr.name} {_ATTRIBUTE_WORDS[attr.type]}"
             raise ValueError(f"cannot read {text!r} as {cls.__name__}: x's dims are integers joined by 'x', "
-                             f"gamma_ndim an integer, {attr.name} a number") from None
-        return cls(shape, ndim, value)
+                             f"gamma_ndim an integer{what}") from None
+        return cls(shape, ndim, *value)
 
     def label(self) -> str:
         """The spelling ``parse`` reads back, without the defaults at the end."""
         attr = self._attribute()
-        value = getattr(self, attr.name)
-        parts = ["x".join(map(str, self.x_shape)), str(self.gamma_ndim), repr(float(value))]
-        if value == attr.default:
-            parts.pop()
-            if self.gamma_ndim == 1:
+        parts = ["x".join(map(str, self.x_shape)), str(self.gamma_ndim)]
+        if attr is not None:
+            value = getattr(self, attr.name)
+            parts.append(_spell(attr.type, value))
+            if not attr.required and value == attr.default:
                 parts.pop()
+        if len(parts) == 2 and self.gamma_ndim == 1:
+            parts.pop()
         return ",".join(parts)
 
     def __str__(self) -> str:
         attr = self._attribute()
-        return f"x{list(self.x_shape)} gamma_ndim={self.gamma_ndim} {attr.name}={getattr(self, attr.name)}"
+        text = f"x{list(self.x_shape)} gamma_ndim={self.gamma_ndim}"
+        return text if attr is None else f"{text} {attr.name}={getattr(self, attr.name)}"
+
+
+class _Attribute(typing.NamedTuple):
+    """A TrailingAxesProblem's attribute: its field's name, annotated type and default."""
+
+    name: str
+    type: type
+    default: Any
+
+    @property
+    def required(self) -> bool:
+        """No default: the spelling must give it."""
+        return self.default is dataclasses.MISSING
+
+
+def _read_bool(text: str) -> bool:
+    return {"1": True, "true": True, "0": False, "false": False}[text.lower()]
+
+
+# How a TrailingAxesProblem's attribute is read from its spelling, by its annotation's type;
+# what an error message says it is, and an example value when the field has no default.
+_ATTRIBUTE_READERS = {float: float, int: int, bool: _read_bool}
+_ATTRIBUTE_WORDS = {float: "a number", int: "an integer", bool: "1/0/true/false"}
+_ATTRIBUTE_EXAMPLES = {float: 1e-5, int: 1, bool: True}
+
+
+def _spell(kind: type, value) -> str:
+    """An attribute value as ``parse`` reads it back: a float's repr, an int, a bool as 1/0."""
+    if kind is bool:
+        return str(int(bool(value)))
+    return repr(float(value)) if kind is float else str(int(value))
 
 
 @dataclass(frozen=True)
