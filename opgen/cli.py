@@ -8,6 +8,7 @@
     opgen targets      # every target: can it build and run here, and why not
     opgen export --target cuda|opencl --out DIR   # device code + launch plans that run without TVM
     opgen tune ...     # see opgen.tune.cli; a target may add commands (Ascend: opgen tiling)
+    opgen new-op NAME --like OP [--root DIR]   # a new op's package, tests and spec page (opgen.scaffold)
 
 For every registered op x dtype combo x target that can build here: build the kernel,
 verify it against the float64 reference on the op's sample problems (targets that can run
@@ -548,6 +549,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_from_module(bench, "opgen.bench")
     tune = sub.add_parser("tune", help="search a schedule rule's knobs for one op and shape (or MetaSchedule); --show")
     _add_from_module(tune, "opgen.tune.cli")
+    new_op = sub.add_parser("new-op", help="a new op's package, test module and spec page, copied from an existing "
+                            "op (--like) with its names replaced")
+    _add_from_module(new_op, "opgen.scaffold")
     return parser
 
 
