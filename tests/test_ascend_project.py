@@ -65,11 +65,11 @@ def test_tiling_runs_through_the_tiling_context_with_system_workspace():
     CANN's 16 MB system workspace plus the user workspace the kernel binds."""
     module = kernels.get_kernel(RMS, "f32-f32", EMU).module
     k = module.kernel
-    t, key, ws = k.run_tiling({"dy": (941, 7)})
+    t, key, ws = k.run_tiling({"dy": (941, 7), "gamma": (7,)})
     assert t.block_dim > 1 and key == t.mode
     assert ws == emu_build.SYSTEM_WORKSPACE_BYTES + k.k.workspace_floats(t) * 4 > emu_build.SYSTEM_WORKSPACE_BYTES
-    with pytest.raises(RuntimeError, match=r"input dy must have rank 2"):
-        k.run_tiling({"dy": (941,)})
+    with pytest.raises(RuntimeError, match=r"input gamma has rank 0; expected 1 to 8"):
+        k.run_tiling({"dy": (941, 7)})
 
 
 def test_infer_shape_and_dtype_run_through_the_emulation():

@@ -242,6 +242,9 @@ class CannOp:
     # How CANN's kernel rounds a float32 result into a narrower output: (dtype, RoundMode),
     # e.g. ("bfloat16", "CAST_ROUND"); unlisted dtypes round to nearest even (CAST_RINT).
     round_modes: tuple[tuple[str, str], ...] = ()
+    # How the op's call (CANN input shapes, attributes) becomes the kernel's sizes
+    # (opgen.ops.view.KernelView): the Ascend host's TilingFunc is printed from it.
+    view: Any = None
 
     def __post_init__(self):
         bad = [m for _, m in self.round_modes if m not in ("CAST_RINT", "CAST_ROUND", "CAST_NONE")]
@@ -264,7 +267,8 @@ class CannOp:
         then outputs), so that a target can map them onto the function's parameters."""
         import json
         return json.dumps({"name": self.name, "inputs": self.inputs, "outputs": self.outputs, "tensors": tensors, "round_modes": dict(self.round_modes),
-                           "attrs": [dataclasses.asdict(a) for a in self.attrs], "source": self.source})
+                           "attrs": [dataclasses.asdict(a) for a in self.attrs], "source": self.source,
+                           "view": self.view.to_json() if self.view is not None else None})
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from opgen.targets.ascend.emit_groups_flow import group_kernel_source, group_til
 from opgen.targets.ascend.emitter import read_row_kernel
 from opgen.targets.ascend.exprs import EmitError
 from opgen.targets.ascend.host import FIELDS, tiling_source
-from opgen.targets.ascend.host_context import def_cpp, host_header, tiling_cpp, tiling_data_header
+from opgen.targets.ascend.host_context import def_cpp, host_header, kernel_view, tiling_cpp, tiling_data_header
 from opgen.targets.ascend import timing as pipe_timing
 
 EMU_DIR = Path(__file__).parent / "emu"
@@ -248,63 +248,93 @@ def tiling_struct(fields: tuple):
 Tiling = tiling_struct(FIELDS)
 
 
-class EmuKernel:
-    """One emitted kernel in a loaded library: call it with TVM tensors in parameter order.
-    The tiling comes from the project's own TilingFunc, run through the emulation's
-    TilingContext (``tiling``); the launch passes the buffers in the kernel entry's order."""
+def compile_host(files: dict, symbol: str, hw, folder: Path) -> Path:
+    """A shared library of the project's op_host sources alone (the TilingFunc, InferShape,
+    the OpDef) against the emulation's host headers, built in ``folder``, not cached: a
+    host-only build takes a fraction of the kernel's g++ time, for tests that replay the
+    TilingFunc on many calls (tests/test_ascend_host_tiling.py)."""
+    write_project(files, folder)
+    sources = [folder / rel for rel in sorted(files) if rel.startswith("op_host/") and rel.endswith(".cpp")]
+    lib = folder / f"{symbol}_host.so"
+    _gxx([*CXXFLAGS, "-O0", *emu_flags(hw), *include_flags(folder), *map(str, sources), "-o", str(lib)],
+         f"the op_host sources of {symbol}")
+    return lib
+
+
+class HostTiling:
+    """The emitted TilingFunc in a loaded library (a whole project's, or compile_host's),
+    run through the emulation's TilingContext."""
 
     def __init__(self, lib_path: Path, kernel, hw):
         self.lib = ctypes.CDLL(str(lib_path))
         self.k, self.hw = kernel, hw
-        self.launch = bind_launch(self.lib, kernel.symbol)
         self.lib.opgen_emu_host_last_error.restype = ctypes.c_char_p
         self.struct = tiling_struct(kernel.fields)
-        self.timings = []       # ModelledTime of each launch: the emulation's timing model
-        self.last_timing = None
+        self.view = kernel_view(kernel, kernel.face)    # how the TilingFunc reads a call
         self.tiling_key = 0
 
     def _context_inputs(self, shapes: dict) -> tuple:
-        """(ranks, flat dims, ge dtype codes) of the entry's inputs: a shape the caller did
-        not give is left rank 0 (the TilingFunc reads only the tile input)."""
+        """(ranks, flat dims, ge dtype codes) of the entry's inputs, ``shapes`` by CANN
+        name: an input the caller did not give is left rank 0 (the view reads only the
+        inputs it names)."""
         ins = self.k.face.inputs + self.k.face.extra
-        dims = [tuple(int(v) for v in shapes.get(p.tensor, ())) for p in ins]
+        dims = [tuple(int(v) for v in shapes.get(p.name, ())) for p in ins]
         ranks = (ctypes.c_uint32 * max(1, len(ins)))(*[len(d) for d in dims])
         flat = [v for d in dims for v in d]
         flat_arr = (ctypes.c_int64 * max(1, len(flat)))(*flat)
         codes = (ctypes.c_int32 * max(1, len(ins)))(*[GE_CODE[p.dtype] for p in ins])
         return len(ins), ranks, flat_arr, codes
 
-    def run_tiling(self, shapes: dict):
-        """The TilingFunc's (tiling struct, tiling key, workspace bytes) for the kernel tensors'
-        ``shapes`` (by name), on the product's platform (its vector cores and usable UB)."""
+    def run_tiling(self, shapes: dict, attrs: dict | None = None):
+        """The TilingFunc's (tiling struct, tiling key, workspace bytes) for a call as CANN's
+        op sees it: input ``shapes`` and ``attrs`` by their CANN names (an attribute not
+        given keeps its OpDef default), on the product's platform (its vector cores and
+        usable UB). RuntimeError with the TilingFunc's message where it refuses."""
         n_in, ranks, dims, codes = self._context_inputs(shapes)
         t = self.struct()
         key, block_dim, ws, nbytes = ctypes.c_uint64(), ctypes.c_uint32(), ctypes.c_uint64(), ctypes.c_uint64()
         none32 = (ctypes.c_uint32 * 1)()
+        text = ";".join(f"{name}={int(value)}" for name, value in (attrs or {}).items())
         status = self.lib.opgen_emu_tiling(
             self.k.face.op_type.encode(), ctypes.c_uint32(n_in), ranks, dims, codes, ctypes.c_uint32(0), none32,
-            (ctypes.c_int64 * 1)(), (ctypes.c_int32 * 1)(), None, ctypes.c_uint32(self.hw.vector_cores),
+            (ctypes.c_int64 * 1)(), (ctypes.c_int32 * 1)(), text.encode(), ctypes.c_uint32(self.hw.vector_cores),
             ctypes.c_uint64(self.hw.usable_ub_bytes), self.hw.soc.encode(), ctypes.byref(key),
             ctypes.byref(block_dim), ctypes.byref(ws), ctypes.byref(t), ctypes.c_uint64(ctypes.sizeof(t)),
             ctypes.byref(nbytes))
         if status:
             why = self.lib.opgen_emu_host_last_error().decode(errors="replace")
-            raise RuntimeError(f"{self.k.symbol}: the host tiling refused {dict(shapes)} on {self.hw.product}: {why}")
+            raise RuntimeError(f"{self.k.symbol}: the host tiling refused {dict(shapes)} {attrs or {}} on "
+                               f"{self.hw.product}: {why}")
         if nbytes.value != ctypes.sizeof(t) or block_dim.value != t.block_dim:
             raise RuntimeError(f"{self.k.symbol}: the TilingFunc set {nbytes.value} B of tiling data and block dim "
                                f"{block_dim.value}; the struct has {ctypes.sizeof(t)} B and block_dim {t.block_dim}")
         return t, int(key.value), int(ws.value)
 
     def tiling(self, *sizes: int):
-        """The host tiling for ``sizes`` (the tile input's shape: rows, cols / N, G, D, HW / N, C, HW)."""
-        tile = next(name for name, _, role in self.k.args if role == "tile")
-        t, key, ws = self.run_tiling({tile: sizes})
+        """The host tiling for ``sizes`` (the tile input's kernel shape: rows, cols / N, G, D,
+        HW / N, C, HW), run on the one user call the op's view reads as those sizes
+        (KernelView.user_call: (N, G*D, HW) with num_groups = G; x (rows, cols) with gamma
+        (cols,)), so the runner goes through the same TilingFunc a device would."""
+        shapes, attrs = self.view.user_call(sizes)
+        t, key, ws = self.run_tiling(shapes, attrs)
         user = ws - SYSTEM_WORKSPACE_BYTES
         if user != self.k.workspace_floats(t) * 4:
             raise RuntimeError(f"{self.k.symbol}: the TilingFunc asks for {user} B of user workspace, the kernel "
                                f"uses {self.k.workspace_floats(t) * 4}")
         self.tiling_key = key
         return t
+
+
+class EmuKernel(HostTiling):
+    """One emitted kernel in a loaded library: call it with TVM tensors in parameter order.
+    The tiling comes from the project's own TilingFunc, run through the emulation's
+    TilingContext (``tiling``); the launch passes the buffers in the kernel entry's order."""
+
+    def __init__(self, lib_path: Path, kernel, hw):
+        super().__init__(lib_path, kernel, hw)
+        self.launch = bind_launch(self.lib, kernel.symbol)
+        self.timings = []       # ModelledTime of each launch: the emulation's timing model
+        self.last_timing = None
 
     def workspace_shape(self, shapes: dict) -> tuple:
         """The GM user workspace (float32 elements) the host tiling asks for, given the kernel

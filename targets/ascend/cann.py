@@ -43,6 +43,7 @@ class CannFace:
     source: str = ""
 
     round_modes: dict = field(default_factory=dict)   # output dtype -> RoundMode (CANN's kernels)
+    view: dict | None = None         # opgen.ops.view.KernelView as JSON: user call -> kernel sizes
 
     def round_mode(self, dtype: str) -> str:
         """The RoundMode CANN's kernel casts a float32 result to ``dtype`` with (CAST_RINT,
@@ -104,7 +105,7 @@ def face_of(func, k) -> CannFace:
     if stray:
         raise EmitError(f"{spec['name']}: kernel tensor(s) {stray} of {k.symbol} have no CANN name")
     return CannFace(spec["name"], inputs, extra, outputs, spec["attrs"], spec.get("source", ""),
-                    dict(spec.get("round_modes", {})))
+                    dict(spec.get("round_modes", {})), spec.get("view"))
 
 
 def entry_lines(k, cls: str, arg_prefix: str = "") -> list[str]:

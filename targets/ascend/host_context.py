@@ -5,8 +5,10 @@ op_kernel/<kernel>_tiling_data.h  the tiling struct (plain int64 fields): includ
 op_host/<kernel>_tiling.h         the host hooks the OpDef registers
 op_host/<kernel>_tiling.cpp       the pattern's arithmetic (``ComputeTiling``, the same as
                                   schedules/ascend_tiling's), then ``optiling::TilingFunc`` on a
-                                  gert::TilingContext: the tile input's shape, cores and UB
-                                  from PlatformAscendC, the tiling key (the mode), SetBlockDim,
+                                  gert::TilingContext: the kernel's sizes from the user's
+                                  shapes and attributes through the op's view
+                                  (opgen.ops.view, CannOp.view), cores and UB from
+                                  PlatformAscendC, the tiling key (the mode), SetBlockDim,
                                   CANN's system workspace plus the user workspace, the tiling
                                   data; and InferShape / InferDataType
 op_host/<kernel>_def.cpp          one OpDef with CANN's op type, names, order, attributes and
@@ -17,6 +19,8 @@ runner calls TilingFunc through a TilingContext before every launch.
 """
 from __future__ import annotations
 
+from opgen.ops.view import RANK, Attr, Axis, Dim, KernelView, Prod, Quot, Rank, Sub
+from opgen.ops.view import identity as view_identity
 from opgen.targets.ascend.cann import GE_DTYPE, CannFace
 from opgen.targets.ascend.exprs import EmitError
 
@@ -79,15 +83,11 @@ def host_header(k) -> str:
 
 TILING_FUNC = """
 namespace optiling {
-// The kernel's sizes are the dims of its tile input (input TILE_INDEX, rank TILE_RANK, in the
-// kernel's canonical view); cores and UB come from the platform the tiling runs for.
+// The kernel's sizes from the call as the graph and aclnn layers hand it to the op: the
+// user's input shapes and attributes, read through the op's view (opgen.ops.view, printed
+// below); cores and UB come from the platform the tiling runs for.
 ::ge::graphStatus TilingFunc(::gert::TilingContext* context) {
-    const ::gert::StorageShape* tile = context->GetInputShape(TILE_INDEX);
-    if (tile == nullptr || tile->GetStorageShape().GetDimNum() != TILE_RANK) {
-        OP_LOGE(context, "input TILE_NAME must have rank %d", TILE_RANK);
-        return ::ge::GRAPH_FAILED;
-    }
-    const ::gert::Shape& s = tile->GetStorageShape();
+VIEW_LINES
     auto platform = ::platform_ascendc::PlatformAscendC(context->GetPlatformInfo());
     uint64_t ub_bytes = 0;
     platform.GetCoreMemSize(::platform_ascendc::CoreMemType::UB, ub_bytes);
@@ -110,6 +110,124 @@ namespace optiling {
 }
 }  // namespace optiling
 """
+
+
+def kernel_view(k, face: CannFace) -> KernelView:
+    """The op's view (CannOp.view), or the kernel's own shape of its tile input for a
+    function without one (a toy op)."""
+    if face.view is not None:
+        return KernelView.from_json(face.view)
+    tile = next(n for n, _, role in k.args if role == "tile")
+    rank = len(next(b.shape for b in k.buffers if b.name == tile))
+    return view_identity(next(p.name for p in face.entry if p.tensor == tile), rank)
+
+
+class _ViewPrinter:
+    """The C++ of a KernelView: each expression a local int64_t, each refusal of
+    opgen.ops.view._Env (the same conditions, the same words) an OP_LOGE + GRAPH_FAILED.
+    Attributes are read by their index in the OpDef, as ops-nn's tilings read them
+    (group_norm_grad_tiling.cpp: attrs->GetAttrPointer<int64_t>(0) for num_groups)."""
+
+    def __init__(self, view: KernelView, face: CannFace):
+        self.view, self.face, self.lines, self.count = view, face, [], 0
+        self.inputs = [p.name for p in face.inputs + face.extra]
+        self.attr_names = [a["name"] for a in face.attrs]
+
+    def fail(self, cond: str, fmt: str, *args: str) -> None:
+        rest = "".join(f", static_cast<long long>({a})" for a in args)
+        self.lines += [f"    if ({cond}) {{", f"        OP_LOGE(context, \"{fmt}\"{rest});",
+                       "        return ::ge::GRAPH_FAILED;", "    }"]
+
+    def local(self, text: str) -> str:
+        name = f"v{self.count}"
+        self.count += 1
+        self.lines.append(f"    const int64_t {name} = {text};")
+        return name
+
+    def input_index(self, name: str) -> int:
+        if name not in self.inputs:
+            raise EmitError(f"{self.face.op_type}: the view reads input {name}, which the op does not have")
+        return self.inputs.index(name)
+
+    def attr(self, name: str) -> str:
+        if name not in self.attr_names:
+            raise EmitError(f"{self.face.op_type}: the view reads attribute {name}, which the op does not have")
+        kind = self.face.attrs[self.attr_names.index(name)]["kind"]
+        if kind != "Int":
+            raise EmitError(f"{self.face.op_type}: attribute {name} is {kind}; a view reads Int attributes")
+        ptr = f"p_{name}"
+        if f"    const int64_t* {ptr} = attrs->GetInt({self.attr_names.index(name)});" not in self.lines:
+            self.lines.append(f"    const int64_t* {ptr} = attrs->GetInt({self.attr_names.index(name)});")
+            self.fail(f"{ptr} == nullptr", f"attribute {name} is not set")
+        return f"(*{ptr})"
+
+    def expr(self, e) -> str:
+        if isinstance(e, int):
+            return str(e)
+        if e is RANK:
+            return "rank"
+        if isinstance(e, Dim):
+            return f"s.GetDim({e.index})"
+        if isinstance(e, Attr):
+            return self.local(self.attr(e.name))
+        if isinstance(e, Rank):
+            ptr = self.local_ptr(e.input)
+            return self.local(f"static_cast<int64_t>({ptr}->GetStorageShape().GetDimNum())")
+        if isinstance(e, Axis):
+            raw = self.local(self.attr(e.name))
+            self.fail(f"{raw} < -rank || {raw} >= rank", f"attribute {e.name} = %lld is not an axis of "
+                      "%lld-dimensional input", raw, "rank")
+            return self.local(f"{raw} < 0 ? {raw} + rank : {raw}")
+        if isinstance(e, Sub):
+            return self.local(f"{self.expr(e.a)} - {self.expr(e.b)}")
+        if isinstance(e, Quot):
+            num, den = self.expr(e.num), self.expr(e.den)
+            self.fail(f"{den} <= 0 || {num} % {den} != 0", "%lld is not divisible into %lld equal parts", num, den)
+            return self.local(f"{num} / {den}")
+        if isinstance(e, Prod):
+            start, stop = self.expr(e.start), self.expr(e.stop)
+            bad = [c for c, trivial in ((f"{start} < 0", start.isdigit()), (f"{start} > {stop}", start == stop),
+                                        (f"{stop} > rank", stop == "rank")) if not trivial]
+            if bad:
+                self.fail(" || ".join(bad), "dims [%lld, %lld) are not dims of %lld-dimensional input",
+                          start, stop, "rank")
+            name = f"v{self.count}"
+            self.count += 1
+            self.lines += [f"    int64_t {name} = 1;",
+                           f"    for (int64_t i = {start}; i < {stop}; ++i) {name} *= s.GetDim(static_cast<size_t>(i));"]
+            return name
+        raise EmitError(f"not a view expression: {e!r}")
+
+    def local_ptr(self, name: str) -> str:
+        ptr = f"in_{name}"
+        decl = f"    const ::gert::StorageShape* {ptr} = context->GetInputShape({self.input_index(name)});"
+        if decl not in self.lines:
+            self.lines.append(decl)
+            self.fail(f"{ptr} == nullptr", f"input {name} is missing")
+        return ptr
+
+    def print(self) -> tuple[list, list]:
+        """(the lines reading the call, the C++ name of each kernel size)."""
+        lo, hi = self.view.ranks
+        tile = self.local_ptr(self.view.tile)
+        self.lines += [f"    const ::gert::Shape& s = {tile}->GetStorageShape();",
+                       "    const int64_t rank = static_cast<int64_t>(s.GetDimNum());"]
+        self.fail(f"rank < {lo} || rank > {hi}", f"input {self.view.tile} has rank %lld; expected {lo} to {hi}", "rank")
+        for name, lo, hi in self.view.input_ranks:
+            rank = self.local(f"static_cast<int64_t>({self.local_ptr(name)}->GetStorageShape().GetDimNum())")
+            self.fail(f"{rank} < {lo} || {rank} > {hi}", f"input {name} has rank %lld; expected {lo} to {hi}", rank)
+        if self.view.attrs():
+            self.lines.append("    const ::gert::RuntimeAttrs* attrs = context->GetAttrs();")
+            self.fail("attrs == nullptr", "the op's attributes are missing")
+        sizes = [self.expr(e) for e in self.view.sizes]
+        return self.lines, sizes
+
+
+def view_cpp(view: KernelView, face: CannFace) -> tuple[str, str]:
+    """(the TilingFunc's lines reading the call through ``view``, its sizes as C++ arguments)."""
+    lines, sizes = _ViewPrinter(view, face).print()
+    comment = [f"    // The view ({view.note})." if view.note else "    // The view: the kernel's own shape."]
+    return "\n".join(comment + lines), ", ".join(sizes)
 
 
 def _shape_from_axes(j: int, out, ins: list, shapes: dict, face: CannFace) -> list[str]:
@@ -157,12 +275,10 @@ def tiling_cpp(k, face: CannFace, arithmetic: str) -> str:
         f"#include \"{k.symbol}_tiling.h\"",
         f"#include \"{k.symbol}_tiling.h\"\n#include \"../op_kernel/{k.symbol}_tiling_data.h\"\n"
         "#include \"log/log.h\"\n#include \"tiling/platform/platform_ascendc.h\"")
-    tile = next(n for n, _, role in k.args if role == "tile")
-    rank = len(next(b.shape for b in k.buffers if b.name == tile))
-    sizes = ", ".join(f"s.GetDim({i})" for i in range(rank))
-    func = (TILING_FUNC.replace("TILE_INDEX", str(face.index_of(tile))).replace("TILE_RANK", str(rank))
-            .replace("TILE_NAME", next(p.name for p in face.entry if p.tensor == tile))
-            .replace("STRUCT", k.struct).replace("SIZES", sizes).replace("USER_WORKSPACE", user_workspace_cpp(k)))
+    view = kernel_view(k, face)
+    lines, sizes = view_cpp(view, face)
+    func = (TILING_FUNC.replace("VIEW_LINES", lines).replace("STRUCT", k.struct).replace("SIZES", sizes)
+            .replace("USER_WORKSPACE", user_workspace_cpp(k)))
     return body + func + "\n" + "\n".join(_infer_lines(k, face))
 
 

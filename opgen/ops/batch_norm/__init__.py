@@ -33,6 +33,7 @@ from opgen.ops.batch_norm.kernel import (  # noqa: F401  (re-exported)
     BF16_ROWS, COMBOS, F16_ROWS, F32, INPUTS, OUTPUTS, PRODUCTS, STAGE, Problem, compute, kernel_args,
     kernel_shapes, output_shapes, random_inputs)
 from opgen.ops.batch_norm.peers import CASES, PEERS
+from opgen.ops import view
 from opgen.ops.spec import CannAttr, CannOp, OpSpec
 
 # CANN's OpDef of aclnnBatchNorm's kernel: BatchNormV3 (inputs, saveMean/saveRstd, attributes
@@ -43,7 +44,8 @@ CANN = CannOp("BatchNormV3", inputs=(("x", "x"), ("weight", "weight"), ("bias", 
               outputs=(("y", "y"), ("save_mean", "save_mean"), ("save_rstd", "save_invstd")),
               attrs=(CannAttr("epsilon", "Float", 1e-5, tensor="eps"), CannAttr("momentum", "Float", 0.1),
                      CannAttr("is_training", "Bool", True, tensor="training")),
-              source="ops-nn norm/batch_norm_v3/op_host/batch_norm_v3_def.cpp")
+              source="ops-nn norm/batch_norm_v3/op_host/batch_norm_v3_def.cpp",
+              view=view.channels("x"))
 
 SPEC = OpSpec(
     name="batch_norm",

@@ -37,6 +37,7 @@ from opgen.ops.batch_norm_backward.kernel import (  # noqa: F401  (re-exported)
     COMBOS, F16, F32, BF16, INPUTS, OUTPUTS, PRODUCTS, STAGE, Problem, compute, kernel_args, kernel_shapes,
     output_shapes, random_inputs)
 from opgen.ops.batch_norm_backward.peers import CASES, PEERS
+from opgen.ops import view
 from opgen.ops.spec import CannAttr, CannOp, OpSpec
 
 # CANN's OpDef of this op: names, order and attributes as ops-nn defines them.
@@ -46,7 +47,8 @@ CANN = CannOp("BatchNormGradV3",
               outputs=(("dx", "dx"), ("dweight", "dweight"), ("dbias", "dbias")),
               attrs=(CannAttr("is_training", "Bool", True, tensor="training"),
                      CannAttr("epsilon", "Float", 1e-5, tensor="eps"), CannAttr("version", "Int", 0)),
-              source="ops-nn norm/batch_norm_grad_v3/op_host/batch_norm_grad_v3_def.cpp")
+              source="ops-nn norm/batch_norm_grad_v3/op_host/batch_norm_grad_v3_def.cpp",
+              view=view.channels("dy"))
 
 SPEC = OpSpec(
     name="batch_norm_backward",

@@ -38,6 +38,7 @@ from opgen.ops.deep_norm_grad.kernel import (  # noqa: F401  (re-exported)
     BF16_F32, COMBOS, F16_F32, F32_F32, INPUTS, OUTPUTS, PRODUCTS, STAGE, Problem, compute, kernel_args,
     kernel_shapes, output_shapes, random_inputs)
 from opgen.ops.deep_norm_grad.peers import CASES, PEERS
+from opgen.ops import view
 from opgen.ops.spec import CannAttr, CannOp, OpSpec
 
 # CANN's OpDef of this op: names, order and attributes as ops-nn defines them.
@@ -45,7 +46,8 @@ CANN = CannOp("DeepNormGrad",
               inputs=(("dy", "dy"), ("x", "x"), ("gx", "gx"), ("gamma", "gamma"), ("mean", "mean"), ("rstd", "rstd")),
               outputs=(("dx", "dx"), ("dgx", "dgx"), ("dbeta", "dbeta"), ("dgamma", "dgamma")),
               attrs=(CannAttr("alpha", "Float", 0.3, tensor="alpha"),),
-              source="ops-nn norm/deep_norm_grad/op_host/deep_norm_grad_def.cpp")
+              source="ops-nn norm/deep_norm_grad/op_host/deep_norm_grad_def.cpp",
+              view=view.trailing("dy"))
 
 SPEC = OpSpec(
     name="deep_norm_grad",

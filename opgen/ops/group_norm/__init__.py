@@ -25,6 +25,7 @@ from opgen.ops.group_norm.kernel import (  # noqa: F401  (re-exported)
     BF16_BF16, BF16_F32, COMBOS, F16_F16, F16_F32, F32_F32, INPUTS, OUTPUTS, PRODUCTS, STAGE, Problem, compute,
     kernel_args, kernel_shapes, output_shapes, random_inputs)
 from opgen.ops.group_norm.peers import CASES, PEERS
+from opgen.ops import view
 from opgen.ops.spec import CannAttr, CannOp, OpSpec
 
 # CANN's OpDef of the op aclnnGroupNorm's outputs match (y, mean, rstd: GroupNormV2; GroupNorm's
@@ -33,7 +34,8 @@ CANN = CannOp("GroupNormV2", inputs=(("x", "x"), ("gamma", "gamma"), ("beta", "b
               outputs=(("y", "y"), ("mean", "mean"), ("rstd", "rstd")),
               attrs=(CannAttr("num_groups", "Int"), CannAttr("data_format", "String", "NHWC"),
                      CannAttr("eps", "Float", 1e-5, tensor="eps"), CannAttr("is_training", "Bool", True)),
-              source="ops-nn norm/group_norm_v2/op_host/group_norm_v2_def.cpp")
+              source="ops-nn norm/group_norm_v2/op_host/group_norm_v2_def.cpp",
+              view=view.grouped("x"))
 
 SPEC = OpSpec(
     name="group_norm",

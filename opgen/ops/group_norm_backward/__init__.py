@@ -35,6 +35,7 @@ from opgen.ops.group_norm_backward.kernel import (  # noqa: F401  (re-exported)
     BF16_BF16, BF16_F32, COMBOS, F16_F16, F16_F32, F32_F32, INPUTS, OUTPUTS, PRODUCTS, STAGE, Problem, compute,
     kernel_args, kernel_shapes, output_shapes, random_inputs)
 from opgen.ops.group_norm_backward.peers import CASES, PEERS
+from opgen.ops import view
 from opgen.ops.spec import CannAttr, CannOp, OpSpec
 
 # CANN's OpDef of this op: names, order and attributes as ops-nn defines them.
@@ -45,7 +46,8 @@ CANN = CannOp("GroupNormGrad",
                      CannAttr("dx_is_require", "Bool", True), CannAttr("dgamma_is_require", "Bool", True),
                      CannAttr("dbeta_is_require", "Bool", True)),
               round_modes=(("bfloat16", "CAST_ROUND"), ("float16", "CAST_ROUND")),   # group_norm_grad.h Custom_DataCopy_Out
-              source="ops-nn norm/group_norm_grad/op_host/group_norm_grad_def.cpp")
+              source="ops-nn norm/group_norm_grad/op_host/group_norm_grad_def.cpp",
+              view=view.grouped("dy"))
 
 SPEC = OpSpec(
     name="group_norm_backward",

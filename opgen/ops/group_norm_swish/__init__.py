@@ -20,6 +20,7 @@ from opgen.ops.group_norm_swish.kernel import (  # noqa: F401  (re-exported)
     BF16_BF16, BF16_F32, COMBOS, F16_F16, F16_F32, F32_F32, INPUTS, OUTPUTS, PRODUCTS, STAGE, Problem, compute,
     kernel_args, kernel_shapes, output_shapes, random_inputs)
 from opgen.ops.group_norm_swish.peers import CASES, PEERS
+from opgen.ops import view
 from opgen.ops.spec import CannAttr, CannOp, OpSpec
 
 # CANN's OpDef (names, order, attributes as ops-nn defines them); activate_swish and
@@ -30,7 +31,8 @@ CANN = CannOp("GroupNormSwish", inputs=(("x", "x"), ("gamma", "gamma"), ("beta",
                      CannAttr("eps", "Float", 1e-5, tensor="eps"),
                      CannAttr("activate_swish", "Bool", True, tensor="swish_on"),
                      CannAttr("swish_scale", "Float", 1.0, tensor="swish_scale")),
-              source="ops-nn norm/group_norm_swish/op_host/group_norm_swish_def.cpp")
+              source="ops-nn norm/group_norm_swish/op_host/group_norm_swish_def.cpp",
+              view=view.grouped("x"))
 
 SPEC = OpSpec(
     name="group_norm_swish",

@@ -43,6 +43,7 @@ from opgen.ops.group_norm_swish_grad.kernel import (  # noqa: F401  (re-exported
     BF16_BF16, COMBOS, F16_F16, F32_F32, INPUTS, OUTPUTS, PRODUCTS, STAGE, Problem, compute, kernel_args,
     kernel_shapes, output_shapes, random_inputs)
 from opgen.ops.group_norm_swish_grad.peers import CASES, PEERS
+from opgen.ops import view
 from opgen.ops.spec import CannAttr, CannOp, OpSpec
 
 # CANN's OpDef of this op: names, order and attributes as ops-nn defines them.
@@ -54,7 +55,8 @@ CANN = CannOp("GroupNormSwishGrad",
                      CannAttr("swish_scale", "Float", 1.0, tensor="swish_scale"),
                      CannAttr("dgamma_is_require", "Bool", True), CannAttr("dbeta_is_require", "Bool", True)),
               round_modes=(("bfloat16", "CAST_ROUND"), ("float16", "CAST_ROUND")),   # group_norm_swish_grad.h
-              source="ops-nn norm/group_norm_swish_grad/op_host/group_norm_swish_grad_def.cpp")
+              source="ops-nn norm/group_norm_swish_grad/op_host/group_norm_swish_grad_def.cpp",
+              view=view.grouped("dy"))
 
 SPEC = OpSpec(
     name="group_norm_swish_grad",

@@ -38,6 +38,7 @@ from opgen.ops.layer_norm_backward.kernel import (  # noqa: F401  (re-exported)
     F16_F16_F32, F16_F32, F16_F32_F32, F32_F32, INPUTS, OUTPUTS, PRODUCTS, STAGE, Problem, compute, kernel_args,
     kernel_shapes, output_shapes, random_inputs)
 from opgen.ops.layer_norm_backward.peers import CASES, PEERS
+from opgen.ops import view
 from opgen.ops.spec import CannAttr, CannOp, OpSpec
 
 # CANN's OpDef of this op: names, order and attributes as ops-nn defines them.
@@ -46,7 +47,8 @@ CANN = CannOp("LayerNormGradV3",
               outputs=(("pd_x", "dx"), ("pd_gamma", "dgamma"), ("pd_beta", "dbeta")),
               attrs=(CannAttr("output_mask", "ListBool", (True, True, True)),),
               round_modes=(("bfloat16", "CAST_ROUND"),),   # layer_norm_grad_v3_common.h b16RoundMode
-              source="ops-nn norm/layer_norm_grad_v3/op_host/layer_norm_grad_v3_def.cpp")
+              source="ops-nn norm/layer_norm_grad_v3/op_host/layer_norm_grad_v3_def.cpp",
+              view=view.trailing("dy"))
 
 SPEC = OpSpec(
     name="layer_norm_backward",

@@ -23,13 +23,15 @@ from opgen.ops.rms_norm.kernel import (  # noqa: F401  (re-exported)
     BF16_BF16, BF16_F32, COMBOS, F16_F16, F16_F32, F32_F32, INPUTS, OUTPUTS, PRODUCTS, STAGE, Problem, compute,
     kernel_args, kernel_shapes, output_shapes, random_inputs)
 from opgen.ops.rms_norm.peers import CASES, PEERS
+from opgen.ops import view
 from opgen.ops.spec import CannAttr, CannOp, OpSpec
 
 # CANN's OpDef of this op: names, order and attributes as ops-nn defines them (epsilon is the
 # (1,) float32 kernel input eps here).
 CANN = CannOp("RmsNorm", inputs=(("x", "x"), ("gamma", "gamma")), outputs=(("y", "y"), ("rstd", "rstd")),
               attrs=(CannAttr("epsilon", "Float", 1e-6, tensor="eps"),),
-              source="ops-nn norm/rms_norm/op_host/rms_norm_def.cpp")
+              source="ops-nn norm/rms_norm/op_host/rms_norm_def.cpp",
+              view=view.trailing("x"))
 
 SPEC = OpSpec(
     name="rms_norm",

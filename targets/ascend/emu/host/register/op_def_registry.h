@@ -144,10 +144,14 @@ struct OpAdder {
 namespace opgen_emu_host {
 
 // The attributes at their OpDef defaults, overridden by `overrides` ("name=value;..."): what a
-// caller of the op sets.
+// caller of the op sets. A REQUIRED attribute the caller does not set has no value: its
+// GetAttrPointer / GetInt is nullptr, as on a TilingContext whose op lacks it.
 inline gert::RuntimeAttrs attrs_of(const ops::OpDef& def, const char* overrides) {
     gert::RuntimeAttrs attrs;
-    for (const auto& a : def.Attrs()) attrs.values().push_back(a.Default());
+    for (const auto& a : def.Attrs()) {
+        attrs.values().push_back(a.Default());
+        if (a.Type() == ops::REQUIRED) attrs.values().back().kind = 0;
+    }
     std::string text = overrides ? overrides : "";
     size_t pos = 0;
     while (pos < text.size()) {
@@ -158,6 +162,7 @@ inline gert::RuntimeAttrs attrs_of(const ops::OpDef& def, const char* overrides)
         for (size_t i = 0; eq != std::string::npos && i < def.Attrs().size(); ++i) {
             if (def.Attrs()[i].Name() != item.substr(0, eq)) continue;
             auto& v = attrs.values()[i];
+            v.kind = def.Attrs()[i].Default().kind;
             std::string value = item.substr(eq + 1);
             if (v.kind == 'i') v.i = std::stoll(value);
             if (v.kind == 'f') v.f = std::stof(value);
