@@ -33,6 +33,7 @@ import importlib
 import keyword
 import re
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -188,6 +189,7 @@ def renamer(plan: Plan):
 
 def with_note(source: str, note: str) -> str:
     """``source`` with ``note`` opening its module docstring (a docstring made if none)."""
+    note = textwrap.fill(note, width=96, break_on_hyphens=False)
     match = re.match(r'(\s*(?:#[^\n]*\n\s*)*)("""|\'\'\')', source)
     if match is None:
         return f'"""{note}\n"""\n{source}'
@@ -196,8 +198,10 @@ def with_note(source: str, note: str) -> str:
 
 
 def scaffold_note(plan: Plan, what: str) -> str:
+    """The line opening a copied module: where it came from and what in it is still OP's."""
+    what = what.replace("<name>", plan.name).replace("<Name>", plan.camel)
     return (f"SCAFFOLD (opgen new-op {plan.name} --like {plan.like.name}): copied from {plan.like.name}; "
-            f"still {plan.like.name}'s until changed: {what.replace('<name>', plan.name).replace('<Name>', plan.camel)}.")
+            f"still {plan.like.name}'s until changed: {what}.")
 
 
 def write_package(plan: Plan, rename) -> list[Path]:
@@ -250,20 +254,26 @@ def test_proof_of_the_float32_kernel_holds():
 
 def write_tests(plan: Plan, rename) -> Path:
     text = rename(plan.tests_from.read_text()) if plan.tests_from else test_module_template(plan)
+    what = TEST_TO_CHANGE
+    if plan.tests_from and (plan.package_from / "torch_module.py").is_file():
+        what += (f"; its tests of {plan.like.name}'s torch.nn modules (opgen.torch), which were not copied, "
+                 f"still run {plan.like.name}'s ops and fail until <name> has modules of its own or they go")
     plan.tests_to.parent.mkdir(parents=True, exist_ok=True)
-    plan.tests_to.write_text(with_note(text, scaffold_note(plan, TEST_TO_CHANGE)))
+    plan.tests_to.write_text(with_note(text, scaffold_note(plan, what)))
     return plan.tests_to
 
 
 def spec_page_stub(plan: Plan) -> str:
     document = f"norm/{plan.name}/docs/aclnn{plan.camel}.md"
-    lines = [f"# aclnn{plan.camel}: specification digest", "",
-             f"What CANN's public document for `aclnn{plan.camel}` says, in English and in summary, what its "
+    intro = (f"What CANN's public document for `aclnn{plan.camel}` says, in English and in summary, what its "
              f"public sources add, and what opgen does with each point. The page follows the document "
              f"`{document}` of **hicann/ops-nn at commit `COMMIT`** (fill in the commit read, and the "
-             f"document's path where ops-nn keeps it elsewhere).", "",
-             f"SCAFFOLD (opgen new-op {plan.name} --like {plan.like.name}): every section below is still to "
-             f"be written; opgen/ops/{plan.name}/ is {plan.like.name}'s copy until then.", "",
+             f"document's path where ops-nn keeps it elsewhere).")
+    note = (f"SCAFFOLD (opgen new-op {plan.name} --like {plan.like.name}): every section below is still to "
+            f"be written; opgen/ops/{plan.name}/ is {plan.like.name}'s copy until then.")
+    lines = [f"# aclnn{plan.camel}: specification digest", "",
+             textwrap.fill(intro, width=100, break_on_hyphens=False), "",
+             textwrap.fill(note, width=100, break_on_hyphens=False), "",
              "**Sources** (line numbers are at these commits):", "",
              "| short name | repository @ commit | path |", "|---|---|---|",
              f"| doc | hicann/ops-nn @ COMMIT | `{document}` |", ""]
