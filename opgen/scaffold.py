@@ -24,8 +24,9 @@ What is written, under ``--root`` (default: the checkout that holds this opgen):
   follow; the commit it was read at is left for the author to fill in, so
   tests/test_packaging.py fails until the page cites its source.
 
-Refused with one line on stderr and exit status 2: an unknown OP, a NAME that is no lowercase
-identifier, a NAME already registered, or any of the three paths already there.
+Refused with one line on stderr and exit status 2: no ``--like``, an unknown OP, a NAME
+that is no lowercase identifier, a NAME already registered, any of the three paths already
+there, or no ``--root`` when opgen runs from an installed wheel instead of a checkout.
 """
 from __future__ import annotations
 
@@ -126,6 +127,16 @@ def camel(name: str) -> str:
 def checkout_root() -> Path:
     """The folder that holds this opgen package (a checkout, for an editable install)."""
     return Path(__file__).resolve().parents[1]
+
+
+def default_root() -> Path | str:
+    """Where ``new-op`` writes without ``--root``: the checkout this opgen runs from, or the
+    one-line complaint when it runs from an installed wheel (its folder is site-packages,
+    where an op's tests and spec page do not belong)."""
+    root = checkout_root()
+    if not (root / "setup.py").is_file() or not (root / "tests").is_dir():
+        return f"opgen runs from {root}, which is no opgen checkout: give --root, the checkout to write into"
+    return root
 
 
 def _foreign(head: str, others: tuple[str, ...]) -> bool:
@@ -311,13 +322,24 @@ def make_plan(name: str, like_name: str, root: Path) -> Plan | str:
 
 def add_arguments(parser) -> None:
     parser.add_argument("name", help="the new op's name, snake_case (its aclnn name is aclnn + CamelCase)")
-    parser.add_argument("--like", required=True, help="the registered op to copy")
+    # Required, but checked in main: a missing --like is one line, not argparse's usage.
+    parser.add_argument("--like", help="the registered op to copy (required)")
     parser.add_argument("--root", default=None, help="the checkout to write into (default: the one holding opgen)")
 
 
+def request(args) -> Plan | str:
+    """The plan of ``opgen new-op``'s arguments, or the one-line complaint."""
+    if not args.like:
+        from opgen.ops import all_ops
+
+        return (f"give --like OP, the registered op to copy; registered ops: "
+                f"{', '.join(op.name for op in all_ops())}")
+    root = Path(args.root) if args.root else default_root()
+    return root if isinstance(root, str) else make_plan(args.name, args.like, root)
+
+
 def main(args) -> int:
-    root = Path(args.root) if args.root else checkout_root()
-    plan = make_plan(args.name, args.like, root)
+    plan = request(args)
     if isinstance(plan, str):
         print(f"opgen {COMMAND}: {plan}", file=sys.stderr)
         return 2

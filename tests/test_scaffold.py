@@ -87,7 +87,8 @@ def test_an_op_without_op_local_tests_gets_the_template(tmp_path, capsys):
     (["rms_norm", "--like", "rms_norm_grad"], "op 'rms_norm' exists"),
     (["foo", "--like", "nosuch"], "unknown op 'nosuch'; registered ops: "),
     (["Foo-Bar", "--like", "rms_norm"], "'Foo-Bar' is no op name"),
-    (["taken", "--like", "rms_norm"], "tests/test_op_taken.py exists")], ids=lambda v: str(v)[:24])
+    (["taken", "--like", "rms_norm"], "tests/test_op_taken.py exists"),
+    (["foo"], "give --like OP, the registered op to copy; registered ops: ")], ids=lambda v: str(v)[:24])
 def test_new_op_refuses_in_one_line_and_writes_nothing(argv, complaint, tmp_path, capsys):
     (tmp_path / "tests").mkdir()
     (tmp_path / "tests" / "test_op_taken.py").write_text("")
@@ -95,6 +96,19 @@ def test_new_op_refuses_in_one_line_and_writes_nothing(argv, complaint, tmp_path
     err = capsys.readouterr().err
     assert err.startswith("opgen new-op: ") and complaint in err and err.count("\n") == 1, err
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["test_op_taken.py", "tests"]
+
+
+def test_new_op_without_root_refuses_an_installed_opgen(tmp_path, capsys, monkeypatch):
+    """Installed from a wheel, opgen's folder is site-packages: without --root new-op says
+    so in one line instead of writing tests/ and docs/ there."""
+    site_packages = tmp_path / "site-packages"
+    (site_packages / "opgen").mkdir(parents=True)
+    monkeypatch.setattr(scaffold, "__file__", str(site_packages / "opgen" / "scaffold.py"))
+    assert cli.main(["new-op", "rms_norm_v2", "--like", "rms_norm"]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"opgen new-op: opgen runs from {site_packages}, which is no opgen checkout: give --root, "
+                   "the checkout to write into\n"), err
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["opgen", "site-packages"]
 
 
 @FULL
