@@ -21,7 +21,7 @@ from tvm import te
 
 from aclnn_helpers import base_args
 from opgen import aclnn, kernels
-from opgen.apispec import Call
+from opgen.apispec import ArgError, Call
 from opgen.ops import get_op
 from opgen.ops.view import ViewError
 from opgen.schedules import default_knobs, schedule_with_rule
@@ -146,8 +146,8 @@ def _replay(host, rng) -> dict:
     for what, args in _calls(op, host.combo, rng):
         try:
             verdict, call = _verdict(op, args)
-        except Exception as err:      # an argument the aclnn layer cannot read at all (a bad kind)
-            verdict, call = (None, str(err)), None
+        except ArgError as err:       # an argument the aclnn layer cannot read at all (a bad kind)
+            verdict, call = (err.status, err.message), None
         shapes, attrs = _cann_call(op, args)
         cpp = host.cpp(shapes, attrs)
         try:

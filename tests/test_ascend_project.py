@@ -153,7 +153,7 @@ def test_op_project_layout_parses_compiles_and_dispatches(tmp_path, rng):
         op_level.__dict__.update(per_combo.__dict__)
         op_level.lib = lib
         lib.opgen_emu_host_last_error.restype = ctypes.c_char_p
-        t, key, _ = op_level.run_tiling({"dy": (33, 40)})
+        t, key, _ = op_level.run_tiling({"dy": (33, 40), "gamma": (40,)})
         assert key == 100 * i + t.mode, tag
         op_level.launch = lib.opgen_emu_launch_rms_norm_grad
         op_level.launch.restype = ctypes.c_int
