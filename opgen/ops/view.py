@@ -183,12 +183,13 @@ def channels(tile: str) -> KernelView:
                       note="NC / NCL / NCHW / NCDHW: N = dim 0, C = dim 1, HW = dims 2.. multiplied")
 
 
-def trailing(tile: str, params: str = "gamma") -> KernelView:
+def trailing(tile: str, params: str = "gamma", ranks: tuple = (1, 8), params_ranks: tuple = (1, 8)) -> KernelView:
     """(rows, cols) from a tile whose last rank(``params``) dims are normalized: rows = the
-    product of the dims before them, cols = the product of the rest."""
+    product of the dims before them, cols = the product of the rest. ``ranks`` and
+    ``params_ranks``: the ranks the aclnn document allows the tile and ``params``."""
     split = Sub(RANK, Rank(params))
-    return KernelView(tile, (Prod(0, split), Prod(split, RANK)), (1, 8), canonical=((0,), (1,)),
-                      canonical_inputs=((params, ((1,),)),), input_ranks=((params, 1, 8),),
+    return KernelView(tile, (Prod(0, split), Prod(split, RANK)), tuple(ranks), canonical=((0,), (1,)),
+                      canonical_inputs=((params, ((1,),)),), input_ranks=((params, *params_ranks),),
                       note=f"ND: rows = dims before {params}'s rank multiplied, cols = the rest")
 
 

@@ -47,7 +47,7 @@ CANN = CannOp("DeepNormGrad",
               outputs=(("dx", "dx"), ("dgx", "dgx"), ("dbeta", "dbeta"), ("dgamma", "dgamma")),
               attrs=(CannAttr("alpha", "Float", 0.3, tensor="alpha"),),
               source="ops-nn norm/deep_norm_grad/op_host/deep_norm_grad_def.cpp",
-              view=view.trailing("dy"))
+              view=view.trailing("dy", ranks=(2, 8), params_ranks=(1, 7)))   # api.py _check_ranks
 
 SPEC = OpSpec(
     name="deep_norm_grad",
