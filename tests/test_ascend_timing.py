@@ -104,9 +104,10 @@ def test_vector_chain_is_repeats_times_cycles(lib):
     reps = n * 4 // 256
     simple, slow, cast = 2 + reps * 1, 2 + reps * (64 / 32), 2 + reps * (64 / 64)
     reduce = (2 + reps * 7) + (2 + 1 * 7)           # the per-repeat partials, then their sum
-    expected = 3 * simple + slow + cast + reduce    # Duplicate, Add, Mul; Exp; Cast; ReduceSum
+    barriers = 4 * P.barrier_cycles                 # PIPE_V before Add, Mul, Exp, Cast
+    expected = 3 * simple + slow + cast + reduce + barriers  # Duplicate, Add, Mul; Exp; Cast; ReduceSum
     t = run(lib, "timing_chain", 1, n)
-    assert t["cycles"] == expected == 3 * 34 + 66 + 34 + (226 + 9)
+    assert t["cycles"] == expected == 3 * 34 + 66 + 34 + (226 + 9) + 4 * 3
     assert t["v"] == 1.0 and t["mte2"] == 0
 
 
@@ -168,10 +169,11 @@ def test_syncall_joins_the_cores(lib):
     n, extra = 1024, 5
     t = run(lib, "timing_syncall", 3, n, extra)
     vec = 2 + 4 * n / 256
-    before = vec + extra * vec + P.barrier_cycles      # core 0's work, then SyncAll's PIPE_ALL
+    barrier = P.barrier_cycles
+    before = vec + extra * (barrier + vec) + barrier   # core 0's work (a PIPE_V before each Muls), SyncAll's PIPE_ALL
     assert t["cycles"] == pytest.approx(before + P.sync_all_cycles + copy_cycles(4 * n, 64))
-    # Busy V over 3 cores: core 0 ran 1 + extra vector instructions, the others one each.
-    assert t["v"] == pytest.approx((3 + extra) * vec / (3 * t["cycles"]))
+    # Busy V over 3 cores: core 0 ran 1 + extra vector instructions and extra barriers, the others one each.
+    assert t["v"] == pytest.approx(((3 + extra) * vec + extra * barrier) / (3 * t["cycles"]))
 
 
 def test_reads_and_writes_share_the_cores_gm_bandwidth(lib):

@@ -200,7 +200,9 @@ def _task_input_lines(k: GroupKernel) -> list[str]:
         out += [f"    {{ LocalTensor<{ty}> a = in_{name}_.AllocTensor<{ty}>();",
                 f"      DataCopyPad(a, g_{name}_[task], DataCopyExtParams(1, sizeof({ty}), 0, 0, 0), "
                 f"DataCopyPadExtParams<{ty}>(false, 0, 0, 0));",
-                f"      in_{name}_.EnQue(a); q_{name}_ = in_{name}_.DeQue<{ty}>(); s_{name} = {_f32(name, d)};",
+                f"      in_{name}_.EnQue(a); q_{name}_ = in_{name}_.DeQue<{ty}>();",
+                # the queue orders V after the copy (MTE2_V), not the scalar read below
+                f"      {sync('MTE2_S')} s_{name} = {_f32(name, d)};",
                 f"      in_{name}_.FreeTensor(q_{name}_); }}"]
     return out
 

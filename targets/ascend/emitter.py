@@ -37,6 +37,7 @@ from opgen.schedules.ascend import RowTiles
 from opgen.targets.ascend.cann import entry_lines
 from opgen.targets.ascend.exprs import (LOADS, Context, EmitError, Value, emit_expr, load_name, reduction_body,
                                         reduction_of, row_extremes, row_sums, stored_value, sync)
+from opgen.targets.ascend.vector_order import order_vector_pipe
 
 CPP_TYPE = {"float32": "float", "float16": "half", "bfloat16": "bfloat16_t"}
 
@@ -63,7 +64,9 @@ def load_scalars(scalars, pad: bool) -> list[str]:
                 f"      DataCopyPad(a, g_{name}_[0], DataCopyExtParams(1, sizeof({ty}), 0, 0, 0), "
                 f"DataCopyPadExtParams<{ty}>(false, 0, 0, 0));",
                 f"      in_{name}_.EnQue(a); a = in_{name}_.DeQue<{ty}>();",
-                f"      s_{name} = static_cast<float>(a.GetValue(0));", f"      in_{name}_.FreeTensor(a); }}"]
+                # the queue orders V after the copy (MTE2_V); the scalar read needs its own event
+                f"      {sync('MTE2_S')} s_{name} = static_cast<float>(a.GetValue(0));",
+                f"      in_{name}_.FreeTensor(a); }}"]
     return out + ["}"]
 
 
@@ -89,7 +92,7 @@ def kernel_file(k, pattern: str, body: list[str], members: list[str], modes: dic
              "template <HardEvent E>", "__aicore__ inline void OpgenSync() {",
              "    const int32_t id = static_cast<int32_t>(GetTPipePtr()->FetchEventID(E));",
              "    SetFlag<E>(id);", "    WaitFlag<E>(id);", "}", "",
-             f"class {cls} {{", "public:"] + [f"    {line}" for line in body]
+             f"class {cls} {{", "public:"] + [f"    {line}" for line in order_vector_pipe(body)]
     lines += ["private:"] + [f"    {line}" for line in members] + ["};", ""]
     lines += entry_lines(k, cls, arg_prefix)
     return "\n".join(lines)
@@ -326,6 +329,8 @@ def _load_fns(k: RowKernel) -> list[str]:
     out += ["}", "__aicore__ inline void LoadRows(int64_t r0, int32_t n) {", "    rbase_ = r0; (void)n;"]
     for n, d in (k.ops.rows_in if k.pad else ()):
         out += copy_in(n, d, "r0", f"DataCopyExtParams(1, n * sizeof({CPP_TYPE[d]}), 0, 0, 0)")
+    if k.pad and k.ops.rows_in:  # the queue hands them to V (MTE2_V); the stages read them with GetValue
+        out.append(f"    {sync('MTE2_S')}   // the scalar pipe reads the loaded rows")
     out += ["}", "__aicore__ inline void FreeRows() {"]
     out += [f"    in_{n}_.FreeTensor(q_{n}_);" for n, _ in (k.ops.rows_in if k.pad else ())]
     out += ["}", "__aicore__ inline void LoadCols(int64_t c0, int32_t len) {", "    const int32_t P = t_.pitch; (void)P;"]

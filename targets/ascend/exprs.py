@@ -299,9 +299,10 @@ def sync(*events: str) -> str:
     return " ".join(f"OpgenSync<HardEvent::{e}>();" for e in events)
 
 
-# Before a row reduction: the tile it reads was computed by earlier vector ops (in-order on
-# the V pipe, ordered explicitly as CANN's kernels do) and per-row values the scalar pipe set.
-BEFORE_REDUCE = "PipeBarrier<PIPE_V>(); " + "OpgenSync<HardEvent::S_V>();"
+# Before a row reduction: per-row values the scalar pipe set are read by vector code after it
+# (the PipeBarrier<PIPE_V> for the tile computed by earlier vector ops goes right before the
+# reduction itself: targets/ascend/vector_order.py).
+BEFORE_REDUCE = "OpgenSync<HardEvent::S_V>();"
 
 
 def row_extremes(tile: str, kind: str, fold) -> list[str]:

@@ -89,6 +89,8 @@ static void queue_violations(TPipe& pipe, Ctx& c, int mode) {
         DataCopy(x, c.in, 8);
         qi.EnQue(x);
         x = qi.DeQue<float>();
+        SetFlag<HardEvent::MTE2_S>(EVENT_ID0);  // the queue orders V, not S, after the copy
+        WaitFlag<HardEvent::MTE2_S>(EVENT_ID0);
         c.out.SetValue(0, x.GetValue(8));
         qi.FreeTensor(x);
     }
@@ -138,6 +140,7 @@ static void vector_violations(TPipe& pipe, Ctx& c, int mode) {
         Add(t, t, t, 64, 4, BinaryRepeatParams(1, 1, 1, 16, 8, 8));  // dst reaches element 447
     } else if (mode == PARTIAL_OVERLAP) {
         Duplicate(t, 0.0f, c.n);
+        PipeBarrier<PIPE_V>();
         Add(t[8], t, t, 64);
     } else if (mode == DOUBLE_WRITE) {
         Duplicate(t, 0.0f, c.n);
@@ -310,6 +313,7 @@ static void setflag_sync(TPipe& pipe, Ctx& c, bool with_flags) {
     WaitFlag<HardEvent::MTE2_V>(EVENT_ID0);
     Muls(t, t, 2.0f, c.n);
     LocalTensor<float> s = sum.Get<float>();
+    PipeBarrier<PIPE_V>();  // ReduceSum reads what Muls wrote
     ReduceSum(s, t, work.Get<float>(), c.n);
     if (with_flags) {
         event_t e = static_cast<event_t>(GetTPipePtr()->FetchEventID(HardEvent::V_S));
@@ -352,6 +356,7 @@ static void reduce_max_axpy(TPipe& pipe, Ctx& c) {
     ReduceMax(y, x, work.Get<float>(), c.n, true);
     LocalTensor<float> z = y[8];
     DataCopy(z, x, c.n);  // UB->UB on the vector pipe
+    PipeBarrier<PIPE_V>();  // Axpy adds into what the copy wrote
     Axpy(z, x, 0.5f, c.n);
     qi.FreeTensor(x);
     store(qo, y, c.out, c.n + 8);
@@ -374,6 +379,7 @@ static void half_forms(TPipe& pipe, Ctx& c) {
     LocalTensor<half> y = qo.AllocTensor<half>();
     Duplicate(y, half(7.0f), 128, 2, 1, 8);
     const uint64_t even[2] = {0x5555555555555555ull, 0x5555555555555555ull};
+    PipeBarrier<PIPE_V>();  // Add reads the Cast's result
     Add(y, h, h, even, 1, BinaryRepeatParams());
     WholeReduceSum(y[128], h, 64, 2, 1, 1, 4);
     Duplicate(y[144], half(0.0f), 112);

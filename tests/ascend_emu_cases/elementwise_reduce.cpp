@@ -66,9 +66,12 @@ private:
         LocalTensor<float> yf = yfBuf.Get<float>();
         ToFloat(xf, x, alen);
         ToFloat(yf, y, alen);
+        PipeBarrier<PIPE_V>();  // each step below reads the one before (asc-devkit PipeBarrier docs)
         Muls(xf, xf, 2.0f, alen);
+        PipeBarrier<PIPE_V>();
         Add(xf, xf, yf, alen);
         LocalTensor<T> z = outQueueZ.AllocTensor<T>();
+        PipeBarrier<PIPE_V>();
         FromFloat(z, xf, alen);
         outQueueZ.EnQue(z);
         LocalTensor<float> s = outQueueSum.AllocTensor<float>();

@@ -28,7 +28,8 @@ extern "C" __global__ __aicore__ void timing_copy(GM_ADDR x, GM_ADDR y, GM_ADDR 
 }
 OPGEN_EMU_EXPORT(timing_copy, 4)
 
-// A chain of vector instructions on n floats: Duplicate, Add, Mul, Exp, Cast to half, ReduceSum.
+// A chain of vector instructions on n floats: Duplicate, Add, Mul, Exp, Cast to half, ReduceSum,
+// with a PipeBarrier<PIPE_V> before each one that reads its predecessor's result.
 extern "C" __global__ __aicore__ void timing_chain(GM_ADDR x, GM_ADDR y, GM_ADDR workspace, GM_ADDR tiling) {
     GET_TILING_DATA_WITH_STRUCT(TimingTiling, t, tiling);
     TPipe pipe;
@@ -40,11 +41,15 @@ extern "C" __global__ __aicore__ void timing_chain(GM_ADDR x, GM_ADDR y, GM_ADDR
     LocalTensor<float> av = a.Get<float>(), bv = b.Get<float>(), wv = w.Get<float>();
     LocalTensor<half> hv = h.Get<half>();
     Duplicate(av, 0.5f, t.n);
+    PipeBarrier<PIPE_V>();  // each instruction reads the one before (asc-devkit PipeBarrier docs)
     Add(bv, av, av, t.n);
+    PipeBarrier<PIPE_V>();
     Mul(bv, bv, av, t.n);
+    PipeBarrier<PIPE_V>();
     Exp(bv, bv, t.n);
+    PipeBarrier<PIPE_V>();
     Cast(hv, bv, RoundMode::CAST_RINT, t.n);
-    ReduceSum(av, bv, wv, t.n);
+    ReduceSum(av, bv, wv, t.n);  // reads bv, which the Exp before the last barrier wrote
 }
 OPGEN_EMU_EXPORT(timing_chain, 4)
 
@@ -87,7 +92,7 @@ extern "C" __global__ __aicore__ void timing_syncall(GM_ADDR x, GM_ADDR y, GM_AD
     LocalTensor<float> av = a.Get<float>();
     Duplicate(av, 1.0f, t.n);
     if (GetBlockIdx() == 0)
-        for (uint32_t i = 0; i < t.tiles; ++i) Muls(av, av, 2.0f, t.n);
+        for (uint32_t i = 0; i < t.tiles; ++i) { PipeBarrier<PIPE_V>(); Muls(av, av, 2.0f, t.n); }
     SyncAll();
     GlobalTensor<float> yGm;
     yGm.SetGlobalBuffer((__gm__ float*)y + GetBlockIdx() * t.n, t.n);

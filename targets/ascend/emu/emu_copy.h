@@ -212,7 +212,9 @@ inline void require_datacopypad(const char* api) {
 namespace AscendC {
 
 template <typename T>
-void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, uint32_t calCount) {
+void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, uint32_t calCount,
+              const char* opgen_file = __builtin_FILE(), int opgen_line = __builtin_LINE()) {
+    opgen_emu::SiteScope opgen_site(opgen_file, opgen_line);
     opgen_emu::DmaInstr instr(opgen_emu::kTMte2);
     opgen_emu::check_ub_aligned(dst, "DataCopy GM->UB");
     opgen_emu::check_whole_blocks<T>(calCount, "DataCopy GM->UB");
@@ -220,7 +222,9 @@ void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, uint32_t ca
 }
 
 template <typename T>
-void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, uint32_t calCount) {
+void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, uint32_t calCount,
+              const char* opgen_file = __builtin_FILE(), int opgen_line = __builtin_LINE()) {
+    opgen_emu::SiteScope opgen_site(opgen_file, opgen_line);
     opgen_emu::DmaInstr instr(opgen_emu::kTMte3);
     opgen_emu::check_ub_aligned(src, "DataCopy UB->GM");
     opgen_emu::check_whole_blocks<T>(calCount, "DataCopy UB->GM");
@@ -229,7 +233,9 @@ void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, uint32_t ca
 
 // Bursts of blockLen 32-byte blocks, strides counted in 32-byte blocks on both sides.
 template <typename T>
-void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyParams& p) {
+void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyParams& p,
+              const char* opgen_file = __builtin_FILE(), int opgen_line = __builtin_LINE()) {
+    opgen_emu::SiteScope opgen_site(opgen_file, opgen_line);
     opgen_emu::DmaInstr instr(opgen_emu::kTMte2);
     const char* api = "DataCopy GM->UB (DataCopyParams)";
     opgen_emu::check_ub_aligned(dst, api);
@@ -241,7 +247,9 @@ void DataCopy(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataC
 }
 
 template <typename T>
-void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p) {
+void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyParams& p,
+              const char* opgen_file = __builtin_FILE(), int opgen_line = __builtin_LINE()) {
+    opgen_emu::SiteScope opgen_site(opgen_file, opgen_line);
     opgen_emu::DmaInstr instr(opgen_emu::kTMte3);
     const char* api = "DataCopy UB->GM (DataCopyParams)";
     opgen_emu::check_ub_aligned(src, api);
@@ -254,7 +262,9 @@ void DataCopy(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataC
 
 // UB -> UB copy on the vector pipe.
 template <typename T>
-void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, uint32_t calCount) {
+void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, uint32_t calCount,
+              const char* opgen_file = __builtin_FILE(), int opgen_line = __builtin_LINE()) {
+    opgen_emu::SiteScope opgen_site(opgen_file, opgen_line);
     using namespace opgen_emu;
     const char* api = "DataCopy UB->UB";
     check_ub_aligned(dst, api);
@@ -262,6 +272,8 @@ void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, uint32_t cal
     check_whole_blocks<T>(calCount, api);
     uint64_t so = src.elem_off(0, calCount, api), d = dst.elem_off(0, calCount, api);
     check_sync_read(src.slot(), Pipe::V, api);
+    check_vector_raw(src.slot(), so, so + uint64_t(calCount) * sizeof(T), api);
+    tls_vector_dst = {dst.slot(), d, d + uint64_t(calCount) * sizeof(T)};
     CoreState& c = core();
     std::memmove(c.ub.data() + d, c.ub.data() + so, uint64_t(calCount) * sizeof(T));
     std::memmove(c.ub_def.data() + d, c.ub_def.data() + so, uint64_t(calCount) * sizeof(T));
@@ -273,7 +285,9 @@ void DataCopy(const LocalTensor<T>& dst, const LocalTensor<T>& src, uint32_t cal
 // blocks; each UB burst starts 32-byte aligned as [left pad][data][right pad].
 template <typename T>
 void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const DataCopyExtParams& p,
-                 const DataCopyPadExtParams<T>& pad) {
+                 const DataCopyPadExtParams<T>& pad,
+                 const char* opgen_file = __builtin_FILE(), int opgen_line = __builtin_LINE()) {
+    opgen_emu::SiteScope opgen_site(opgen_file, opgen_line);
     using namespace opgen_emu;
     DmaInstr instr(kTMte2);
     const char* api = "DataCopyPad GM->UB";
@@ -299,7 +313,9 @@ void DataCopyPad(const LocalTensor<T>& dst, const GlobalTensor<T>& src, const Da
 
 // UB -> GM with ragged bursts: UB gaps in 32-byte blocks, GM gaps in bytes.
 template <typename T>
-void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyExtParams& p) {
+void DataCopyPad(const GlobalTensor<T>& dst, const LocalTensor<T>& src, const DataCopyExtParams& p,
+                 const char* opgen_file = __builtin_FILE(), int opgen_line = __builtin_LINE()) {
+    opgen_emu::SiteScope opgen_site(opgen_file, opgen_line);
     using namespace opgen_emu;
     DmaInstr instr(kTMte3);
     const char* api = "DataCopyPad UB->GM";

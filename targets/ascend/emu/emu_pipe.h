@@ -6,6 +6,51 @@
 
 namespace AscendC {
 
+// ---------------------------------------------------------------- synchronisation
+namespace detail {
+// The pipe that waits in event e (its second half: MTE2_V -> V).
+inline opgen_emu::Pipe event_target(HardEvent e) {
+    using opgen_emu::Pipe;
+    switch (e) {
+        case HardEvent::MTE2_V: case HardEvent::MTE3_V: case HardEvent::S_V: return Pipe::V;
+        case HardEvent::V_MTE2: case HardEvent::MTE3_MTE2: case HardEvent::S_MTE2: return Pipe::MTE2;
+        case HardEvent::V_MTE3: case HardEvent::MTE2_MTE3: case HardEvent::S_MTE3: return Pipe::MTE3;
+        case HardEvent::V_S: case HardEvent::MTE2_S: case HardEvent::MTE3_S: return Pipe::S;
+        case HardEvent::V_V: return Pipe::V;
+        default: return Pipe::NONE;
+    }
+}
+inline opgen_emu::Pipe event_source(HardEvent e) {
+    using opgen_emu::Pipe;
+    switch (e) {
+        case HardEvent::MTE2_V: case HardEvent::MTE2_MTE3: case HardEvent::MTE2_S: return Pipe::MTE2;
+        case HardEvent::V_MTE2: case HardEvent::V_MTE3: case HardEvent::V_V: case HardEvent::V_S: return Pipe::V;
+        case HardEvent::MTE3_V: case HardEvent::MTE3_MTE2: case HardEvent::MTE3_S: return Pipe::MTE3;
+        case HardEvent::S_V: case HardEvent::S_MTE2: case HardEvent::S_MTE3: return Pipe::S;
+        default: return Pipe::NONE;
+    }
+}
+struct Flag { int event; int id; uint64_t seq; double time; };
+inline const char* event_name(int e) {
+    static const char* names[] = {"MTE2_V", "V_MTE2", "MTE3_V", "V_MTE3", "V_V", "MTE3_MTE2", "MTE2_MTE3",
+                                  "S_V", "V_S", "S_MTE2", "MTE2_S", "S_MTE3", "MTE3_S"};
+    return e >= 0 && e < static_cast<int>(HardEvent::MAX) ? names[e] : "?";
+}
+inline int event_dest(HardEvent e) {  // the waiting pipe, as a timing-model index
+    switch (e) {
+        case HardEvent::MTE2_V: case HardEvent::MTE3_V: case HardEvent::V_V: case HardEvent::S_V: return opgen_emu::kTV;
+        case HardEvent::V_MTE2: case HardEvent::MTE3_MTE2: case HardEvent::S_MTE2: return opgen_emu::kTMte2;
+        case HardEvent::V_MTE3: case HardEvent::MTE2_MTE3: case HardEvent::S_MTE3: return opgen_emu::kTMte3;
+        case HardEvent::V_S: case HardEvent::MTE2_S: case HardEvent::MTE3_S: return opgen_emu::kTS;
+        default: return opgen_emu::kTS;
+    }
+}
+inline std::vector<Flag>& flags() {
+    static thread_local std::vector<Flag> f;  // set and not yet waited for
+    return f;
+}
+}  // namespace detail
+
 class TPipe {
 public:
     TPipe() {
@@ -110,8 +155,14 @@ private:
         while (used > seen && !peak.compare_exchange_weak(seen, used)) {
         }
     }
-    // At kernel end every queue must be empty and every tensor freed.
+    // At kernel end every queue must be empty, every tensor freed and every SetFlag waited for
+    // (asc-devkit SetFlag/WaitFlag docs: SetFlag/WaitFlag必须成对出现).
     void check_drained(opgen_emu::CoreState& c) {
+        for (const detail::Flag& f : detail::flags())
+            c.deferred.push_back(opgen_emu::cat("kernel ended with SetFlag<HardEvent::", detail::event_name(f.event),
+                                                ">(", f.id, ") never waited for (a SetFlag without its WaitFlag: ",
+                                                "the event stays set into the next kernel)"));
+        detail::flags().clear();
         for (opgen_emu::Slot* s : slots_) {
             if (s->state == opgen_emu::SlotState::QUEUED)
                 c.deferred.push_back(opgen_emu::cat("kernel ended with a tensor of ", s->owner,
@@ -135,45 +186,6 @@ inline TPipe* GetTPipePtr() {
     return const_cast<TPipe*>(p);
 }
 
-// ---------------------------------------------------------------- synchronisation
-namespace detail {
-// The pipe that waits in event e (its second half: MTE2_V -> V).
-inline opgen_emu::Pipe event_target(HardEvent e) {
-    using opgen_emu::Pipe;
-    switch (e) {
-        case HardEvent::MTE2_V: case HardEvent::MTE3_V: case HardEvent::S_V: return Pipe::V;
-        case HardEvent::V_MTE2: case HardEvent::MTE3_MTE2: case HardEvent::S_MTE2: return Pipe::MTE2;
-        case HardEvent::V_MTE3: case HardEvent::MTE2_MTE3: case HardEvent::S_MTE3: return Pipe::MTE3;
-        case HardEvent::V_S: case HardEvent::MTE2_S: case HardEvent::MTE3_S: return Pipe::S;
-        case HardEvent::V_V: return Pipe::V;
-        default: return Pipe::NONE;
-    }
-}
-inline opgen_emu::Pipe event_source(HardEvent e) {
-    using opgen_emu::Pipe;
-    switch (e) {
-        case HardEvent::MTE2_V: case HardEvent::MTE2_MTE3: case HardEvent::MTE2_S: return Pipe::MTE2;
-        case HardEvent::V_MTE2: case HardEvent::V_MTE3: case HardEvent::V_V: case HardEvent::V_S: return Pipe::V;
-        case HardEvent::MTE3_V: case HardEvent::MTE3_MTE2: case HardEvent::MTE3_S: return Pipe::MTE3;
-        case HardEvent::S_V: case HardEvent::S_MTE2: case HardEvent::S_MTE3: return Pipe::S;
-        default: return Pipe::NONE;
-    }
-}
-struct Flag { int event; int id; uint64_t seq; double time; };
-inline int event_dest(HardEvent e) {  // the waiting pipe, as a timing-model index
-    switch (e) {
-        case HardEvent::MTE2_V: case HardEvent::MTE3_V: case HardEvent::V_V: case HardEvent::S_V: return opgen_emu::kTV;
-        case HardEvent::V_MTE2: case HardEvent::MTE3_MTE2: case HardEvent::S_MTE2: return opgen_emu::kTMte2;
-        case HardEvent::V_MTE3: case HardEvent::MTE2_MTE3: case HardEvent::S_MTE3: return opgen_emu::kTMte3;
-        case HardEvent::V_S: case HardEvent::MTE2_S: case HardEvent::MTE3_S: return opgen_emu::kTS;
-        default: return opgen_emu::kTS;
-    }
-}
-inline std::vector<Flag>& flags() {
-    static thread_local std::vector<Flag> f;  // set and not yet waited for
-    return f;
-}
-}  // namespace detail
 
 // SetFlag covers the writes its source pipe made before it; WaitFlag makes them visible.
 template <HardEvent evt>
@@ -205,6 +217,11 @@ inline void WaitFlag(int32_t eventId) {
     // GM this core wrote on MTE3 may be read back by MTE2 (or GetValue) once they waited for it.
     if (src == opgen_emu::Pipe::MTE3 && (dst == opgen_emu::Pipe::MTE2 || dst == opgen_emu::Pipe::S))
         opgen_emu::core().gm_pending.clear();
+    // The scalar unit waiting for V issues every later vector instruction after V's earlier
+    // work is done: the same order as a PipeBarrier<PIPE_V> (and V_V is one, asc-devkit
+    // SetFlagImpl: case HardEvent::V_V: PipeBarrierInternal<PIPE_V>()).
+    if (src == opgen_emu::Pipe::V && (dst == opgen_emu::Pipe::S || dst == opgen_emu::Pipe::V))
+        opgen_emu::order_vector_pipe(upto);
 }
 
 template <pipe_t p>
@@ -216,6 +233,7 @@ inline void PipeBarrier() {
         c.clock.barrier_all();
     }
     if (p == PIPE_V) c.clock.barrier(opgen_emu::kTV);
+    if (p == PIPE_V || p == PIPE_ALL) opgen_emu::order_vector_pipe();
     if (p == PIPE_MTE2) c.clock.barrier(opgen_emu::kTMte2);
     if (p == PIPE_MTE3) c.clock.barrier(opgen_emu::kTMte3);
     if (p == PIPE_ALL || p == PIPE_MTE2) c.mte2_ub.clear();

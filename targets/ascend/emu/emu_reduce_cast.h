@@ -271,8 +271,10 @@ bool widening_overlap_ok(const LocalTensor<TD>& dst, const LocalTensor<TS>& src,
 namespace AscendC {
 
 template <typename TD, typename TS>
-void Cast(const LocalTensor<TD>& dst, const LocalTensor<TS>& src, const RoundMode& mode, const uint32_t calCount) {
+void Cast(const LocalTensor<TD>& dst, const LocalTensor<TS>& src, const RoundMode& mode, const uint32_t calCount,
+          const char* opgen_file = __builtin_FILE(), int opgen_line = __builtin_LINE()) {
     using namespace opgen_emu;
+    SiteScope opgen_site(opgen_file, opgen_line);
     Rounding r = check_cast<TD, TS>(mode, "Cast");
     struct Guard {
         explicit Guard(bool on) { tls_overlap_checked = on; }
@@ -299,9 +301,10 @@ void Cast(const LocalTensor<TD>& dst, const LocalTensor<TS>& src, const RoundMod
 // dst[0] = sum(src[0..count)); workLocal receives the per-repeat partial sums.
 template <typename T, bool isSetMask = true>
 void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& work,
-               const int32_t count) {
+               const int32_t count, const char* opgen_file = __builtin_FILE(), int opgen_line = __builtin_LINE()) {
     OPGEN_REDUCE_TYPES(T);
     using namespace opgen_emu;
+    SiteScope opgen_site(opgen_file, opgen_line);
     const char* api = "ReduceSum";
     if (count < 1) fail(cat(api, ": count ", count, " must be at least 1"));
     count_lanes(count, api);  // a count form: leaves the mask register all ones
@@ -336,9 +339,11 @@ void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const Local
 // dst[0] = sum over all repeats of the masked lanes.
 template <typename T>
 void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const LocalTensor<T>& work,
-               const int32_t mask, const int32_t repeatTimes, const int32_t srcRepStride) {
+               const int32_t mask, const int32_t repeatTimes, const int32_t srcRepStride,
+               const char* opgen_file = __builtin_FILE(), int opgen_line = __builtin_LINE()) {
     OPGEN_REDUCE_TYPES(T);
     using namespace opgen_emu;
+    SiteScope opgen_site(opgen_file, opgen_line);
     Lanes l = mask_lanes(mask, repeatTimes, max_lanes<T>(), "ReduceSum");
     auto groups = repeat_groups<T>(l, 1, srcRepStride, false);
     const uint64_t need = round_up(l.repeats, kBlockBytes / sizeof(T));
@@ -353,9 +358,11 @@ void ReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const Local
 template <typename T, bool isSetMask = true>
 void WholeReduceSum(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t mask,
                     const int32_t repeatTimes, const int32_t dstRepStride, const int32_t srcBlkStride,
-                    const int32_t srcRepStride) {
+                    const int32_t srcRepStride, const char* opgen_file = __builtin_FILE(),
+                    int opgen_line = __builtin_LINE()) {
     OPGEN_REDUCE_TYPES(T);
     using namespace opgen_emu;
+    SiteScope opgen_site(opgen_file, opgen_line);
     Lanes l = repeat_lanes<isSetMask>(uint64_t(mask), repeatTimes, max_lanes<T>(), "WholeReduceSum");
     whole_reduce_sum(dst, src, l, dstRepStride, srcBlkStride, srcRepStride);
 }

@@ -160,6 +160,26 @@ inline const char* pipe_name(Pipe p) {
     }
 }
 
+// The kernel source line of the AscendC call now running ("op_kernel/k.cpp:212"), set by the
+// APIs that take the caller's __builtin_FILE/__builtin_LINE (GetValue, the vector APIs' count
+// forms, ReduceSum, WholeReduceSum, Cast) and cleared when the instruction has been recorded.
+struct Site { const char* file = nullptr; int line = 0; uint64_t call = 0; };
+inline thread_local Site tls_site;
+inline thread_local uint64_t tls_calls = 0;
+inline std::string site_text() {
+    return tls_site.file ? cat(tls_site.file, ":", tls_site.line) : std::string("an unknown line");
+}
+inline std::string site_suffix() {  // " (kernel line k.cpp:212)" where the call's line is known
+    return tls_site.file ? cat(" (kernel line ", tls_site.file, ":", tls_site.line, ")") : std::string();
+}
+struct SiteScope {  // the call's site for the duration of one API call
+    Site saved;
+    SiteScope(const char* file, int line) : saved(tls_site) {
+        if (!saved.file) tls_site = {file, line, ++tls_calls};  // the outermost API call names the line
+    }
+    ~SiteScope() { tls_site = saved; }
+};
+
 // One UB buffer of a TQue or TBuf. Records live as long as the core (tensors point here).
 enum class SlotState : uint8_t { FREE, ALLOCATED, QUEUED, DEQUEUED, TBUF, DEAD };
 struct Slot {
@@ -177,6 +197,12 @@ struct Slot {
     uint8_t war_synced[5] = {};
     uint64_t war_synced_seq[5][5] = {};  // [reader][pipe]: when that read became ordered before it
     std::string owner;          // "TQue 'inQueueX' (kernel.cpp:40) buffer 1/2"
+    // Same-pipe order on V: the byte ranges vector instructions wrote since the V pipe was last
+    // ordered against itself (PipeBarrier<PIPE_V>/<PIPE_ALL>, a WaitFlag<V_S> on the scalar
+    // unit that issues every later instruction). A vector instruction reading one of them
+    // needs a PipeBarrier<PIPE_V> first (see check_vector_raw in emu_tensor.h).
+    struct VectorWrite { uint64_t lo, hi, seq, call; const char* api; std::string at; };
+    std::vector<VectorWrite> v_writes;
     double enq_time = 0;        // timing: when its EnQue's producer pipe was done
     double free_time = 0;       // timing: when its FreeTensor's consumer pipe was done
 };

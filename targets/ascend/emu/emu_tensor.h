@@ -81,7 +81,7 @@ inline void check_sync_read(Slot* s, Pipe pipe, const char* api) {
     if (needs_sync(s->pending, pipe) && !(s->synced & pipe_bit(pipe)))
         fail(cat(api, ": reads ", s->owner, " on pipe ", pipe_name(pipe), " right after a write on ",
                  pipe_name(s->pending), " with no synchronisation (EnQue/DeQue, SetFlag/WaitFlag or ",
-                 "PipeBarrier<PIPE_ALL>)"));
+                 "PipeBarrier<PIPE_ALL>)", site_suffix()));
     if (pipe == Pipe::V || pipe == Pipe::MTE3) {
         s->read_seq[static_cast<int>(pipe)] = ++core().seq;
         s->war_synced[static_cast<int>(pipe)] = 0;
@@ -105,18 +105,70 @@ inline void check_war(Slot* s, Pipe pipe, const char* api) {
                      "PipeBarrier<PIPE_ALL> in between)"));
 }
 
+// Same-pipe order on V. asc-devkit docs/api/context/PipeBarrier(ISASI).md (cannmirror/
+// asc-devkit 0a2e47c): "Mul指令的输入dst0Local是Add指令的输出，两个矢量运算指令产生依赖，需要插入
+// PipeBarrier保证两条指令的执行顺序" -- a vector instruction reading what an earlier vector
+// instruction wrote needs PipeBarrier<PIPE_V> in between (the compiler's auto-sync would insert
+// it; with OPGEN_EMU_AUTO_SCALAR_SYNC the emulation trusts it, as for the scalar flags).
+// Byte ranges: rows of one buffer written and read independently need no barrier.
+#ifdef OPGEN_EMU_AUTO_SCALAR_SYNC
+constexpr bool kVectorOrder = false;
+#else
+constexpr bool kVectorOrder = true;
+#endif
+struct VectorDst { const Slot* slot = nullptr; uint64_t lo = 0, hi = 0; };
+inline thread_local VectorDst tls_vector_dst;  // the running instruction's dst range
+
+inline void check_vector_raw(const Slot* s, uint64_t lo, uint64_t hi, const char* api) {
+    if (!kVectorOrder) return;
+    for (const auto& w : s->v_writes)
+        if (lo < w.hi && w.lo < hi && !(w.call && w.call == tls_site.call))  // not its own stages
+            fail(cat(api, ": reads ", s->owner, " on pipe V (vector) right after ", w.api, " (", w.at,
+                     ") wrote it on pipe V (vector) with no PipeBarrier<PIPE_V> in between", site_suffix()));
+}
+
+// The V pipe ordered against itself: every vector write up to access number `upto` is done.
+inline void order_vector_pipe(uint64_t upto = ~uint64_t(0)) {
+    for (auto& s : core().slots)
+        s.v_writes.erase(std::remove_if(s.v_writes.begin(), s.v_writes.end(),
+                                        [&](const Slot::VectorWrite& w) { return w.seq <= upto; }),
+                         s.v_writes.end());
+}
+
 inline void mark_write(Slot* s, Pipe pipe, const char* api) {
     check_war(s, pipe, api);
     s->pending = pipe;
     s->pending_seq = ++core().seq;
     s->synced = 0;
+    if (pipe == Pipe::V && kVectorOrder) {
+        VectorDst d = tls_vector_dst;
+        if (d.slot != s) d = {s, s->offset, s->offset + s->bytes};  // range unknown: the buffer
+        s->v_writes.push_back({d.lo, d.hi, s->pending_seq, tls_site.call, api, site_text()});
+    }
+    tls_vector_dst = {};
 }
+
 
 inline void reset_sync(Slot* s) {
     s->pending = Pipe::NONE;
     s->synced = 0;
     std::fill(std::begin(s->read_seq), std::end(s->read_seq), 0);
     std::fill(std::begin(s->war_synced), std::end(s->war_synced), 0);
+}
+
+// A queue hand-over orders only the queue's two pipes (asc-devkit GetQueEvt: a VECIN tensor
+// EnQue'd after its GM->UB copy is handed over with MTE2_V, a VECOUT one with V_MTE3): the
+// write stays pending for every other pipe, so a scalar GetValue of data an MTE2 copy wrote
+// still needs SetFlag/WaitFlag<MTE2_S> (as CANN's own kernels carry).
+inline void hand_over(Slot* s, Pipe to) {
+    const Pipe writer = s->pending;
+    const uint64_t seq = s->pending_seq;
+    reset_sync(s);
+    if (writer == Pipe::NONE || writer == to) return;
+    s->pending = writer;
+    s->pending_seq = seq;
+    s->synced = pipe_bit(to);
+    s->synced_seq[static_cast<int>(to)] = ++core().seq;
 }
 
 // Synchronise accesses by `from` (every pipe for NONE) made up to access number `upto`.
@@ -254,7 +306,8 @@ public:
         if (!base_) opgen_emu::fail(opgen_emu::cat(api, ": GlobalTensor without SetGlobalBuffer"));
         if (first + count > size_)
             opgen_emu::fail(opgen_emu::cat(api, ": GM elements [", first, ", ", first + count,
-                                           ") beyond the GlobalTensor's ", size_, " elements"));
+                                           ") beyond the GlobalTensor's ", size_, " elements",
+                                           opgen_emu::site_suffix()));
     }
 
 private:
@@ -287,8 +340,9 @@ public:
         return r;
     }
     // Scalar access (the S pipe): needs sync after MTE2/V writes; reads must be defined.
-    T GetValue(uint32_t i) const {
+    T GetValue(uint32_t i, const char* file = __builtin_FILE(), int line = __builtin_LINE()) const {
         using namespace opgen_emu;
+        SiteScope site(file, line);
         uint64_t off = elem_off(i, 1, "LocalTensor::GetValue");
         check_sync_read(slot_, Pipe::S, "LocalTensor::GetValue");
         if (!defined(off, sizeof(T)))
@@ -353,6 +407,7 @@ public:
             next_ = (next_ + k + 1) % slots_.size();
             s->state = SlotState::ALLOCATED;
             reset_sync(s);  // FreeTensor/AllocTensor order the previous users before the new one
+            s->v_writes.clear();
             if (producer() != consumer()) core().clock.wait_flag(producer(), s->free_time);
             poison(*s);
             return make<T>(s);
@@ -368,7 +423,7 @@ public:
         if (fifo_.size() >= static_cast<size_t>(depth))
             fail(cat("EnQue on a full queue ", name_, " (depth ", depth, ", holds ", fifo_.size(), ")"));
         t.slot_->state = SlotState::QUEUED;
-        reset_sync(t.slot_);  // the queue orders producer before consumer
+        hand_over(t.slot_, pos == TPosition::VECOUT ? Pipe::MTE3 : Pipe::V);  // producer before consumer
         if (producer() != consumer()) t.slot_->enq_time = core().clock.set_flag(producer());
         if (pos == TPosition::VECIN) core().mte2_ub.clear();  // EnQue after a copy-in: MTE2 flag
         fifo_.push_back(t.slot_);

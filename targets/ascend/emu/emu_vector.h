@@ -18,9 +18,11 @@ template <typename T> struct Identity { using type = T; };
 #define OPGEN_EMU_BINARY(NAME, TYPES_OK, TYPES_MSG, EXPR)                                           \
     template <typename T, bool isSetMask = true>                                                    \
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src0, const LocalTensor<T>& src1,    \
-              const int32_t& calCount) {                                                            \
+              const int32_t& calCount, const char* opgen_file = __builtin_FILE(),                 \
+              int opgen_line = __builtin_LINE()) {                                                  \
         static_assert(TYPES_OK, #NAME ": " TYPES_MSG);                                              \
         using namespace opgen_emu;                                                                  \
+        SiteScope opgen_site(opgen_file, opgen_line);                                               \
         elementwise(#NAME, count_lanes(calCount, #NAME), dst, Strides{},                            \
                     [](double a, double b) { return EXPR; }, std::make_pair(&src0, Strides{}),       \
                     std::make_pair(&src1, Strides{}));                                              \
@@ -65,9 +67,11 @@ OPGEN_EMU_BINARY(Min, OPGEN_ARITH, OPGEN_ARITH_MSG, (std::isnan(a) || std::isnan
 #define OPGEN_EMU_SCALAR(NAME, TYPES_OK, TYPES_MSG, EXPR)                                           \
     template <typename T, bool isSetMask = true>                                                    \
     void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src,                                 \
-              const typename Identity<T>::type& scalar, const int32_t& calCount) {                  \
+              const typename Identity<T>::type& scalar, const int32_t& calCount,                    \
+              const char* opgen_file = __builtin_FILE(), int opgen_line = __builtin_LINE()) {       \
         static_assert(TYPES_OK, #NAME ": " TYPES_MSG);                                              \
         using namespace opgen_emu;                                                                  \
+        SiteScope opgen_site(opgen_file, opgen_line);                                               \
         const double b = to_double<T>(scalar);                                                      \
         elementwise(#NAME, count_lanes(calCount, #NAME), dst, Strides{},                            \
                     [b](double a) { return EXPR; }, std::make_pair(&src, Strides{}));               \
@@ -92,9 +96,11 @@ OPGEN_EMU_SCALAR(Mins, OPGEN_ARITH, OPGEN_ARITH_MSG, std::isnan(a) ? NAN : (a < 
 // ---------------------------------------------------------------- unary: dst = f(src)
 #define OPGEN_EMU_UNARY(NAME, TYPES_OK, TYPES_MSG, EXPR)                                            \
     template <typename T, bool isSetMask = true>                                                    \
-    void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& calCount) {      \
+    void NAME(const LocalTensor<T>& dst, const LocalTensor<T>& src, const int32_t& calCount,        \
+              const char* opgen_file = __builtin_FILE(), int opgen_line = __builtin_LINE()) {       \
         static_assert(TYPES_OK, #NAME ": " TYPES_MSG);                                              \
         using namespace opgen_emu;                                                                  \
+        SiteScope opgen_site(opgen_file, opgen_line);                                               \
         elementwise(#NAME, count_lanes(calCount, #NAME), dst, Strides{},                            \
                     [](double a) { return EXPR; }, std::make_pair(&src, Strides{}));                \
     }                                                                                               \
@@ -121,9 +127,11 @@ template <typename T>
 constexpr bool dup_ok = opgen_emu::vec_arith<T> || std::is_same<T, bfloat16_t>::value;
 
 template <typename T, bool isSetMask = true>
-void Duplicate(const LocalTensor<T>& dst, const typename Identity<T>::type& scalar, const int32_t& calCount) {
+void Duplicate(const LocalTensor<T>& dst, const typename Identity<T>::type& scalar, const int32_t& calCount,
+               const char* opgen_file = __builtin_FILE(), int opgen_line = __builtin_LINE()) {
     static_assert(dup_ok<T>, "Duplicate: supported for half, bfloat16_t, float, int16_t, int32_t");
     using namespace opgen_emu;
+    SiteScope opgen_site(opgen_file, opgen_line);
     const double v = to_double<T>(scalar);
     elementwise("Duplicate", count_lanes(calCount, "Duplicate"), dst, Strides{}, [v]() { return v; });
 }

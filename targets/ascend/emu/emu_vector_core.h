@@ -208,7 +208,10 @@ Span check_operand(const LocalTensor<T>& t, const std::vector<uint64_t>& idx, co
     auto [lo_it, hi_it] = std::minmax_element(idx.begin(), idx.end());
     uint64_t lo = *lo_it, hi = *hi_it;
     t.elem_off(lo, hi - lo + 1, api);  // bounds of everything the instruction touches
-    return {t.ub_offset() + lo * sizeof(T), t.ub_offset() + (hi + 1) * sizeof(T)};
+    Span span{t.ub_offset() + lo * sizeof(T), t.ub_offset() + (hi + 1) * sizeof(T)};
+    if (is_src) check_vector_raw(t.slot(), span.lo, span.hi, api);
+    else tls_vector_dst = {t.slot(), span.lo, span.hi};  // recorded by the instruction's mark_write
+    return span;
 }
 
 // Set while an instruction whose caller already checked its dst/src overlap runs (see

@@ -16,7 +16,8 @@
 //   OPGEN_EMU_CHECK_WAR     also report write-after-read hazards: a UB buffer overwritten on one
 //                           pipe while V or MTE3 may still be reading it (no sync in between)
 //   OPGEN_EMU_AUTO_SCALAR_SYNC  trust the compiler's auto-sync for the S pipe: GetValue/SetValue
-//                           next to vector or copy work need no explicit flags
+//                           next to vector or copy work need no explicit flags, and dependent
+//                           vector instructions no PipeBarrier<PIPE_V>
 //   OPGEN_REDUCE_ACROSS_TREE   ReduceSum's count form sums its repeats' partials by a binary
 //                           tree (Atlas training / inference, 200I/500 A2) instead of in
 //                           sequence (Atlas A2/A3)
@@ -108,8 +109,13 @@
 //   PipeBarrier<PIPE_ALL>; with OPGEN_EMU_CHECK_WAR, overwriting a buffer V or MTE3 read without
 //   sync; reading GM back on MTE2 that this core wrote on MTE3 without sync; two copies on one
 //   DMA pipe to overlapping UB (MTE2) or GM (MTE3) bytes without PipeBarrier<PIPE_MTE2/3>, a
-//   flag or a queue hand-over in between (the DMA engines may reorder them). Vector-pipe order
-//   (PipeBarrier<PIPE_V>) is left to the compiler's auto-sync, as in CANN custom-op projects.
+//   flag or a queue hand-over in between (the DMA engines may reorder them). A queue hand-over
+//   orders only its two pipes (VECIN: MTE2 -> V, VECOUT: V -> MTE3): GetValue of copied-in data
+//   needs MTE2_S. A vector instruction reading bytes an earlier vector instruction wrote needs
+//   PipeBarrier<PIPE_V> (or PIPE_ALL, or a WaitFlag<V_S>) in between (asc-devkit PipeBarrier
+//   docs); OPGEN_EMU_AUTO_SCALAR_SYNC leaves it to the compiler's auto-sync. A SetFlag never
+//   waited for is reported at kernel end. Messages name the kernel line of the faulting call
+//   where the API takes it (GetValue, vector count forms, reductions, Cast, DataCopy/Pad).
 //   Events are checked per destination: WaitFlag<HardEvent::A_B> orders pipe B (only) after
 //   pipe A's earlier work, so a WaitFlag<MTE2_MTE3> does not let V read what MTE2 wrote, and
 //   GM written on MTE3 is released for MTE2/GetValue only by MTE3_MTE2 / MTE3_S (or PIPE_ALL,
