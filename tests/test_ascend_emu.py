@@ -153,7 +153,8 @@ MODES = dict(OVER_UB=1, MISALIGNED_UB=2, RAGGED_DATACOPY=3, GM_OVERRUN=4, SETGLO
              ALLOC_ALL_IN_USE=47, DOUBLE_FREE=48, FOREIGN_FREE=49, TBUF_GET_OVER=50, TBUF_OFFSET_MISALIGNED=51,
              SUBTENSOR_OVER=52, SETVALUE_UNFLUSHED=53, SETVALUE_FLUSHED=54,
              MTE2_OVERLAP=55, MTE2_OVERLAP_BARRIER=56, MTE3_OVERLAP=57, RAW_WORKSPACE=58,
-             WRONG_EVENT=59, WRONG_EVENT_WAR=60, MTE3_V_THEN_MTE2_GM=61, COPY_TWICE=99)
+             WRONG_EVENT=59, WRONG_EVENT_WAR=60, MTE3_V_THEN_MTE2_GM=61, VECTOR_RAW=62, VECTOR_RAW_BARRIER=63,
+             VECTOR_ROWS=64, QUEUE_GETVALUE=65, QUEUE_GETVALUE_SYNCED=66, DANGLING_SETFLAG=67, COPY_TWICE=99)
 
 
 def run_case(libs, mode: str, cores: int = 1, x=None, n: int = 256):
@@ -226,6 +227,13 @@ VIOLATIONS = [
     ("WRONG_EVENT_WAR", 1, r"DataCopy GM->UB: writes TBuf 'buf' .* on pipe MTE2 \(GM->UB copy\) while pipe V "
                            r"\(vector\) may still be reading it"),
     ("MTE3_V_THEN_MTE2_GM", 1, r"DataCopy GM->UB: reads GM this core wrote by a UB->GM copy \(MTE3\)"),
+    # Issue 36: dependent vector instructions need PipeBarrier<PIPE_V>; a queue hand-over orders
+    # V (not S) after the copy-in; a SetFlag needs its WaitFlag.
+    ("VECTOR_RAW", 1, r"Adds: reads TBuf 'buf' .* on pipe V \(vector\) right after Muls \(.*cases\.cpp:\d+\) wrote "
+                      r"it on pipe V \(vector\) with no PipeBarrier<PIPE_V> in between \(kernel line .*cases\.cpp:\d+\)"),
+    ("QUEUE_GETVALUE", 1, r"LocalTensor::GetValue: reads TQue 'qi' .* on pipe S \(scalar\) right after a write on "
+                          r"MTE2 \(GM->UB copy\) .*\(kernel line .*cases\.cpp:\d+\)"),
+    ("DANGLING_SETFLAG", 1, r"kernel ended with SetFlag<HardEvent::MTE2_V>\(3\) never waited for"),
     ("SYNCALL_MISMATCH", 4, r"core 0: SyncAll: 3 core\(s\) returned from the kernel without reaching this SyncAll"),
 ]
 
@@ -354,6 +362,19 @@ def test_datacopypad_bursts_pad_and_ragged_rows(libs, rng):
     np.testing.assert_array_equal(out[:65], 2 * x[:65])  # 5 rows of 13, UB rows of 16
     assert np.all(out[65:80] == 0)                       # DataCopyPad wrote 65 elements only
     np.testing.assert_allclose(out[80], x[:65].astype(np.float64).sum(), rtol=1e-6)  # pads were 0
+
+
+def test_ordered_vector_and_scalar_reads_pass(libs):
+    """Positive controls for the two issue-36 rules: the PIPE_V barrier, rows of one buffer
+    Muls did not write, and the MTE2_S event each make the same code run clean and right."""
+    x = np.arange(256, dtype=np.float32)
+    for mode, want in (("VECTOR_RAW_BARRIER", 2 * x[:64] + 1), ("VECTOR_ROWS", x[64:128] + 1)):
+        status, msg, out = run_case(libs, mode)
+        assert status == 0, (mode, msg)
+        np.testing.assert_array_equal(out[64:128], want)
+    status, msg, out = run_case(libs, "QUEUE_GETVALUE_SYNCED")
+    assert status == 0, msg
+    assert out[0] == 2 * x[3]
 
 
 def test_explicit_flags_synchronise(libs, rng):

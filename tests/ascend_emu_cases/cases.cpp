@@ -22,7 +22,8 @@ enum Mode {
     WAR_MTE3_V, WAR_SYNCED, DATACOPY_ZERO, DATACOPYPAD_ZERO, ALLOC_ALL_IN_USE, DOUBLE_FREE,
     FOREIGN_FREE, TBUF_GET_OVER, TBUF_OFFSET_MISALIGNED, SUBTENSOR_OVER, SETVALUE_UNFLUSHED,
     SETVALUE_FLUSHED, MTE2_OVERLAP, MTE2_OVERLAP_BARRIER, MTE3_OVERLAP, RAW_WORKSPACE,
-    WRONG_EVENT, WRONG_EVENT_WAR, MTE3_V_THEN_MTE2_GM,
+    WRONG_EVENT, WRONG_EVENT_WAR, MTE3_V_THEN_MTE2_GM, VECTOR_RAW, VECTOR_RAW_BARRIER, VECTOR_ROWS,
+    QUEUE_GETVALUE, QUEUE_GETVALUE_SYNCED, DANGLING_SETFLAG,
 };
 
 struct Ctx {
@@ -167,7 +168,38 @@ static void vector_violations(TPipe& pipe, Ctx& c, int mode) {
         SetFlag<HardEvent::V_MTE3>(0);
         WaitFlag<HardEvent::V_MTE3>(0);
         DataCopy(t, c.in, c.n);
+    } else if (mode == VECTOR_RAW || mode == VECTOR_RAW_BARRIER || mode == VECTOR_ROWS) {
+        // out = in, except out[64..128) = 2 * in[0..64) + 1 (VECTOR_ROWS: in[64..128) + 1)
+        DataCopy(t, c.in, c.n);
+        SetFlag<HardEvent::MTE2_V>(0);
+        WaitFlag<HardEvent::MTE2_V>(0);
+        Muls(t, t, 2.0f, 64);                                  // row 0
+        if (mode == VECTOR_RAW_BARRIER) PipeBarrier<PIPE_V>();
+        if (mode == VECTOR_ROWS) Adds(t[64], t[64], 1.0f, 64);  // row 1: Muls did not write it
+        else Adds(t[64], t, 1.0f, 64);                        // reads Muls' result
+        SetFlag<HardEvent::V_MTE3>(0);
+        WaitFlag<HardEvent::V_MTE3>(0);
+        DataCopy(c.out[64], t[64], 64);
+    } else if (mode == DANGLING_SETFLAG) {
+        SetFlag<HardEvent::MTE2_V>(3);  // never waited for
     }
+}
+
+// The queue hands a copied-in tensor to V (MTE2_V): the scalar unit reading it needs MTE2_S.
+// out[0] = 2 * in[3].
+static void scalar_after_queue(TPipe& pipe, Ctx& c, bool synced) {
+    TQue<TPosition::VECIN, 1> qi;
+    pipe.InitBuffer(qi, 1, 32 * sizeof(float));
+    LocalTensor<float> x = qi.AllocTensor<float>();
+    DataCopy(x, c.in, 32);
+    qi.EnQue(x);
+    x = qi.DeQue<float>();
+    if (synced) {
+        SetFlag<HardEvent::MTE2_S>(0);
+        WaitFlag<HardEvent::MTE2_S>(0);
+    }
+    c.out.SetValue(0, x.GetValue(3) * 2.0f);
+    qi.FreeTensor(x);
 }
 
 // MTE3 writes GM, then MTE2 reads it back into another buffer after a WaitFlag<MTE3_V>: the
@@ -434,7 +466,7 @@ static void fail_while_others(TPipe& pipe, Ctx& c, bool wait) {
     } else {
         LocalTensor<float> t = buf.Get<float>();
         Duplicate(t, 0.0f, 64);
-        for (int i = 0; i < 1000000; ++i) Adds(t, t, 1.0f, 64);
+        for (int i = 0; i < 1000000; ++i) { PipeBarrier<PIPE_V>(); Adds(t, t, 1.0f, 64); }
         c.out.SetValue(GetBlockIdx(), 1.0f);
     }
 }
@@ -518,10 +550,12 @@ extern "C" __global__ __aicore__ void emu_case(GM_ADDR in, GM_ADDR out, GM_ADDR 
         case DATACOPYPAD_ZERO:
             copy_violations(pipe, c, t.mode); break;
         case MTE3_V_THEN_MTE2_GM: gm_readback_wrong_event(pipe, c); break;
-        case WRONG_EVENT: case WRONG_EVENT_WAR:
+        case WRONG_EVENT: case WRONG_EVENT_WAR: case VECTOR_RAW: case VECTOR_RAW_BARRIER: case VECTOR_ROWS:
+        case DANGLING_SETFLAG:
         case REPEAT_OVER_255: case MISSING_PIPE_SYNC: case REPEAT_STRIDE_OVERRUN: case PARTIAL_OVERLAP:
         case DOUBLE_WRITE: case MASK_RANGE: case CAST_BAD_MODE: vector_violations(pipe, c, t.mode); break;
         case HALF_FORMS: half_forms(pipe, c); break;
+        case QUEUE_GETVALUE: case QUEUE_GETVALUE_SYNCED: scalar_after_queue(pipe, c, t.mode == QUEUE_GETVALUE_SYNCED); break;
         case RESET_REUSE: case STALE_AFTER_RESET: reset_reuse(pipe, c, t.mode == STALE_AFTER_RESET); break;
         case DATACOPY_PARAMS: datacopy_params(pipe, c); break;
         case ALLOC_ALL_IN_USE: case DOUBLE_FREE: case FOREIGN_FREE: case TBUF_GET_OVER:
