@@ -1,5 +1,5 @@
 """The emitted Ascend TilingFunc reads the user's call: shapes and attributes as the aclnn and
-graph layers hand them to CANN's op, through the op's view (opgen.ops.view, CannOp.view).
+graph layers hand them to CANN's op, through the op's view (opgen.kernel_view, CannOp.view).
 
 Replay, per op: the op's sample problems and its validation examples (each documented
 rule's example violations, on the first sample problem) become aclnn arguments; the aclnn
@@ -23,7 +23,7 @@ from aclnn_helpers import base_args
 from opgen import aclnn, kernels
 from opgen.apispec import ArgError, Call
 from opgen.ops import get_op
-from opgen.ops.view import ViewError
+from opgen.kernel_view import ViewError
 from opgen.schedules import default_knobs, schedule_with_rule
 from opgen.schedules.ascend_tiling import CopyAlignmentError, UbBudgetError
 from opgen.targets import get_target

@@ -243,7 +243,7 @@ class CannOp:
     # e.g. ("bfloat16", "CAST_ROUND"); unlisted dtypes round to nearest even (CAST_RINT).
     round_modes: tuple[tuple[str, str], ...] = ()
     # How the op's call (CANN input shapes, attributes) becomes the kernel's sizes
-    # (opgen.ops.view.KernelView): the Ascend host's TilingFunc is printed from it.
+    # (opgen.kernel_view.KernelView): the Ascend host's TilingFunc is printed from it.
     view: Any = None
 
     def __post_init__(self):

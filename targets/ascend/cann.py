@@ -43,7 +43,7 @@ class CannFace:
     source: str = ""
 
     round_modes: dict = field(default_factory=dict)   # output dtype -> RoundMode (CANN's kernels)
-    view: dict | None = None         # opgen.ops.view.KernelView as JSON: user call -> kernel sizes
+    view: dict | None = None         # opgen.kernel_view.KernelView as JSON: user call -> kernel sizes
 
     def round_mode(self, dtype: str) -> str:
         """The RoundMode CANN's kernel casts a float32 result to ``dtype`` with (CAST_RINT,

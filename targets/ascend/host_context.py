@@ -7,7 +7,7 @@ op_host/<kernel>_tiling.cpp       the pattern's arithmetic (``ComputeTiling``, t
                                   schedules/ascend_tiling's), then ``optiling::TilingFunc`` on a
                                   gert::TilingContext: the kernel's sizes from the user's
                                   shapes and attributes through the op's view
-                                  (opgen.ops.view, CannOp.view), cores and UB from
+                                  (opgen.kernel_view, CannOp.view), cores and UB from
                                   PlatformAscendC, the tiling key (the mode), SetBlockDim,
                                   CANN's system workspace plus the user workspace, the tiling
                                   data; and InferShape / InferDataType
@@ -19,8 +19,8 @@ runner calls TilingFunc through a TilingContext before every launch.
 """
 from __future__ import annotations
 
-from opgen.ops.view import RANK, Attr, Axis, Dim, KernelView, Prod, Quot, Rank, Sub
-from opgen.ops.view import identity as view_identity
+from opgen.kernel_view import RANK, Attr, Axis, Dim, KernelView, Prod, Quot, Rank, Sub
+from opgen.kernel_view import identity as view_identity
 from opgen.targets.ascend.cann import GE_DTYPE, CannFace
 from opgen.targets.ascend.exprs import EmitError
 
@@ -84,7 +84,7 @@ def host_header(k) -> str:
 TILING_FUNC = """
 namespace optiling {
 // The kernel's sizes from the call as the graph and aclnn layers hand it to the op: the
-// user's input shapes and attributes, read through the op's view (opgen.ops.view, printed
+// user's input shapes and attributes, read through the op's view (opgen.kernel_view, printed
 // below); cores and UB come from the platform the tiling runs for.
 ::ge::graphStatus TilingFunc(::gert::TilingContext* context) {
 VIEW_LINES
@@ -124,7 +124,7 @@ def kernel_view(k, face: CannFace) -> KernelView:
 
 class _ViewPrinter:
     """The C++ of a KernelView: each expression a local int64_t, each refusal of
-    opgen.ops.view._Env (the same conditions, the same words) an OP_LOGE + GRAPH_FAILED.
+    opgen.kernel_view._Env (the same conditions, the same words) an OP_LOGE + GRAPH_FAILED.
     Attributes are read by their index in the OpDef, as ops-nn's tilings read them
     (group_norm_grad_tiling.cpp: attrs->GetAttrPointer<int64_t>(0) for num_groups)."""
 

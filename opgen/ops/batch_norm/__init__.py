@@ -33,7 +33,7 @@ from opgen.ops.batch_norm.kernel import (  # noqa: F401  (re-exported)
     BF16_ROWS, COMBOS, F16_ROWS, F32, INPUTS, OUTPUTS, PRODUCTS, STAGE, Problem, compute, kernel_args,
     kernel_shapes, output_shapes, random_inputs)
 from opgen.ops.batch_norm.peers import CASES, PEERS
-from opgen.ops import view
+from opgen import kernel_view as view
 from opgen.ops.spec import CannAttr, CannOp, OpSpec
 
 # CANN's OpDef of aclnnBatchNorm's kernel: BatchNormV3 (inputs, saveMean/saveRstd, attributes

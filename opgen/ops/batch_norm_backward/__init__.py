@@ -37,7 +37,7 @@ from opgen.ops.batch_norm_backward.kernel import (  # noqa: F401  (re-exported)
     COMBOS, F16, F32, BF16, INPUTS, OUTPUTS, PRODUCTS, STAGE, Problem, compute, kernel_args, kernel_shapes,
     output_shapes, random_inputs)
 from opgen.ops.batch_norm_backward.peers import CASES, PEERS
-from opgen.ops import view
+from opgen import kernel_view as view
 from opgen.ops.spec import CannAttr, CannOp, OpSpec
 
 # CANN's OpDef of this op: names, order and attributes as ops-nn defines them.

@@ -38,7 +38,7 @@ from opgen.ops.deep_norm_grad.kernel import (  # noqa: F401  (re-exported)
     BF16_F32, COMBOS, F16_F32, F32_F32, INPUTS, OUTPUTS, PRODUCTS, STAGE, Problem, compute, kernel_args,
     kernel_shapes, output_shapes, random_inputs)
 from opgen.ops.deep_norm_grad.peers import CASES, PEERS
-from opgen.ops import view
+from opgen import kernel_view as view
 from opgen.ops.spec import CannAttr, CannOp, OpSpec
 
 # CANN's OpDef of this op: names, order and attributes as ops-nn defines them.

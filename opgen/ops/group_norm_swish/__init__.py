@@ -20,7 +20,7 @@ from opgen.ops.group_norm_swish.kernel import (  # noqa: F401  (re-exported)
     BF16_BF16, BF16_F32, COMBOS, F16_F16, F16_F32, F32_F32, INPUTS, OUTPUTS, PRODUCTS, STAGE, Problem, compute,
     kernel_args, kernel_shapes, output_shapes, random_inputs)
 from opgen.ops.group_norm_swish.peers import CASES, PEERS
-from opgen.ops import view
+from opgen import kernel_view as view
 from opgen.ops.spec import CannAttr, CannOp, OpSpec
 
 # CANN's OpDef (names, order, attributes as ops-nn defines them); activate_swish and

@@ -43,7 +43,7 @@ from opgen.ops.group_norm_swish_grad.kernel import (  # noqa: F401  (re-exported
     BF16_BF16, COMBOS, F16_F16, F32_F32, INPUTS, OUTPUTS, PRODUCTS, STAGE, Problem, compute, kernel_args,
     kernel_shapes, output_shapes, random_inputs)
 from opgen.ops.group_norm_swish_grad.peers import CASES, PEERS
-from opgen.ops import view
+from opgen import kernel_view as view
 from opgen.ops.spec import CannAttr, CannOp, OpSpec
 
 # CANN's OpDef of this op: names, order and attributes as ops-nn defines them.
