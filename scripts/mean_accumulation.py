@@ -70,7 +70,8 @@ def main() -> None:
         m = np.float32(data.shape[1])
         shift = data[:, 0]
         candidates = {
-            "opgen's kernel: shift + sum(x - shift)/M": baselines.opgen_call("batch_norm", problem, inputs)()["save_mean"],
+            "opgen's kernel: shift + sum(x - shift)/M":
+                baselines.opgen_call("batch_norm", problem, inputs)()["save_mean"],
             "sequential float32 sum(x)/M": sequential(data) / m,
             "numpy's pairwise float32 sum(x)/M": data.sum(axis=1, dtype=np.float32) / m,
             "Kahan sum(x)/M": kahan(data) / m,
