@@ -29,7 +29,7 @@ from opgen.ops import get_op
 from opgen.schedules import default_knobs, schedule_with_rule
 from opgen.targets import get_target
 from opgen.targets.ascend import build as emu_build
-from opgen.targets.ascend.op_project import op_project
+from opgen.targets.ascend.op_project import op_file_name, op_project
 
 from tiers import tiered
 from toy_ops import build_toy, row_statistics_forward, row_statistics_forward_reference, run_toy
@@ -190,8 +190,9 @@ def test_op_project_of_a_forward_compiles_and_runs_like_its_kernel(op, names, tm
     assert [d["name"] for d in proto["input_desc"]] == ins
     assert [d["name"] for d in proto["output_desc"]] == outs
     assert [a["name"] for a in proto.get("attr", [])] == attrs
+    stem = op_file_name(op_type)          # CANN's file and entry name: GroupNormV2 -> group_norm_v2
     emu_build.write_project(files, tmp_path)
-    sources = [tmp_path / f"op_kernel/{op}.cpp", tmp_path / f"op_host/{op}_tiling.cpp", tmp_path / f"op_host/{op}_def.cpp"]
+    sources = [tmp_path / f"op_kernel/{stem}.cpp", tmp_path / f"op_host/{stem}_tiling.cpp", tmp_path / f"op_host/{stem}_def.cpp"]
     lib_path = tmp_path / "op.so"
     cmd = ["g++", *emu_build.CXXFLAGS, *emu_build.emu_flags(target.hardware), *emu_build.include_flags(tmp_path),
            *map(str, sources), "-o", str(lib_path)]
@@ -203,7 +204,7 @@ def test_op_project_of_a_forward_compiles_and_runs_like_its_kernel(op, names, tm
     op_level.__dict__.update(per_combo.__dict__)
     op_level.lib = ctypes.CDLL(str(lib_path))
     op_level.lib.opgen_emu_host_last_error.restype = ctypes.c_char_p
-    op_level.launch = getattr(op_level.lib, f"opgen_emu_launch_{op}")
+    op_level.launch = getattr(op_level.lib, f"opgen_emu_launch_{stem}")
     op_level.launch.restype = ctypes.c_int
     problem = {"rms_norm": RmsProblem((5, 40)), "group_norm": GnProblem(2, 6, 10, 3),
                "batch_norm": BN.parse_problem("2x6x10")}[op]

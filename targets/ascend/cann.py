@@ -119,7 +119,8 @@ def entry_lines(k, cls: str, arg_prefix: str = "") -> list[str]:
     names = ", ".join(f"{arg_prefix}{p.name}" for p in face.entry)
     init = ", ".join(by_tensor[n] for n, _, _ in k.args)
     return [f"__aicore__ inline void Run({params}, GM_ADDR workspace, GM_ADDR tiling) {{",
-            f"    REGISTER_TILING_DEFAULT({k.struct});",
+            "#ifndef OPGEN_OP_PROJECT   // an op project registers each key's struct at its entry",
+            f"    REGISTER_TILING_DEFAULT({k.struct});", "#endif",
             f"    GET_TILING_DATA_WITH_STRUCT({k.struct}, t, tiling);", f"    {cls} op;",
             "    // The user workspace sits behind CANN's system workspace (the host reserves both).",
             f"    op.Init({init}, GetUserWorkspace(workspace), t);", "    op.Process();", "}", "",

@@ -95,11 +95,13 @@ VIEW_LINES
     STRUCT* t = context->GetTilingData<STRUCT>();
     const int status = ComputeTiling(SIZES, cores, static_cast<int64_t>(ub_bytes), t);
     if (status == 2) {
-        OP_LOGE(context, "copied rows are not whole 32-byte blocks and this product has no DataCopyPad");
+        ASC_CPU_LOG_ERROR("%s: copied rows are not whole 32-byte blocks and this product has no DataCopyPad",
+                          context->GetNodeName());
         return ::ge::GRAPH_FAILED;
     }
     if (status != 0) {
-        OP_LOGE(context, "the sizes do not fit the UB (%llu B)", static_cast<unsigned long long>(ub_bytes));
+        ASC_CPU_LOG_ERROR("%s: the sizes do not fit the UB (%llu B)", context->GetNodeName(),
+                          static_cast<unsigned long long>(ub_bytes));
         return ::ge::GRAPH_FAILED;
     }
     context->SetTilingKey(static_cast<uint64_t>(t->mode));   // the kernel's path: one per mode
@@ -124,7 +126,8 @@ def kernel_view(k, face: CannFace) -> KernelView:
 
 class _ViewPrinter:
     """The C++ of a KernelView: each expression a local int64_t, each refusal of
-    opgen.kernel_view._Env (the same conditions, the same words) an OP_LOGE + GRAPH_FAILED.
+    opgen.kernel_view._Env (the same conditions, the same words) an ASC_CPU_LOG_ERROR (the
+    toolkit's host log a custom op has, "utils/log/asc_cpu_log.h") + GRAPH_FAILED.
     Attributes are read by their index in the OpDef, as ops-nn's tilings read them
     (group_norm_grad_tiling.cpp: attrs->GetAttrPointer<int64_t>(0) for num_groups)."""
 
@@ -135,7 +138,7 @@ class _ViewPrinter:
 
     def fail(self, cond: str, fmt: str, *args: str) -> None:
         rest = "".join(f", static_cast<long long>({a})" for a in args)
-        self.lines += [f"    if ({cond}) {{", f"        OP_LOGE(context, \"{fmt}\"{rest});",
+        self.lines += [f"    if ({cond}) {{", f"        ASC_CPU_LOG_ERROR(\"%s: {fmt}\", context->GetNodeName(){rest});",
                        "        return ::ge::GRAPH_FAILED;", "    }"]
 
     def local(self, text: str) -> str:
@@ -274,7 +277,7 @@ def tiling_cpp(k, face: CannFace, arithmetic: str) -> str:
     body = arithmetic.replace(old_sig, "static int ComputeTiling(").replace(
         f"#include \"{k.symbol}_tiling.h\"",
         f"#include \"{k.symbol}_tiling.h\"\n#include \"../op_kernel/{k.symbol}_tiling_data.h\"\n"
-        "#include \"log/log.h\"\n#include \"tiling/platform/platform_ascendc.h\"")
+        "#include \"utils/log/asc_cpu_log.h\"\n#include \"tiling/platform/platform_ascendc.h\"")
     view = kernel_view(k, face)
     lines, sizes = view_cpp(view, face)
     func = (TILING_FUNC.replace("VIEW_LINES", lines).replace("STRUCT", k.struct).replace("SIZES", sizes)

@@ -161,6 +161,21 @@ void call_kernel(K kernel, void* const* args, std::index_sequence<I...>) {
     kernel(static_cast<GM_ADDR>(args[I])...);
 }
 
+inline void check_tiling_for_key(const char* cond, const char* type) {
+    static const char prefix[] = "TILING_KEY_VAR == ";
+    const std::string text(cond);
+    if (text.rfind(prefix, 0) != 0 || text.size() == sizeof prefix - 1 ||
+        text.find_first_not_of("0123456789", sizeof prefix - 1) != std::string::npos) {
+        fail(std::string("REGISTER_TILING_FOR_TILINGKEY(\"") + cond + "\", " + type +
+             "): the emulation reads only \"TILING_KEY_VAR == <key>\"");
+    }
+    const uint64_t key = std::stoull(text.substr(sizeof prefix - 1));
+    if (key != tiling_key()) {
+        fail(std::string("REGISTER_TILING_FOR_TILINGKEY(\"") + cond + "\", " + type + ") in the branch of tiling key " +
+             std::to_string(tiling_key()));
+    }
+}
+
 }  // namespace opgen_emu
 
 #define GET_TILING_DATA_WITH_STRUCT(type, var, tiling) \
@@ -172,6 +187,15 @@ void call_kernel(K kernel, void* const* args, std::index_sequence<I...>) {
     static_assert(std::is_trivially_copyable<type>::value, #type " must be a plain struct");      \
     using OpgenDefaultTiling = type;                                                               \
     static_assert(sizeof(OpgenDefaultTiling) > 0, "")
+// REGISTER_TILING_FOR_TILINGKEY(cond, T): the tiling struct of the launches whose tiling key
+// satisfies cond, an expression over TILING_KEY_VAR (the form ops-nn's kernels use:
+// experimental/norm/sync_batch_norm_gather_stats/op_kernel/common/
+// sync_batch_norm_gather_stats_kernel_base.h, "TILING_KEY_VAR == 10001"), placed in the branch
+// that key takes. The emulation reads the form "TILING_KEY_VAR == <key>" and stops a launch whose
+// key is another: the branch registered a struct for a key it does not run.
+#define REGISTER_TILING_FOR_TILINGKEY(cond, type)                                                  \
+    static_assert(std::is_trivially_copyable<type>::value, #type " must be a plain struct");      \
+    opgen_emu::check_tiling_for_key(cond, #type)
 #ifdef OPGEN_TILING_TYPE
 #define GET_TILING_DATA(var, tiling) GET_TILING_DATA_WITH_STRUCT(OPGEN_TILING_TYPE, var, tiling)
 #else
