@@ -40,6 +40,7 @@ extern "C" __global__ __aicore__ void cann_apis(GM_ADDR src, GM_ADDR out, GM_ADD
     WaitFlag<HardEvent::MTE2_V>(EVENT_ID0);
     if (mode == 2) {
         Cast(x, h[64], RoundMode::CAST_NONE, 64);
+        PipeBarrier<PIPE_V>();      // the copy reads what the Cast wrote on the same pipe
         DataCopy(y, x, 64);
     } else if (mode == 3) {         // Copy: per repeat the mask's 16 lanes, repeat strides 2 / 4 blocks
         Duplicate(y, 0.0f, 64);
