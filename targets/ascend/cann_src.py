@@ -149,10 +149,23 @@ def pack_tiling(fields: list, values: dict) -> bytes:
 
 # ---- build and run ---------------------------------------------------------------------------
 
+def built_with_auto_sync(kernel: CannKernel, checkout: Path) -> bool:
+    """Whether ops-nn builds the kernel with the compiler's auto-sync, which inserts the
+    pipe barriers and scalar events the source leaves out (GroupNormGrad's in-place Muls then
+    Adds carry no PipeBarrier<PIPE_V>). ops-nn's cmake/func.cmake ``add_kernel_sources``:
+    AUTO_SYNC defaults to true; an op opts out in its op_kernel/CMakeLists.txt with
+    ``AUTO_SYNC false``. The emulation then trusts the compiler for those orderings
+    (-DOPGEN_EMU_AUTO_SCALAR_SYNC) instead of reporting them as the kernel's hazards."""
+    cmake = (checkout / kernel.kernel).parent / "CMakeLists.txt"
+    text = cmake.read_text(errors="replace") if cmake.is_file() else ""
+    return not re.search(r"\bAUTO_SYNC\s+false\b", text, re.IGNORECASE)
+
+
 def _flags(kernel: CannKernel, combo, hw, checkout: Path) -> list[str]:
     macros = [f"-D{m}={C_TYPES[combo[tensor]]}" for m, tensor in kernel.dtype_macros.items()]
     kt = ["-D__CCE_KT_TEST__"] if kernel.kt_test else []
-    return [*CXXFLAGS, *emu_flags(hw), *kt, *CCE_FLAGS, *macros, f"-I{EMU_DIR}",
+    sync = ["-DOPGEN_EMU_AUTO_SCALAR_SYNC"] if built_with_auto_sync(kernel, checkout) else []
+    return [*CXXFLAGS, *emu_flags(hw), *kt, *sync, *CCE_FLAGS, *macros, f"-I{EMU_DIR}",
             f"-I{(checkout / kernel.kernel).parent}"]
 
 
