@@ -1,6 +1,6 @@
 """The ``opgen`` command line. ``opgen generate`` is the main job.
 
-    opgen generate [--out opgen-out] [--op NAME ...] [--target NAME ...] [--fresh]
+    opgen generate [--out opgen-out] [--op NAME ...] [--target NAME ...] [--dtypes TAG ...] [--fresh]
     opgen prove [--op NAME ...]   # the sympy proofs of opgen.derive, and the seed-formula report
     opgen compare [--against aten|DIR] [--op ..] [--dtypes ..] [--shape ..] [--out F.json|F.csv]
     opgen bench [--quick] [--plot F.png] [--out F.json|F.csv]   # see opgen.compare, opgen.bench
@@ -230,12 +230,27 @@ def known_ops(names) -> list | str:
     return unknown_op(names) or [get_op(n) for n in names]
 
 
+def unknown_dtypes(ops: list, tags) -> str | None:
+    """The one-line complaint about a ``--dtypes`` tag none of ``ops`` has, else None."""
+    known = {combo.tag for op in ops for combo in op.combos}
+    unknown = [tag for tag in tags or () if tag not in known]
+    return f"unknown dtype combo {unknown[0]!r} for {', '.join(op.name for op in ops)}" if unknown else None
+
+
+def chosen_combos(op, tags) -> list:
+    """The op's combos that ``--dtypes`` asked for (every combo when it asked for none)."""
+    return [combo for combo in op.combos if not tags or combo.tag in tags]
+
+
 def cmd_generate(args) -> int:
     if args.fresh:
         os.environ["OPGEN_DISK_CACHE"] = "0"
     ops = known_ops(args.op)
     if isinstance(ops, str):
         return usage_error("generate", ops)
+    complaint = unknown_dtypes(ops, args.dtypes)
+    if complaint:
+        return usage_error("generate", complaint)
     targets = requested_targets(args.target)
     if targets is None:
         return 2
@@ -250,13 +265,13 @@ def cmd_generate(args) -> int:
     print_header()
     rows = []
     for target in targets:
-        rows += generate_target(target, ops, out_root, args.seed, args.product)
+        rows += generate_target(target, ops, out_root, args.seed, args.product, args.dtypes)
     print_footer()
     print(f"artifacts: {out_root.resolve()}")
     return 0 if all(r.verdict != "FAIL" for r in rows) else 1
 
 
-def generate_target(target, ops: list, out_root: Path, seed: int, product: str | None) -> list[Row]:
+def generate_target(target, ops: list, out_root: Path, seed: int, product: str | None, tags=None) -> list[Row]:
     """Every row of one target, in the order of ``ops`` and their combos, each printed as soon
     as it and every row before it are decided. A target whose smoke kernel died gets the
     smoke's FAIL row, then its kernel rows unbuilt (see smoke_rows).
@@ -265,19 +280,20 @@ def generate_target(target, ops: list, out_root: Path, seed: int, product: str |
     compilers, g++ or nvcc or bishengir, as child processes that threads overlap) ahead of
     the row being verified; the verification runs here, one kernel at a time, in row
     order, on inputs drawn from the row's own generator (row_rng), so the table is the same
-    whatever the number of jobs. An op's project is written after its last row."""
+    whatever the number of jobs. An op's project is written after its last row. ``tags``:
+    only those dtype combos (``--dtypes``)."""
     died = smoke_test(target, ops, product)
     if died is not None:
-        return smoke_rows(target, ops, died)
+        return smoke_rows(target, ops, died, tags)
     if not target.can_build():
-        return [print_row(not_run(op, combo, target)) for op in ops for combo in op.combos]
+        return [print_row(not_run(op, combo, target)) for op in ops for combo in chosen_combos(op, tags)]
     rows = []
-    work = [(op, combo) for op in ops for combo in op.combos]
+    work = [(op, combo) for op in ops for combo in chosen_combos(op, tags)]
     with contextlib.closing(in_order(lambda item: build_one(*item, target, out_root), work, generate_jobs())) as stages:
         for op in ops:
             built: list = []
             rows += [print_row(finish_one(next(stages), row_rng(seed, op, combo, target), built))
-                     for combo in op.combos]
+                     for combo in chosen_combos(op, tags)]
             write_op_project(target, op, built, out_root)
     return rows
 
@@ -323,7 +339,7 @@ def smoke_test(target, ops: list, product: str | None) -> str | None:
     return smoke.smoke_failure(target.name, ops[0].name, ops[0].combos[0].tag, product)
 
 
-def smoke_rows(target, ops: list, died: str) -> list[Row]:
+def smoke_rows(target, ops: list, died: str, tags=None) -> list[Row]:
     """The smoke's FAIL row, then one FAIL row per kernel, none of them built or run.
 
     Not run: what killed the child would kill this process, and with it the table (a
@@ -335,7 +351,7 @@ def smoke_rows(target, ops: list, died: str) -> list[Row]:
     rows = [print_row(Row(f"smoke:{op.name}", combo.tag, target.name, 0.0, False, None, "FAIL", died))]
     reason = f"not run: {died.partition(': ')[0]}"     # what happened; why is on the smoke row
     return rows + [print_row(Row(o.name, c.tag, target.name, 0.0, False, None, "FAIL", reason))
-                   for o in ops for c in o.combos]
+                   for o in ops for c in chosen_combos(o, tags)]
 
 
 def not_run(op, combo, target) -> Row:
@@ -457,11 +473,8 @@ def export_request(args):
     for answer in (ops, target):
         if isinstance(answer, str):
             return answer
-    known = {combo.tag for op in ops for combo in op.combos}
-    unknown = [tag for tag in args.dtypes or () if tag not in known]
-    if unknown:
-        return f"unknown dtype combo {unknown[0]!r} for {', '.join(op.name for op in ops)}"
-    return writable_folder(Path(args.out)) or (ops, target, set(args.dtypes or known))
+    return (unknown_dtypes(ops, args.dtypes) or writable_folder(Path(args.out))
+            or (ops, target, {c.tag for op in ops for c in chosen_combos(op, args.dtypes)}))
 
 
 def cmd_export(args) -> int:
@@ -514,6 +527,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--out", default="opgen-out", help="artifact directory (default ./opgen-out)")
     gen.add_argument("--op", action="append", help="only this op (repeatable)")
     gen.add_argument("--target", action="append", help="only this target (repeatable)")
+    gen.add_argument("--dtypes", action="append", help="only this dtype combo tag, e.g. f32-f32 (repeatable)")
     gen.add_argument("--fresh", action="store_true", help="ignore the kernel disk cache (time real builds)")
     gen.add_argument("--seed", type=int, default=0, help="seed of the verification inputs")
     gen.add_argument("--product", default=None, help="product whose rules and hardware apply (ascend-emu: the "

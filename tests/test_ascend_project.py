@@ -205,10 +205,10 @@ def test_op_project_dtype_lists_follow_each_combo_by_canns_names():
 def test_opgen_generate_writes_the_op_project_for_the_product_asked(tmp_path, capsys):
     """opgen generate --target ascend-emu --product AtlasA2: the op's project under
     <op>/project/, AddConfig and the presets naming Atlas A2's SoC (not the default
-    product's); an unknown product is one line on stderr."""
+    product's); an unknown product or dtype combo is one line on stderr."""
     from opgen import cli
     status = cli.main(["generate", "--op", "group_norm_backward", "--target", "ascend-emu", "--product", "AtlasA2",
-                       "--out", str(tmp_path)])
+                       "--dtypes", "f32-f32", "--out", str(tmp_path)])    # one kernel: the project is per op
     assert status == 0, capsys.readouterr().out
     root = tmp_path / "ascend-emu" / "group_norm_backward" / "project"
     opdef = (root / "op_host" / "group_norm_grad_def.cpp").read_text()   # CANN binds GroupNormGrad to group_norm_grad
@@ -221,6 +221,9 @@ def test_opgen_generate_writes_the_op_project_for_the_product_asked(tmp_path, ca
     assert cli.main(["generate", "--target", "ascend-emu", "--product", "Nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "unknown product 'Nope'" in err[0]
+    assert cli.main(["generate", "--op", "group_norm_backward", "--dtypes", "f8-f8"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "unknown dtype combo 'f8-f8'" in err[0]
 
 
 # A stand-in for the part of a CANN toolkit a msopgen project's configure step reads, written
