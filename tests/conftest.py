@@ -99,6 +99,37 @@ def flip_stage(monkeypatch):
     return apply
 
 
+# A worker holds TVM, torch and the kernels its tests built: up to about 2.4 GiB (measured,
+# the default tier on one worker), so workers are also bounded by the memory there is.
+WORKER_MEMORY_BYTES = 3 << 30
+MAX_WORKERS = 8
+
+
+def available_memory_bytes() -> int | None:
+    """MemAvailable from /proc/meminfo (Linux), else None (no bound from memory)."""
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto`` (pyproject's addopts): one worker per CPU this process may run on (the
+    affinity mask, not the machine's CPU count: a container or taskset may allow fewer),
+    at most MAX_WORKERS and what memory holds; 0 (no workers, one process) with one CPU."""
+    from opgen.environment import usable_cpus
+
+    workers = min(usable_cpus(), MAX_WORKERS)
+    memory = available_memory_bytes()
+    if memory is not None:
+        workers = min(workers, max(1, memory // WORKER_MEMORY_BYTES))
+    return workers if workers > 1 else 0
+
+
 def pytest_collection_modifyitems(config, items):
     """The default tier leaves out the cases marked ``full`` (tests/tiers.py), unless both
     tiers were asked for."""
