@@ -228,18 +228,25 @@ def test_launch_sizes_skip_or_raise_empty_dimensions_as_cuda_does():
     assert cuda.launch_sizes(plan, guarded, full) == ((768, 1, 1), (256, 1, 1))
 
 
-def _empty_problems_of_every_op():
-    return [(op, combo, problem) for op, combo in KERNELS for problem in problems_of(op)[1]]
+def _empty_problems(pairs):
+    return [(op, combo, problem) for op, combo in pairs for problem in problems_of(op)[1]]
+
+
+# Every op and every cast once in the default tier (covering); every kernel in the extended one.
+_REPRESENTATIVES = (tuple(covering(KERNELS)),)   # one-tuples: tiered unpacks a tuple into the test's arguments
+EMPTY_GRID_KERNELS = tiered([_REPRESENTATIVES, (tuple(KERNELS),)], [_REPRESENTATIVES],
+                            ids=["representatives", "every-kernel"])
 
 
 @pytest.mark.skipif(CUDA.missing() is not None, reason=f"cuda cannot build here: {CUDA.missing()}")
-def test_cuda_host_code_never_launches_an_empty_grid():
+@pytest.mark.parametrize("pairs", EMPTY_GRID_KERNELS)
+def test_cuda_host_code_never_launches_an_empty_grid(pairs):
     """What TVM's CUDA runtime would be asked to launch, read from the cuda target's own
-    build (its host code after SplitHostDevice): on every empty problem of every combo, each
+    build (its host code after SplitHostDevice): on every empty problem of each kernel, each
     launch is either skipped by its guard or has no 0 dimension. (With a GPU the module is
     TVM's, and tests/test_gpu_cuda.py runs empty problems for real.)"""
     checked = 0
-    for op, combo, problem in _empty_problems_of_every_op():
+    for op, combo, problem in _empty_problems(pairs):
         kernel = kernels.get_kernel(op, combo, CUDA)
         if not hasattr(kernel.module, "plans"):
             pytest.skip("a GPU is present: the cuda module is TVM's own (see tests/test_gpu_cuda.py)")

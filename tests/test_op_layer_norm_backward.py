@@ -30,7 +30,7 @@ from opgen.verify import compare_outputs, run_and_compare
 
 from aclnn_helpers import base_args, product, run_both
 from op_checks import assert_gradient as _assert_gradient, central_difference as _central_difference
-from tiers import tiered
+from tiers import covering, tiered
 
 OP = get_op("layer_norm_backward")
 TAGS = [c.tag for c in OP.combos]
@@ -884,7 +884,11 @@ def test_aten_peer_matches_the_reference(torch):
 
 # ============================================================ other targets
 
-@pytest.mark.parametrize("tag", TAGS)
+# Every cast opencl emits, once (the first combo of each dtype mix); the rest extended.
+OPENCL_TAGS = tiered(TAGS, [c.tag for _, c in covering([(OP, c) for c in OP.combos])], ids=TAGS)
+
+
+@pytest.mark.parametrize("tag", OPENCL_TAGS)
 def test_opencl_every_combo(tag):
     """The GPU schedules for real on PoCL through the aclnn API: ragged rows, more rows than
     the row pass has blocks, two normalized dims, no rows (dgamma/dbeta start as nan)."""
