@@ -24,7 +24,8 @@ fixtures have CORE_NUM 64 with UB_SIZE 245760, a test value: the 950 platform in
   DataCopy moves whole 32-byte blocks, so a ragged row needs another plan.
 * ``timing`` (``PipeTiming``): the emulation's pipe-level timing model's costs (clock, DMA
   bandwidths and latency, the aggregate GM bandwidth, vector cycles per repeat, scalar, event,
-  barrier and SyncAll costs), each sourced in a comment or named as assumed;
+  barrier and SyncAll costs); Atlas A2's come from timing_constants.py, one table with each
+  constant's source or assumed range (docs/ascend-timing.md);
   ``reduce_across_tree``: how ReduceSum's count form adds its repeats' partials.
 * ``vector_dtypes``: what the vector unit computes in; ``storage_dtypes``: what may live in
   GM/UB and be cast (bfloat16 is storage-only: cast to float32 with round-to-nearest-even
@@ -35,33 +36,35 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, replace
 
+from .timing_constants import A2 as A2_CONSTANTS, ASSUMED, a2
+
 CORES_ENV = "OPGEN_ASCEND_CORES"
 
 
 @dataclass(frozen=True)
 class PipeTiming:
     """The emulation's timing-model parameters for one product (emu_timing.h's TimingParams,
-    same order): cycles, and bytes per cycle of one vector core. Each field's source is in
-    its comment (msKPP, asc-devkit, CANN's platform files); ``assumed`` names the fields no
-    public source gives for the product, which stay named parameters rather than facts."""
+    same order): cycles, and bytes per cycle of one vector core. Atlas A2's values are the rows
+    of timing_constants.A2 (docs/ascend-timing.md: each with its public source, or marked
+    assumed with the range it could take); ``assumed`` names the fields no public source pins
+    for the product."""
 
-    clock_hz: float = 1.8e9              # 910B2 / A3 9381-9382 (M); 910B1 is 1.85 GHz (H)
-    mte2_bytes_per_cycle: float = 46.5   # msKPP resource910b.cpp: GM->UB plateau ~78 GiB/s at 1.8 GHz
-    mte3_bytes_per_cycle: float = 65.6   # msKPP: UB->GM ~110 GiB/s
-    dma_latency: float = 210             # msKPP: 1 KB GM->UB at 7.3 GiB/s; writes assumed alike
-    gm_bytes_per_cycle: float = 768      # A2/A3 ini [AICoreMemoryRates] ddr 32 B/cycle x 24 AI cores
-    vec_head: float = 2                  # msKPP: a one-repeat add takes ~3 cycles, 1 per repeat after
-    vec_simple_elems: float = 256        # official table: Add/Mul/... 64 f32 (128 f16) per cycle = 256 B
-    vec_slow_elems: float = 32           # official table: Exp, Ln, Sqrt, Div 32 elements per cycle
-    vec_cast_elems: float = 64           # official table: Cast 64 elements per cycle
-    vec_reduce_cycles: float = 7         # official table: ReduceRepeat 64/7 (f32), 128/7 (f16) per cycle
-    scalar_cycles: float = 1             # official table: scalar instructions 1 cycle
-    gm_scalar_cycles: float = 210        # GlobalTensor Get/SetValue: not public, a GM round trip assumed
-    event_cycles: float = 1              # msKPP charges set_flag 1 cycle; no measured cost is public
-    barrier_cycles: float = 1            # not public: a named parameter
-    sync_all_cycles: float = 3600        # not public: 2 us at 1.8 GHz, a named parameter
-    assumed: tuple = ("gm_bytes_per_cycle (no Huawei figure for 910B HBM; the ini rate's unit is "
-                      "undocumented)", "gm_scalar_cycles", "barrier_cycles", "sync_all_cycles")
+    clock_hz: float = a2("clock_hz")                          # docs/ascend-timing.md row clock_hz
+    mte2_bytes_per_cycle: float = a2("mte2_bytes_per_cycle")  # row mte2_bytes_per_cycle (assumed)
+    mte3_bytes_per_cycle: float = a2("mte3_bytes_per_cycle")  # row mte3_bytes_per_cycle (assumed)
+    dma_latency: float = a2("dma_latency")                    # row dma_latency (assumed)
+    gm_bytes_per_cycle: float = a2("gm_bytes_per_cycle")      # row gm_bytes_per_cycle (assumed)
+    vec_head: float = a2("vec_head")                          # row vec_head
+    vec_simple_elems: float = a2("vec_simple_elems")          # row vec_simple_elems (assumed)
+    vec_slow_elems: float = a2("vec_slow_elems")              # row vec_slow_elems
+    vec_cast_elems: float = a2("vec_cast_elems")              # row vec_cast_elems (assumed)
+    vec_reduce_cycles: float = a2("vec_reduce_cycles")        # row vec_reduce_cycles (assumed)
+    scalar_cycles: float = a2("scalar_cycles")                # row scalar_cycles
+    gm_scalar_cycles: float = a2("gm_scalar_cycles")          # row gm_scalar_cycles (assumed)
+    event_cycles: float = a2("event_cycles")                  # row event_cycles (assumed)
+    barrier_cycles: float = a2("barrier_cycles")              # row barrier_cycles (assumed)
+    sync_all_cycles: float = a2("sync_all_cycles")            # row sync_all_cycles (assumed)
+    assumed: tuple = tuple(c.field for c in A2_CONSTANTS if c.basis == ASSUMED)
 
     def params(self) -> tuple:
         """The values opgen_emu_set_timing takes, in TimingParams' order."""

@@ -30,8 +30,8 @@
 // model fails its predictions.
 //
 // Parameters (cycles and bytes per cycle of one vector core) are set per launching thread by
-// opgen_emu_set_timing() from the product's hardware description (targets/ascend/hardware.py,
-// which cites each source); the defaults below are Atlas A2's.
+// opgen_emu_set_timing() from the product's hardware description (targets/ascend/hardware.py);
+// the defaults below are Atlas A2's, each sourced in docs/ascend-timing.md.
 #ifndef OPGEN_EMU_TIMING_H
 #define OPGEN_EMU_TIMING_H
 
@@ -49,23 +49,26 @@ namespace opgen_emu {
 constexpr int kPipes = 5;
 constexpr int kTMte2 = 1, kTV = 2, kTMte3 = 3, kTS = 4;
 
-// The order of the fields is the ABI of opgen_emu_set_timing (hardware.py's timing_params).
+// The order of the fields is the ABI of opgen_emu_set_timing (hardware.py's PipeTiming.params()).
+// Each default is Atlas A2's row of the constants table, targets/ascend/timing_constants.py
+// (docs/ascend-timing.md: value, unit, public source or assumed range);
+// tests/test_ascend_timing_constants.py checks these against it.
 struct TimingParams {
-    double clock_hz = 1.8e9;             // A2 910B2 (ASCEND-NOTES: M)
-    double mte2_bytes_per_cycle = 46.5;  // msKPP 910b1 GM->UB plateau, 78 GiB/s at 1.8 GHz
-    double mte3_bytes_per_cycle = 65.6;  // msKPP 910b1 UB->GM plateau, 110 GiB/s at 1.8 GHz
-    double dma_latency = 210;            // msKPP: 1 KB GM->UB at 7.3 GiB/s; used for writes too
-    double gm_bytes_per_cycle = 768;     // aggregate: A2 ini ddr rate 32 B/cycle x 24 AI cores
-    double vec_head = 2;                 // per vector instruction (msKPP: a 1-repeat add ~3 cycles)
-    double vec_simple_elems = 256;       // bytes per cycle of Add/Mul/...: 64 f32 or 128 f16 elements
-    double vec_slow_elems = 32;          // elements per cycle of Exp/Ln/Sqrt/Div/Rsqrt/Reciprocal
-    double vec_cast_elems = 64;          // elements per cycle of Cast
-    double vec_reduce_cycles = 7;        // cycles per repeat of the reductions (128/7 f16, 64/7 f32)
-    double scalar_cycles = 1;            // LocalTensor Get/SetValue (official: scalar ops 1 cycle)
-    double gm_scalar_cycles = 210;       // GlobalTensor Get/SetValue: a GM round trip (named guess)
-    double event_cycles = 1;             // SetFlag/WaitFlag (msKPP charges set_flag 1 cycle)
-    double barrier_cycles = 1;           // PipeBarrier (no public figure: a named parameter)
-    double sync_all_cycles = 3600;       // SyncAll (no public figure: 2 us at 1.8 GHz, named)
+    double clock_hz = 1.8e9;             // row clock_hz
+    double mte2_bytes_per_cycle = 46.5;  // row mte2_bytes_per_cycle
+    double mte3_bytes_per_cycle = 65.6;  // row mte3_bytes_per_cycle
+    double dma_latency = 210;            // row dma_latency
+    double gm_bytes_per_cycle = 768;     // row gm_bytes_per_cycle
+    double vec_head = 2;                 // row vec_head
+    double vec_simple_elems = 256;       // row vec_simple_elems
+    double vec_slow_elems = 32;          // row vec_slow_elems
+    double vec_cast_elems = 64;          // row vec_cast_elems
+    double vec_reduce_cycles = 7;        // row vec_reduce_cycles
+    double scalar_cycles = 1;            // row scalar_cycles
+    double gm_scalar_cycles = 210;       // row gm_scalar_cycles
+    double event_cycles = 1;             // row event_cycles
+    double barrier_cycles = 1;           // row barrier_cycles
+    double sync_all_cycles = 3600;       // row sync_all_cycles
     static constexpr int kCount = 15;
     void set(const double* v, int n) {
         using P = TimingParams;
