@@ -148,6 +148,16 @@ MUTANTS = [
            "        for out in spec.outputs[:1]:\n",
            ("tests/test_derive.py::test_rms_norm_proof_counts_every_output_element",),
            "the proof checks only an op's first output"),
+    Mutant("host-view-quotient", "targets/ascend/host_context.py",
+           'return self.local(f"{num} / {den}")',
+           'return self.local(f"{num}")',
+           ("tests/test_ascend_host_tiling.py::test_group_norm_grad_reads_nchw_and_num_groups",),
+           "Ascend host TilingFunc: GroupNorm's D read as C, not C / num_groups"),
+    Mutant("ascend-pipe-v-barrier", "targets/ascend/vector_order.py",
+           "            if not sources & written:\n",
+           "            if True:\n",
+           ("tests/test_ascend_hazards.py::test_the_unedited_kernels_pass",),
+           "emitter: no PipeBarrier<PIPE_V> between dependent vector instructions"),
 ]
 
 # Modules whose __file__ must lie in the copy (the three package roots and one module
