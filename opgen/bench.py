@@ -162,12 +162,16 @@ def same_bytes_stream(inputs: list, outputs: list):
     bytes with ordinary stores costs, so a peer's time over this one estimates the largest
     speedup over that peer a kernel that reads each input once and writes each output once
     could show in this run (a loose floor on small shapes, where torch's own call costs
-    count). Output j is written from inputs j, j + k, j + 2k, ... (k outputs)."""
+    count). Output j is written from inputs j, j + k, j + 2k, ... (k outputs). An op with no
+    full-size output (a reduction: BatchNormReduceBackward's per-channel sums) reads each
+    input once into an integer sum."""
     torch = import_torch()
     bits = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
     ins = [t.detach().clone().view(bits[t.element_size()]) for t in inputs]
     outs = [t.view(bits[t.element_size()]) for t in outputs]
     plan = [(out, ins[j::len(outs)]) for j, out in enumerate(outs)]
+    if not outs:
+        return lambda: [t.sum() for t in ins]
 
     def run():
         for out, sources in plan:
@@ -180,9 +184,10 @@ def same_bytes_stream(inputs: list, outputs: list):
     return run
 
 
-def _elementwise(tensors: dict) -> list:
-    """The tensors of the op's largest shape (its elementwise data: dy, x, dx, ...)."""
-    largest = max(t.numel() for t in tensors.values())
+def _elementwise(tensors: dict, size: int | None = None) -> list:
+    """The tensors of the op's largest shape (its elementwise data: dy, x, dx, ...), or of
+    ``size`` elements: the outputs of the inputs' largest shape, none for a reduction."""
+    largest = max(t.numel() for t in tensors.values()) if size is None else size
     return [t for t in tensors.values() if t.numel() == largest and t.dtype.is_floating_point]
 
 
@@ -221,7 +226,9 @@ def contenders(case: Case, rng, skip=()) -> tuple[dict, int]:
     for peer in peers:   # its own copies: no contender reads inputs another one just warmed
         runs[peer.name] = peer.make(problem, {k: B.to_torch(v) for k, v in inputs.items()})
     if not case.tiny and "stream" not in skip:
-        runs["stream (same bytes)"] = same_bytes_stream(_elementwise(tensors), _elementwise(torch_outputs))
+        data = _elementwise(tensors)
+        full_size = data[0].numel() if data else None
+        runs["stream (same bytes)"] = same_bytes_stream(data, _elementwise(torch_outputs, full_size))
     first_peer = runs[peers[0].name] if peers else None
     if isinstance(first_peer, tuple):  # compiled: (forward, backward), both are the torch op here
         forward, backward = first_peer

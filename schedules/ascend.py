@@ -409,7 +409,7 @@ class ChannelTiles(PatternRule):
         return tiling_refusal(self, func, target, knobs, shapes)
 
     def match(self, infos: list[Block]):
-        return patterns.channel_pass(infos)
+        return patterns.channel_pass(infos) or patterns.channel_reduction(infos)
 
     def operands(self, func) -> ChannelOperands:
         sch = pattern_schedule(func)
@@ -417,22 +417,22 @@ class ChannelTiles(PatternRule):
         roles = _roles(sch)
         if roles:   # scheduled (and maybe hoisted): the recorded roles, as in RowTiles.operands
             by_role = lambda role: [b for b in infos if roles[b.name] == role]  # noqa: E731
-            out = by_role("tile")[0]
+            outs = by_role("tile")
             sums, statistics, later = by_role("channel_sum"), by_role("statistic"), by_role("channel_stage")
             outputs = {n for rv in sch.get_child_blocks(sch.get_sblock("root")) if "ascend.output" in
                        sch.get(rv).annotations for n in (r.source.name for r in sch.get(rv).writes)}
         else:
             outs, sums, stages = self.match(infos)
             statistics, later = patterns.split_stages(stages, sums)
-            out = outs[0]
             outputs = {n for b in infos if b.writes_output for n in b.writes}
-        c = out.extents[1]
+        extents = patterns.channel_extents(outs, sums)
+        c = extents[1]
         params, written = _param_roles(func, infos)
         pick = lambda pred: tuple((nm, t) for nm, (t, s) in params.items() if pred(nm, s))  # noqa: E731
         buffer = lambda b: next(iter(b.writes))  # noqa: E731
         return ChannelOperands(
-            tiles_in=pick(lambda nm, s: nm not in written and _shape_is(s, out.extents)),
-            tiles_out=pick(lambda nm, s: nm in written and _shape_is(s, out.extents)),
+            tiles_in=pick(lambda nm, s: nm not in written and _shape_is(s, extents)),
+            tiles_out=pick(lambda nm, s: nm in written and _shape_is(s, extents)),
             chans_in=pick(lambda nm, s: nm not in written and _shape_is(s, (c,))),
             scalars_in=pick(lambda nm, s: nm not in written and _shape_is(s, (1,))),
             chan_outs=pick(lambda nm, s: nm in outputs and _shape_is(s, (c,))),
@@ -453,9 +453,9 @@ class ChannelTiles(PatternRule):
         return _annotate(sch, roles, "channels", knobs)
 
     def tiling(self, func, target, knobs: dict, shapes) -> Tiling:
-        out = self.match(blocks(pattern_schedule(func)))[0][0]
+        outs, sums, _ = self.match(blocks(pattern_schedule(func)))
         sizes = bind_sizes(func, shapes)
-        n, c, hw_elems = (_value(e, sizes) for e in out.extents)
+        n, c, hw_elems = (_value(e, sizes) for e in patterns.channel_extents(outs, sums))
         return plan_channels(target.hardware, self.operands(func), n, c, hw_elems, knobs)
 
 

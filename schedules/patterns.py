@@ -102,6 +102,40 @@ def channel_pass(infos: list[Block]):
     return outs, sums, stages
 
 
+def channel_reduction(infos: list[Block]):
+    """([], channel_sums, channel_stages) of a channel pass with no elementwise output (the
+    reduce half of SyncBatchNorm's backward: per-channel sums and what is computed from
+    them, nothing written over (N, C, HW)), or None. The same conditions as
+    ``channel_pass``; only the Ascend rule takes it (the CPU and GPU channel rules tile
+    the elementwise output: their Fallback serves such a function)."""
+    if outputs(infos, "SSS"):
+        return None
+    sums = [b for b in infos if b.kinds == "SRR"]
+    if not sums:
+        return None
+    c, n, hw = sums[0].extents
+    if not all(all(same_extent(a, e) for a, e in zip(b.extents, (c, n, hw))) for b in sums):
+        return None
+    stages = [b for b in infos if b.kinds == "S" and same_extent(b.extents[0], c)]
+    if len(sums) + len(stages) != len(infos):
+        return None
+    statistics, _ = split_stages(stages, sums)
+    sum_names = {nm for b in sums for nm in b.writes}
+    later = {nm for b in stages if b not in statistics for nm in b.writes}
+    if any(b.reads & (sum_names | later) for b in sums) or any(b.writes_output for b in statistics):
+        return None
+    return [], sums, stages
+
+
+def channel_extents(outs: list[Block], sums: list[Block]) -> tuple:
+    """(N, C, HW) of a channel pass: its elementwise output's extents, or, with none
+    (``channel_reduction``), its sums' (C, N, HW) reordered."""
+    if outs:
+        return tuple(outs[0].extents)
+    c, n, hw = sums[0].extents
+    return n, c, hw
+
+
 def split_stages(stages: list[Block], sums: list[Block]) -> tuple[list, list]:
     """(the stages that read no sum, directly or through other stages: the statistics, which
     the sums may read; the others), each in program order.

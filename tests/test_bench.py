@@ -67,6 +67,20 @@ def test_flush_runs_before_every_timed_turn_so_no_contender_inherits_a_warm_cach
                            "flush", "before b", "b", "flush", "before a", "a"]
 
 
+def test_the_same_bytes_stream_of_a_reduction_reads_its_inputs_and_writes_nothing():
+    """An op whose outputs are all smaller than its data (a per-channel reduction) has no
+    full-size output to stream into: the stream row reads each input once (a general op may
+    have none; before, the stream copied a (N, C, HW) input into a (C,) output and failed)."""
+    torch = pytest.importorskip("torch")
+    data = {"dy": torch.ones(2, 3, 4), "x": torch.full((2, 3, 4), 2.0)}
+    sums = {"sum_dy": torch.zeros(3), "grad_bias": torch.zeros(3)}
+    assert bench._elementwise(sums, data["dy"].numel()) == []
+    assert bench._elementwise(sums) == list(sums.values())      # alone, the largest are the (C,) ones
+    read = bench.same_bytes_stream(bench._elementwise(data), [])()
+    assert [int(t) for t in read] == [24 * 0x3F800000, 24 * 0x40000000]   # every float32's bits, summed once
+    assert all((t == 0).all() for t in sums.values())
+
+
 def test_argv_round_trip():
     argv = ["--quick", "--op", "rms_norm_grad", "--dtypes", "bf16-bf16", "--shape", "rms_norm_grad=64x64",
             "--skip", "compile", "--repeats", "2", "--omp-wait", "default", "--out", "x.csv", "--plot", "p.png",

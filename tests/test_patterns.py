@@ -13,7 +13,8 @@ real op that needs a pattern lands with its package alone.
   rule of every target (ascend-emu: ChannelTiles, tested in depth in
   tests/test_ascend_channels.py); the statistics are told by what they read, not by where
   TE put them (BatchNormBackward's order), and a sum that needs another sum first is no
-  channel pattern.
+  channel pattern. Without an elementwise output (SyncBatchNorm's reduce half) it is a
+  channel reduction: ChannelTiles on ascend-emu in one pass, the fallback elsewhere.
 * The group pattern behind an elementwise prologue (GroupNormSwish's shape: a sigmoid
   over the whole data): the prologue is inlined and the group rules take the rest.
 """
@@ -27,7 +28,8 @@ from opgen import schedules, verify
 from opgen.schedules import patterns
 from opgen.targets import get_target
 
-from toy_ops import (build_toy, channel_pass, channel_pass_blended, channel_pass_reference,
+from toy_ops import (build_toy, channel_pass, channel_pass_blended, channel_pass_reference, channel_reduction,
+                     channel_reduction_reference,
                      channel_two_sums_in_sequence, channel_two_sums_in_sequence_reference, check_blended,
                      group_pass_with_prologue, group_pass_with_prologue_reference, row_pass_rounded_column_sums,
                      row_pass_rounded_column_sums_reference, row_pass_with_sums, run_toy, two_output_row_pass,
@@ -302,6 +304,34 @@ def test_a_sum_of_values_that_need_another_sum_is_not_the_channel_pattern(target
         x = rng.standard_normal((3, 4, 33)).astype(np.float32)
         (got,), (want,) = run_toy(target, built, [x], ["float32"]), channel_two_sums_in_sequence_reference(x)
         assert np.allclose(got, want, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("target_name", ["llvm", "ascend-emu"])
+def test_per_channel_sums_without_an_elementwise_output_are_a_channel_reduction(target_name, rng):
+    """Only the Ascend rule takes it (ChannelTiles, one pass over each channel, no tile
+    written); the CPU and GPU channel rules tile an elementwise output, so their fallback
+    runs it. Correct on both, empty batches and spatial axes included (zeros)."""
+    func = channel_reduction()
+    infos = schedules.blocks(schedules.pattern_schedule(func))
+    assert patterns.channel_pass(infos) is None
+    outs, sums, stages = patterns.channel_reduction(infos)
+    assert outs == [] and [b.name for b in sums] == ["red_s1", "red_s2"] and [b.name for b in stages] == ["red_w"]
+    assert patterns.channel_reduction(schedules.blocks(schedules.pattern_schedule(channel_pass()))) is None
+    target = get_target(target_name)
+    want_rule = "ChannelTiles" if target_name == "ascend-emu" else "Fallback"
+    assert type(schedules.match(func, target)).__name__ == want_rule
+    if not target.can_run():
+        pytest.skip(f"{target_name} cannot run here: {target.missing()}")
+    if target_name == "ascend-emu":
+        target = target.for_product("AtlasA2")
+    built = build_toy(func, target)
+    for shape in ((1, 1, 1), (2, 3, 7), (3, 5, 941), (0, 3, 5), (2, 3, 0)):
+        dy, x = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
+        shift, scale = (rng.standard_normal(shape[1]).astype(np.float32) for _ in range(2))
+        got = run_toy(target, built, [dy, x, shift, scale], ["float32"] * 3)
+        for out, want in zip(got, channel_reduction_reference(dy, x, shift, scale)):
+            scale_ = max(1, shape[0] * shape[2]) ** 0.5
+            assert out.shape == want.shape and np.all(np.abs(out - want) <= 1e-5 * scale_ * (1 + np.abs(want))), shape
 
 
 # ---- the group pattern behind an elementwise prologue (GroupNormSwish's shape) -------------

@@ -185,6 +185,31 @@ def channel_pass():
     return te.create_prim_func([dy, x, shift, y, s1, s2]).with_attr("global_symbol", "test_channel_pass")
 
 
+def channel_reduction():
+    """SyncBatchNorm's reduce half: per-channel sums over N and the spatial axis of x (N, C,
+    HW) and per-channel outputs computed from them, no elementwise output: s1[c] = sum dy;
+    s2[c] = sum dy*(x - shift[c]); w[c] = s2[c] * scale[c]. float32 throughout. Returns the
+    PrimFunc (inputs dy, x, shift, scale; outputs s1, s2, w)."""
+    n, c, hw = (te.var(v, "int64") for v in ("n", "c", "hw"))
+    dy = te.placeholder((n, c, hw), "float32", name="dy")
+    x = te.placeholder((n, c, hw), "float32", name="x")
+    shift = te.placeholder((c,), "float32", name="shift")
+    scale = te.placeholder((c,), "float32", name="scale")
+    bn, bhw = te.reduce_axis((0, n), name="bn"), te.reduce_axis((0, hw), name="bhw")
+    s1 = te.compute((c,), lambda ch: te.sum(dy[bn, ch, bhw], axis=[bn, bhw]), name="red_s1")
+    bn2, bhw2 = te.reduce_axis((0, n), name="bn2"), te.reduce_axis((0, hw), name="bhw2")
+    s2 = te.compute((c,), lambda ch: te.sum(dy[bn2, ch, bhw2] * (x[bn2, ch, bhw2] - shift[ch]), axis=[bn2, bhw2]),
+                    name="red_s2")
+    w = te.compute((c,), lambda ch: s2[ch] * scale[ch], name="red_w")
+    return te.create_prim_func([dy, x, shift, scale, s1, s2, w]).with_attr("global_symbol", "test_channel_reduction")
+
+
+def channel_reduction_reference(dy, x, shift, scale) -> list:
+    dy, x = dy.astype("float64"), x.astype("float64")
+    s1, s2 = dy.sum(axis=(0, 2)), (dy * (x - shift.astype("float64")[None, :, None])).sum(axis=(0, 2))
+    return [s1, s2, s2 * scale]
+
+
 def channel_pass_reference(dy, x, shift) -> list:
     dy, x, sh = dy.astype("float64"), x.astype("float64"), 2 * shift.astype("float64")[None, :, None]
     count = max(dy.shape[0] * dy.shape[2], 1)

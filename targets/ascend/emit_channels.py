@@ -69,8 +69,12 @@ def read_channel_kernel(func, symbol: str, knobs: dict) -> ChannelKernel:
     sch = s_tir.Schedule(func)
     stages = recorded_stages(sch)
     ops = ChannelTiles().operands(func)
-    tile = next(b for _, r, b in stages if r == "tile")
-    sizes = {str(iv.dom.extent): f"t_.{f}" for iv, f in zip(tile.iter_vars, ("N", "C", "HW"))}
+    tile = next((b for _, r, b in stages if r == "tile"), None)
+    if tile is not None:
+        sizes = {str(iv.dom.extent): f"t_.{f}" for iv, f in zip(tile.iter_vars, ("N", "C", "HW"))}
+    else:   # no elementwise output (patterns.channel_reduction): a sum's (C, N, HW) iterators
+        total = next(b for _, r, b in stages if r == "channel_sum")
+        sizes = {str(iv.dom.extent): f"t_.{f}" for iv, f in zip(total.iter_vars, ("C", "N", "HW"))}
     role = {n: "tile" for n, _ in ops.tiles_in + ops.tiles_out}
     role.update({n: "chan" for n, _ in ops.chans_in + ops.chan_outs})
     role.update({n: "scalar" for n, _ in ops.scalars_in})
@@ -159,7 +163,8 @@ def tile_fns(k: ChannelKernel) -> list[str]:
     out += ["}", "__aicore__ inline void FreeTiles() {"]
     out += [f"    in_{name}_.FreeTensor(q_{name}_);" for name, _ in k.ops.tiles_in]
     out += ["}", "__aicore__ inline void Outputs(int64_t ch, int64_t b0, int32_t n, int64_t h0, int32_t len) {",
-            "    const int32_t P = t_.pitch;"]
+            "    const int32_t P = t_.pitch;" if k.ops.tiles_out else   # a channel reduction writes no tile
+            "    (void)ch; (void)b0; (void)n; (void)h0; (void)len;"]
     for name, role, blk in k.stages:
         if role != "tile":
             continue

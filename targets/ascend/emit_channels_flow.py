@@ -58,6 +58,11 @@ def _process(k: ChannelKernel) -> list[str]:
             "    for (int64_t h0 = 0; h0 < t_.HW; h0 += t_.ub_cols) {",
             "        const int32_t len = t_.HW - h0 < t_.ub_cols ? t_.HW - h0 : t_.ub_cols;",
             "        LoadTiles(ch, b0, n, h0, len);"]
+    # The second pass over the channel writes its elementwise outputs; a channel reduction
+    # (patterns.channel_reduction) has none, so its per-channel outputs need one pass only.
+    outputs_pass = ([f"        {line}" for line in loop]
+                    + ["                Outputs(ch, b0, n, h0, len);", "                FreeTiles();", "            }",
+                       "        }"]) if k.ops.tiles_out else []
     channel = (["__aicore__ inline void Channel(int64_t ch, int32_t i) {", "    BeginChannel(i);", "    Statistics(ch);",
                 "    if (t_.mode == MODE_CHANNEL) {",
                 "        const int64_t b0 = 0, h0 = 0; const int32_t n = t_.N, len = t_.HW;",
@@ -67,9 +72,7 @@ def _process(k: ChannelKernel) -> list[str]:
                   "    } else if (t_.mode == MODE_EMPTY) {", "        Stages(ch);", "    } else {"]
                + [f"        {line}" for line in loop] + [f"                {c}" for c in sums]
                + ["                FreeTiles();", "            }", "        }", "        Stages(ch);"]
-               + [f"        {line}" for line in loop]
-               + ["                Outputs(ch, b0, n, h0, len);", "                FreeTiles();", "            }",
-                  "        }", "    }", "    EndChannel(i);", "}"])
+               + outputs_pass + ["    }", "    EndChannel(i);", "}"])
     main = ["__aicore__ inline void Process() {", "    LoadScalars();",
             "    for (int64_t c0 = chan0_; c0 < chan0_ + nchans_; c0 += t_.ub_chans) {",
             "        const int32_t nc = chan0_ + nchans_ - c0 < t_.ub_chans ? chan0_ + nchans_ - c0 : t_.ub_chans;",
