@@ -122,16 +122,24 @@ class Headline:
     threshold: float
     values: dict       # point label -> ratio
 
+    def movers(self, n: int = 2) -> list[str]:
+        """The ``n`` constants whose two ends move this ratio most on their own."""
+        spread = {c.field: abs(self.values[f"{c.field} high"] - self.values[f"{c.field} low"])
+                  for c in A2 if f"{c.field} low" in self.values}
+        return sorted(spread, key=spread.get, reverse=True)[:n]
+
     def summary(self) -> str:
         lo_at = min(self.values, key=self.values.get)
         hi_at = max(self.values, key=self.values.get)
         lo, hi, at = self.values[lo_at], self.values[hi_at], self.values["defaults"]
         verdict = ("unknown (crosses {:.2f})" if lo <= self.threshold <= hi else
                    "below {:.2f} throughout" if hi < self.threshold else "above {:.2f} throughout").format(self.threshold)
-        return (f"| {self.label} | {at:.2f} | {lo:.2f} ({lo_at}) | {hi:.2f} ({hi_at}) | {verdict} |")
+        return (f"| {self.label} | {at:.2f} | {lo:.2f} ({lo_at}) | {hi:.2f} ({hi_at}) | {verdict} "
+                f"| {', '.join(self.movers())} |")
 
 
-def sweep(cann_checkout=None, large=False) -> list[Headline]:
+def sweep(cann_checkout=None, large=False, bound=True, record=None, only="") -> list[Headline]:
+    """Every headline's ratio at every point; ``record(headlines)`` after each one."""
     from opgen.targets import get_target
     from opgen.targets.ascend.hardware import describe
 
@@ -139,17 +147,19 @@ def sweep(cann_checkout=None, large=False) -> list[Headline]:
     target = get_target("ascend-emu").for_product(PRODUCT)
     headlines = []
     if cann_checkout is not None:
-        for spec in CANN_CASES + (LARGE_CANN_CASES if large else ()):
+        for spec in [s for s in CANN_CASES + (LARGE_CANN_CASES if large else ()) if only in s]:
             theirs, sums = cann_runner(spec, cann_checkout, hw)
             ours = opgen_runner(spec, target, {"sums": "atomic"} if sums == "atomic" else None)
             values = evaluate(lambda t: ours(t).seconds / theirs(t).seconds, hw.timing)
             headlines.append(Headline(f"opgen ({sums}) / CANN {spec}", 1.0, values))
             print(headlines[-1].summary(), flush=True)
-    for spec in BOUND_CASES:
+            record and record(headlines)
+    for spec in [s for s in BOUND_CASES if only in s] if bound else ():
         run = opgen_runner(spec, target)
         values = evaluate(lambda t: 1 / run(t).of_bound, hw.timing)
         headlines.append(Headline(f"opgen {spec} / GM bound", 1.25, values))
         print(headlines[-1].summary(), flush=True)
+        record and record(headlines)
     return headlines
 
 
@@ -158,7 +168,9 @@ def main(argv=None) -> int:
     parser.add_argument("--table", action="store_true", help="print the constants table and stop")
     parser.add_argument("--cann", help="a hicann/ops-nn checkout (default: $OPGEN_CANN_SRC, ~/ops-nn)")
     parser.add_argument("--no-cann", action="store_true", help="only the GM-bound headlines")
+    parser.add_argument("--no-bound", action="store_true", help="only the headlines against CANN")
     parser.add_argument("--large", action="store_true", help="also CANN's 8192x5120 RmsNormGrad rows")
+    parser.add_argument("--only", help="only the cases whose op:combo:shape contains this text")
     parser.add_argument("--json", help="write every point's ratio of every headline to this file")
     args = parser.parse_args(argv)
     if args.table:
@@ -168,12 +180,14 @@ def main(argv=None) -> int:
 
     checkout = None if args.no_cann else cann_src.check_checkout(cann_src.checkout_dir(args.cann))
     print(f"{len(points()) + 2} points per headline: the defaults, each ranged constant at each end, two corners")
-    print("| headline | at the defaults | lowest (where) | highest (where) | conclusion |")
-    print("|---|---|---|---|---|")
-    headlines = sweep(checkout, args.large)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({h.label: h.values for h in headlines}, f, indent=1)
+    print("| headline | at the defaults | lowest (where) | highest (where) | conclusion | moved most by |")
+    print("|---|---|---|---|---|---|")
+    def record(headlines):
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({h.label: h.values for h in headlines}, f, indent=1)
+
+    sweep(checkout, args.large, not args.no_bound, record, args.only or "")
     return 0
 
 

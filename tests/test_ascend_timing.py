@@ -4,7 +4,11 @@ hand-computable AscendC kernels (tests/ascend_emu_cases/timing.cpp).
 Every expected time below is computed here, by hand or by a few lines of recurrence that
 restate the model's rules for that one kernel; the emulation must agree exactly. Positive
 controls: the same recurrences with the events ignored give other numbers, so a model that
-ignored the code's synchronisation would fail.
+ignored the code's synchronisation would fail. These check that the C++ follows the model's
+stated rules, on round parameters; they say nothing about the hardware. Where the product's
+parameters come from (a public measurement or an assumed range, one table) is checked by
+tests/test_ascend_timing_constants.py, and what the ranges do to the headline ratios is in
+docs/ascend-timing.md.
 
 Cost: one g++ run (~6 s of CPU), then a dozen tiny launches.
 """

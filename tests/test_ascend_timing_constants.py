@@ -94,6 +94,8 @@ def test_the_sweep_visits_both_ends_of_every_range_and_orients_its_corners():
     lat, gm = BY_FIELD["dma_latency"], BY_FIELD["gm_bytes_per_cycle"]
     assert raising == {"dma_latency": lat.high, "gm_bytes_per_cycle": gm.low}
     assert lowering == {"dma_latency": lat.low, "gm_bytes_per_cycle": gm.high}
-    headline = sweep.Headline("x", 1.25, {"defaults": 1.1, "a": 0.9, "b": 1.3})
-    assert "unknown" in headline.summary()
-    assert "below" in sweep.Headline("x", 1.25, {"defaults": 1.1, "a": 1.0}).summary()
+    assert sweep.Headline("x", 1.0, values).movers(2) == ["dma_latency", "gm_bytes_per_cycle"]
+    crossing = {**values, "defaults": 1.1, "dma_latency low": 0.9}
+    assert "unknown" in sweep.Headline("x", 1.25, crossing).summary()
+    assert "below" in sweep.Headline("x", 2.5, crossing).summary()
+    assert "above" in sweep.Headline("x", 0.5, crossing).summary()
