@@ -326,7 +326,9 @@ What was checked, and how:
   emulated cores and match opgen's float64 reference;
 - cmake configures the project against a stand-in toolkit folder holding the public interface
   of the toolkit's modules (the npu_op_* functions with their arguments);
-- NOT against a CANN toolkit (none was available): the OpDef/TilingContext/PlatformAscendC
-  signatures and the op prototype JSON are checked against CANN's documentation and ops-nn's
-  sources only.
+- the op_host sources compile (g++ -fsyntax-only) against Huawei's public headers alone
+  (hicann/metadef, ge, runtime, asc-devkit at pinned commits: opgen's docs/ascend.md);
+- NOT against a CANN toolkit (none was available): nothing was built with its compilers or
+  run on a device; the kernel was not compiled against asc-devkit (that needs bisheng or the
+  toolkit's tikicpulib); the op prototype JSON is checked against CANN's documentation only.
 """

@@ -159,7 +159,7 @@ public:
         return i < out_desc_.size() ? &out_desc_[i] : nullptr;
     }
     const RuntimeAttrs* GetAttrs() const { return &attrs_; }
-    const fe::PlatFormInfos* GetPlatformInfo() const { return &platform_; }
+    fe::PlatFormInfos* GetPlatformInfo() const { return &platform_; }   // non-const, as metadef's
     const char* GetNodeName() const { return name_; }
     const char* GetNodeType() const { return name_; }
     ge::graphStatus SetTilingKey(uint64_t key) { key_ = key; return ge::GRAPH_SUCCESS; }
@@ -183,7 +183,7 @@ private:
     std::vector<StorageShape> in_, out_;
     std::vector<CompileTimeTensorDesc> in_desc_, out_desc_;
     RuntimeAttrs attrs_;
-    fe::PlatFormInfos platform_;
+    mutable fe::PlatFormInfos platform_;
     const char* name_;
     uint64_t key_ = 0;
     uint32_t block_dim_ = 0;
