@@ -178,7 +178,10 @@ def main(argv=None) -> int:
         return 0
     from opgen.targets.ascend import cann_src
 
-    checkout = None if args.no_cann else cann_src.check_checkout(cann_src.checkout_dir(args.cann))
+    try:
+        checkout = None if args.no_cann else cann_src.check_checkout(cann_src.checkout_dir(args.cann))
+    except cann_src.NotACheckout as e:
+        parser.exit(2, f"ascend_timing_ranges: {e}\n")
     print(f"{len(points()) + 2} points per headline: the defaults, each ranged constant at each end, two corners")
     print("| headline | at the defaults | lowest (where) | highest (where) | conclusion | moved most by |")
     print("|---|---|---|---|---|---|")
