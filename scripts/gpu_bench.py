@@ -82,9 +82,11 @@ def peers_for(op, device: str, skip=()) -> list:
     return [p for p in op.peers if p.bench and device in p.devices and p.name not in skip]
 
 
-def array_bytes(arrays: dict) -> int:
-    """Minimal traffic: every input read once, every output written once."""
-    return sum(a.nbytes for a in arrays.values())
+def array_bytes(op, arrays: dict) -> int:
+    """Minimal traffic: every kernel input read once, every output written once (an aclnn
+    input the kernel never reads is not traffic: an op may take one only to check it)."""
+    kernel_tensors = set(op.inputs + op.outputs)
+    return sum(a.nbytes for name, a in arrays.items() if name in kernel_tensors)
 
 
 def planned_bytes(op, tag: str, problem) -> int:
@@ -99,7 +101,7 @@ def planned_bytes(op, tag: str, problem) -> int:
     combo = op.combo(tag)
     if op.api is None:
         inputs = B.random_inputs(op.name, tag, problem, np.random.default_rng(0))
-        return array_bytes({**inputs, **B.output_buffers(op.name, tag, problem)})
+        return array_bytes(op, {**inputs, **B.output_buffers(op.name, tag, problem)})
     shapes = op.api.kernel_shapes(problem)
     return sum(math.prod(shapes[name]) * numpy_dtype(combo[name]).itemsize for name in op.inputs + op.outputs)
 
@@ -262,7 +264,7 @@ def bench_case(torch, setup: Setup, timer, case: Case, peak: float, budget: Budg
             print(row(label, None, 0, peak, note="SKIPPED: time budget spent"))
         return True
     inputs = B.random_inputs(case.op, case.tag, problem, rng)
-    nbytes = array_bytes({**inputs, **B.output_buffers(case.op, case.tag, problem)})
+    nbytes = array_bytes(op, {**inputs, **B.output_buffers(case.op, case.tag, problem)})
     print(f"{case.op} {case.tag} {case.shape}  ({nbytes / 1e6:.1f} MB minimal traffic)")
     kernel = {}
 

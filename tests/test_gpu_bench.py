@@ -60,7 +60,7 @@ def test_the_byte_count_from_shapes_is_the_arrays_bytes():
             for shape in (_small(op), *op.cases.compare):
                 problem = B.parse_problem(op.name, shape)
                 arrays = {**B.random_inputs(op.name, tag, problem, rng), **B.output_buffers(op.name, tag, problem)}
-                assert gpu_bench.planned_bytes(op, tag, problem) == gpu_bench.array_bytes(arrays), (op.name, tag)
+                assert gpu_bench.planned_bytes(op, tag, problem) == gpu_bench.array_bytes(op, arrays), (op.name, tag)
 
 
 def test_the_plan_reads_each_ops_own_shapes():
