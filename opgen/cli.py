@@ -497,9 +497,9 @@ def cmd_export(args) -> int:
 
 
 def cmd_prove(args) -> int:
-    complaint = unknown_op(args.op) if args.op else None
-    if complaint:
-        return usage_error("prove", complaint)
+    ops = known_ops(args.op)
+    if isinstance(ops, str):
+        return usage_error("prove", ops)
     from opgen import derive
 
     return derive.main(args.op)
