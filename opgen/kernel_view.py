@@ -207,11 +207,8 @@ def walk(expr):
 
 
 def _children(expr) -> tuple:
-    if isinstance(expr, Prod):
-        return (expr.start, expr.stop)
-    if isinstance(expr, (Quot, Sub)):
-        return (expr.num, expr.den) if isinstance(expr, Quot) else (expr.a, expr.b)
-    return ()
+    """The operands of Prod, Quot and Sub (their fields, in order); the leaves have none."""
+    return tuple(vars(expr).values()) if isinstance(expr, (Prod, Quot, Sub)) else ()
 
 
 class _Env:
