@@ -15,6 +15,7 @@ import numpy as np
 
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype
 from opgen.lazy import te
+from opgen.ops.batch_norm_backward.kernel import _per_channel_sum
 from opgen.ops.spec import DtypeCombo, ProblemBase, as_float32
 
 STAGE = "batch_norm_reduce_backward"
@@ -43,13 +44,6 @@ PRODUCTS = {
     "AtlasA2": COMBOS,
     "AtlasTraining": (F32, F16, F16_F32),
 }
-
-
-def _per_channel_sum(name: str, n, c, hw, body):
-    """A per-channel reduction over the batch and spatial axes (fixed order: n, then hw)."""
-    rn = te.reduce_axis((0, n), name="rn")
-    rh = te.reduce_axis((0, hw), name="rh")
-    return te.compute((c,), lambda ci: te.sum(body(rn, ci, rh), axis=[rn, rh]), name=name)
 
 
 def compute(combo: DtypeCombo) -> list[te.Tensor]:
