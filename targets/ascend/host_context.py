@@ -141,9 +141,13 @@ class _ViewPrinter:
         self.lines += [f"    if ({cond}) {{", f"        ASC_CPU_LOG_ERROR(\"%s: {fmt}\", context->GetNodeName(){rest});",
                        "        return ::ge::GRAPH_FAILED;", "    }"]
 
-    def local(self, text: str) -> str:
-        name = f"v{self.count}"
+    def fresh(self) -> str:
+        """A new local's name (v0, v1, ...)."""
         self.count += 1
+        return f"v{self.count - 1}"
+
+    def local(self, text: str) -> str:
+        name = self.fresh()
         self.lines.append(f"    const int64_t {name} = {text};")
         return name
 
@@ -155,12 +159,14 @@ class _ViewPrinter:
     def attr(self, name: str) -> str:
         if name not in self.attr_names:
             raise EmitError(f"{self.face.op_type}: the view reads attribute {name}, which the op does not have")
-        kind = self.face.attrs[self.attr_names.index(name)]["kind"]
+        index = self.attr_names.index(name)
+        kind = self.face.attrs[index]["kind"]
         if kind != "Int":
             raise EmitError(f"{self.face.op_type}: attribute {name} is {kind}; a view reads Int attributes")
         ptr = f"p_{name}"
-        if f"    const int64_t* {ptr} = attrs->GetInt({self.attr_names.index(name)});" not in self.lines:
-            self.lines.append(f"    const int64_t* {ptr} = attrs->GetInt({self.attr_names.index(name)});")
+        decl = f"    const int64_t* {ptr} = attrs->GetInt({index});"
+        if decl not in self.lines:
+            self.lines.append(decl)
             self.fail(f"{ptr} == nullptr", f"attribute {name} is not set")
         return f"(*{ptr})"
 
@@ -194,8 +200,7 @@ class _ViewPrinter:
             if bad:
                 self.fail(" || ".join(bad), "dims [%lld, %lld) are not dims of %lld-dimensional input",
                           start, stop, "rank")
-            name = f"v{self.count}"
-            self.count += 1
+            name = self.fresh()
             self.lines += [f"    int64_t {name} = 1;",
                            f"    for (int64_t i = {start}; i < {stop}; ++i) {name} *= s.GetDim(static_cast<size_t>(i));"]
             return name
