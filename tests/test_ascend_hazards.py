@@ -17,7 +17,6 @@ from __future__ import annotations
 import dataclasses
 import re
 
-import numpy as np
 import pytest
 
 from tiers import tiered
@@ -59,53 +58,25 @@ def _replace_in(src: str, function: str | None, old: str, new: str) -> str:
     return src[:at] + new + src[at + len(old):]
 
 
-def _line_of(src: str, text: str, function: str | None = None) -> int:
-    lo = _function(src, function)[0] if function else 0
-    return src.count("\n", 0, src.index(text, lo)) + 1
+# The edits of the kernel text the faults make.
+def _edit(function: str | None, old: str, new: str):
+    """An edit of the kernel text: the first ``old`` in ``function`` (anywhere: None) -> ``new``."""
+    return lambda src: _replace_in(src, function, old, new)
 
+
+_gn_final_sums_mte2_v = _edit("FinalSums", "OpgenSync<HardEvent::MTE2_V>();", "")
+_gn_v_mte3_to_v_mte2 = _edit("FinalSums", "OpgenSync<HardEvent::V_MTE3>();", "OpgenSync<HardEvent::V_MTE2>();")
+_gn_set_without_wait = _edit("FinalSums", "OpgenSync<HardEvent::V_MTE3>();", "SetFlag<HardEvent::V_MTE3>(0);")
+_gn_raw_workspace = _edit(None, "GetUserWorkspace(workspace)", "workspace")
+_gn_no_s_mte3 = _edit("ColumnSums", "OpgenSync<HardEvent::S_MTE3>();", "")
+_gn_no_mte2_s = _edit("LoadTask", "OpgenSync<HardEvent::MTE2_S>();", "")
+_gn_dbeta_past_workspace = _edit("ColumnSums", "g_ws_[(1 * t_.tasks + task)", "g_ws_[(2 * t_.tasks + task)")
+_rms_no_barrier_before_reduce = _edit("Stage_rms_norm_grad_dot", f"{BARRIER} ReduceSum<float>(", "ReduceSum<float>(")
+_rms_no_end_of_sums_v_mte3 = _edit("EndSums", "OpgenSync<HardEvent::V_MTE3>();", "")
+_dangling_set_flag = _edit("Process", "LoadScalars();", "LoadScalars(); SetFlag<HardEvent::V_S>(7);")
 
 # name -> (op, edit of the kernel text, the message the emulation must give). The messages
 # name the buffer (its InitBuffer variable), the kernel line, and the two pipes.
-def _gn_final_sums_mte2_v(src):
-    return _replace_in(src, "FinalSums", "OpgenSync<HardEvent::MTE2_V>();", "")
-
-
-def _gn_v_mte3_to_v_mte2(src):
-    return _replace_in(src, "FinalSums", "OpgenSync<HardEvent::V_MTE3>();", "OpgenSync<HardEvent::V_MTE2>();")
-
-
-def _gn_set_without_wait(src):
-    return _replace_in(src, "FinalSums", "OpgenSync<HardEvent::V_MTE3>();", "SetFlag<HardEvent::V_MTE3>(0);")
-
-
-def _gn_raw_workspace(src):
-    return _replace_in(src, None, "GetUserWorkspace(workspace)", "workspace")
-
-
-def _gn_no_s_mte3(src):
-    return _replace_in(src, "ColumnSums", "OpgenSync<HardEvent::S_MTE3>();", "")
-
-
-def _gn_no_mte2_s(src):
-    return _replace_in(src, "LoadTask", "OpgenSync<HardEvent::MTE2_S>();", "")
-
-
-def _gn_dbeta_past_workspace(src):
-    return _replace_in(src, "ColumnSums", "g_ws_[(1 * t_.tasks + task)", "g_ws_[(2 * t_.tasks + task)")
-
-
-def _rms_no_barrier_before_reduce(src):
-    return _replace_in(src, "Stage_rms_norm_grad_dot", f"{BARRIER} ReduceSum<float>(", "ReduceSum<float>(")
-
-
-def _rms_no_end_of_sums_v_mte3(src):
-    return _replace_in(src, "EndSums", "OpgenSync<HardEvent::V_MTE3>();", "")
-
-
-def _dangling_set_flag(src):
-    return _replace_in(src, "Process", "LoadScalars();", "LoadScalars(); SetFlag<HardEvent::V_S>(7);")
-
-
 AT_LINE = r" .*\(kernel line \S*op_kernel/\w+\.cpp:\d+\)"   # the kernel line of the faulting call
 FAULTS = {
     "a_gn_final_sums_mte2_v": (GN, _gn_final_sums_mte2_v,
