@@ -27,7 +27,7 @@ from opgen.verify import compare_outputs, run_and_compare
 from aclnn_helpers import assert_matches, base_args, phase_one, product, run_both
 from op_checks import assert_all_pass as _assert_all_pass
 from op_checks import assert_gradient, central_difference
-from tiers import covering, tiered
+from tiers import each_dtype_mix
 
 BN = get_op("batch_norm_backward")
 BF16 = ml_dtypes.bfloat16
@@ -191,8 +191,7 @@ OPENCL = get_target("opencl")
 
 # Every cast opencl emits, once (the first combo of each dtype mix); the other combos in the
 # extended tier (opgen generate verifies each on opencl too).
-OPENCL_COMBOS = tiered(BN.combos, [combo for _, combo in covering([(BN, c) for c in BN.combos])],
-                       ids=[c.tag for c in BN.combos])
+OPENCL_COMBOS = each_dtype_mix(BN)
 
 
 @pytest.mark.skipif(not OPENCL.can_run(), reason="opencl cannot run here")

@@ -62,3 +62,10 @@ def tiered(cases, keep, ids=None) -> list:
     return [pytest.param(*(case if isinstance(case, tuple) else (case,)), id=name,
                          marks=() if case in keep else FULL)
             for case, name in zip(cases, names)]
+
+
+def each_dtype_mix(op, value=lambda combo: combo) -> list:
+    """The op's combos as pytest params (``value(combo)``, id its tag): the first of each
+    dtype mix in the default tier (``covering``), the others extended."""
+    kept = {combo.tag for _, combo in covering([(op, c) for c in op.combos])}
+    return [pytest.param(value(c), id=c.tag, marks=() if c.tag in kept else FULL) for c in op.combos]
