@@ -72,11 +72,12 @@ def _braceless_body(prefix: str) -> bool:
 
 def order_vector_pipe(body: list[str]) -> list[str]:
     """``body`` with a PipeBarrier<PIPE_V> before each vector call reading a vector-written tensor."""
-    written = {dst for line in body for _, _, dst, _ in _calls(line) if dst}
+    calls = [list(_calls(line)) for line in body]
+    written = {dst for on_line in calls for _, _, dst, _ in on_line if dst}
     out = []
-    for line in body:
+    for line, on_line in zip(body, calls):
         pieces, last = [], 0
-        for start, end, _, sources in _calls(line):
+        for start, end, _, sources in on_line:
             if not sources & written:
                 continue
             stop = end + 1 if line[end:end + 1] == ";" else end
