@@ -133,6 +133,7 @@ class _ViewPrinter:
 
     def __init__(self, view: KernelView, face: CannFace):
         self.view, self.face, self.lines, self.count = view, face, [], 0
+        self.done = {}      # expression -> its C++ (a subexpression met again reuses its local)
         self.inputs = [p.name for p in face.inputs + face.extra]
         self.attr_names = [a["name"] for a in face.attrs]
 
@@ -171,6 +172,12 @@ class _ViewPrinter:
         return f"(*{ptr})"
 
     def expr(self, e) -> str:
+        """The C++ of ``e``, printed (with its checks) the first time it is met."""
+        if e not in self.done:
+            self.done[e] = self._expr(e)
+        return self.done[e]
+
+    def _expr(self, e) -> str:
         if isinstance(e, int):
             return str(e)
         if e is RANK:
