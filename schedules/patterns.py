@@ -91,15 +91,10 @@ def channel_pass(infos: list[Block]):
     if not all(all(same_extent(a, e) for a, e in zip(b.extents, (n, c, hw))) for b in outs):
         return None
     sums = [b for b in infos if b.kinds == "SRR" and all(same_extent(a, e) for a, e in zip(b.extents, (c, n, hw)))]
-    stages = [b for b in infos if b.kinds == "S" and same_extent(b.extents[0], c)]
-    if not sums or len(outs) + len(sums) + len(stages) != len(infos):
+    if not sums:
         return None
-    statistics, _ = split_stages(stages, sums)
-    sum_names = {n for b in sums for n in b.writes}
-    later = {n for b in stages if b not in statistics for n in b.writes}
-    if any(b.reads & (sum_names | later) for b in sums) or any(b.writes_output for b in statistics):
-        return None
-    return outs, sums, stages
+    stages = _channel_stages(infos, sums, c, len(outs))
+    return None if stages is None else (outs, sums, stages)
 
 
 def channel_reduction(infos: list[Block]):
@@ -116,15 +111,23 @@ def channel_reduction(infos: list[Block]):
     c, n, hw = sums[0].extents
     if not all(all(same_extent(a, e) for a, e in zip(b.extents, (c, n, hw))) for b in sums):
         return None
+    stages = _channel_stages(infos, sums, c, 0)
+    return None if stages is None else ([], sums, stages)
+
+
+def _channel_stages(infos: list[Block], sums: list[Block], c, n_outs: int):
+    """The per-channel stages (kind S over ``c``) of a channel pass with ``n_outs``
+    elementwise outputs and ``sums``, in program order; None when a block is none of these,
+    a sum reads a stage that reads a sum, or a statistic is an output (``channel_pass``)."""
     stages = [b for b in infos if b.kinds == "S" and same_extent(b.extents[0], c)]
-    if len(sums) + len(stages) != len(infos):
+    if n_outs + len(sums) + len(stages) != len(infos):
         return None
     statistics, _ = split_stages(stages, sums)
     sum_names = {nm for b in sums for nm in b.writes}
     later = {nm for b in stages if b not in statistics for nm in b.writes}
     if any(b.reads & (sum_names | later) for b in sums) or any(b.writes_output for b in statistics):
         return None
-    return [], sums, stages
+    return stages
 
 
 def channel_extents(outs: list[Block], sums: list[Block]) -> tuple:
