@@ -10,6 +10,7 @@ while the ``opgen.ops`` package discovers them, so the two never import each oth
 from __future__ import annotations
 
 import dataclasses
+import functools
 import importlib
 import importlib.util
 import math
@@ -118,8 +119,10 @@ class TrailingAxesProblem(ProblemBase):
         return self.x_shape[: self.n] + (1,) * self.gamma_ndim
 
     @classmethod
+    @functools.cache
     def _attribute(cls) -> "_Attribute | None":
-        """The third field, its type read from its annotation (None: the op has no attribute)."""
+        """The third field, its type read from its annotation (None: the op has no attribute);
+        read once per class (label, parse and str ask on every call)."""
         fields = dataclasses.fields(cls)
         if len(fields) > 3:
             raise TypeError(f"{cls.__name__}: a TrailingAxesProblem has at most one attribute after x_shape "
