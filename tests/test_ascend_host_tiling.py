@@ -99,8 +99,10 @@ def _cann_call(op, args: dict) -> tuple[dict, dict]:
     the aclnn tensor of the same kernel tensor, as given (a null one: rank 0, as the
     emulated context holds every input the OpDef declares)."""
     by_kernel = {p.kernel: p.name for p in op.api.params if p.role == "input" and p.kernel}
-    shapes = {name: tuple(np.shape(args.get(by_kernel.get(tensor, tensor)))) if args.get(by_kernel.get(tensor, tensor))
-              is not None else () for name, tensor in op.cann.inputs}
+    def shape(tensor):
+        value = args.get(by_kernel.get(tensor, tensor))
+        return () if value is None else tuple(np.shape(value))
+    shapes = {name: shape(tensor) for name, tensor in op.cann.inputs}
     attrs = {a.name: a.default for a in op.cann.attrs if a.kind == "Int" and a.default is not None}
     for a in op.cann.attrs:
         if a.kind == "Int" and a.name in CANN_ATTRS:
