@@ -262,8 +262,10 @@ _KINDS = {"dim": Dim, "prod": Prod, "attr": Attr, "quot": Quot, "rank": Rank, "a
 
 
 def _encode(e):
-    if isinstance(e, int) or e is RANK:
-        return e if isinstance(e, int) else ["tile-rank"]
+    if isinstance(e, int):
+        return e
+    if e is RANK:
+        return ["tile-rank"]
     kind = next(k for k, cls in _KINDS.items() if isinstance(e, cls))
     return [kind, *(_encode(v) if not isinstance(v, str) else v for v in vars(e).values())]
 
