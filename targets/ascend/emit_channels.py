@@ -70,11 +70,10 @@ def read_channel_kernel(func, symbol: str, knobs: dict) -> ChannelKernel:
     stages = recorded_stages(sch)
     ops = ChannelTiles().operands(func)
     tile = next((b for _, r, b in stages if r == "tile"), None)
-    if tile is not None:
-        sizes = {str(iv.dom.extent): f"t_.{f}" for iv, f in zip(tile.iter_vars, ("N", "C", "HW"))}
-    else:   # no elementwise output (patterns.channel_reduction): a sum's (C, N, HW) iterators
-        total = next(b for _, r, b in stages if r == "channel_sum")
-        sizes = {str(iv.dom.extent): f"t_.{f}" for iv, f in zip(total.iter_vars, ("C", "N", "HW"))}
+    # No elementwise output (patterns.channel_reduction): a sum's (C, N, HW) iterators.
+    block, axes = ((tile, ("N", "C", "HW")) if tile is not None else
+                   (next(b for _, r, b in stages if r == "channel_sum"), ("C", "N", "HW")))
+    sizes = {str(iv.dom.extent): f"t_.{f}" for iv, f in zip(block.iter_vars, axes)}
     role = {n: "tile" for n, _ in ops.tiles_in + ops.tiles_out}
     role.update({n: "chan" for n, _ in ops.chans_in + ops.chan_outs})
     role.update({n: "scalar" for n, _ in ops.scalars_in})
