@@ -98,9 +98,9 @@ def channel_pass(infos: list[Block]):
 
 
 def channel_reduction(infos: list[Block]):
-    """([], channel_sums, channel_stages) of a channel pass with no elementwise output (the
-    reduce half of SyncBatchNorm's backward: per-channel sums and what is computed from
-    them, nothing written over (N, C, HW)), or None. The same conditions as
+    """([], channel_sums, channel_stages) of a channel pass with no elementwise output (its
+    reduce half alone: per-channel sums and what is computed from them, nothing written
+    over (N, C, HW)), or None. The same conditions as
     ``channel_pass``; only the Ascend rule takes it (the CPU and GPU channel rules tile
     the elementwise output: their Fallback serves such a function)."""
     if outputs(infos, "SSS"):
