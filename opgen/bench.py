@@ -169,9 +169,9 @@ def same_bytes_stream(inputs: list, outputs: list):
     bits = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
     ins = [t.detach().clone().view(bits[t.element_size()]) for t in inputs]
     outs = [t.view(bits[t.element_size()]) for t in outputs]
-    plan = [(out, ins[j::len(outs)]) for j, out in enumerate(outs)]
     if not outs:
         return lambda: [t.sum() for t in ins]
+    plan = [(out, ins[j::len(outs)]) for j, out in enumerate(outs)]
 
     def run():
         for out, sources in plan:
