@@ -95,9 +95,13 @@ FAULTS = {
     "f_gn_no_mte2_s": (GN, _gn_no_mte2_s,
                        r"LocalTensor::GetValue: reads TQue 'in_\w+' .* on pipe S \(scalar\) right after a write on "
                        r"MTE2 \(GM->UB copy\) .*\(kernel line \S*op_kernel/group_norm_backward_f32_f32.cpp:\d+\)"),
+    # Whichever core overruns first reports: one whose slab starts at the workspace's end copies
+    # into a GlobalTensor of 0 elements (DataCopyPad, with the kernel line); one whose slab
+    # starts past it indexes past the workspace's elements (GlobalTensor::operator[]).
     "g_gn_dbeta_past_workspace": (GN, _gn_dbeta_past_workspace,
                                   r"DataCopyPad UB->GM: GM elements \[0, \d+\) beyond the GlobalTensor's 0 elements "
-                                  r"\(kernel line \S*op_kernel/group_norm_backward_f32_f32.cpp:\d+\)"),
+                                  r"\(kernel line \S*op_kernel/group_norm_backward_f32_f32.cpp:\d+\)"
+                                  r"|GlobalTensor\[\d+\]: beyond its \d+ elements"),
     "h_rms_no_barrier_before_reduce": (RMS, _rms_no_barrier_before_reduce,
                                        r"ReduceSum: reads TBuf 'tmp0_' .* on pipe V \(vector\) right after Mul "
                                        r"\(\S*op_kernel/rms_norm_grad_f32_f32.cpp:\d+\) wrote it on pipe V \(vector\) "
