@@ -29,7 +29,8 @@ def _target_or_skip(name: str, usable, why: str):
 def target(request):
     """A TargetSpec whose kernels can run here; other targets are skipped, not passed. A
     target that names its own suite (``own_suite``: ascend-emu, whose g++ builds take
-    seconds per kernel) is skipped here and tested there."""
+    seconds per kernel) is skipped here and tested there; every op still runs on it in
+    the extended tier (tests/test_every_target.py)."""
     spec = _target_or_skip(request.param, lambda t: t.can_run(), "cannot run kernels on this machine")
     if spec.own_suite:
         pytest.skip(f"target {spec.name} is tested by {spec.own_suite}")
