@@ -437,7 +437,7 @@ class GpuChannelPass(PatternRule):
         keeps the first nest's place, which kernel 3 needs): right for siblings, wrong for
         a chain (a forward's mean -> variance -> invstd -> scale read invstd before it was
         written, seen on OpenCL). A chain goes to GpuFallback, correct nest by nest."""
-        matched = patterns.channel_pass(infos)
+        matched = patterns.channel_pass(infos) or patterns.channel_reduction(infos)
         if matched is None:
             return None
         outs, sums, stages = matched
@@ -463,6 +463,8 @@ class GpuChannelPass(PatternRule):
             for info, rv in zip(stages, stage_rvs):   # read only by stages: the thread's registers
                 if not info.writes_output and not info.writes & read_by_outputs:
                     sch.set_scope(rv, 0, "local")
+        if not outs:     # a channel_reduction: kernels 1 and 2 are the whole op
+            return sch
         main = sch.get_sblock(outs[0].name)
         batch, chan, inner = sch.get_loops(main)
         sch.reorder(chan, batch)

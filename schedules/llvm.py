@@ -362,7 +362,9 @@ class ChannelPass(PatternRule):
     statistics they read inlined, see patterns.inline_statistics), its scalars, then its
     elementwise outputs (a second read, from cache when a channel's N*HW elements fit). For
     a small HW, batch rows instead (``_batch_row_passes``). Each sum runs in a fixed order
-    in either: the bits do not depend on threads."""
+    in either: the bits do not depend on threads. A channel_reduction (the sums and their
+    scalars, no elementwise output) is the same pass without the outputs: the Fallback ran
+    each sum as its own nest, reading the data once per sum, one channel at a time."""
 
     def knobs(self, target) -> tuple:
         return (PARALLEL, STREAM_STORES, BATCH_ROW_SUMS)
@@ -377,10 +379,10 @@ class ChannelPass(PatternRule):
         return defaults
 
     def match(self, infos: list[Block]):
-        return patterns.channel_pass(infos)
+        return patterns.channel_pass(infos) or patterns.channel_reduction(infos)
 
     def schedule(self, sch, matched, target, knobs):
-        outs, sums, stages = matched
+        outs, sums, stages = matched   # outs is empty for a channel_reduction
         after = patterns.inline_statistics(sch, stages, sums)
         if knobs.get("batch_row_sums", BATCH_ROW_SUMS.default):
             _batch_row_passes(sch, outs, sums, after, knobs)
@@ -421,6 +423,8 @@ def _batch_row_passes(sch, outs: list[Block], sums: list[Block], after: list[Blo
     _parallel(sch, channel, knobs)
     for rv in totals:     # zero each channel's total before its N loop (N may be 0)
         sch.decompose_reduction(rv, sch.get_loops(rv)[1])
+    if not outs:          # a channel_reduction: the sums and their scalars are the outputs
+        return
     _parallel(sch, _merge_nests(sch, [sch.get_sblock(b.name) for b in outs], 3)[0], knobs)
     for out in outs:
         _stream(sch, out, knobs)

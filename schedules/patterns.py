@@ -100,9 +100,8 @@ def channel_pass(infos: list[Block]):
 def channel_reduction(infos: list[Block]):
     """([], channel_sums, channel_stages) of a channel pass with no elementwise output (its
     reduce half alone: per-channel sums and what is computed from them, nothing written
-    over (N, C, HW)), or None. The same conditions as
-    ``channel_pass``; only the Ascend rule takes it (the CPU and GPU channel rules tile
-    the elementwise output: their Fallback serves such a function)."""
+    over (N, C, HW)), or None. The same conditions as ``channel_pass``; every target's channel
+    rule takes it and leaves out its elementwise-output step."""
     if outputs(infos, "SSS"):
         return None
     sums = [b for b in infos if b.kinds == "SRR"]
