@@ -44,15 +44,16 @@ class _RMSNormFunction(torch.autograd.Function):
 
 
 class RMSNorm(nn.RMSNorm):
-    """torch.nn.RMSNorm (same parameters, state_dict, extra_repr) whose forward and backward
-    are opgen's aclnnRmsNorm and aclnnRmsNormGrad kernels. eps defaults to 1e-6 (opgen's
-    and CANN's); the output has x's dtype (CANN's combos), computed in float32."""
-
-    def __init__(self, normalized_shape, eps: float | None = 1e-6, elementwise_affine: bool = True,
-                 device=None, dtype=None):
-        super().__init__(normalized_shape, eps=eps, elementwise_affine=elementwise_affine, device=device, dtype=dtype)
+    """torch.nn.RMSNorm (same parameters, state_dict, extra_repr and defaults: eps=None is
+    the input dtype's machine epsilon, as torch's) whose forward and backward are opgen's
+    aclnnRmsNorm and aclnnRmsNormGrad kernels; the output has x's dtype (CANN's combos),
+    computed in float32. Inputs opgen cannot take raise what torch.nn.RMSNorm raises (a
+    wrong trailing shape, another device) or torch's refusal of a dtype (float64)."""
 
     def forward(self, x: Tensor) -> Tensor:
+        opgen_torch.refuse_dtype(x, "opgen rms_norm")
+        opgen_torch.refuse_normalized_shape(x, self.normalized_shape, "*", least=ValueError)
+        opgen_torch.refuse_other_devices(x, self.weight)
         eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
         return _RMSNormFunction.apply(x, self.weight, len(self.normalized_shape), eps)
 
