@@ -106,7 +106,7 @@ def _candidate(layer: nn.Module, ot) -> tuple[Optional[_Candidate], str]:
     if isinstance(layer, nn.GroupNorm) or (hasattr(layer, "num_groups") and hasattr(layer, "num_channels")):
         groups, channels = int(layer.num_groups), int(layer.num_channels)
         args = dict(num_groups=groups, num_channels=channels, eps=_eps(layer, 1e-5),
-                    affine=_param(layer, "weight") is not None)
+                    affine=_param(layer, "weight") is not None, bias=_param(layer, "bias") is not None)
         return _Candidate(lambda: ot.GroupNorm(**args), lambda: nn.GroupNorm(**args), (2, channels, 3, 5)), ""
     if isinstance(layer, nn.LayerNorm) or hasattr(layer, "normalized_shape") and not _is_rms(layer):
         shape = tuple(getattr(layer, "normalized_shape", ()))
@@ -234,17 +234,36 @@ def _dtype_of(layer: nn.Module) -> Optional[torch.dtype]:
     return None
 
 
-def _decide(layer: nn.Module, ot) -> tuple[Optional[nn.Module], str]:
-    """The opgen module for ``layer`` (its tensors adopted) or None and the reason."""
+_PLAIN_VALUES = (int, float, str, bool, tuple, type(None))
+
+
+def _verdict_key(layer: nn.Module) -> tuple:
+    """What a layer's probe verdict depends on: its class (the forward's code), its plain
+    attributes (eps, data_format, ...) and its tensors' shapes; the probe draws the values.
+    Layers with equal keys (a model's many identical blocks) are probed once."""
+    plain = tuple(sorted((k, v) for k, v in vars(layer).items() if isinstance(v, _PLAIN_VALUES)))
+    shapes = tuple((n, tuple(t.shape), t.dtype) for n, t in list(layer.named_parameters()) + list(layer.named_buffers()))
+    return type(layer), repr(plain), shapes
+
+
+def _decide(layer: nn.Module, ot, verdicts: dict) -> tuple[Optional[nn.Module], str]:
+    """The opgen module for ``layer`` (its tensors adopted) or None and the reason; probe
+    verdicts are kept in ``verdicts`` by _verdict_key."""
     candidate, why = _candidate(layer, ot)
     if candidate is None:
         return None, why
     if _dtype_of(layer) not in (None,) + ot.KERNEL_DTYPES:
         return None, f"{_dtype_of(layer)} parameters: opgen's kernels take float32, float16 and bfloat16"
-    same, why = _same_formula(layer, candidate.reference(), candidate.probe)
+    key = _verdict_key(layer)
+    if key not in verdicts:
+        verdicts[key] = _same_formula(layer, candidate.reference(), candidate.probe)
+    same, why = verdicts[key]
     if not same:
         if _offset_form(layer):
             return None, "no opgen module for the offset form: it computes RMSNorm times (1 + weight) (Gemma's)"
+        if isinstance(layer, nn.LayerNorm):
+            why += (" (a LayerNorm subclass that does not normalize the last dims, e.g. channels-first as "
+                    "ConvNeXt's data_format='channels_first' or timm's LayerNorm2d: no opgen module for that form)")
         return None, f"computes something else than {type(candidate.reference()).__name__}: {why}"
     with torch.device("meta"):
         new = candidate.build()
@@ -280,14 +299,14 @@ def apply(model: nn.Module, *, types: Optional[Iterable[type]] = None, fuse_grou
     root = _unwrap(model)
     report = SwapReport()
     slots = _slots(root)
-    decided: dict = {}
+    decided, verdicts = {}, {}
     for name, layer in root.named_modules():
         if not name or not _looks_like_norm(layer):
             continue
         if types is not None and not isinstance(layer, tuple(types)):
             report.left[name] = f"{type(layer).__name__} not in types"
             continue
-        new, why = _decide(layer, ot)
+        new, why = _decide(layer, ot, verdicts)
         if new is None:
             report.left[name] = why
             continue
@@ -325,7 +344,8 @@ def _fuse_group_norm_swish(root: nn.Module, report: SwapReport, ot) -> None:
                 report.left[names[id(norm)] + " (fusion)"] = "not fused: its SiLU or the norm is also used elsewhere"
                 continue
             with torch.device("meta"):
-                swish = ot.GroupNormSwish(norm.num_groups, norm.num_channels, eps=norm.eps, affine=norm.affine)
+                swish = ot.GroupNormSwish(norm.num_groups, norm.num_channels, eps=norm.eps, affine=norm.affine,
+                                          bias=norm.bias is not None)
             setattr(parent, first, _adopt(swish, norm))
             setattr(parent, second, nn.Identity())
             fused.add(names[id(norm)])

@@ -72,8 +72,8 @@ class GroupNorm(nn.GroupNorm):
     the weight's, another device) or torch's refusal of a dtype (float64)."""
 
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
-                 device=None, dtype=None):
-        super().__init__(num_groups, num_channels, eps=eps, affine=affine, device=device, dtype=dtype)
+                 device=None, dtype=None, *, bias: bool = True):
+        super().__init__(num_groups, num_channels, eps=eps, affine=affine, device=device, dtype=dtype, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
         refuse_group_norm_input(x, self.num_groups, self.weight, self.bias, "opgen group_norm")

@@ -54,8 +54,8 @@ class GroupNormSwish(nn.GroupNorm):
     raises (refuse_group_norm_input)."""
 
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
-                 swish_scale: float = 1.0, device=None, dtype=None):
-        super().__init__(num_groups, num_channels, eps=eps, affine=affine, device=device, dtype=dtype)
+                 swish_scale: float = 1.0, device=None, dtype=None, *, bias: bool = True):
+        super().__init__(num_groups, num_channels, eps=eps, affine=affine, device=device, dtype=dtype, bias=bias)
         self.swish_scale = float(swish_scale)
 
     def forward(self, x: Tensor) -> Tensor:
