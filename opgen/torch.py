@@ -165,8 +165,12 @@ def refuse_other_devices(x: Tensor, *params: Tensor | None) -> None:
     """torch's RuntimeError for a module whose parameters or buffers are on another device
     than its input (checked only when they are not all CPU tensors: the common case costs
     two attribute reads a tensor)."""
-    if x.is_cpu and all(p is None or p.is_cpu for p in params):
-        return
+    if x.is_cpu:
+        for p in params:
+            if p is not None and not p.is_cpu:
+                break
+        else:
+            return
     for p in params:
         if p is not None and p.device != x.device:
             raise RuntimeError(f"Tensor on device {p.device} is not on the expected device {x.device}!")
@@ -177,7 +181,7 @@ def refuse_normalized_shape(x: Tensor, shape: tuple, star: str, least: type = Ru
     and RMSNorm's wording: ``star`` is "*, " for LayerNorm, "*" for RMSNorm), and, for
     RMSNorm, its ValueError (``least``) for an input with fewer dims than ``shape``."""
     n = len(shape)
-    if x.dim() >= n and tuple(x.shape[x.dim() - n:]) == shape:
+    if x.shape[-n:] == shape:    # torch.Size is a tuple; a shorter x gives a shorter slice
         return
     if least is not RuntimeError and x.dim() < n:
         raise least(f"Input tensor must have at least {n} dimensions, but got {x.dim()}")

@@ -303,6 +303,9 @@ def apply(model: nn.Module, *, types: Optional[Iterable[type]] = None, fuse_grou
     for name, layer in root.named_modules():
         if not name or not _looks_like_norm(layer):
             continue
+        if type(layer).__module__.startswith("opgen."):
+            report.left[name] = f"already opgen.torch.{type(layer).__name__}"
+            continue
         if types is not None and not isinstance(layer, tuple(types)):
             report.left[name] = f"{type(layer).__name__} not in types"
             continue

@@ -100,6 +100,8 @@ def test_apply_swaps_by_formula_and_reports_the_rest():
     assert (zoo.ln.eps, zoo.rms.eps, zoo.llama.eps, zoo.bn.momentum) == (1e-4, None, 1e-6, 0.3)
     assert zoo.gn.weight is None and not zoo.gn.affine
     assert "opgen.torch" in str(report) and "left gemma" in str(report)
+    again = ot.apply(zoo)                           # a second apply changes nothing
+    assert not again.swapped and all(again.left[n].startswith("already opgen.torch") for n in report.swapped)
 
 
 def test_swapped_layers_compute_what_they_did(opgen_calls):

@@ -89,12 +89,13 @@ class BatchNorm2d(nn.BatchNorm2d):
         """torch.nn.BatchNorm2d's RuntimeError for a channel count that is not the module's
         (its wording: the running mean's, else the weight's), then the dtype and device
         refusals: what opgen's aclnnBatchNorm would refuse with an aclnn status code."""
-        for name in ("running_mean", "weight"):
-            held = getattr(self, name)
-            if held is not None and held.numel() != x.shape[1]:
-                raise RuntimeError(f"{name} should contain {x.shape[1]} elements not {held.numel()}")
+        held = self._buffers.get("running_mean"), self._parameters.get("weight")   # no nn.Module __getattr__
+        channels = x.shape[1]
+        for name, tensor in zip(("running_mean", "weight"), held):
+            if tensor is not None and tensor.shape[0] != channels:
+                raise RuntimeError(f"{name} should contain {channels} elements not {tensor.numel()}")
         opgen_torch.refuse_dtype(x, "opgen batch_norm")
-        opgen_torch.refuse_other_devices(x, self.weight, self.bias, self.running_mean, self.running_var)
+        opgen_torch.refuse_other_devices(x, *held, self._parameters.get("bias"), self._buffers.get("running_var"))
 
     @torch.no_grad()
     def _update_running(self, x: Tensor, mean: Tensor, invstd: Tensor, factor: float) -> None:

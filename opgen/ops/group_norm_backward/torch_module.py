@@ -50,13 +50,14 @@ def refuse_group_norm_input(x: Tensor, groups: int, weight: Tensor | None, bias:
     then ATen's group_norm checks), for what opgen's aclnnGroupNorm would refuse with an
     aclnn status code instead; then the dtype and device refusals. Shared with
     GroupNormSwish (a GroupNorm too)."""
-    if x.dim() < 2:
-        raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received {x.dim()}")
-    channels = x.shape[1]
+    shape = x.shape     # read once: each read is a call into torch
+    if len(shape) < 2:
+        raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received {len(shape)}")
+    channels = shape[1]
     if channels % groups:
         raise RuntimeError(f"Expected number of channels in input to be divisible by num_groups, but got input of "
-                           f"shape {list(x.shape)} and num_groups={groups}")
-    if weight is not None and (weight.dim() != 1 or weight.numel() != channels):
+                           f"shape {list(shape)} and num_groups={groups}")
+    if weight is not None and weight.shape != (channels,):
         raise RuntimeError(f"Expected weight to be a vector of size equal to the number of channels in input, but "
                            f"got weight of shape {list(weight.shape)} and input of shape {list(x.shape)}")
     opgen_torch.refuse_dtype(x, kernel)
