@@ -140,7 +140,7 @@ def _cases():
                 x, w, b, s[0], s[1], s[2] * s[3], 8, 1e-5)}
     for dtype in (torch.float32, torch.bfloat16):
         x = torch.randn(4096, 4096).to(dtype)
-        ours = ot.RMSNorm(4096, dtype=dtype)
+        ours = ot.RMSNorm(4096, eps=1e-6, dtype=dtype)
         theirs = torch.nn.RMSNorm(4096, eps=1e-6, dtype=dtype)
         theirs.load_state_dict(ours.state_dict())
         yield f"RMSNorm 4096x4096 {str(dtype).replace('torch.', '')}", {

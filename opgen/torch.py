@@ -31,6 +31,8 @@ import importlib
 import importlib.util
 from contextlib import contextmanager
 import functools
+import logging
+import time
 from types import SimpleNamespace
 from typing import Optional
 
@@ -112,12 +114,90 @@ def _annotation(param) -> str:
     return "list[bool]" if param.role == MASK else _ANNOTATION[param.value_type]
 
 
+LOG = logging.getLogger("opgen.torch")
+"""The torch layer's logger: the first slow call (a kernel build) says so once per process."""
+
+_FIRST_USE = {"announced": False, "quiet": False}
+FIRST_USE_SECONDS = 0.5
+"""A first call at a dtype slower than this built kernels (a warm call takes microseconds)."""
+
+
+def _first_use(op, dtype, seconds: float) -> None:
+    """Say once per process that the first call of an op at a new dtype built its kernels,
+    and how to pay that ahead (precompile); silent while precompile itself runs."""
+    if seconds < FIRST_USE_SECONDS or _FIRST_USE["announced"] or _FIRST_USE["quiet"]:
+        return
+    _FIRST_USE["announced"] = True
+    LOG.warning("opgen built kernels for %s at %s on its first call (%.1f s); every opgen module builds "
+                "its kernels on its first call at a new dtype (about 2 s each, once per process and "
+                "cached on disk): call opgen.torch.precompile(model, example_input) before training to pay "
+                "it ahead (this message is shown once)", op.name, str(dtype).replace("torch.", ""), seconds)
+
+
+@contextmanager
+def _quiet_first_use():
+    """No first-use message while precompile builds the kernels on purpose."""
+    before, _FIRST_USE["quiet"] = _FIRST_USE["quiet"], True
+    try:
+        yield
+    finally:
+        _FIRST_USE["quiet"] = before
+
+
+_DTYPE_NAMES = {torch.float64: "Double", torch.int64: "Long", torch.int32: "Int", torch.int16: "Short",
+                torch.int8: "Char", torch.uint8: "Byte", torch.bool: "Bool", torch.complex64: "ComplexFloat",
+                torch.complex128: "ComplexDouble"}
+KERNEL_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+"""The dtypes opgen's norm kernels take (CANN's combos: no float64, no integers)."""
+
+
+def refuse_dtype(x: Tensor, kernel: str) -> None:
+    """Refuse data opgen has no kernel for the way torch refuses a dtype it has no kernel
+    for: NotImplementedError, ``"<kernel>" not implemented for 'Double'`` (torch's
+    AT_DISPATCH wording), rather than an AclnnError with an aclnn status code."""
+    if x.dtype not in KERNEL_DTYPES:
+        name = _DTYPE_NAMES.get(x.dtype, str(x.dtype).replace("torch.", ""))
+        raise NotImplementedError(f'"{kernel}" not implemented for \'{name}\' (opgen\'s kernels take float32, '
+                                  f'float16 and bfloat16; use torch.nn\'s module for float64)')
+
+
+def refuse_other_devices(x: Tensor, *params: Tensor | None) -> None:
+    """torch's RuntimeError for a module whose parameters or buffers are on another device
+    than its input (checked only when they are not all CPU tensors: the common case costs
+    two attribute reads a tensor)."""
+    if x.is_cpu:
+        for p in params:
+            if p is not None and not p.is_cpu:
+                break
+        else:
+            return
+    for p in params:
+        if p is not None and p.device != x.device:
+            raise RuntimeError(f"Tensor on device {p.device} is not on the expected device {x.device}!")
+
+
+def refuse_normalized_shape(x: Tensor, shape: tuple, star: str, least: type = RuntimeError) -> None:
+    """torch's RuntimeError for an input whose trailing dims are not ``shape`` (LayerNorm's
+    and RMSNorm's wording: ``star`` is "*, " for LayerNorm, "*" for RMSNorm), and, for
+    RMSNorm, its ValueError (``least``) for an input with fewer dims than ``shape``."""
+    n = len(shape)
+    if x.shape[-n:] == shape:    # torch.Size is a tuple; a shorter x gives a shorter slice
+        return
+    if least is not RuntimeError and x.dim() < n:
+        raise least(f"Input tensor must have at least {n} dimensions, but got {x.dim()}")
+    listed = ", ".join(str(s) for s in shape)
+    raise RuntimeError(f"Given normalized_shape=[{listed}], expected input with shape [{star}{listed}], "
+                       f"but got input of size{list(x.shape)}")
+
+
 def _runner(op):
     """The custom op's real implementation, ``run(values)``: the Pythonic call, on the
     tensors' device. The positions of the op's tensor inputs are found once, so a call
-    looks only at those."""
+    looks only at those. The first call at each dtype is timed: a slow one built kernels
+    (_first_use)."""
     positions = tuple(i for i, p in enumerate(api.positional(op)) if p.role == INPUT)
     nothing = (None,) * len(op.outputs)
+    seen_dtypes: set = set()
 
     def run(values: tuple) -> tuple:
         first, contiguous = None, True
@@ -128,6 +208,8 @@ def _runner(op):
                 contiguous = contiguous and value.is_contiguous()
         if not contiguous:   # the kernel reads them in place
             values = tuple(v.contiguous() if isinstance(v, Tensor) else v for v in values)
+        if first.dtype not in seen_dtypes:
+            return _timed_first_call(run, values, first.dtype)
         current = config.get_target()
         # _on's common case without its context manager (a CPU tensor's device type read
         # as is_cpu: 0.05 µs, against 0.3 for device.type)
@@ -140,6 +222,14 @@ def _runner(op):
             if out is None:   # a custom op returns tensors, never None
                 return tuple(o if o is not None else first.new_empty((0,)) for o in outs)
         return outs
+
+    def _timed_first_call(run, values: tuple, dtype) -> tuple:
+        seen_dtypes.add(dtype)
+        start = time.perf_counter()
+        try:
+            return run(values)
+        finally:
+            _first_use(op, dtype, time.perf_counter() - start)
     return run
 
 
@@ -232,3 +322,8 @@ for _op in all_ops():
 # than on a second pool whose threads fight torch's for the cores (targets/llvm_threads.py).
 for _target in targets.all_targets():
     _target.share_host_threads()
+
+# opgen.torch.apply / precompile: the model-wide swap (its own module, loaded with this one).
+from opgen.torch_swap import SwapReport, apply, precompile  # noqa: E402
+
+__all__ += ["SwapReport", "apply", "precompile"]

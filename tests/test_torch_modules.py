@@ -71,7 +71,7 @@ def test_state_dicts_are_torch_nn_ones():
 @pytest.mark.parametrize("shape", [(32,), (6, 32)])
 def test_rms_norm_f32_matches_torch(shape, opgen_calls):
     torch.manual_seed(1)
-    ours, theirs = _pair(ot.RMSNorm(shape), torch.nn.RMSNorm(shape, eps=1e-6))
+    ours, theirs = _pair(ot.RMSNorm(shape), torch.nn.RMSNorm(shape))
     x, dy = torch.randn(4, 6, 32), torch.randn(4, 6, 32)
     torch.testing.assert_close(ours(x), theirs(x))
     for a, b in zip(_grads(ours, x, dy), _grads(theirs, x, dy)):
@@ -81,7 +81,7 @@ def test_rms_norm_f32_matches_torch(shape, opgen_calls):
 
 def test_rms_norm_without_weight_matches_torch():
     torch.manual_seed(7)
-    ours, theirs = ot.RMSNorm(24, elementwise_affine=False), torch.nn.RMSNorm(24, eps=1e-6, elementwise_affine=False)
+    ours, theirs = ot.RMSNorm(24, elementwise_affine=False), torch.nn.RMSNorm(24, elementwise_affine=False)
     x, dy = torch.randn(5, 24), torch.randn(5, 24)
     torch.testing.assert_close(_grads(ours, x, dy)[0], _grads(theirs, x, dy)[0], rtol=1e-4, atol=1e-5)
 
@@ -116,7 +116,7 @@ def test_bf16_within_tolerance_of_float64(kind):
     torch.manual_seed(4)
     if kind == "rms":
         make, x = (lambda cls, dt: cls(64, eps=1e-6, dtype=dt)), torch.randn(8, 64)
-        ours = ot.RMSNorm(64, dtype=torch.bfloat16)
+        ours = ot.RMSNorm(64, eps=1e-6, dtype=torch.bfloat16)
     else:
         make, x = (lambda cls, dt: cls(4, 16, dtype=dt)), torch.randn(2, 16, 6, 6)
         ours = ot.GroupNorm(4, 16, dtype=torch.bfloat16)
@@ -210,7 +210,7 @@ def test_forward_outputs_match_torch_modules(kind, shape, size, dtype, opgen_cal
     half modules round intermediate results too)."""
     torch.manual_seed(8)
     if kind == "rms":
-        ours, theirs = _pair(ot.RMSNorm(size, dtype=dtype), torch.nn.RMSNorm(size, eps=1e-6, dtype=dtype))
+        ours, theirs = _pair(ot.RMSNorm(size, dtype=dtype), torch.nn.RMSNorm(size, dtype=dtype))
     elif kind == "layer":
         ours, theirs = _pair(ot.LayerNorm(size, dtype=dtype), torch.nn.LayerNorm(size, dtype=dtype))
     else:
@@ -397,3 +397,67 @@ def test_empty_inputs_match_torch_modules(kind, shape, training):
         torch.testing.assert_close(a, b, equal_nan=True)
     for a, b in zip(ours.buffers(), theirs.buffers()):
         torch.testing.assert_close(a, b)
+
+
+# --- torch's conventions (issue 39): defaults, and mistakes raise what torch.nn's module raises ----------
+
+
+@pytest.mark.parametrize("name", ["RMSNorm", "LayerNorm", "GroupNorm", "BatchNorm2d"])
+def test_constructor_defaults_are_torch_nn_ones(name):
+    """Same parameters and defaults as torch.nn's class (RMSNorm's eps=None: the input dtype's
+    machine epsilon), so a model written for torch.nn gets the same layer."""
+    import inspect
+
+    ours, theirs = inspect.signature(getattr(ot, name)), inspect.signature(getattr(torch.nn, name))
+    assert [(p.name, p.default) for p in ours.parameters.values()] == \
+        [(p.name, p.default) for p in theirs.parameters.values()]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_rms_norm_default_eps_is_the_dtypes_machine_epsilon(dtype):
+    torch.manual_seed(13)
+    ours, theirs = _pair(ot.RMSNorm(16, dtype=dtype), torch.nn.RMSNorm(16, dtype=dtype))
+    assert ours.eps is None and theirs.eps is None
+    x = torch.randn(4, 16).to(dtype) * 1e-4       # small values: the eps shows
+    rtol, atol = _TOL[dtype]
+    torch.testing.assert_close(ours(x).double(), theirs(x).double(), rtol=rtol, atol=atol)
+
+
+_MISTAKES = [("RMSNorm", (8,), {}, (2, 7)), ("RMSNorm", ((6, 32),), {}, (2, 5, 32)), ("RMSNorm", ((6, 32),), {}, (32,)),
+             ("LayerNorm", (8,), {}, (2, 7)), ("LayerNorm", ((6, 32),), {}, (32,)),
+             ("GroupNorm", (2, 4), {}, (2, 5, 3)), ("GroupNorm", (2, 4), {}, (2, 6, 3)), ("GroupNorm", (2, 4), {}, (4,)),
+             ("GroupNormSwish", (2, 4), {}, (2, 6, 3)),
+             ("BatchNorm2d", (4,), {}, (2, 6, 3, 3)), ("BatchNorm2d", (4,), {"track_running_stats": False}, (2, 6, 3, 3)),
+             ("BatchNorm2d", (4,), {}, (2, 4, 3)),
+             ("RMSNorm", (8,), {"device": "meta"}, (2, 8)), ("LayerNorm", (8,), {"device": "meta"}, (2, 8)),
+             ("GroupNorm", (2, 4), {"device": "meta"}, (2, 4, 3)), ("BatchNorm2d", (4,), {"device": "meta"}, (2, 4, 3, 3))]
+
+
+@pytest.mark.parametrize("name,args,kwargs,shape", _MISTAKES,
+                         ids=[f"{n}{a}{''.join(k)}-{s}" for n, a, k, s in _MISTAKES])
+def test_mistakes_raise_what_torch_nn_raises(name, args, kwargs, shape):
+    """A wrong size, rank or device: torch.nn's module and opgen's raise the same exception
+    class with the same message (not an AclnnError with an aclnn status code).
+    GroupNormSwish is compared with torch.nn.GroupNorm, the norm it starts with."""
+    x = torch.randn(shape)
+    raised = []
+    for module in (getattr(torch.nn, name.replace("Swish", "")), getattr(ot, name)):
+        with pytest.raises(Exception) as caught:
+            module(*args, **kwargs)(x)
+        raised.append((type(caught.value), str(caught.value)))
+    assert raised[1] == raised[0]
+
+
+@pytest.mark.parametrize("name,args,shape", [("RMSNorm", (8,), (2, 8)), ("LayerNorm", (8,), (2, 8)),
+                                             ("GroupNorm", (2, 4), (2, 4, 3)), ("BatchNorm2d", (4,), (2, 4, 3, 3)),
+                                             ("GroupNormSwish", (2, 4), (2, 4, 3))])
+def test_float64_and_integers_are_refused_as_torch_refuses_a_dtype(name, args, shape):
+    """opgen has no float64 kernels: a float64 module refuses its input the way torch refuses
+    a dtype it has no kernel for (NotImplementedError, '"<kernel>" not implemented for
+    'Double''; torch's own for RMSNorm on int32 is checked to have that form)."""
+    with pytest.raises(NotImplementedError, match=r"^\"rms_norm\" not implemented for 'Int'$"):
+        torch.nn.RMSNorm(8)(torch.ones(2, 8, dtype=torch.int32))
+    with pytest.raises(NotImplementedError, match=r"^\"opgen [a-z_]+\" not implemented for 'Double'"):
+        getattr(ot, name)(*args, dtype=torch.float64)(torch.randn(shape, dtype=torch.float64))
+    with pytest.raises(NotImplementedError, match=r"^\"opgen [a-z_]+\" not implemented for 'Int'"):
+        getattr(ot, name)(*args)(torch.ones(shape, dtype=torch.int32))

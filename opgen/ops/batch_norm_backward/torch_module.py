@@ -70,6 +70,7 @@ class BatchNorm2d(nn.BatchNorm2d):
 
     def forward(self, x: Tensor) -> Tensor:
         self._check_input_dim(x)
+        self._refuse_like_torch(x)
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
             self.num_batches_tracked.add_(1)
@@ -83,6 +84,18 @@ class BatchNorm2d(nn.BatchNorm2d):
         if self.training and self.running_mean is not None and x.numel():
             self._update_running(x, save_mean, save_invstd, factor)
         return y
+
+    def _refuse_like_torch(self, x: Tensor) -> None:
+        """torch.nn.BatchNorm2d's RuntimeError for a channel count that is not the module's
+        (its wording: the running mean's, else the weight's), then the dtype and device
+        refusals: what opgen's aclnnBatchNorm would refuse with an aclnn status code."""
+        held = self._buffers.get("running_mean"), self._parameters.get("weight")   # no nn.Module __getattr__
+        channels = x.shape[1]
+        for name, tensor in zip(("running_mean", "weight"), held):
+            if tensor is not None and tensor.shape[0] != channels:
+                raise RuntimeError(f"{name} should contain {channels} elements not {tensor.numel()}")
+        opgen_torch.refuse_dtype(x, "opgen batch_norm")
+        opgen_torch.refuse_other_devices(x, *held, self._parameters.get("bias"), self._buffers.get("running_var"))
 
     @torch.no_grad()
     def _update_running(self, x: Tensor, mean: Tensor, invstd: Tensor, factor: float) -> None:

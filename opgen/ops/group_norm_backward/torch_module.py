@@ -45,17 +45,39 @@ class _GroupNormFunction(torch.autograd.Function):
                 None, None)
 
 
+def refuse_group_norm_input(x: Tensor, groups: int, weight: Tensor | None, bias: Tensor | None, kernel: str) -> None:
+    """torch.nn.GroupNorm's RuntimeErrors, in its order and words (F.group_norm's rank check,
+    then ATen's group_norm checks), for what opgen's aclnnGroupNorm would refuse with an
+    aclnn status code instead; then the dtype and device refusals. Shared with
+    GroupNormSwish (a GroupNorm too)."""
+    shape = x.shape     # read once: each read is a call into torch
+    if len(shape) < 2:
+        raise RuntimeError(f"Expected at least 2 dimensions for input tensor but received {len(shape)}")
+    channels = shape[1]
+    if channels % groups:
+        raise RuntimeError(f"Expected number of channels in input to be divisible by num_groups, but got input of "
+                           f"shape {list(shape)} and num_groups={groups}")
+    if weight is not None and weight.shape != (channels,):
+        raise RuntimeError(f"Expected weight to be a vector of size equal to the number of channels in input, but "
+                           f"got weight of shape {list(weight.shape)} and input of shape {list(x.shape)}")
+    opgen_torch.refuse_dtype(x, kernel)
+    opgen_torch.refuse_other_devices(x, weight, bias)
+
+
 class GroupNorm(nn.GroupNorm):
     """torch.nn.GroupNorm (same parameters and state_dict) whose forward and backward are
     opgen's aclnnGroupNorm and aclnnGroupNormBackward kernels. The statistics' dtype is the
     forward kernel's (float32 with half data where the product offers that row), so the
-    backward always gets a combo it has."""
+    backward always gets a combo it has. Inputs opgen cannot take raise what
+    torch.nn.GroupNorm raises (too few dims, channels not divisible by the groups or not
+    the weight's, another device) or torch's refusal of a dtype (float64)."""
 
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
-                 device=None, dtype=None):
-        super().__init__(num_groups, num_channels, eps=eps, affine=affine, device=device, dtype=dtype)
+                 device=None, dtype=None, *, bias: bool = True):
+        super().__init__(num_groups, num_channels, eps=eps, affine=affine, device=device, dtype=dtype, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
+        refuse_group_norm_input(x, self.num_groups, self.weight, self.bias, "opgen group_norm")
         return _GroupNormFunction.apply(x, self.weight, self.bias, self.num_groups, self.eps)
 
 

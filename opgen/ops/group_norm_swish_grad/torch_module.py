@@ -11,6 +11,7 @@ import torch
 from torch import Tensor, nn
 
 from opgen import torch as opgen_torch
+from opgen.ops.group_norm_backward.torch_module import refuse_group_norm_input
 
 
 class _GroupNormSwishFunction(torch.autograd.Function):
@@ -49,14 +50,16 @@ class _GroupNormSwishFunction(torch.autograd.Function):
 class GroupNormSwish(nn.GroupNorm):
     """torch.nn.GroupNorm (same parameters and state_dict: num_groups, num_channels, eps,
     affine) followed by Swish, ``y * sigmoid(swish_scale * y)``, whose backward is opgen's
-    aclnnGroupNormSwishGrad kernel."""
+    aclnnGroupNormSwishGrad kernel. Inputs opgen cannot take raise what torch.nn.GroupNorm
+    raises (refuse_group_norm_input)."""
 
     def __init__(self, num_groups: int, num_channels: int, eps: float = 1e-5, affine: bool = True,
-                 swish_scale: float = 1.0, device=None, dtype=None):
-        super().__init__(num_groups, num_channels, eps=eps, affine=affine, device=device, dtype=dtype)
+                 swish_scale: float = 1.0, device=None, dtype=None, *, bias: bool = True):
+        super().__init__(num_groups, num_channels, eps=eps, affine=affine, device=device, dtype=dtype, bias=bias)
         self.swish_scale = float(swish_scale)
 
     def forward(self, x: Tensor) -> Tensor:
+        refuse_group_norm_input(x, self.num_groups, self.weight, self.bias, "opgen group_norm_swish")
         return _GroupNormSwishFunction.apply(x, self.weight, self.bias, self.num_groups, self.eps, self.swish_scale)
 
     def extra_repr(self) -> str:

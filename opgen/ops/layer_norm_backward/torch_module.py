@@ -56,9 +56,14 @@ class _LayerNormFunction(torch.autograd.Function):
 class LayerNorm(nn.LayerNorm):
     """torch.nn.LayerNorm (same parameters, state_dict and extra_repr) whose forward and
     backward are opgen's aclnnLayerNorm and aclnnLayerNormBackward kernels; the output has
-    x's dtype, computed in float32 and rounded once."""
+    x's dtype, computed in float32 and rounded once. Inputs opgen cannot take raise what
+    torch.nn.LayerNorm raises (a wrong trailing shape, another device) or torch's refusal
+    of a dtype (float64)."""
 
     def forward(self, x: Tensor) -> Tensor:
+        opgen_torch.refuse_dtype(x, "opgen layer_norm")
+        opgen_torch.refuse_normalized_shape(x, self.normalized_shape, "*, ")
+        opgen_torch.refuse_other_devices(x, self.weight, self.bias)
         return _LayerNormFunction.apply(x, self.weight, self.bias, tuple(self.normalized_shape), self.eps)
 
 

@@ -43,17 +43,26 @@ class _RMSNormFunction(torch.autograd.Function):
         return dx, opgen_torch.as_dtype(dgamma, ctx.weight_dtype) if wanted else None, None, None
 
 
-class RMSNorm(nn.RMSNorm):
-    """torch.nn.RMSNorm (same parameters, state_dict, extra_repr) whose forward and backward
-    are opgen's aclnnRmsNorm and aclnnRmsNormGrad kernels. eps defaults to 1e-6 (opgen's
-    and CANN's); the output has x's dtype (CANN's combos), computed in float32."""
+_DEFAULT_EPS = torch.finfo(torch.float32).eps
+"""eps=None's value: torch.nn.RMSNorm's documentation says the input dtype's machine epsilon,
+but ATen's rms_norm takes the epsilon of the dtype it computes in (at::opmath_type: float32
+for float32, float16 and bfloat16 inputs, the only ones opgen's kernels take); measured
+equal to torch's output for bfloat16 (tests/test_torch_modules.py), where bfloat16's own
+epsilon (2**-7) would differ."""
 
-    def __init__(self, normalized_shape, eps: float | None = 1e-6, elementwise_affine: bool = True,
-                 device=None, dtype=None):
-        super().__init__(normalized_shape, eps=eps, elementwise_affine=elementwise_affine, device=device, dtype=dtype)
+
+class RMSNorm(nn.RMSNorm):
+    """torch.nn.RMSNorm (same parameters, state_dict, extra_repr and defaults: eps=None is
+    the machine epsilon torch computes with, float32's: _DEFAULT_EPS) whose forward and backward are opgen's
+    aclnnRmsNorm and aclnnRmsNormGrad kernels; the output has x's dtype (CANN's combos),
+    computed in float32. Inputs opgen cannot take raise what torch.nn.RMSNorm raises (a
+    wrong trailing shape, another device) or torch's refusal of a dtype (float64)."""
 
     def forward(self, x: Tensor) -> Tensor:
-        eps = self.eps if self.eps is not None else torch.finfo(x.dtype).eps
+        opgen_torch.refuse_dtype(x, "opgen rms_norm")
+        opgen_torch.refuse_normalized_shape(x, self.normalized_shape, "*", least=ValueError)
+        opgen_torch.refuse_other_devices(x, self.weight)
+        eps = self.eps if self.eps is not None else _DEFAULT_EPS
         return _RMSNormFunction.apply(x, self.weight, len(self.normalized_shape), eps)
 
 
