@@ -21,7 +21,7 @@ from opgen.apispec import INPUT, OUTPUT
 from opgen.ops import all_ops, get_op
 from opgen.ops.rms_norm_grad import Problem as RMSProblem
 
-from aclnn_helpers import base_args, phase_one, product
+from aclnn_helpers import base_args, offering, phase_one, product
 
 torch = pytest.importorskip("torch")
 
@@ -43,12 +43,6 @@ def _base(op_name: str) -> dict:
 def fresh_args(op) -> dict:
     """The op's base call with every array copied (a test may write or corrupt them)."""
     return {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in _base(op.name).items()}
-
-
-def offering(op) -> str:
-    """Ascend950 where the op is offered there, else the first product that offers it
-    (aclnnAdaLayerNormBackward: Atlas A3 and A2 only)."""
-    return "Ascend950" if "Ascend950" in op.products else next(iter(op.products))
 
 
 def first_phase(op, args):
