@@ -40,6 +40,14 @@ slower; ascend-emu: NOT EMITTED). The missing pattern is a *segmented row pass*:
 whose column sums restart every S rows (per-sample partials (B, H)), followed by small
 stages over (B, H) and sums over B.
 
+Precision: the per-sample sums run over S in one float32 accumulator each. Against ATen's
+cascade sum (``opgen compare --against aten``, f32 4x256x1152) gradScaleOut and gradShiftOut
+err 1.7 to 2.7 times as much (within the tolerance table, outside compare's library-ratio
+levels). Two remedies were measured and left out: a two-level sum (chunks of 32 steps: every
+compare row met) has guarded chunk loads with no linalg lowering (iree-cpu, ascend-mlir: NOT
+EMITTED), and a float64 accumulator has none on Ascend (ascend-mlir). A segmented row pass
+rule would sum each chunk of rows in its own partial, as the row rules already do.
+
 shift takes part in no output: its aclnn parameter is ``Param.validated_only`` (api.py), as
 CANN's kernel has no input for it (ada_layer_norm_grad_def.cpp). weightOptional and
 biasOptional may be null: ones and zeros, as CANN's op_api fills them.
