@@ -64,6 +64,11 @@ class Param:
     ops keep such an output REQUIRED whatever the flag), so the Pythonic layer passes a
     placeholder for it instead of None.
 
+    ``optional`` on an output: a null pointer is how a caller declines it (CANN's "when the
+    pointer is not null, the gradient is written", aclnnAdaLayerNormBackward's five outputs):
+    ApiSpec.wanted reads a null optional output as not asked for, as a false mask bit. The
+    Pythonic layer and opgen.torch pass no outputs by aclnn name, so they ask for it.
+
     ``validated_only``: an input the op's math never reads (LayerNormBackward's
     biasOptional): it has no kernel tensor (``kernel`` None, said explicitly so that a
     forgotten kernel name still fails here), the op's rules and the generic checks see it
@@ -240,10 +245,13 @@ class ApiSpec:
     def wanted(self, param: Param, values: Mapping) -> bool:
         """Whether output ``param`` is asked for by ``values`` (aclnn name -> argument, as
         read into a Call or as a caller passes it): its flag or its mask bit is true, or
-        it has neither. One reading for validation, the plan, the Pythonic layer and
+        it has neither; a null optional output (Param.optional) is not asked for. One
+        reading for validation, the plan, the Pythonic layer and
         opgen.torch's fake outputs. An argument of the wrong kind (a null mask, a flag that
         is no bool) counts as asking: the op's rules report it, and no output is skipped
         on the strength of a bad argument."""
+        if param.optional and param.role == OUTPUT and param.name in values and values[param.name] is None:
+            return False        # a null optional output: not asked for (only where the values hold outputs)
         if param.flag is not None:
             value = values.get(param.flag)
             return not isinstance(value, (bool, np.bool_)) or bool(value)

@@ -16,6 +16,12 @@ from opgen.dtypes import numpy_dtype
 from opgen.verify import compare_outputs
 
 
+def offering(op) -> str:
+    """A product that offers ``op``: Ascend950 where it does (every op but
+    aclnnAdaLayerNormBackward, which is Atlas A3/A2 only), else the first that does."""
+    return "Ascend950" if "Ascend950" in op.products else next(iter(op.products))
+
+
 @contextlib.contextmanager
 def product(name: str):
     """Run the body with ``name``'s rules, then restore the environment's choice."""

@@ -21,7 +21,7 @@ from opgen.apispec import INPUT, OUTPUT
 from opgen.ops import all_ops, get_op
 from opgen.ops.rms_norm_grad import Problem as RMSProblem
 
-from aclnn_helpers import base_args, phase_one, product
+from aclnn_helpers import base_args, offering, phase_one, product
 
 torch = pytest.importorskip("torch")
 
@@ -46,8 +46,8 @@ def fresh_args(op) -> dict:
 
 
 def first_phase(op, args):
-    """Phase one on Ascend950 (every op is offered there): (status, size, executor, message)."""
-    with product("Ascend950"):
+    """Phase one on a product offering the op: (status, size, executor, message)."""
+    with product(offering(op)):
         status, size, executor = phase_one(op, args)
     return status, size, executor, acl.aclGetRecentErrMsg() if status else ""
 

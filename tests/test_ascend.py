@@ -181,7 +181,7 @@ def test_scratch_tiles_are_what_the_expressions_need():
 
 
 def test_scratch_counts_are_tight_for_the_emitter(monkeypatch):
-    """Every op's kernel emits with the counted scratch tiles (else EmitError), and where
+    """Every emitted kernel emits with the counted scratch tiles (else EmitError), and where
     the count is above the one-tile floor, one fewer makes the emitter refuse: the count and
     the emitter's pool agree, so the UB budget holds exactly the pool."""
     from opgen import kernels
@@ -193,6 +193,8 @@ def test_scratch_counts_are_tight_for_the_emitter(monkeypatch):
     counted, tight = ascend_rules.scratch_tiles, 0
     for op in all_ops():
         for combo in op.combos:
+            if isinstance(kernels.matching_rule(op, combo, A2), ascend_rules.Unsupported):
+                continue    # no pattern takes it (AdaLayerNormBackward): nothing is emitted
             mod, symbol = kernels.scheduled_module(op, combo, A2, "default", kernels.kernel_point(op, combo, A2, None))
             func = mod[symbol]
             monkeypatch.setattr(ascend_rules, "scratch_tiles", counted)

@@ -15,7 +15,7 @@ import pytest
 import tvm
 from tvm import te
 
-from aclnn_helpers import assert_matches, base_args, run_both
+from aclnn_helpers import assert_matches, base_args, offering, product, run_both
 from tiers import covering, tiered
 from opgen import config, kernels, verify
 from opgen.ops import all_ops, get_op
@@ -185,7 +185,7 @@ def test_iree_matches_the_reference_on_every_sample_problem(op, combo, rng):
 @needs_iree
 @pytest.mark.parametrize("op", all_ops(), ids=lambda op: op.name)
 def test_aclnn_runs_on_iree(op, rng):
-    with config.using_target("iree-cpu"):
+    with product(offering(op)), config.using_target("iree-cpu"):
         for combo in op.combos[:2]:
             problem = op.problems[1]
             args, arrays = base_args(op, problem, combo, rng)
