@@ -23,8 +23,12 @@ INT32 = "int32"
 INT8 = "int8"
 ALL_INTS = (INT32, INT8)
 ALL_DTYPES = ALL_FLOATS + ALL_INTS
+# HiFloat8: an 8-bit output format of CANN's (ACL_HIFLOAT8), stored as uint8 codes; its numpy
+# codec is opgen.hifloat8. Not in ALL_DTYPES yet: no target stores it (see docs/specs of
+# aclnnRmsNormGradQuant), so no DtypeCombo may name it.
+HIFLOAT8 = "hifloat8"
 
-SHORT_NAMES = {FLOAT32: "f32", FLOAT16: "f16", BFLOAT16: "bf16", INT32: "i32", INT8: "i8"}
+SHORT_NAMES = {FLOAT32: "f32", FLOAT16: "f16", BFLOAT16: "bf16", INT32: "i32", INT8: "i8", HIFLOAT8: "hif8"}
 # bfloat16's is ml_dtypes', added on the first request (numpy_dtype): importing ml_dtypes
 # costs more than the rest of ``import opgen.torch`` besides torch (see opgen.lazy).
 NUMPY_DTYPES = {
@@ -33,7 +37,8 @@ NUMPY_DTYPES = {
     INT32: np.dtype(np.int32),
     INT8: np.dtype(np.int8),
 }
-CANN_NAMES = {FLOAT32: "FLOAT32", FLOAT16: "FLOAT16", BFLOAT16: "BFLOAT16", INT32: "INT32", INT8: "INT8"}
+CANN_NAMES = {FLOAT32: "FLOAT32", FLOAT16: "FLOAT16", BFLOAT16: "BFLOAT16", INT32: "INT32", INT8: "INT8",
+              HIFLOAT8: "HIFLOAT8"}
 _NAMES = {dt: name for name, dt in NUMPY_DTYPES.items()}
 
 
