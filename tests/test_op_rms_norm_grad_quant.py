@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 import opgen
-from opgen import acl, aclnn, derive, kernels
+from opgen import derive, kernels
 from opgen.ops import get_op
 from opgen.ops.rms_norm_grad_quant import Problem
 from opgen.ops.rms_norm_grad_quant import reference as ref
-from opgen.verify import run_and_compare
+from opgen.verify import compare_outputs, run_and_compare
 
 from aclnn_helpers import assert_matches, base_args, product, run_both
 from op_checks import assert_all_pass
@@ -52,11 +52,12 @@ def test_quantize_rounds_half_to_even_and_saturates():
     assert ref.quantize(np.array([1.0, -1.0]), np.array([0.25]), np.array([3], np.int32), False).tolist() == [3, 3]
 
 
-def test_reference_dx_is_rms_norm_grads_scaled_and_unrounded(rng):
+@pytest.mark.parametrize("seed", range(5))
+def test_reference_dx_is_rms_norm_grads_scaled_and_unrounded(seed):
     from opgen.ops.rms_norm_grad.reference import rms_norm_grad
 
     problem = Problem((64, 256), 1, False)
-    arrays = OP.random_inputs(problem, OP.combo("f32-f32-f32-i8"), rng)
+    arrays = OP.random_inputs(problem, OP.combo("f32-f32-f32-i8"), np.random.default_rng(seed))
     got = OP.reference(problem, arrays)["dx"]
     dx, _ = rms_norm_grad(arrays["dy"], arrays["x"], arrays["rstd"], arrays["gamma"])
     want = np.clip(dx * float(arrays["scales_x"][0]) + int(arrays["offset_x"][0]), -128, 127)
@@ -194,9 +195,9 @@ def test_the_pythonic_function_allocates_int8_dx(rng):
         dx, dgamma = opgen.rms_norm_grad_quant(arrays["dy"], arrays["x"], arrays["rstd"], arrays["gamma"],
                                                arrays["scales_x"], arrays["offset_x"], div_mode=False)
         assert dx.dtype == np.int8 and dgamma.dtype == np.float32
-        assert_all_pass(__import__("opgen.verify", fromlist=["x"]).compare_outputs(
-            OP, OP.combo("f32-f32-f32-i8"), {"dx": np.asarray(dx), "dgamma": np.asarray(dgamma)},
-            OP.reference(problem, arrays)), "pythonic")
+        outputs = {"dx": np.asarray(dx), "dgamma": np.asarray(dgamma)}
+        assert_all_pass(compare_outputs(OP, OP.combo("f32-f32-f32-i8"), outputs, OP.reference(problem, arrays)),
+                        "pythonic")
 
 
 # --------------------------------------------------------------------- the proof
@@ -224,7 +225,6 @@ def test_swapped_div_mode_branches_fail_the_proof(monkeypatch):
 def test_the_torch_composite_peer_matches_the_reference(rng):
     pytest.importorskip("torch")
     from opgen import baselines
-    from opgen.verify import compare_outputs
 
     for problem in (Problem((6, 96), 1, True), Problem((6, 96), 1, False)):
         arrays = OP.random_inputs(problem, OP.combo("f32-f32-f32-i8"), rng)

@@ -90,8 +90,7 @@ def _rules() -> tuple:
         Rule(ACLNN_ERR_INNER_TILING_ERROR, _SHAPE_DOC + " (CheckShapeDimNum: dy 2-8 dims; rstd, gamma 1-7)",
              _check_ranks, (
                  Violation("1-d dy/x/dxOut with 0-d rstd", set_args(
-                     dy=lambda a: a["dy"].reshape(-1)[: a["gamma"].size], x=lambda a: a["x"].reshape(-1)[: a["gamma"].size],
-                     dxOut=lambda a: a["dxOut"].reshape(-1)[: a["gamma"].size],
+                     **{n: (lambda n: lambda a: a[n].reshape(-1)[: a["gamma"].size])(n) for n in ("dy", "x", "dxOut")},
                      rstd=lambda a: a["rstd"].reshape(-1)[:1].reshape(()))),
                  Violation("9-d dy/x/dxOut", set_args(**{n: (lambda n: lambda a: a[n].reshape((1,) * 8 + (-1,)))(n)
                                                          for n in ("dy", "x", "dxOut")})),

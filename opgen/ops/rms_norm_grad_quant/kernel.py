@@ -81,9 +81,10 @@ class Problem(TrailingAxesProblem):
 
 def random_inputs(problem: Problem, combo: DtypeCombo, rng: np.random.Generator) -> dict:
     """RmsNormGrad's inputs (rstd the true 1/rms of x), a scale that spreads dx over int8's
-    range with some saturation (|dx| reaches ~4, times 20-50), and an offset in [-10, 10]."""
+    range with some saturation (|dx| reaches ~4-6 over a few thousand elements, times 30-60),
+    and an offset in [-10, 10]."""
     arrays = grad_kernel.random_inputs(problem, combo, rng)
-    factor = rng.uniform(20.0, 50.0)
+    factor = rng.uniform(30.0, 60.0)
     scale = 1.0 / factor if problem.divMode else factor
     arrays["scales_x"] = np.array([scale]).astype(numpy_dtype(combo["scales_x"]))
     arrays["offset_x"] = np.array([rng.integers(-10, 11)], numpy_dtype(combo["offset_x"]))
