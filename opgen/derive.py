@@ -82,13 +82,15 @@ def _compare(tensor, expected: dict, translator: Translator, bind: dict) -> dict
     return bad
 
 
-def prove(op_name: str, combo_tag: str = "f32-f32", cases=None) -> ProofReport:
-    """Translate the op's TE for each case and compare every output with sympy's gradient."""
+def prove(op_name: str, combo_tag: str | None = None, cases=None) -> ProofReport:
+    """Translate the op's TE for each case and compare every output with sympy's gradient
+    (``combo_tag`` None: the model's own, ProofModel.combo)."""
     spec = get_op(op_name)
-    tensors = spec.compute(spec.combo(combo_tag))
-    by_name = dict(zip(spec.inputs + spec.outputs, tensors))
     if spec.model is None:
         raise LookupError(f"{op_name} has no forward model (its OpSpec.model): nothing to prove it against")
+    combo_tag = combo_tag or spec.model.combo
+    tensors = spec.compute(spec.combo(combo_tag))
+    by_name = dict(zip(spec.inputs + spec.outputs, tensors))
     results = []
     for dims in cases or spec.model.cases:
         sizes, truth = dict(zip(spec.model.extents, dims)), spec.model.truth(*dims)

@@ -37,10 +37,12 @@ from dataclasses import asdict, dataclass
 import ml_dtypes
 import numpy as np
 
-from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype, ulp
+from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, INT8, int_range, is_integer, numpy_dtype, ulp
 from opgen.verify import TOLERANCES
 
-MERE_T = {FLOAT32: 2.0 ** -13, FLOAT16: 2.0 ** -10, BFLOAT16: 2.0 ** -7}
+# A quantized output's threshold is that of its precision: int8 (7 bits and a sign) as
+# bfloat16's 8-bit significand.
+MERE_T = {FLOAT32: 2.0 ** -13, FLOAT16: 2.0 ** -10, BFLOAT16: 2.0 ** -7, INT8: 2.0 ** -7}
 LEVELS = (("L2", (2.0, 1.2, 1.2)), ("L1", (5.0, 1.5, 1.5)), ("L0", (10.0, 2.0, 2.0)))  # MARE, MERE, RMSE
 FLOOR = 2.0 ** -10  # relative-error denominator floor, as a fraction of the output's RMS
 
@@ -100,7 +102,10 @@ def errors(out, ref, data_dtype: str, out_dtype: str) -> Errors:
 
 
 def unit_roundoff(dtype: str) -> float:
-    """Half the spacing at 1 (2^-24 for f32): the relative error of correct rounding."""
+    """Half the spacing at 1 (2^-24 for f32): the relative error of correct rounding. An
+    integer's: half a step relative to its largest value (~2^-8 for int8)."""
+    if is_integer(dtype):
+        return 0.5 / int_range(dtype)[1]
     return float(ml_dtypes.finfo(numpy_dtype(dtype)).eps) / 2
 
 

@@ -6,6 +6,11 @@ reductions become explicit finite sums and every input element becomes a Symbol
 (``dy_0_1``). Any node it does not know raises ``UnsupportedNode``: an unknown node must stop
 the proof, never be guessed. Casts translate to identity and float constants to the exact
 rational of their stored value: rounding is the numeric tests' job, algebra is this one's.
+A quantizing stage (round to an integer, saturate, cast to an integer dtype) translates the
+same way: the rounding call is identity, the saturation Max/Min, and the float -> integer
+cast is allowed only of a value so rounded (any other truncates, and stops the proof). A
+condition on data (a mode flag read from a (1,) input) becomes a Piecewise, which the
+truth's bindings of that input decide.
 
 The rest is what an op's forward model (its package's ``model.py``) is written with:
 symbols over a grid, sympy's gradient of L = sum(dy * y) with each (var + eps) subtree
@@ -37,6 +42,8 @@ MATH_CALLS = {
     "tirx.rsqrt": lambda a: 1 / sympy.sqrt(a),
     "tirx.sqrt": sympy.sqrt,
 }
+# Rounding to an integer (te.nearbyint, te.round): identity, as a cast is; what it rounds is proved.
+ROUNDING_CALLS = frozenset({"tirx.nearbyint", "tirx.round"})
 
 
 class UnsupportedNode(TypeError):
@@ -62,7 +69,7 @@ class Translator:
     """TE tensor element -> sympy expression, for one assignment of the symbolic extents."""
 
     _BINARY = {tirx.Add: lambda a, b: a + b, tirx.Sub: lambda a, b: a - b,
-               tirx.Mul: lambda a, b: a * b}
+               tirx.Mul: lambda a, b: a * b, tirx.Max: sympy.Max, tirx.Min: sympy.Min}
 
     def __init__(self, sizes: dict[str, int]):
         self.sizes = dict(sizes)
@@ -122,27 +129,35 @@ class Translator:
         if isinstance(node, ir.Call) and isinstance(node.op, ir.Op) and node.op.name in MATH_CALLS:
             (arg,) = node.args
             return MATH_CALLS[node.op.name](self.expr(arg, env))
+        if isinstance(node, ir.Call) and isinstance(node.op, ir.Op) and node.op.name in ROUNDING_CALLS:
+            (arg,) = node.args
+            return self.expr(arg, env)
         if isinstance(node, ir.Call) and isinstance(node.op, ir.Op) and node.op.name.endswith("if_then_else"):
             return self._if_then_else(node, env)
         raise UnsupportedNode(f"no sympy translation for {kind.__module__}.{kind.__name__}: {node}")
 
-    _COMPARE = {tirx.GT: lambda a, b: a > b, tirx.GE: lambda a, b: a >= b, tirx.LT: lambda a, b: a < b,
-                tirx.LE: lambda a, b: a <= b, tirx.EQ: lambda a, b: a == b, tirx.NE: lambda a, b: a != b}
+    _COMPARE = {tirx.GT: sympy.Gt, tirx.GE: sympy.Ge, tirx.LT: sympy.Lt,
+                tirx.LE: sympy.Le, tirx.EQ: sympy.Eq, tirx.NE: sympy.Ne}
 
     def _if_then_else(self, node, env):
         """``if_then_else(cond, a, b)`` whose condition compares integers the concrete sizes
         decide (a guard such as ``N * HW > 0`` around a load that an empty tensor would put
-        out of bounds): the branch it takes. A condition on data is refused."""
+        out of bounds): the branch it takes. A condition on data (a mode flag input) is a
+        Piecewise of both branches; the truth's bindings of that input decide it."""
         cond, then, other = node.args
         compare = self._COMPARE.get(type(cond))
         if compare is None:
-            raise UnsupportedNode(f"if_then_else condition {cond} is no integer comparison")
-        decided = compare(self.integer(cond.a, env), self.integer(cond.b, env))
-        return self.expr(then if decided else other, env)
+            raise UnsupportedNode(f"if_then_else condition {cond} is no comparison")
+        relation = compare(self.expr(cond.a, env), self.expr(cond.b, env))
+        if relation in (sympy.true, sympy.false):
+            return self.expr(then if relation == sympy.true else other, env)
+        return sympy.Piecewise((self.expr(then, env), relation), (self.expr(other, env), True))
 
     def _cast(self, node, env):
-        """Casts are identity: rounding to the stored dtype is outside the algebraic proof."""
-        if _is_float(node.value) and not _is_float(node):
+        """Casts are identity: rounding to the stored dtype is outside the algebraic proof. A
+        float -> integer cast is allowed only of a value rounded to an integer first (a
+        quantization: ``_rounded``); any other truncates."""
+        if _is_float(node.value) and not _is_float(node) and not _rounded(node.value):
             raise UnsupportedNode(f"float -> {node.ty} cast truncates: {node}")
         return self.expr(node.value, env)
 
@@ -163,6 +178,14 @@ class Translator:
             inner = {**env, **{_key(iv.var): sympy.Integer(p) for iv, p in zip(node.axis, point)}}
             terms.append(self.expr(node.source[0], inner))
         return sympy.Add(*terms)
+
+
+def _rounded(node) -> bool:
+    """Whether ``node`` is a rounding call, or a Max/Min (saturation) of rounded values and
+    constants: a value whose cast to an integer dtype is exact."""
+    if isinstance(node, (tirx.Max, tirx.Min)):
+        return all(isinstance(arm, (tirx.FloatImm, tirx.IntImm)) or _rounded(arm) for arm in (node.a, node.b))
+    return isinstance(node, ir.Call) and isinstance(node.op, ir.Op) and node.op.name in ROUNDING_CALLS
 
 
 def _check_sum_combiner(node) -> None:
@@ -236,10 +259,14 @@ class ProofModel:
     model (sizes -> Truth), the sizes proved by default (small ones, and a degenerate one),
     and the checks of the formulas its documents print (no arguments -> [SeedCheck]).
     ``covers``: what the proof takes as symbolic, for its report (None: a backward's
-    default wording, opgen.derive.ProofReport)."""
+    default wording, opgen.derive.ProofReport). ``combo``: the tag of the dtype combo
+    proved (the all-float32 one). An extent that names no TE variable (a mode the truth
+    binds an input to, e.g. RmsNormGradQuant's ``div_mode``) is passed to ``truth`` and
+    ignored by the translator."""
 
     extents: tuple
     truth: Callable
     cases: tuple
     seed_checks: Callable | None = None
     covers: str | None = None
+    combo: str = "f32-f32"

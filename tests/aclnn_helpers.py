@@ -12,7 +12,7 @@ import contextlib
 import numpy as np
 
 from opgen import acl, aclnn, config
-from opgen.dtypes import numpy_dtype
+from opgen.dtypes import is_integer, numpy_dtype
 from opgen.verify import compare_outputs
 
 
@@ -30,6 +30,13 @@ def product(name: str):
         yield
     finally:
         config.reset()
+
+
+def float32_combo(op):
+    """The op's combo whose floating tensors are all float32 (integer ones as they are): the
+    one the generic tests call every op with (``f32-f32`` for most, ``f32-f32-f32-i8`` for a
+    quantizing op)."""
+    return next(c for c in op.combos if all(dt == "float32" or is_integer(dt) for _, dt in c.dtypes))
 
 
 def base_args(op, problem, combo, rng) -> tuple[dict, dict]:

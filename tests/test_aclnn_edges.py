@@ -21,7 +21,7 @@ from opgen.apispec import INPUT, OUTPUT
 from opgen.ops import all_ops, get_op
 from opgen.ops.rms_norm_grad import Problem as RMSProblem
 
-from aclnn_helpers import base_args, offering, phase_one, product
+from aclnn_helpers import base_args, float32_combo, offering, phase_one, product
 
 torch = pytest.importorskip("torch")
 
@@ -36,7 +36,7 @@ EDGE = settings(max_examples=40, deadline=None, derandomize=True, database=None,
 def _base(op_name: str) -> dict:
     """A valid call of the op on its first problem (float32), made once: tests copy it."""
     op = get_op(op_name)
-    args, _ = base_args(op, op.problems[0], op.combo("f32-f32"), np.random.default_rng(0))
+    args, _ = base_args(op, op.problems[0], float32_combo(op), np.random.default_rng(0))
     return args
 
 

@@ -16,7 +16,7 @@ from opgen.ops import all_ops, get_op
 from opgen.ops import group_norm_backward as gnb
 from opgen.ops import rms_norm_grad as rng_op
 
-from aclnn_helpers import base_args, phase_one, product
+from aclnn_helpers import base_args, float32_combo, phase_one, product
 
 BF16 = ml_dtypes.bfloat16
 OPS = [op for op in all_ops() if op.api is not None]
@@ -36,7 +36,7 @@ def _cases():
 
 @pytest.mark.parametrize("op,problem,prod,rule,violation", list(_cases()))
 def test_spec_violation(op, problem, prod, rule, violation):
-    combo = op.combo("f32-f32")
+    combo = float32_combo(op)
     with product(prod):
         args, _ = base_args(op, problem, combo, np.random.default_rng(0))
         violation.mutate(args)
@@ -51,7 +51,7 @@ def test_spec_violation(op, problem, prod, rule, violation):
 @pytest.mark.parametrize("prod", ["Ascend950", "AtlasA3", "AtlasA2", "AtlasInference", "AtlasTraining"])
 def test_base_call_valid_where_offered(op, prod):
     with product(prod):
-        args, _ = base_args(op, op.problems[0], op.combo("f32-f32"), np.random.default_rng(0))
+        args, _ = base_args(op, op.problems[0], float32_combo(op), np.random.default_rng(0))
         status, _, executor = phase_one(op, args)
     if prod in op.products:
         assert status == 0, acl.aclGetRecentErrMsg()

@@ -94,7 +94,8 @@ def test_math_intrinsics_translate_exactly():
 @pytest.mark.parametrize("body", [
     lambda x, k: te.max(x[k], axis=k),                    # a reducer that is not a sum
     lambda x, k: tirx.tanh(x[0]),                         # an intrinsic without an exact translation
-    lambda x, k: te.sum(tirx.Max(x[k], tirx.const(0.0, "float32")), axis=k),  # Max node
+    lambda x, k: x[0].astype("int32").astype("float32"),  # a float -> int cast that truncates
+    lambda x, k: te.max(x[0], x[1]).astype("int8").astype("float32"),  # saturation of an unrounded value
 ])
 def test_translator_refuses_what_it_does_not_know(body):
     n = te.var("n", "int64")
@@ -103,6 +104,21 @@ def test_translator_refuses_what_it_does_not_know(body):
     out = te.compute((1,), lambda i: body(x, k), name="out")
     with pytest.raises(derive.UnsupportedNode):
         derive.Translator({"n": 3}).element(out, (0,))
+
+
+def test_a_quantizing_stage_translates_its_value_and_a_data_condition_to_a_piecewise():
+    """round -> identity, Max/Min -> sympy's, a float -> int8 cast of the rounded value is
+    allowed; a condition on an input element is a Piecewise that binding the input decides."""
+    n = te.var("n", "int64")
+    x = te.placeholder((n,), "float32", name="x")
+    mode = te.placeholder((1,), "float32", name="mode")
+    out = te.compute((n,), lambda i: te.min(te.max(te.nearbyint(te.if_then_else(mode[0] != 0.0, x[i] * 2.0, x[i])),
+                                                   tirx.const(-128.0, "float32")), tirx.const(127.0, "float32"))
+                     .astype("int8"), name="q")
+    got = derive.Translator({"n": 2}).element(out, (1,))
+    v, m = derive.make_symbol("x", (1,)), derive.make_symbol("mode", (0,))
+    assert got.xreplace({m: 1}) == sympy.Min(sympy.Max(2 * v, -128), 127)
+    assert got.xreplace({m: 0}) == sympy.Min(sympy.Max(v, -128), 127)
 
 
 def test_translator_refuses_a_size_it_was_not_given():

@@ -39,39 +39,55 @@ PRODUCTS = {
 
 def compute(combo: DtypeCombo) -> list[te.Tensor]:
     """TE of the backward over symbolic (rows, cols); returns dy, x, rstd, gamma, dx, dgamma."""
+    dy, x, rstd, gamma = placeholders(combo)
+    dx_value, dgamma = grad_stages(dy, x, rstd, gamma)
+    dx = te.compute(dy.shape, lambda r, c: dx_value(r, c).astype(combo["dx"]), name="rms_norm_grad_dx")
+    return [dy, x, rstd, gamma, dx, dgamma]
+
+
+def placeholders(combo: DtypeCombo) -> tuple:
+    """dy, x (rows, cols), rstd (rows,) and gamma (cols,) in the combo's dtypes, over symbolic
+    (rows, cols): the inputs every op built on this backward reads (RmsNormGradQuant too)."""
     rows = te.var("rows", "int64")
     cols = te.var("cols", "int64")
     dy = te.placeholder((rows, cols), combo["dy"], name="dy")
     x = te.placeholder((rows, cols), combo["x"], name="x")
     rstd = te.placeholder((rows,), combo["rstd"], name="rstd")
     gamma = te.placeholder((cols,), combo["gamma"], name="gamma")
+    return dy, x, rstd, gamma
+
+
+def grad_stages(dy, x, rstd, gamma) -> tuple:
+    """The backward's stages (the package docstring's): returns ``dx_value(r, c)``, dx's
+    float32 expression before any rounding into an output dtype (the caller's stage stores it:
+    a cast here, a quantization in RmsNormGradQuant), and the dgamma tensor."""
+    cols = dy.shape[1]
 
     def dy_gamma(r, c):
         return as_float32(dy[r, c]) * as_float32(gamma[c])
 
     k = te.reduce_axis((0, cols), name="k")
     dot = te.compute(
-        (rows,),
+        (dy.shape[0],),
         lambda r: te.sum(dy_gamma(r, k) * as_float32(x[r, k]), axis=k),
         name="rms_norm_grad_dot",
     )
     coef = te.compute(
-        (rows,),
+        (dy.shape[0],),
         lambda r: dot[r] * rstd[r] * rstd[r] * rstd[r] / cols.astype("float32"),
         name="rms_norm_grad_coef",
     )
-    dx = te.compute(
-        (rows, cols),
-        lambda r, c: (rstd[r] * dy_gamma(r, c) - as_float32(x[r, c]) * coef[r]).astype(combo["dx"]),
-        name="rms_norm_grad_dx",
-    )
-    j = te.reduce_axis((0, rows), name="j")
+
+    def dx_value(r, c):
+        return rstd[r] * dy_gamma(r, c) - as_float32(x[r, c]) * coef[r]
+
+    j = te.reduce_axis((0, dy.shape[0]), name="j")
     dgamma = te.compute(
         (cols,),
         lambda c: te.sum(as_float32(dy[j, c]) * as_float32(x[j, c]) * rstd[j], axis=j),
         name="rms_norm_grad_dgamma",
     )
-    return [dy, x, rstd, gamma, dx, dgamma]
+    return dx_value, dgamma
 
 
 @dataclass(frozen=True)
