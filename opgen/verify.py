@@ -12,6 +12,16 @@ rounding into the output: a bfloat16 output's own half-ulp (up to 2^-8 relative)
 1e-3, so without it no correctly rounded bf16 result could pass; with it, the kernel's
 pre-rounding value must meet the table. For float32 outputs it is ~6e-8 relative and
 changes nothing. inf/nan must appear exactly where the reference has them.
+
+An integer output (a quantized result, opgen.dtypes.ALL_INTS) follows the same rule with
+ulp_out = 1: its reference is the float64 value *before* the final rounding (saturated to
+the dtype's range, as the cast saturates), so the allowance is half a step for the
+rounding itself plus the table's (rtol, atol) for the float arithmetic before it. A value
+that lies within that float error of a half-way point may round either way and passes
+either way; anywhere else the kernel must pick the nearest integer exactly (a floor or a
+truncation where the op rounds is off by up to 1 and fails). Integers cannot compare
+exactly: CANN's kernel and opgen's evaluate the float math in different orders, so a
+value whose float result is a hair from n + 0.5 rounds differently in each.
 """
 from __future__ import annotations
 
@@ -19,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype, ulp
+from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, fill_value, numpy_dtype, ulp
 
 TOLERANCES = {  # dtype of the op's data inputs -> (rtol, atol)
     FLOAT32: (1e-4, 1e-4),
@@ -74,6 +84,7 @@ def run_and_compare(kernel, problem, rng: np.random.Generator, inputs: dict | No
     arrays = inputs if inputs is not None else op.random_inputs(problem, combo, rng)
     ref = op.reference(problem, arrays)
 
-    outputs = {name: np.full(ref[name].shape, np.nan, dtype=numpy_dtype(combo[name])) for name in op.outputs}
+    outputs = {name: np.full(ref[name].shape, fill_value(combo[name]), dtype=numpy_dtype(combo[name]))
+               for name in op.outputs}
     kernel(op.kernel_args(problem, {**arrays, **outputs}))
     return compare_outputs(op, combo, outputs, ref), outputs

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 from opgen.products import PRODUCTS
-from opgen.dtypes import ALL_FLOATS, short
+from opgen.dtypes import ALL_DTYPES, short
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class DtypeCombo:
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate tensor in dtype combo {names}")
         for name, dt in self.dtypes:
-            if dt not in ALL_FLOATS:
+            if dt not in ALL_DTYPES:
                 raise ValueError(f"tensor {name}: unsupported dtype {dt}")
         missing = set(self.key_tensors) - set(names)
         if missing:

@@ -22,7 +22,9 @@ from opgen.runtime import backends
 from opgen.runtime import plan as plans
 
 NAN_BITS = {"float32": (np.float32, np.float32(np.nan)), "float16": (np.float16, np.float16(np.nan)),
-            "bfloat16": (np.uint16, np.uint16(0x7FC0))}
+            "bfloat16": (np.uint16, np.uint16(0x7FC0)),
+            # an integer has no nan: its minimum (opgen.dtypes.fill_value) stands in for one
+            "int32": (np.int32, np.int32(np.iinfo(np.int32).min)), "int8": (np.int8, np.int8(-128))}
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 from opgen.runtime.expr import Expr, PlanError
 
 FORMAT = "opgen-launch-plan/1"
-ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "uint8": 1}
+ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int8": 1, "uint8": 1}
 SCALARS = ("int32", "int64", "float32", "float64")
 ROLES = ("input", "output", "workspace")
 WORKSPACE_ALIGN = 256    # bytes: each workspace buffer starts at a multiple of this

@@ -27,7 +27,7 @@ import numpy as np
 import tvm
 
 from opgen import kernels, verify
-from opgen.dtypes import numpy_dtype, ulp
+from opgen.dtypes import fill_value, numpy_dtype, ulp
 from opgen.ops import get_op
 from opgen.targets import TIME_EVALUATOR, WALL_CLOCK
 from opgen.tune import database
@@ -87,7 +87,8 @@ class Workload:
 
     def nan_outputs(self) -> dict:
         """NaN-filled outputs: an element a kernel forgets to write fails the check."""
-        return {n: np.full(self.shapes[n], np.nan, dtype=numpy_dtype(self.combo[n])) for n in self.op.outputs}
+        return {n: np.full(self.shapes[n], fill_value(self.combo[n]), dtype=numpy_dtype(self.combo[n]))
+                for n in self.op.outputs}
 
     def kernel_arrays(self) -> dict:
         """Inputs and NaN-filled outputs, contiguous, in the kernel's shapes."""

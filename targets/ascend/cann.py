@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from opgen.targets.ascend.exprs import EmitError
 
 CANN_ATTR = "opgen.cann"
-GE_DTYPE = {"float32": "ge::DT_FLOAT", "float16": "ge::DT_FLOAT16", "bfloat16": "ge::DT_BF16"}
-GE_CODE = {"float32": 0, "float16": 1, "bfloat16": 27}   # ge::DataType values (graph/types.h)
+GE_DTYPE = {"float32": "ge::DT_FLOAT", "float16": "ge::DT_FLOAT16", "bfloat16": "ge::DT_BF16",
+            "int32": "ge::DT_INT32", "int8": "ge::DT_INT8"}
+GE_CODE = {"float32": 0, "float16": 1, "bfloat16": 27, "int32": 3, "int8": 2}   # ge::DataType values (graph/types.h)
 
 
 @dataclass

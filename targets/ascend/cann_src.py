@@ -25,13 +25,13 @@ from typing import Callable
 
 import numpy as np
 
-from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype, ulp
+from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, INT8, INT32, fill_value, numpy_dtype, ulp
 from opgen.targets.ascend.build import EMU_DIR, bind_launch, emu_flags, emulation_library, run_launch
 
 ENV = "OPGEN_CANN_SRC"
 DEFAULT_DIR = Path("~/ops-nn")
 PRODUCT = "AtlasA2"
-C_TYPES = {FLOAT32: "float", FLOAT16: "half", BFLOAT16: "bfloat16_t"}
+C_TYPES = {FLOAT32: "float", FLOAT16: "half", BFLOAT16: "bfloat16_t", INT32: "int32_t", INT8: "int8_t"}
 # CANN's kernels are built without -Werror (their sources are theirs), as C++17 like opgen's.
 CXXFLAGS = ("-std=c++17", "-O1", "-pthread", "-shared", "-fPIC", "-fno-gnu-unique", "-w")
 # Atlas A2's AI core; CANN's in-place widening Cast accepted and counted. __CCE_KT_TEST__ (CANN's
@@ -250,7 +250,7 @@ def run_cann(checkout: Path, kernel: CannKernel, op, combo, problem, inputs: dic
     """(CANN's outputs by kernel name in the reference's shapes, modelled time, idioms used)."""
     shapes = importlib.import_module(op.package).kernel_shapes(problem)
     arrays = {n: np.ascontiguousarray(v).reshape(shapes[n]) for n, v in inputs.items()}
-    outputs = {n: np.full(shapes[n], np.nan, numpy_dtype(combo[n])) for n in op.outputs}
+    outputs = {n: np.full(shapes[n], fill_value(combo[n]), numpy_dtype(combo[n])) for n in op.outputs}
     lib, fields = build(kernel, combo, hw, checkout)
     before = _idioms(lib)
     modelled = launch(lib, kernel, fields, kernel.tiling(problem, combo, hw.vector_cores), {**arrays, **outputs}, hw)
@@ -269,7 +269,7 @@ def run_opgen(op, combo, problem, inputs: dict, target, knobs=None) -> tuple[dic
 
     kernel = kernels.get_kernel(op, combo, target, knobs=knobs)
     ref_shapes = op.output_shapes(problem)
-    outputs = {n: np.full(ref_shapes[n], np.nan, numpy_dtype(combo[n])) for n in op.outputs}
+    outputs = {n: np.full(ref_shapes[n], fill_value(combo[n]), numpy_dtype(combo[n])) for n in op.outputs}
     kernel(op.kernel_args(problem, {**inputs, **outputs}))
     return outputs, kernel.module.kernel.last_timing
 

@@ -39,7 +39,7 @@ from opgen.targets.ascend.exprs import (LOADS, Context, EmitError, Value, emit_e
                                         reduction_of, row_extremes, row_sums, stored_value, sync)
 from opgen.targets.ascend.vector_order import order_vector_pipe
 
-CPP_TYPE = {"float32": "float", "float16": "half", "bfloat16": "bfloat16_t"}
+CPP_TYPE = {"float32": "float", "float16": "half", "bfloat16": "bfloat16_t", "int32": "int32_t", "int8": "int8_t"}
 
 
 def copy_in(name: str, dtype: str, gm_index: str, params: str) -> list[str]:

@@ -34,7 +34,7 @@ import re
 from opgen.targets.ascend.cann import GE_DTYPE
 from opgen.targets.ascend.host_context import SOCS, def_cpp
 
-JSON_TYPE = {"float32": "float", "float16": "fp16", "bfloat16": "bf16"}
+JSON_TYPE = {"float32": "float", "float16": "fp16", "bfloat16": "bf16", "int32": "int32", "int8": "int8"}
 ATTR_TYPE = {"Int": "int", "Float": "float", "Bool": "bool", "String": "string", "ListBool": "list_bool"}
 KEY_STRIDE = 100       # tiling key = KEY_STRIDE * combo index + the combo's mode
 
