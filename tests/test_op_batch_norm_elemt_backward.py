@@ -45,7 +45,7 @@ def test_reference_matches_finite_differences(rng):
 EDGES = (Problem((1, 1)), Problem((4, 3), (4,)), Problem((2, 3, 4, 5), (2, 2)), Problem((3, 7, 33), ()),
          Problem((2, 33, 941), (8,)), Problem((1, 2, 12290), (3,)), Problem((1, 2, 1, 1, 1, 1, 1, 3), (1,) * 8),
          Problem((0, 3, 4)), Problem((2, 3, 0), (2,)))
-KEEP = ("f32-f32", "bf16-f32-f16")
+KEEP = ("f32-f32", "bf16-f32-f16", "f16-f16-i32")
 
 
 @pytest.mark.parametrize("tag", tiered([c.tag for c in OP.combos], KEEP))
@@ -73,7 +73,8 @@ def _run(prod, tag, rng, edit=None, problem=Problem((2, 3, 4, 5), (4,))):
 
 
 @pytest.mark.parametrize("prod,tag", tiered(
-    [(p, c.tag) for p in PRODUCTS for c in OP.products[p]], [("Ascend950", "f32-f32"), ("AtlasTraining", "f16-f32")]))
+    [(p, c.tag) for p in PRODUCTS for c in OP.products[p]],
+    [("Ascend950", "f32-f32"), ("AtlasTraining", "f16-f32"), ("AtlasA2", "bf16-f32-i32")]))
 def test_aclnn_every_combo_of_every_product(prod, tag, rng):
     _run(prod, tag, rng)
 
@@ -135,11 +136,18 @@ def test_doc_error_lines_literally():
     assert status_of("AtlasA2", bf16)[0] == 0
 
 
-def test_an_int32_counter_is_refused_until_opgen_has_integer_dtypes():
-    """CANN takes an INT32 counter (doc l.163); opgen's kernels do not yet (BE4): a clear
-    161002, never a silent cast of the caller's counter."""
-    status, msg = status_of(counter=np.full(2, 4, np.int32))
-    assert status == 161002 and "counter has dtype int32" in msg and "BE4" in msg
+def test_an_int32_counter_is_summed_in_float32(rng):
+    """CANN's INT32 counter (doc l.163; torch's SyncBatchNorm passes its per-rank counts so):
+    the counts are widened to float32 and summed, as CANN's Cast then ReduceSum."""
+    args = elemt((2, 3, 4))
+    args.update(gradOut=rng.standard_normal((2, 3, 4)).astype(np.float32), sumDy=np.full(3, 6.0, np.float32),
+                counter=np.array([[3, 5], [4, 4]], np.int32))
+    with product("AtlasA2"):
+        assert run_both(OP, args) == (0, "")
+    want = ref.batch_norm_elemt_backward(args["gradOut"], args["input"], args["mean"], args["invstd"], args["weight"],
+                                         args["sumDy"], args["sumDyXmu"], args["counter"])
+    np.testing.assert_allclose(args["gradInput"], want, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(args["gradInput"], args["gradOut"] - 6.0 / 16, rtol=1e-6, atol=1e-6)
 
 
 def test_an_empty_input_writes_nothing():

@@ -12,8 +12,8 @@ e5c3fa932; docs/validation-vs-cann.md "aclnnBatchNormElemtBackward" lists each d
 * dtypes: the op_api takes any supported dtype per tensor and computes in float32 unless
   every float tensor is float16 (GetPromoteType l.191-202); opgen's kernels are the rows of
   ATen's batch_norm_backward_elemt: gradOut, input and gradInput in one dtype, the five
-  per-channel tensors in one dtype, gradOut's or float32, float32 math (BE2, BE3). The counter is
-  FLOAT32 or FLOAT16; INT32 waits for integer dtypes (BE4).
+  per-channel tensors in one dtype, gradOut's or float32, float32 math (BE2, BE3); the counter
+  INT32, FLOAT16 or FLOAT32 with any of them (BE4).
 * An empty gradOut/input (C > 0) returns success and writes nothing (l.305-309).
 """
 from __future__ import annotations
@@ -55,11 +55,8 @@ def _check_dtypes(call) -> str | None:
 
 
 def _check_kernel_row(call) -> str | None:
-    """opgen's rows (BE3, BE4): gradOut, input, gradInput in one dtype; the per-channel tensors
-    in one dtype, gradOut's or float32; the counter FLOAT32 or FLOAT16."""
-    if call["counter"].dtype == "int32":
-        return ("counter has dtype int32: CANN takes it (doc l.163), opgen's kernels take a float32 or float16 "
-                "counter until integer dtypes land (docs/validation-vs-cann.md BE4); pass counter.astype(float32)")
+    """opgen's rows (BE3): gradOut, input, gradInput in one dtype; the per-channel tensors in
+    one dtype, gradOut's or float32; the counter any of its three dtypes."""
     got = {n: call[n].dtype for n in REQUIRED + ("weight",) if call[n] is not None}
     if any(all(c[_KERNEL[n]] == d for n, d in got.items()) for c in call.combos()):
         return None
@@ -161,11 +158,10 @@ def _rules() -> tuple:
                  Violation("sumDy one longer", _longer("sumDy")),
                  Violation("sumDyXmu one longer", _longer("sumDyXmu")))),
         Rule(ACLNN_ERR_PARAM_INVALID, "opgen's kernels: gradOut, input and gradInput in one dtype, the per-channel "
-             "tensors in one dtype, gradOut's or float32, a FLOAT32 or FLOAT16 counter (the op_api casts any "
-             "supported dtype per tensor: BE3, BE4)", _check_kernel_row, (
+             "tensors in one dtype, gradOut's or float32 (the op_api casts any supported dtype per tensor: BE3)",
+             _check_kernel_row, (
                  Violation("float16 mean with float32 data", cast_args(("mean",), np.float16)),
-                 Violation("float16 gradInput with float32 data", cast_args(("gradInput",), np.float16)),
-                 Violation("int32 counter", cast_args(("counter",), np.int32)))),
+                 Violation("float16 gradInput with float32 data", cast_args(("gradInput",), np.float16)))),
     )
 
 
@@ -192,8 +188,8 @@ API = ApiSpec(
               "all-reduced): C elements.", "sum_dy", _DT, "1"),
         Param("sumDyXmu", INPUT, "sum of gradOut * (input - mean) per channel over every rank: C elements.",
               "sum_dy_xmu", _DT, "1"),
-        Param("counter", INPUT, "Each rank's element count per channel, any shape of up to 8 dims; summed whole. "
-              "FLOAT32 or FLOAT16 (CANN also INT32: not yet in opgen).", "counter", "FLOAT32, FLOAT16", "0-8"),
+        Param("counter", INPUT, "Each rank's element count per channel, any shape of up to 8 dims; summed whole "
+              "(in float32).", "counter", "INT32, FLOAT16, FLOAT32", "0-8"),
         Param("gradInput", OUTPUT, "The gradient of input: input's shape.", "dx", _DT, "2-8"),
     ),
     rules=_rules(),

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype
+from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, INT32, numpy_dtype
 from opgen.lazy import te
 from opgen.ops.spec import DtypeCombo, ProblemBase, as_float32
 
@@ -29,7 +29,7 @@ def _combo(io: str, stats: str, counter: str) -> DtypeCombo:
     """gradOut/input/gradInput share ``io`` (ATen's batch_norm_backward_elemt returns
     gradInput in input's dtype); mean, invstd, weight, sumDy and sumDyXmu share ``stats``;
     the counter has its own. Tag: data-statistics (``f16-f32``) with a float32 counter, else
-    data-statistics-counter (``f16-f32-f16``)."""
+    data-statistics-counter (``f16-f32-i32``)."""
     dtypes = {"dy": io, "x": io}
     dtypes.update({name: stats for name in STATS})
     dtypes.update({"counter": counter, "dx": io})
@@ -38,9 +38,9 @@ def _combo(io: str, stats: str, counter: str) -> DtypeCombo:
 
 
 _ROWS = ((FLOAT32, FLOAT32), (FLOAT16, FLOAT16), (FLOAT16, FLOAT32), (BFLOAT16, BFLOAT16), (BFLOAT16, FLOAT32))
-# The counter's FLOAT32 and FLOAT16 (doc l.163); its INT32 waits for integer dtypes in
-# opgen.dtypes (see docs/validation-vs-cann.md BE4).
-_COUNTERS = (FLOAT32, FLOAT16)
+# The counter's INT32, FLOAT16 and FLOAT32 (doc l.163): INT32 is what torch's SyncBatchNorm
+# passes (its per-rank counts); the kernel widens each count to float32 as CANN's Cast does.
+_COUNTERS = (FLOAT32, FLOAT16, INT32)
 COMBOS = tuple(_combo(io, stats, counter) for io, stats in _ROWS for counter in _COUNTERS)
 F32 = COMBOS[0]
 # The document's table: every float tensor FLOAT32/FLOAT16/BFLOAT16 on the Ascend 950, Atlas
