@@ -17,7 +17,7 @@ real op that needs a pattern lands with its package alone.
   channel reduction: ChannelTiles on ascend-emu in one pass, the fallback elsewhere.
   Without a sum over the data, an elementwise output reading per-channel coefficients and a
   one-element sum of a short input (SyncBatchNorm's elemt half) is a channel map: ChannelMap
-  on the CPU, the fallback on GPUs, no Ascend pattern yet.
+  on the CPU, the fallback on GPUs, ChannelTiles on ascend-emu (one pass per channel).
 * The group pattern behind an elementwise prologue (GroupNormSwish's shape: a sigmoid
   over the whole data): the prologue is inlined and the group rules take the rest.
 """
@@ -340,9 +340,9 @@ def test_per_channel_sums_without_an_elementwise_output_are_a_channel_reduction(
 @pytest.mark.parametrize("target_name", ["llvm", "opencl", "ascend-emu"])
 def test_per_channel_coefficients_from_a_call_sum_are_a_channel_map(target_name, rng):
     """No sum over N and HW, so no channel pass; the call sum (a counter's total) and the
-    per-channel stages come first, the output reads them. Correct on the CPU rule and the
-    GPU fallback, empty axes and a one-element counter included; NOT EMITTED on ascend-emu
-    (no UB home for the counter's (K,) yet)."""
+    per-channel stages come first, the output reads them. Correct on the CPU rule, the GPU
+    fallback and ascend-emu's ChannelTiles (the call sum a scalar loop once per core, one
+    pass per channel), empty axes and counters of 1 to 8 elements included."""
     func = channel_map()
     infos = schedules.blocks(schedules.pattern_schedule(func))
     assert patterns.channel_pass(infos) is None and patterns.channel_reduction(infos) is None
@@ -351,13 +351,12 @@ def test_per_channel_coefficients_from_a_call_sum_are_a_channel_map(target_name,
     assert sorted(b.name for b in stages) == ["map_a", "map_b"]
     assert patterns.channel_map(schedules.blocks(schedules.pattern_schedule(channel_pass()))) is None
     target = get_target(target_name)
-    if target_name == "ascend-emu":
-        with pytest.raises(NotImplementedError, match="no Ascend pattern .*test_channel_map"):
-            schedules.match(func, target).apply(func, target, {})
-        return
-    assert type(schedules.match(func, target)).__name__ == {"llvm": "ChannelMap", "opencl": "GpuFallback"}[target_name]
+    want_rule = {"llvm": "ChannelMap", "opencl": "GpuFallback", "ascend-emu": "ChannelTiles"}[target_name]
+    assert type(schedules.match(func, target)).__name__ == want_rule
     if not target.can_run():
         pytest.skip(f"{target_name} cannot run here: {target.missing()}")
+    if target_name == "ascend-emu":
+        target = target.for_product("AtlasA2")
     built = build_toy(func, target)
     for shape, k in (((1, 1, 1), 1), ((2, 3, 7), 3), ((3, 5, 941), 2), ((1, 2, 12290), 8), ((0, 3, 5), 2),
                      ((2, 3, 0), 1)):

@@ -36,7 +36,7 @@ CANN = CannOp("SyncBatchNormBackwardElemt",
                       ("counter", "counter")),
               outputs=(("grad_input", "dx"),),
               source="ops-nn norm/sync_batch_norm_backward_elemt/op_host/sync_batch_norm_backward_elemt_def.cpp",
-              view=view.channels("grad_output"))
+              view=view.channels_and_count("grad_output", "counter"))
 
 SPEC = OpSpec(
     name="batch_norm_elemt_backward",
