@@ -385,8 +385,8 @@ class GroupTiles(PatternRule):
 
 
 def _call_sums(infos: list[Block]) -> list[Block]:
-    """A channel map's call sums (patterns.channel_map): one-element sums of a short input,
-    read once per core into a register."""
+    """A channel map's call sums (patterns.channel_map): one-element sums of a short input
+    and one-element scalars of them, computed once per core into registers."""
     mapped = patterns.channel_map(infos)
     return list(mapped[1]) if mapped is not None else []
 
@@ -476,7 +476,7 @@ class ChannelTiles(PatternRule):
         outs, sums, _ = self.match(infos)
         sizes = bind_sizes(func, shapes)
         n, c, hw_elems = (_value(e, sizes) for e in patterns.channel_extents(outs, sums))
-        calls = [_value(b.extents[1], sizes) for b in _call_sums(infos)]
+        calls = [_value(b.extents[1], sizes) for b in _call_sums(infos) if b.kinds == "SR"]
         return plan_channels(target.hardware, self.operands(func), n, c, hw_elems, knobs, calls[0] if calls else None)
 
 

@@ -449,8 +449,9 @@ class ChannelMap(PatternRule):
     def schedule(self, sch, matched, target, knobs):
         outs, call_sums, _ = matched
         for info in call_sums:
-            block = sch.get_sblock(info.name)
-            sch.decompose_reduction(block, sch.get_loops(block)[1])
+            if "R" in info.kinds:
+                block = sch.get_sblock(info.name)
+                sch.decompose_reduction(block, sch.get_loops(block)[1])
         for info in outs:
             n, c, _ = sch.get_loops(sch.get_sblock(info.name))
             _parallel(sch, sch.fuse(n, c), knobs)

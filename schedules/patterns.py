@@ -124,10 +124,12 @@ def channel_map(infos: list[Block]):
     the sums came from elsewhere), or None.
 
     ``outs``: the elementwise outputs over (N, C, HW) (kinds SSS); ``call_sums``: scratch
-    reductions to one element (kinds SR, extents (1, K)) that read inputs only;
-    ``channel_stages``: scratch per-channel scalars (kind S over C), in program order, which
-    may read the call sums and each other. None when a block is none of these, a call sum
-    reads another stage, a stage writes an output, or any block sums over N or HW (that is
+    one-element blocks, in program order: reductions to one element (kinds SR, extents
+    (1, K)) that read inputs only, and one-element scalars (kind S over 1, a reciprocal of
+    such a sum, computed once so that no per-channel stage divides); ``channel_stages``:
+    scratch per-channel scalars (kind S over C), in program order, which may read the call
+    sums and each other. None when a block is none of these, a call sum reads a
+    per-channel stage, a stage writes an output, or any block sums over N or HW (that is
     ``channel_pass``)."""
     outs = outputs(infos, "SSS")
     if not outs or any("R" in b.kinds and b.kinds != "SR" for b in infos):
@@ -135,13 +137,13 @@ def channel_map(infos: list[Block]):
     n, c, hw = outs[0].extents
     if not all(all(same_extent(a, e) for a, e in zip(b.extents, (n, c, hw))) for b in outs):
         return None
-    scratch = {nm for b in infos if not b.writes_output for nm in b.writes}
-    call_sums = [b for b in infos if b.kinds == "SR" and same_extent(b.extents[0], 1) and not b.writes_output
-                 and not b.reads & scratch]
-    stages = [b for b in infos if b.kinds == "S" and same_extent(b.extents[0], c) and not b.writes_output]
-    if len(outs) + len(call_sums) + len(stages) != len(infos):
+    one = [b for b in infos if b.kinds in ("S", "SR") and same_extent(b.extents[0], 1) and not b.writes_output]
+    stages = [b for b in infos if b.kinds == "S" and same_extent(b.extents[0], c) and not b.writes_output
+              and b not in one]
+    staged = {nm for b in stages for nm in b.writes}
+    if len(outs) + len(one) + len(stages) != len(infos) or any(b.reads & staged for b in one):
         return None
-    return outs, call_sums, stages
+    return outs, one, stages
 
 
 def _channel_stages(infos: list[Block], sums: list[Block], c, n_outs: int):

@@ -207,8 +207,8 @@ def channel_reduction():
 def channel_map():
     """SyncBatchNorm's elemt half: an elementwise output over (N, C, HW) reading per-channel
     coefficients computed from a one-element sum of an input of any length (no sum over the
-    data): total = sum counts; a[c] = shift[c] / total; b[c] = scale[c] * 2; y = (dy - a[c]) * b[c]
-    - x. float32. Returns the PrimFunc (inputs dy, x, shift, scale, counts; output y)."""
+    data): total = sum counts; inv = 1 / total (a one-element scalar); a[c] = shift[c] * inv;
+    b[c] = scale[c] * 2; y = (dy - a[c]) * b[c] - x. float32. Returns the PrimFunc (inputs dy, x, shift, scale, counts; output y)."""
     n, c, hw, k = (te.var(v, "int64") for v in ("n", "c", "hw", "k"))
     dy = te.placeholder((n, c, hw), "float32", name="dy")
     x = te.placeholder((n, c, hw), "float32", name="x")
@@ -217,7 +217,8 @@ def channel_map():
     counts = te.placeholder((k,), "float32", name="counts")
     rk = te.reduce_axis((0, k), name="rk")
     total = te.compute((1,), lambda _: te.sum(counts[rk], axis=rk), name="map_total")
-    a = te.compute((c,), lambda ch: shift[ch] / total[0], name="map_a")
+    inv = te.compute((1,), lambda _: te.const(1.0, "float32") / total[0], name="map_inv")
+    a = te.compute((c,), lambda ch: shift[ch] * inv[0], name="map_a")
     b = te.compute((c,), lambda ch: scale[ch] * 2.0, name="map_b")
     y = te.compute((n, c, hw), lambda i, ch, j: (dy[i, ch, j] - a[ch]) * b[ch] - x[i, ch, j], name="map_y")
     return te.create_prim_func([dy, x, shift, scale, counts, y]).with_attr("global_symbol", "test_channel_map")

@@ -84,9 +84,10 @@ def read_channel_kernel(func, symbol: str, knobs: dict) -> ChannelKernel:
     role.update({n: "chan" for n, _ in ops.chans_in + ops.chan_outs})
     role.update({n: "scalar" for n, _ in ops.scalars_in})
     role.update({n: "call" for n, _ in ops.calls_in})
-    if len({str(b.iter_vars[1].dom.extent) for _, r, b in stages if r == "call_sum"}) > 1:
+    lengths = {str(b.iter_vars[1].dom.extent) for _, r, b in stages if r == "call_sum" and len(b.iter_vars) == 2}
+    if len(lengths) > 1:
         raise EmitError(f"{symbol}: call sums over inputs of different lengths (the tiling has one K)")
-    sizes.update({str(b.iter_vars[1].dom.extent): "t_.K" for _, r, b in stages if r == "call_sum"})
+    sizes.update(dict.fromkeys(lengths, "t_.K"))
     written = {r.source.name for _, _, b in stages for r in b.writes}
     homeless = [f"{b.name}{tuple(b.shape)}" for b in func.params if b.name not in role and b.name not in written]
     if homeless:
@@ -152,14 +153,19 @@ def _sum_fn(k: ChannelKernel, name: str, blk) -> list[str]:
 
 def _call_sum(k: ChannelKernel, blk) -> list[str]:
     """A call sum (patterns.channel_map: a one-element sum of a (K,) input, the counter's
-    total) as scalar GM reads into its float32 register, once per core, in index order."""
-    _, k_ = _names(blk)
+    total) as scalar GM reads into its float32 register, once per core, in index order; or
+    a one-element scalar of the call sums before it (its reciprocal), in a register too."""
     acc = f"s_{blk.body.buffer.name}"
-    ctx = Context(row_var=None, col_var=None, tiles={}, rows={}, cols={}, sizes=k.sizes, temps=[], loads={},
-                  elements={name: (f"g_{name}_", ("t_.K",)) for name, _ in k.ops.calls_in}, index_vars={k_: "kk"})
-    value = emit_expr(reduction_body(blk.body), ctx)
+    names = _names(blk)
+    index_vars = {names[-1]: "kk"} if len(names) == 2 else {}
+    ctx = Context(row_var=None, col_var=None, tiles={}, rows={}, cols={}, sizes=k.sizes, temps=[],
+                  loads={(name, ("0",)): Value("scalar", f"s_{name}") for name in k.ops.call_sums},
+                  elements={name: (f"g_{name}_", ("t_.K",)) for name, _ in k.ops.calls_in}, index_vars=index_vars)
+    value = emit_expr(reduction_body(blk.body) if index_vars else stored_value(blk.body)[0], ctx)
     if value.kind != "scalar" or ctx.lines:
         raise EmitError(f"{blk.name_hint}: a call sum must be scalar code")
+    if not index_vars:
+        return [f"    {acc} = {value.text};"]
     return [f"    {acc} = 0.0f;", f"    for (int64_t kk = 0; kk < t_.K; ++kk) {acc} += {value.text};"]
 
 

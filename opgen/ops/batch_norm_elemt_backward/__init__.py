@@ -5,11 +5,12 @@ sumDy and sumDyXmu, which SyncBatchNorm all-reduced across devices with every ra
 The kernel sees gradOut, input and gradInput as (N, C, HW) (the channel on axis 1; see
 kernel.py), mean, invstd, weight, sumDy, sumDyXmu as (C,), the counter flat as (K,):
 
-    batch_norm_elemt_backward_total[0]   = sum_k counter[k]                        (float32)
-    batch_norm_elemt_backward_mean_dy[c] = sum_dy / total
-    batch_norm_elemt_backward_factor[c]  = invstd * invstd * (sum_dy_xmu / total)
-    batch_norm_elemt_backward_scale[c]   = invstd * weight
-    batch_norm_elemt_backward_dx         = ((dy - mean_dy) - (x - mean) * factor) * scale
+    batch_norm_elemt_backward_total[0]     = sum_k counter[k]                      (float32)
+    batch_norm_elemt_backward_inv_total[0] = 1 / total
+    batch_norm_elemt_backward_mean_dy[c]   = sum_dy * inv_total
+    batch_norm_elemt_backward_factor[c]    = invstd * invstd * (sum_dy_xmu * inv_total)
+    batch_norm_elemt_backward_scale[c]     = invstd * weight
+    batch_norm_elemt_backward_dx           = ((dy - mean_dy) - (x - mean) * factor) * scale
 
 Float32 throughout, gradInput rounded once to its dtype (CANN computes in float16 when every
 input is float16: docs/validation-vs-cann.md BE2). A null weight is ones (the op_api's FillScalar).

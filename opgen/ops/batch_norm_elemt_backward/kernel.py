@@ -62,8 +62,9 @@ def compute(combo: DtypeCombo) -> list[te.Tensor]:
     """TE over symbolic (N, C, HW) and the counter's K; returns the inputs (INPUTS order) then dx.
 
     The counter's total is a one-element sum (CANN's ReduceSum of the whole counter in
-    float32); the per-channel coefficients divide by it once per channel; the elementwise
-    stage reads them."""
+    float32), its reciprocal one division per call (CANN's RealDiv divides per channel: an
+    ulp apart, BE2); the per-channel coefficients multiply by it; the elementwise stage reads
+    them."""
     n, c, hw, k = (te.var(v, "int64") for v in ("N", "C", "HW", "K"))
     dy = te.placeholder((n, c, hw), combo["dy"], name="dy")
     x = te.placeholder((n, c, hw), combo["x"], name="x")
@@ -72,10 +73,11 @@ def compute(combo: DtypeCombo) -> list[te.Tensor]:
     f32 = as_float32
     rk = te.reduce_axis((0, k), name="rk")
     total = te.compute((1,), lambda _: te.sum(f32(counter[rk]), axis=rk), name=f"{STAGE}_total")
-    mean_dy = _per_channel("mean_dy", c, lambda ci: f32(stats["sum_dy"][ci]) / total[0])
+    inv_total = te.compute((1,), lambda _: te.const(1.0, "float32") / total[0], name=f"{STAGE}_inv_total")
+    mean_dy = _per_channel("mean_dy", c, lambda ci: f32(stats["sum_dy"][ci]) * inv_total[0])
     invstd = lambda ci: f32(stats["invstd"][ci])  # noqa: E731
     factor = _per_channel("factor", c,
-                          lambda ci: invstd(ci) * invstd(ci) * (f32(stats["sum_dy_xmu"][ci]) / total[0]))
+                          lambda ci: invstd(ci) * invstd(ci) * (f32(stats["sum_dy_xmu"][ci]) * inv_total[0]))
     scale = _per_channel("scale", c, lambda ci: invstd(ci) * f32(stats["weight"][ci]))
     dx = te.compute(
         (n, c, hw),
