@@ -13,13 +13,14 @@ Three pattern rules (never op names; the same patterns as the CPU and GPU rules)
   (GroupNorm's forward: mean and rstd stored, the centred sum a second phase).
   The (n, g) tasks are split over the cores; each task streams its group, a few channels,
   one channel or HxW chunks of one channel.
-* ``ChannelTiles``: (also a channel map: no sums, its call sums read once per core)
-  per-channel sums of (N, C, HW) tensors over N and HW, per-channel
+* ``ChannelTiles``: per-channel sums of (N, C, HW) tensors over N and HW, per-channel
   scalars that read no sum (the statistics, which the sums may read) and scalars that read
   the sums, elementwise outputs over (N, C, HW) and per-channel outputs (BatchNorm-like). The channels are split over the
   cores; per channel a first pass streams its N x HxW elements (several batch rows, or HxW
   chunks of one, per UB pass) for the sums, the scalars run in registers, and a second
   pass streams the data again for the outputs (one pass when the whole channel fits).
+  A channel map (no sums: patterns.channel_map) takes the same tiles in one pass per
+  channel; its call sums (a counter's total, its reciprocal) run once per core in registers.
 * ``Unsupported``: anything else, refused by name (NOT EMITTED).
 
 How the work is split between the schedule and the host tiling (CANN's split): kernels are
