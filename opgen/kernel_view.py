@@ -12,6 +12,7 @@ them to the op, and both refuse the same calls with the same words. The expressi
   Attr(name)        an Int attribute of the op, by its CANN name
   Quot(a, b)        a / b, refused unless b > 0 divides a (GroupNorm's D = C / num_groups)
   Rank(input)       the rank of a CANN input (RmsNorm's gamma: its rank is the normalized dims)
+  Numel(input)      the element count of a CANN input, of any rank (a counter summed whole)
   Axis(name)        an Int attribute read as an axis of the tile input (negative: from the end)
   Sub(a, b)         a - b
   RANK              the tile input's rank
@@ -69,6 +70,11 @@ class Rank:
 
 
 @dataclass(frozen=True)
+class Numel:
+    input: str
+
+
+@dataclass(frozen=True)
 class Axis:
     name: str
 
@@ -111,7 +117,7 @@ class KernelView:
         found = [self.tile]
         for expr in self.sizes:
             for node in walk(expr):
-                if isinstance(node, Rank) and node.input not in found:
+                if isinstance(node, (Rank, Numel)) and node.input not in found:
                     found.append(node.input)
         return found
 
@@ -183,6 +189,15 @@ def channels(tile: str) -> KernelView:
                       note="NC / NCL / NCHW / NCDHW: N = dim 0, C = dim 1, HW = dims 2.. multiplied")
 
 
+def channels_and_count(tile: str, counter: str) -> KernelView:
+    """``channels`` plus the element count of ``counter`` (any rank, summed whole by the
+    kernel: SyncBatchNorm's per-rank counts) as a fourth size."""
+    return KernelView(tile, (Dim(0), Dim(1), Prod(2, RANK), Numel(counter)), (2, 8), canonical=((0,), (1,), (2,)),
+                      canonical_inputs=((counter, ((3,),)),),
+                      note=f"NC / NCL / NCHW / NCDHW: N = dim 0, C = dim 1, HW = dims 2.. multiplied; K = {counter}'s "
+                           "elements")
+
+
 def trailing(tile: str, params: str = "gamma", ranks: tuple = (1, 8), params_ranks: tuple = (1, 8)) -> KernelView:
     """(rows, cols) from a tile whose last rank(``params``) dims are normalized: rows = the
     product of the dims before them, cols = the product of the rest. ``ranks`` and
@@ -237,6 +252,11 @@ class _Env:
             if shape is None:
                 raise ViewError(f"input {e.input} is missing")
             return len(shape)
+        if isinstance(e, Numel):
+            shape = self.shapes.get(e.input)
+            if shape is None:
+                raise ViewError(f"input {e.input} is missing")
+            return math.prod(shape)
         if isinstance(e, Axis):
             axis = self.attr(e.name)
             rank = len(self.tile)
@@ -258,7 +278,8 @@ class _Env:
         raise TypeError(f"not a view expression: {e!r}")
 
 
-_KINDS = {"dim": Dim, "prod": Prod, "attr": Attr, "quot": Quot, "rank": Rank, "axis": Axis, "sub": Sub}
+_KINDS = {"dim": Dim, "prod": Prod, "attr": Attr, "quot": Quot, "rank": Rank, "axis": Axis, "sub": Sub,
+          "numel": Numel}
 
 
 def _encode(e):

@@ -19,6 +19,8 @@ Three pattern rules (never op names; the same patterns as the CPU and GPU rules)
   cores; per channel a first pass streams its N x HxW elements (several batch rows, or HxW
   chunks of one, per UB pass) for the sums, the scalars run in registers, and a second
   pass streams the data again for the outputs (one pass when the whole channel fits).
+  A channel map (no sums: patterns.channel_map) takes the same tiles in one pass per
+  channel; its call sums (a counter's total, its reciprocal) run once per core in registers.
 * ``Unsupported``: anything else, refused by name (NOT EMITTED).
 
 How the work is split between the schedule and the host tiling (CANN's split): kernels are
@@ -383,6 +385,13 @@ class GroupTiles(PatternRule):
         return plan_groups(target.hardware, self.operands(func), n, g, d, hw_elems, knobs)
 
 
+def _call_sums(infos: list[Block]) -> list[Block]:
+    """A channel map's call sums (patterns.channel_map): one-element sums of a short input
+    and one-element scalars of them, computed once per core into registers."""
+    mapped = patterns.channel_map(infos)
+    return list(mapped[1]) if mapped is not None else []
+
+
 @dataclass(frozen=True)
 class ChannelTiles(PatternRule):
     """Knobs: rows_per_pass, hw_per_pass, buffer_num (see the Knob docs). The channels are
@@ -409,7 +418,13 @@ class ChannelTiles(PatternRule):
         return tiling_refusal(self, func, target, knobs, shapes)
 
     def match(self, infos: list[Block]):
-        return patterns.channel_pass(infos) or patterns.channel_reduction(infos)
+        """(outs, channel sums, channel stages): a channel pass, a channel reduction, or a
+        channel map (no sums; its call sums are told apart by ``_call_sums``)."""
+        found = patterns.channel_pass(infos) or patterns.channel_reduction(infos)
+        if found is not None:
+            return found
+        mapped = patterns.channel_map(infos)
+        return None if mapped is None else (mapped[0], [], mapped[2])
 
     def operands(self, func) -> ChannelOperands:
         sch = pattern_schedule(func)
@@ -417,13 +432,14 @@ class ChannelTiles(PatternRule):
         roles = _roles(sch)
         if roles:   # scheduled (and maybe hoisted): the recorded roles, as in RowTiles.operands
             by_role = lambda role: [b for b in infos if roles[b.name] == role]  # noqa: E731
-            outs = by_role("tile")
+            outs, calls = by_role("tile"), by_role("call_sum")
             sums, statistics, later = by_role("channel_sum"), by_role("statistic"), by_role("channel_stage")
             outputs = {n for rv in sch.get_child_blocks(sch.get_sblock("root")) if "ascend.output" in
                        sch.get(rv).annotations for n in (r.source.name for r in sch.get(rv).writes)}
         else:
             outs, sums, stages = self.match(infos)
             statistics, later = patterns.split_stages(stages, sums)
+            calls = _call_sums(infos)
             outputs = {n for b in infos if b.writes_output for n in b.writes}
         extents = patterns.channel_extents(outs, sums)
         c = extents[1]
@@ -436,6 +452,9 @@ class ChannelTiles(PatternRule):
             chans_in=pick(lambda nm, s: nm not in written and _shape_is(s, (c,))),
             scalars_in=pick(lambda nm, s: nm not in written and _shape_is(s, (1,))),
             chan_outs=pick(lambda nm, s: nm in outputs and _shape_is(s, (c,))),
+            calls_in=pick(lambda nm, s: nm not in written and any(nm in b.reads for b in calls)
+                          and not _shape_is(s, (c,))),
+            call_sums=tuple(buffer(b) for b in calls),
             sums=tuple(buffer(b) for b in sums),
             statistics=tuple(buffer(b) for b in statistics),
             chan_stages=tuple(buffer(b) for b in later))
@@ -447,16 +466,19 @@ class ChannelTiles(PatternRule):
         roles.update({b.name: "channel_sum" for b in sums})
         roles.update({b.name: "channel_stage" for b in later})
         roles.update({b.name: "tile" for b in outs})
+        roles.update({b.name: "call_sum" for b in _call_sums(blocks(sch))})
         for info in sums + later:    # the per-channel outputs: hoisting makes scratch look alike
             if info.writes_output:
                 sch.annotate(sch.get_sblock(info.name), "ascend.output", 1)
         return _annotate(sch, roles, "channels", knobs)
 
     def tiling(self, func, target, knobs: dict, shapes) -> Tiling:
-        outs, sums, _ = self.match(blocks(pattern_schedule(func)))
+        infos = blocks(pattern_schedule(func))
+        outs, sums, _ = self.match(infos)
         sizes = bind_sizes(func, shapes)
         n, c, hw_elems = (_value(e, sizes) for e in patterns.channel_extents(outs, sums))
-        return plan_channels(target.hardware, self.operands(func), n, c, hw_elems, knobs)
+        calls = [_value(b.extents[1], sizes) for b in _call_sums(infos) if b.kinds == "SR"]
+        return plan_channels(target.hardware, self.operands(func), n, c, hw_elems, knobs, calls[0] if calls else None)
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,8 @@ class ChannelOperands:
     chans_in: tuple = ()       # (C,) inputs: one value per channel
     scalars_in: tuple = ()     # (1,) inputs: one value per call (eps, a mode flag)
     chan_outs: tuple = ()      # (C,) outputs: a sum, or a stage after the sums, per channel
+    calls_in: tuple = ()       # (K,) inputs summed whole by a call sum: scalar GM reads, no UB
+    call_sums: tuple = ()      # buffers of the call sums (float32 registers, once per core)
     sums: tuple = ()           # buffers of the per-channel sums over N and HW (float32 registers)
     statistics: tuple = ()     # buffers of the per-channel stages that read no sum (registers)
     chan_stages: tuple = ()    # buffers of the per-channel stages that read the sums (registers)
@@ -110,14 +112,19 @@ def _channel_pass(hw, ops, n, c, hw_elems, chans, knobs) -> tuple[str, int, int,
     return "hw-chunk", 1, min(repeats * step, hw_elems), repeats * step
 
 
-def plan_channels(hw, ops: ChannelOperands, n: int, c: int, hw_elems: int, knobs: dict) -> Tiling:
+def plan_channels(hw, ops: ChannelOperands, n: int, c: int, hw_elems: int, knobs: dict,
+                  k: int | None = None) -> Tiling:
     """The channel pattern's tiling: the C channels over the cores (CANN's split; without
     DataCopyPad in whole blocks), then per channel the largest pass that fits: the whole
     channel (mode channel: its N x HxW elements read once for the sums and the outputs),
     several batch rows (rows) or HxW chunks of one batch row (hw-chunk); both of those read
     the channel twice, the sums first, then the elementwise outputs. N = 0 or HxW = 0 (mode
-    empty): no passes, but the per-channel outputs are written (sums of nothing are 0)."""
+    empty): no passes, but the per-channel outputs are written (sums of nothing are 0).
+    A channel map (no sums) reads each channel once whatever the mode; ``k``: its call
+    inputs' length (the field K; each core reads them once)."""
     fields = {"N": n, "C": c, "HW": hw_elems, "tasks": c}
+    if k is not None:
+        fields["K"] = k
     data = n * hw_elems > 0
     if c == 0 or not (data or ops.chan_outs):
         return Tiling("channels", "empty", 0, 0, 0, 0, 0, (), "none", 0, 0, fields)
@@ -128,6 +135,7 @@ def plan_channels(hw, ops: ChannelOperands, n: int, c: int, hw_elems: int, knobs
     size = {nm: itemsize(d) for nm, d in ops.tiles_in + ops.tiles_out + ops.chans_in + ops.scalars_in + ops.chan_outs}
     gm = sum(c * size[nm] for nm, _ in ops.chans_in + ops.chan_outs)
     gm += sum(block_dim * size[nm] for nm, _ in ops.scalars_in)
+    gm += sum(block_dim * (k or 0) * itemsize(d) for _, d in ops.calls_in)
     fields["ub_chans"] = chans
     if not data:
         pitch = pitch_of(hw, 1, ops.dtypes)
@@ -138,7 +146,7 @@ def plan_channels(hw, ops: ChannelOperands, n: int, c: int, hw_elems: int, knobs
     mode, ub_rows, ub_cols, pitch = _channel_pass(hw, ops, n, c, hw_elems, chans, knobs)
     buffers = tuple(channel_buffers(hw, ops, ub_rows, pitch, chans, knobs["buffer_num"]))
     check_budget(hw, buffers, f"{mode} at N={n} C={c} HxW={hw_elems}")
-    reread = 1 if mode == "channel" else 2
+    reread = 1 if mode == "channel" or not ops.sums else 2
     elems = n * c * hw_elems
     gm += sum(reread * elems * size[nm] for nm, _ in ops.tiles_in) + sum(elems * size[nm] for nm, _ in ops.tiles_out)
     loops = ceil_div(n, ub_rows) * ceil_div(hw_elems, ub_cols)

@@ -1,6 +1,6 @@
 """CPU schedules (LLVM): parallel outer loops, fused passes, deterministic reductions.
 
-Four rules matched by stage pattern, and a fallback:
+Five rules matched by stage pattern, and a fallback:
 
 * ``RowPassWithColumnSums``: an elementwise output over (rows, cols) fed by per-row
   reductions/scalars, plus column reductions over the same rows (RmsNorm-like). One
@@ -21,6 +21,9 @@ Four rules matched by stage pattern, and a fallback:
 
 * ``ChannelPass``: per-channel sums of an (N, C, HW) input over N and HW, per-channel
   scalars and elementwise outputs (BatchNorm-like): one parallel pass over the channels.
+* ``ChannelMap``: elementwise outputs over (N, C, HW) reading per-channel stages and
+  one-element call sums, no sum over the data (SyncBatchNorm's elemt half): the tiny stages
+  first, then each output with its (N, C) rows in parallel.
 * ``Fallback``: anything else (dlight's idea): each loop nest as written, its outer spatial
   loop in parallel; correct for any op, and the reason no op meets ``NoScheduleRule`` here.
 
@@ -431,6 +434,36 @@ def _batch_row_passes(sch, outs: list[Block], sums: list[Block], after: list[Blo
 
 
 @dataclass(frozen=True)
+class ChannelMap(PatternRule):
+    """Knobs: ``parallel``, ``stream_stores``. The call sums (a few elements) and the
+    per-channel stages (C elements each) run first on the calling thread, as written, each
+    sum zeroed before its loop (it may have no elements); then each elementwise output over
+    its fused (N, C) rows in parallel, the HW loop inside for LLVM's vectorizer. Fusing N
+    and C (not N alone, the fallback's outer loop) keeps both cores busy at N = 1."""
+
+    def knobs(self, target) -> tuple:
+        return (PARALLEL, STREAM_STORES)
+
+    def knobs_for_shapes(self, target, shapes) -> dict:
+        return size_defaults(shapes)
+
+    def match(self, infos: list[Block]):
+        return patterns.channel_map(infos)
+
+    def schedule(self, sch, matched, target, knobs):
+        outs, call_sums, _ = matched
+        for info in call_sums:
+            if "R" in info.kinds:
+                block = sch.get_sblock(info.name)
+                sch.decompose_reduction(block, sch.get_loops(block)[1])
+        for info in outs:
+            n, c, _ = sch.get_loops(sch.get_sblock(info.name))
+            _parallel(sch, sch.fuse(n, c), knobs)
+            _stream(sch, info, knobs)
+        return sch
+
+
+@dataclass(frozen=True)
 class Fallback(ScheduleRule):
     """Any function the patterns above do not match (dlight's Fallback, for the CPU): every
     loop nest runs as the TE wrote it, in program order, its outermost spatial loop on the
@@ -465,4 +498,4 @@ class Fallback(ScheduleRule):
         return sch
 
 
-RULES = [RowPassWithColumnSums(), RowPass(), GroupedRowPass(), ChannelPass(), Fallback()]
+RULES = [RowPassWithColumnSums(), RowPass(), GroupedRowPass(), ChannelPass(), ChannelMap(), Fallback()]

@@ -14,6 +14,9 @@ GpuGroupedRowPass, GroupTiles).
 * ``channel_pass``: reductions of an (N, C, HW) input over N and HW for every channel
   (BatchNorm-like), per-channel scalars, and elementwise outputs over (N, C, HW); the sums
   may be outputs themselves.
+* ``channel_map``: elementwise outputs over (N, C, HW) that read per-channel stages (kind S
+  over C) and no sum over the data; the stages may read call sums, one-element sums of an
+  input of any length (a total count summed from per-rank counts).
 * ``grouped_pass``: row reductions over the innermost axis of an (outer..., inner) input,
   per-group stages over the outer axes (per-group scalars may be outputs: a forward norm's
   statistics), an elementwise output sharing them, and zero or more column sums over the
@@ -112,6 +115,34 @@ def channel_reduction(infos: list[Block]):
         return None
     stages = _channel_stages(infos, sums, c, 0)
     return None if stages is None else ([], sums, stages)
+
+
+def channel_map(infos: list[Block]):
+    """(outs, call_sums, channel_stages) of an elementwise pass over (N, C, HW) with
+    per-channel operands and no sum over the data (a synchronized BatchNorm's elemt half:
+    the sums came from elsewhere), or None.
+
+    ``outs``: the elementwise outputs over (N, C, HW) (kinds SSS); ``call_sums``: scratch
+    one-element blocks, in program order: reductions to one element (kinds SR, extents
+    (1, K)) that read inputs only, and one-element scalars (kind S over 1, a reciprocal of
+    such a sum, computed once so that no per-channel stage divides); ``channel_stages``:
+    scratch per-channel scalars (kind S over C), in program order, which may read the call
+    sums and each other. None when a block is none of these, a call sum reads a
+    per-channel stage, a stage writes an output, or any block sums over N or HW (that is
+    ``channel_pass``)."""
+    outs = outputs(infos, "SSS")
+    if not outs or any("R" in b.kinds and b.kinds != "SR" for b in infos):
+        return None
+    n, c, hw = outs[0].extents
+    if not all(all(same_extent(a, e) for a, e in zip(b.extents, (n, c, hw))) for b in outs):
+        return None
+    one = [b for b in infos if b.kinds in ("S", "SR") and same_extent(b.extents[0], 1) and not b.writes_output]
+    stages = [b for b in infos if b.kinds == "S" and same_extent(b.extents[0], c) and not b.writes_output
+              and b not in one]
+    staged = {nm for b in stages for nm in b.writes}
+    if len(outs) + len(one) + len(stages) != len(infos) or any(b.reads & staged for b in one):
+        return None
+    return outs, one, stages
 
 
 def _channel_stages(infos: list[Block], sums: list[Block], c, n_outs: int):

@@ -15,6 +15,9 @@ real op that needs a pattern lands with its package alone.
   TE put them (BatchNormBackward's order), and a sum that needs another sum first is no
   channel pattern. Without an elementwise output (SyncBatchNorm's reduce half) it is a
   channel reduction: ChannelTiles on ascend-emu in one pass, the fallback elsewhere.
+  Without a sum over the data, an elementwise output reading per-channel coefficients and a
+  one-element sum of a short input (SyncBatchNorm's elemt half) is a channel map: ChannelMap
+  on the CPU, the fallback on GPUs, ChannelTiles on ascend-emu (one pass per channel).
 * The group pattern behind an elementwise prologue (GroupNormSwish's shape: a sigmoid
   over the whole data): the prologue is inlined and the group rules take the rest.
 """
@@ -28,8 +31,8 @@ from opgen import schedules, verify
 from opgen.schedules import patterns
 from opgen.targets import get_target
 
-from toy_ops import (build_toy, channel_pass, channel_pass_blended, channel_pass_reference, channel_reduction,
-                     channel_reduction_reference,
+from toy_ops import (build_toy, channel_map, channel_map_reference, channel_pass, channel_pass_blended,
+                     channel_pass_reference, channel_reduction, channel_reduction_reference,
                      channel_two_sums_in_sequence, channel_two_sums_in_sequence_reference, check_blended,
                      group_pass_with_prologue, group_pass_with_prologue_reference, row_pass_rounded_column_sums,
                      row_pass_rounded_column_sums_reference, row_pass_with_sums, run_toy, two_output_row_pass,
@@ -332,6 +335,37 @@ def test_per_channel_sums_without_an_elementwise_output_are_a_channel_reduction(
         for out, want in zip(got, channel_reduction_reference(dy, x, shift, scale)):
             scale_ = max(1, shape[0] * shape[2]) ** 0.5
             assert out.shape == want.shape and np.all(np.abs(out - want) <= 1e-5 * scale_ * (1 + np.abs(want))), shape
+
+
+@pytest.mark.parametrize("target_name", ["llvm", "opencl", "ascend-emu"])
+def test_per_channel_coefficients_from_a_call_sum_are_a_channel_map(target_name, rng):
+    """No sum over N and HW, so no channel pass; the call sum (a counter's total) and the
+    per-channel stages come first, the output reads them. Correct on the CPU rule, the GPU
+    fallback and ascend-emu's ChannelTiles (the call sum a scalar loop once per core, one
+    pass per channel), empty axes and counters of 1 to 8 elements included."""
+    func = channel_map()
+    infos = schedules.blocks(schedules.pattern_schedule(func))
+    assert patterns.channel_pass(infos) is None and patterns.channel_reduction(infos) is None
+    outs, call_sums, stages = patterns.channel_map(infos)
+    assert [b.name for b in outs] == ["map_y"] and [b.name for b in call_sums] == ["map_total", "map_inv"]
+    assert sorted(b.name for b in stages) == ["map_a", "map_b"]
+    assert patterns.channel_map(schedules.blocks(schedules.pattern_schedule(channel_pass()))) is None
+    target = get_target(target_name)
+    want_rule = {"llvm": "ChannelMap", "opencl": "GpuFallback", "ascend-emu": "ChannelTiles"}[target_name]
+    assert type(schedules.match(func, target)).__name__ == want_rule
+    if not target.can_run():
+        pytest.skip(f"{target_name} cannot run here: {target.missing()}")
+    if target_name == "ascend-emu":
+        target = target.for_product("AtlasA2")
+    built = build_toy(func, target)
+    for shape, k in (((1, 1, 1), 1), ((2, 3, 7), 3), ((3, 5, 941), 2), ((1, 2, 12290), 8), ((0, 3, 5), 2),
+                     ((2, 3, 0), 1)):
+        dy, x = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
+        shift, scale = (rng.standard_normal(shape[1]).astype(np.float32) for _ in range(2))
+        counts = rng.uniform(1, 9, k).astype(np.float32)
+        (got,) = run_toy(target, built, [dy, x, shift, scale, counts], ["float32"])
+        (want,) = channel_map_reference(dy, x, shift, scale, counts)
+        assert got.shape == want.shape and np.all(np.abs(got - want) <= 1e-5 * (1 + np.abs(want))), shape
 
 
 # ---- the group pattern behind an elementwise prologue (GroupNormSwish's shape) -------------

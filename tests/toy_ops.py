@@ -204,6 +204,32 @@ def channel_reduction():
     return te.create_prim_func([dy, x, shift, scale, s1, s2, w]).with_attr("global_symbol", "test_channel_reduction")
 
 
+def channel_map():
+    """SyncBatchNorm's elemt half: an elementwise output over (N, C, HW) reading per-channel
+    coefficients computed from a one-element sum of an input of any length (no sum over the
+    data): total = sum counts; inv = 1 / total (a one-element scalar); a[c] = shift[c] * inv;
+    b[c] = scale[c] * 2; y = (dy - a[c]) * b[c] - x. float32. Returns the PrimFunc (inputs dy, x, shift, scale, counts; output y)."""
+    n, c, hw, k = (te.var(v, "int64") for v in ("n", "c", "hw", "k"))
+    dy = te.placeholder((n, c, hw), "float32", name="dy")
+    x = te.placeholder((n, c, hw), "float32", name="x")
+    shift = te.placeholder((c,), "float32", name="shift")
+    scale = te.placeholder((c,), "float32", name="scale")
+    counts = te.placeholder((k,), "float32", name="counts")
+    rk = te.reduce_axis((0, k), name="rk")
+    total = te.compute((1,), lambda _: te.sum(counts[rk], axis=rk), name="map_total")
+    inv = te.compute((1,), lambda _: te.const(1.0, "float32") / total[0], name="map_inv")
+    a = te.compute((c,), lambda ch: shift[ch] * inv[0], name="map_a")
+    b = te.compute((c,), lambda ch: scale[ch] * 2.0, name="map_b")
+    y = te.compute((n, c, hw), lambda i, ch, j: (dy[i, ch, j] - a[ch]) * b[ch] - x[i, ch, j], name="map_y")
+    return te.create_prim_func([dy, x, shift, scale, counts, y]).with_attr("global_symbol", "test_channel_map")
+
+
+def channel_map_reference(dy, x, shift, scale, counts) -> list:
+    dy, x = dy.astype("float64"), x.astype("float64")
+    a = shift.astype("float64") / counts.astype("float64").sum()
+    return [(dy - a[None, :, None]) * 2 * scale.astype("float64")[None, :, None] - x]
+
+
 def channel_reduction_reference(dy, x, shift, scale) -> list:
     dy, x = dy.astype("float64"), x.astype("float64")
     s1, s2 = dy.sum(axis=(0, 2)), (dy * (x - shift.astype("float64")[None, :, None])).sum(axis=(0, 2))

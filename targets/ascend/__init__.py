@@ -76,14 +76,20 @@ class AscendEmuTarget(TargetSpec):
     def build(self, mod):
         (gvar, func), = mod.functions.items()
         symbol = gvar.name_hint
-        missing = sorted({str(b.dtype) for b in func.params} - set(self.hardware.storage_dtypes))
-        if missing:     # e.g. bfloat16 on Atlas training: the description says the hardware has none
-            raise NotImplementedError(f"ascend-emu on {self.hardware.product}: no {', '.join(missing)} in its "
-                                      f"vector unit's storage types {self.hardware.storage_dtypes}")
+        storage = set(self.hardware.storage_dtypes)
         try:
             kernel, files = project(func, symbol, self.hardware)
         except EmitError as err:
-            raise NotImplementedError(f"ascend-emu: {err}") from err
+            kernel, files, failure = None, None, err
+        # A tensor the kernel reads with the scalar unit alone (a channel map's counter,
+        # role "call") never enters the vector unit: its dtype need not be a storage type.
+        scalar_only = {n for n, _, role in getattr(kernel, "args", ()) if role == "call"}
+        missing = sorted({str(b.dtype) for b in func.params if b.name not in scalar_only} - storage)
+        if missing:     # e.g. bfloat16 on Atlas training: the description says the hardware has none
+            raise NotImplementedError(f"ascend-emu on {self.hardware.product}: no {', '.join(missing)} in its "
+                                      f"vector unit's storage types {self.hardware.storage_dtypes}")
+        if kernel is None:
+            raise NotImplementedError(f"ascend-emu: {failure}") from failure
         lib = compile_project(files, symbol, self.hardware)
         return EmuModule(symbol, EmuKernel(lib, kernel, self.hardware), files)
 

@@ -18,11 +18,13 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
 from opgen import diskcache
 from opgen.environment import usable_cpus
+from opgen.dtypes import numpy_dtype
 from opgen.targets.spec import Scratch
 from opgen.targets.ascend.emit_channels import read_channel_kernel
 from opgen.targets.ascend.cann import GE_CODE, face_of
@@ -340,8 +342,8 @@ class EmuKernel(HostTiling):
         """The GM user workspace (float32 elements) the host tiling asks for, given the kernel
         shapes by tensor name: the aclnn layer gives it a slot of the caller's workspace,
         as CANN's GetWorkspaceSize does (the system part is the emulation's own)."""
-        tile = next(name for name, _, role in self.k.args if role == "tile")
-        return (max(1, self.k.workspace_floats(self.tiling(*(int(v) for v in shapes[tile])))),)
+        by_name = {name: SimpleNamespace(shape=tuple(shape)) for name, shape in shapes.items()}
+        return (max(1, self.k.workspace_floats(self.tiling(*self.k.size_args(by_name)))),)
 
     def __call__(self, *tensors) -> None:
         """Run on the kernel's tensors, then (when the caller sizes it, see workspace_shape)
@@ -365,7 +367,7 @@ class EmuKernel(HostTiling):
         for p in self.k.face.entry:          # CANN's order: inputs, attribute tensors, outputs
             arr = by_name.get(p.tensor)
             ptrs.append(arr.data_ptr() if arr is not None else None)
-            sizes.append(int(np.prod(arr.shape)) * (2 if p.dtype != "float32" else 4) if arr is not None else 0)
+            sizes.append(int(np.prod(arr.shape)) * numpy_dtype(p.dtype).itemsize if arr is not None else 0)
         ptrs += [ws_ptr, tiling.ctypes.data]
         sizes += [ws_bytes, tiling.nbytes]
         ptrs = [p if s else None for p, s in zip(ptrs, sizes)]

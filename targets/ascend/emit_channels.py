@@ -1,8 +1,9 @@
 """Scheduled TIR of the channel pattern -> an AscendC kernel (BatchNorm-like ops).
 
 The channel pattern (schedules/ascend.py, ChannelTiles): tensors (N, C, HW), per-channel
-(C,) inputs and outputs, (1,) inputs read once per call; the channels are split over the
-cores. Per channel the kernel sees its N x HxW elements as N batch rows of HxW contiguous
+(C,) inputs and outputs, (1,) inputs read once per call, (K,) inputs summed whole once per
+core (a channel map's call sums: ``call_sum`` blocks -> a scalar loop of GM reads in
+LoadScalars); the channels are split over the cores. Per channel the kernel sees its N x HxW elements as N batch rows of HxW contiguous
 elements, C x HW apart in GM: a pass is a (batch rows x pitch) tile, so one strided copy
 moves several rows and the row machinery of the other patterns applies with rows = batch
 rows of one channel:
@@ -47,7 +48,6 @@ class ChannelKernel:
     knobs: dict
     param_names: tuple
     pad: bool = True           # the product has DataCopyPad (else per-call values are GM reads)
-    fields = CHANNEL_FIELDS
     pattern = "channels"
     modes = CHANNEL_MODES
 
@@ -55,9 +55,15 @@ class ChannelKernel:
     def struct(self) -> str:
         return f"{camel(self.symbol)}TilingData"
 
+    @property
+    def fields(self) -> tuple:
+        """The tiling struct's fields: K (the call inputs' length) after them for a channel map."""
+        return CHANNEL_FIELDS + (("K",) if self.ops.calls_in else ())
+
     def size_args(self, by_name: dict) -> tuple:
         tile = next(n for n, _, role in self.args if role == "tile")
-        return tuple(int(v) for v in by_name[tile].shape)          # N, C, HW
+        calls = tuple(int(by_name[n].shape[0]) for n, _ in self.ops.calls_in[:1])
+        return tuple(int(v) for v in by_name[tile].shape) + calls    # N, C, HW[, K]
 
     def workspace_floats(self, t) -> int:
         return 0               # a channel belongs to one core: nothing crosses cores
@@ -77,6 +83,11 @@ def read_channel_kernel(func, symbol: str, knobs: dict) -> ChannelKernel:
     role = {n: "tile" for n, _ in ops.tiles_in + ops.tiles_out}
     role.update({n: "chan" for n, _ in ops.chans_in + ops.chan_outs})
     role.update({n: "scalar" for n, _ in ops.scalars_in})
+    role.update({n: "call" for n, _ in ops.calls_in})
+    lengths = {str(b.iter_vars[1].dom.extent) for _, r, b in stages if r == "call_sum" and len(b.iter_vars) == 2}
+    if len(lengths) > 1:
+        raise EmitError(f"{symbol}: call sums over inputs of different lengths (the tiling has one K)")
+    sizes.update(dict.fromkeys(lengths, "t_.K"))
     written = {r.source.name for _, _, b in stages for r in b.writes}
     homeless = [f"{b.name}{tuple(b.shape)}" for b in func.params if b.name not in role and b.name not in written]
     if homeless:
@@ -105,6 +116,8 @@ def _context(k: ChannelKernel, axes: dict) -> Context:
         loads[(name, ("0",))] = Value("scalar", f"s_{name}")
     for name in k.ops.statistics + k.ops.sums + k.ops.chan_stages:
         loads[(name, (a["c"],))] = Value("scalar", f"s_{name}")
+    for name in k.ops.call_sums:
+        loads[(name, ("0",))] = Value("scalar", f"s_{name}")
     # A per-channel stage may read single elements of a tile input (a channel's first
     # element): a scalar GM read at the channel ``ch``; the caller guards it where N x HxW is 0.
     elements = {} if "n" in a else {name: (f"g_{name}_", ("t_.N", "t_.C", "t_.HW")) for name, _ in k.ops.tiles_in}
@@ -136,6 +149,24 @@ def _sum_fn(k: ChannelKernel, name: str, blk) -> list[str]:
     return ([f"__aicore__ inline void Sum_{blk.body.buffer.name}(int32_t n, int32_t len) {{",
              "    const int32_t P = t_.pitch;"]
             + [f"    {line}" for line in ctx.lines + row_sums(value.text, lambda i, v: f"{acc} += {v};")] + ["}"])
+
+
+def _call_sum(k: ChannelKernel, blk) -> list[str]:
+    """A call sum (patterns.channel_map: a one-element sum of a (K,) input, the counter's
+    total) as scalar GM reads into its float32 register, once per core, in index order; or
+    a one-element scalar of the call sums before it (its reciprocal), in a register too."""
+    acc = f"s_{blk.body.buffer.name}"
+    names = _names(blk)
+    index_vars = {names[-1]: "kk"} if len(names) == 2 else {}
+    ctx = Context(row_var=None, col_var=None, tiles={}, rows={}, cols={}, sizes=k.sizes, temps=[],
+                  loads={(name, ("0",)): Value("scalar", f"s_{name}") for name in k.ops.call_sums},
+                  elements={name: (f"g_{name}_", ("t_.K",)) for name, _ in k.ops.calls_in}, index_vars=index_vars)
+    value = emit_expr(reduction_body(blk.body) if index_vars else stored_value(blk.body)[0], ctx)
+    if value.kind != "scalar" or ctx.lines:
+        raise EmitError(f"{blk.name_hint}: a call sum must be scalar code")
+    if not index_vars:
+        return [f"    {acc} = {value.text};"]
+    return [f"    {acc} = 0.0f;", f"    for (int64_t kk = 0; kk < t_.K; ++kk) {acc} += {value.text};"]
 
 
 def _copy(n: str, length: str, itemsize: str, to_ub: bool) -> str:
@@ -190,7 +221,11 @@ def chan_fns(k: ChannelKernel) -> list[str]:
     """LoadScalars (once per core), LoadChans / StoreChans / FreeChans (per chunk of ``nc``
     channels from ``c0``), BeginChannel / EndChannel (per channel ``i`` of the chunk), and
     Statistics / Stages (the per-channel scalar code before and after the sums)."""
-    out = load_scalars(k.ops.scalars_in, k.pad)
+    out = load_scalars(k.ops.scalars_in, k.pad)[:-1]
+    for _, role, blk in k.stages:
+        if role == "call_sum":
+            out += _call_sum(k, blk)
+    out.append("}")
     out += ["__aicore__ inline void LoadChans(int64_t c0, int32_t nc) {"]
     for name, d in k.ops.chans_in:
         out += copy_in(name, d, "c0", f"DataCopyExtParams(1, nc * sizeof({CPP_TYPE[d]}), 0, 0, 0)")

@@ -14,7 +14,7 @@ from opgen.schedules.ascend_tiling_channels import CHANNELS_PER_COPY, channel_bu
 from opgen.targets.ascend.emit_channels import CHANNEL_MODES, ChannelKernel, chan_fns, tile_fns
 from opgen.targets.ascend.emitter import CPP_TYPE, kernel_file
 
-GM_SIZE = {"tile": "t_.N * t_.C * t_.HW", "chan": "t_.C", "scalar": "1"}
+GM_SIZE = {"tile": "t_.N * t_.C * t_.HW", "chan": "t_.C", "scalar": "1", "call": "t_.K"}
 
 
 def _buffers(k: ChannelKernel, hw):
@@ -28,7 +28,7 @@ def _members_init(k: ChannelKernel, hw) -> tuple[list[str], list[str]]:
     members += [f"LocalTensor<float> v_{n}_;" for n, _ in k.ops.tiles_in]
     members += [f"LocalTensor<float> cf_{n}_;" for n, _ in k.ops.chans_in]
     registers = [n for n, _ in k.ops.chans_in + k.ops.scalars_in]
-    registers += list(k.ops.statistics + k.ops.sums + k.ops.chan_stages)
+    registers += list(k.ops.statistics + k.ops.sums + k.ops.chan_stages + k.ops.call_sums)
     members += [f"float s_{n} = 0.0f;" for n in dict.fromkeys(registers)]
     params = ", ".join(f"GM_ADDR gm_{n}" for n, _, _ in k.args)     # gm_: a tensor may be named t or tiling
     init = [f"__aicore__ inline void Init({params}, GM_ADDR workspace, const {k.struct}& t) {{",
@@ -63,6 +63,9 @@ def _process(k: ChannelKernel) -> list[str]:
     outputs_pass = ([f"        {line}" for line in loop]
                     + ["                Outputs(ch, b0, n, h0, len);", "                FreeTiles();", "            }",
                        "        }"]) if k.ops.tiles_out else []
+    # A channel map (patterns.channel_map) has no sums: no sums pass, its outputs pass alone.
+    sums_pass = ([f"        {line}" for line in loop] + [f"                {c}" for c in sums]
+                 + ["                FreeTiles();", "            }", "        }"]) if sums else []
     channel = (["__aicore__ inline void Channel(int64_t ch, int32_t i) {", "    BeginChannel(i);", "    Statistics(ch);",
                 "    if (t_.mode == MODE_CHANNEL) {",
                 "        const int64_t b0 = 0, h0 = 0; const int32_t n = t_.N, len = t_.HW;",
@@ -70,8 +73,7 @@ def _process(k: ChannelKernel) -> list[str]:
                + [f"        {c}" for c in sums]
                + ["        Stages(ch);", "        Outputs(ch, b0, n, h0, len);", "        FreeTiles();",
                   "    } else if (t_.mode == MODE_EMPTY) {", "        Stages(ch);", "    } else {"]
-               + [f"        {line}" for line in loop] + [f"                {c}" for c in sums]
-               + ["                FreeTiles();", "            }", "        }", "        Stages(ch);"]
+               + sums_pass + ["        Stages(ch);"]
                + outputs_pass + ["    }", "    EndChannel(i);", "}"])
     main = ["__aicore__ inline void Process() {", "    LoadScalars();",
             "    for (int64_t c0 = chan0_; c0 < chan0_ + nchans_; c0 += t_.ub_chans) {",
@@ -89,9 +91,9 @@ def channel_kernel_source(k: ChannelKernel, hw) -> str:
 
 
 CHANNEL_TILING = r"""
-extern "C" int KERNEL_tiling(int64_t N, int64_t C, int64_t HW, int64_t cores, int64_t ub_bytes, STRUCT* t) {
+extern "C" int KERNEL_tiling(int64_t N, int64_t C, int64_t HW, CALL_SIZEint64_t cores, int64_t ub_bytes, STRUCT* t) {
     *t = STRUCT{};
-    t->N = N; t->C = C; t->HW = HW; t->tasks = C; t->mode = MODE_EMPTY;
+    t->N = N; t->C = C; t->HW = HW; t->tasks = C; t->mode = MODE_EMPTY;CALL_FIELD
     const bool data = N > 0 && HW > 0;
     if (C == 0 || !(data || HAS_CHAN_OUTS)) return 0;   // nothing to launch
     if (!HAS_PAD && (HW % PITCH_STEP || C % COPY_STEP)) return 2;   // whole 32-byte blocks without DataCopyPad
@@ -173,4 +175,6 @@ def channel_tiling_source(k: ChannelKernel, hw) -> str:
             "    if (hi < lo || !fits(lo)) return 0;\n"
             "    while (lo < hi) { int64_t mid = (lo + hi + 1) / 2; if (fits(mid)) lo = mid; else hi = mid - 1; }\n"
             "    return lo;\n}\n}  // namespace\n"
-            + CHANNEL_TILING.replace("KERNEL", k.symbol).replace("STRUCT", k.struct))
+            + CHANNEL_TILING.replace("KERNEL", k.symbol).replace("STRUCT", k.struct)
+            .replace("CALL_SIZE", "int64_t K, " if k.ops.calls_in else "")
+            .replace("CALL_FIELD", " t->K = K;" if k.ops.calls_in else ""))

@@ -19,7 +19,9 @@ runner calls TilingFunc through a TilingContext before every launch.
 """
 from __future__ import annotations
 
-from opgen.kernel_view import RANK, Attr, Axis, Dim, KernelView, Prod, Quot, Rank, Sub
+from dataclasses import replace
+
+from opgen.kernel_view import RANK, Attr, Axis, Dim, KernelView, Numel, Prod, Quot, Rank, Sub
 from opgen.kernel_view import identity as view_identity
 from opgen.targets.ascend.cann import GE_DTYPE, CannFace
 from opgen.targets.ascend.exprs import EmitError
@@ -121,7 +123,11 @@ def kernel_view(k, face: CannFace) -> KernelView:
         return KernelView.from_json(face.view)
     tile = next(n for n, _, role in k.args if role == "tile")
     rank = len(next(b.shape for b in k.buffers if b.name == tile))
-    return view_identity(next(p.name for p in face.entry if p.tensor == tile), rank)
+    view = view_identity(next(p.name for p in face.entry if p.tensor == tile), rank)
+    calls = [next(p.name for p in face.entry if p.tensor == n) for n, _, role in k.args if role == "call"][:1]
+    if calls:   # a channel map's (K,) input: its length the kernel's fourth size
+        view = replace(view, sizes=view.sizes + (Numel(calls[0]),), canonical_inputs=((calls[0], ((rank,),)),))
+    return view
 
 
 class _ViewPrinter:
@@ -189,6 +195,12 @@ class _ViewPrinter:
         if isinstance(e, Rank):
             ptr = self.local_ptr(e.input)
             return self.local(f"static_cast<int64_t>({ptr}->GetStorageShape().GetDimNum())")
+        if isinstance(e, Numel):
+            ptr, name = self.local_ptr(e.input), self.fresh()
+            self.lines += [f"    int64_t {name} = 1;",
+                           f"    for (size_t i = 0; i < {ptr}->GetStorageShape().GetDimNum(); ++i) "
+                           f"{name} *= {ptr}->GetStorageShape().GetDim(i);"]
+            return name
         if isinstance(e, Axis):
             raw = self.local(self.attr(e.name))
             self.fail(f"{raw} < -rank || {raw} >= rank", f"attribute {e.name} = %lld is not an axis of "
