@@ -54,8 +54,11 @@ def compute(combo: DtypeCombo) -> list[te.Tensor]:
     low, high = int_range(combo["dx"])
 
     def quantized(r, c):
-        value, scale = dx_value(r, c), as_float32(scales_x[0])
-        scaled = te.if_then_else(div_mode[0] != 0.0, value / scale, value * scale)
+        # divMode divides by scalesX: as a multiplication by its reciprocal, one division
+        # per call instead of one per element (Ascend's vector Div is no correctly rounded
+        # division either; the int8 comparison allows a half step, see opgen.verify).
+        scale = as_float32(scales_x[0])
+        scaled = dx_value(r, c) * te.if_then_else(div_mode[0] != 0.0, 1.0 / scale, scale)
         q = te.nearbyint(scaled + offset_x[0].astype("float32"))
         return te.min(te.max(q, te.const(float(low), "float32")), te.const(float(high), "float32"))
 
