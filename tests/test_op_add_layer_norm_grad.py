@@ -321,3 +321,21 @@ def test_a_flipped_sign_fails_the_proof(monkeypatch, tag, stage, broken, intact)
 def test_the_documents_formulas():
     checks = [c for c in derive.check_seed_formulas() if c.op == "add_layer_norm_grad"]
     assert [(c.output, c.matches) for c in checks] == [("dx", True), ("dgamma", True), ("dbeta", True)]
+
+
+# ------------------------------------------------------------- Pythonic and torch
+
+@pytest.mark.parametrize("with_dsum", [False, True])
+def test_pythonic_function_allocates_and_matches(with_dsum, rng):
+    import opgen
+
+    problem = Problem((4, 3, 16))
+    arrays = OP.random_inputs(problem, OP.combo("f16-f32"), rng)
+    if not with_dsum:
+        arrays.pop("dsum")
+    dx, dgamma, dbeta = opgen.add_layer_norm_grad(*(arrays[k] for k in ("dy", "x1", "x2", "rstd", "mean", "gamma")),
+                                                  arrays.get("dsum"))
+    want = OP.reference(problem, arrays)
+    assert (dx.dtype, dgamma.dtype, dbeta.dtype) == (np.float16, np.float32, np.float32)
+    for name, got in (("dx", dx), ("dgamma", dgamma), ("dbeta", dbeta)):
+        np.testing.assert_allclose(got, want[name], rtol=2e-3, atol=2e-3, err_msg=name)
