@@ -155,13 +155,14 @@ def golden_cases(op, combo, rng) -> tuple[list, dict]:
     return meta, arrays
 
 
-def bench_shapes(op) -> list:
-    """The op's benchmark problems as the kernel's caller shapes (inputs, then outputs):
-    what a machine without TVM needs to time the plan at the sizes ``opgen bench`` uses."""
+def bench_shapes(op, combo) -> list:
+    """The op's benchmark problems as the kernel's caller shapes (inputs, then outputs, of
+    ``combo``'s kernel): what a machine without TVM needs to time the plan at the sizes
+    ``opgen bench`` uses."""
     out = []
     for text in op.cases.bench:
         shapes = op.api.kernel_shapes(op.parse_problem(text))
-        out.append({"problem": text, "shapes": [list(shapes[n]) for n in op.inputs + op.outputs]})
+        out.append({"problem": text, "shapes": [list(shapes[n]) for n in op.kernel_tensors(combo)]})
     return out
 
 
@@ -182,5 +183,5 @@ def export_one(op, combo, target, out_root: Path, rng, variant: str = "default",
         meta, arrays = golden_cases(op, combo, rng)
         np.savez_compressed(out_dir / "cases.npz", **arrays)
         (out_dir / "cases.json").write_text(json.dumps(meta, indent=1) + "\n")
-        (out_dir / "bench.json").write_text(json.dumps(bench_shapes(op)) + "\n")
+        (out_dir / "bench.json").write_text(json.dumps(bench_shapes(op, combo)) + "\n")
     return path
