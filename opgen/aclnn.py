@@ -174,13 +174,17 @@ def _check_generic(call: Call):
 def _combo(call: Call):
     """The product's dtype combo that the dtypes of the tensors the kernel uses select: the
     inputs it reads (not null, not validated_only, not ApiSpec.unread) and the outputs asked
-    for. The others' dtypes are the rules' business; the plan gives them the combo's."""
+    for. The others' dtypes are the rules' business; the plan gives them the combo's. An
+    input of OpSpec.optional_terms the call does not read selects the variant without it
+    (DtypeCombo.absent): no fill of it is made, its term is not computed."""
     given = {p.kernel: call[p.name].dtype for p in call.api.tensors()
              if (call.reads(p) if p.role == INPUT else call[p.name] is not None and call.wanted(p))}
+    absent = {p.kernel for p in call.api.tensors(INPUT) if p.kernel in call.op.optional_terms and not call.reads(p)}
     for combo in call.combos():
-        if all(combo[k] == v for k, v in given.items()):
+        if set(combo.absent) == absent and all(combo[k] == v for k, v in given.items()):
             return combo
-    raise ArgError(ACLNN_ERR_PARAM_INVALID, f"no {call.product} dtype combination matches {given}")
+    without = f" without {sorted(absent)}" if absent else ""
+    raise ArgError(ACLNN_ERR_PARAM_INVALID, f"no {call.product} dtype combination{without} matches {given}")
 
 
 def _kernel(op, combo, product: str, shapes: dict, call=None, aliased=frozenset()):

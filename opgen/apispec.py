@@ -52,7 +52,9 @@ class Param:
     """One parameter of GetWorkspaceSize, in the seed's order.
 
     ``kernel`` names the kernel tensor it feeds (tensors only); ``optional`` inputs may be
-    null (the spec's ``fill`` says what the kernel gets instead).
+    null: the spec's ``fill`` says what the kernel gets instead, or, for a kernel tensor in
+    the OpSpec's ``optional_terms``, the plan takes the combo's variant without it
+    (DtypeCombo.absent). OpSpec checks that each optional input has one or the other.
 
     What asks for an output: ``mask_bit``, the index of the outputMask element (GroupNorm's
     gradGammaOut), or ``flag``, the name of a bool attribute (aclnnGroupNormSwishGrad's
@@ -210,8 +212,6 @@ class ApiSpec:
         for p in self.params:
             if not p.name.isidentifier():
                 raise ValueError(f"parameter {p.name!r} is not an identifier")
-            if p.optional and p.role == INPUT and not p.validated_only and p.kernel not in self.fill:
-                raise ValueError(f"optional input {p.name} needs a fill value")
             if p.mask_bit is not None and not masks:
                 raise ValueError(f"{p.name} has a mask bit but the op has no outputMask parameter")
             if p.flag is not None and not any(q.name == p.flag and q.role == ATTR and q.value_type == "bool"

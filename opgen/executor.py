@@ -217,7 +217,7 @@ def make_plan(call, kernel, problem, combo, device, aliased) -> Plan:
     planner = _Planner(arena=host and converts_arrays(kernel))
     position = {p.name: i for i, p in enumerate(api.params)}
     for p in api.tensors():
-        if p.kernel is None:             # validated_only: checked, never the kernel's
+        if p.kernel is None or not combo.has(p.kernel):   # validated_only, or absent from this variant
             continue
         shape, dtype, arg = shapes[p.kernel], combo[p.kernel], call[p.name]
         output = p.role == "output"

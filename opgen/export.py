@@ -45,9 +45,9 @@ def plain(code: str) -> str:
 
 def _params(op, combo, func) -> list:
     """The kernel's parameters: inputs, outputs, then the workspace (hoisted scratch)."""
-    names = op.inputs + op.outputs
+    names, n_inputs = op.kernel_tensors(combo), len(op.kernel_inputs(combo))
     return [{"name": names[i] if i < len(names) else str(buf.name),
-             "role": "input" if i < len(op.inputs) else "output" if i < len(names) else "workspace",
+             "role": "input" if i < n_inputs else "output" if i < len(names) else "workspace",
              "dtype": combo[names[i]] if i < len(names) else str(buf.dtype)}
             for i, buf in enumerate(func.params)]
 
@@ -146,22 +146,23 @@ def golden_cases(op, combo, rng) -> tuple[list, dict]:
         allowed = {n: atol + rtol * np.abs(ref[n]) + 0.5 * verify.ulp(ref[n], combo[n]) for n in op.outputs}
         as_kernel = lambda outs: op.kernel_args(problem, {**inputs, **outs})   # noqa: E731
         kernel_in, kernel_ref, kernel_allowed = as_kernel(ref), as_kernel(ref), as_kernel(allowed)
-        for j, name in enumerate(op.inputs):
+        for j, name in enumerate(op.kernel_inputs(combo)):
             arrays[f"c{i}_in{j}"] = _raw(kernel_in[name].astype(numpy_dtype(combo[name]), copy=False))
         for k, name in enumerate(op.outputs):
             arrays[f"c{i}_ref{k}"] = np.ascontiguousarray(kernel_ref[name], np.float64)
             arrays[f"c{i}_allowed{k}"] = np.ascontiguousarray(kernel_allowed[name], np.float64)
-        meta.append({"problem": str(problem), "inputs": len(op.inputs), "outputs": list(op.outputs)})
+        meta.append({"problem": str(problem), "inputs": len(op.kernel_inputs(combo)), "outputs": list(op.outputs)})
     return meta, arrays
 
 
-def bench_shapes(op) -> list:
-    """The op's benchmark problems as the kernel's caller shapes (inputs, then outputs):
-    what a machine without TVM needs to time the plan at the sizes ``opgen bench`` uses."""
+def bench_shapes(op, combo) -> list:
+    """The op's benchmark problems as the kernel's caller shapes (inputs, then outputs, of
+    ``combo``'s kernel): what a machine without TVM needs to time the plan at the sizes
+    ``opgen bench`` uses."""
     out = []
     for text in op.cases.bench:
         shapes = op.api.kernel_shapes(op.parse_problem(text))
-        out.append({"problem": text, "shapes": [list(shapes[n]) for n in op.inputs + op.outputs]})
+        out.append({"problem": text, "shapes": [list(shapes[n]) for n in op.kernel_tensors(combo)]})
     return out
 
 
@@ -182,5 +183,5 @@ def export_one(op, combo, target, out_root: Path, rng, variant: str = "default",
         meta, arrays = golden_cases(op, combo, rng)
         np.savez_compressed(out_dir / "cases.npz", **arrays)
         (out_dir / "cases.json").write_text(json.dumps(meta, indent=1) + "\n")
-        (out_dir / "bench.json").write_text(json.dumps(bench_shapes(op)) + "\n")
+        (out_dir / "bench.json").write_text(json.dumps(bench_shapes(op, combo)) + "\n")
     return path

@@ -57,8 +57,9 @@ class Kernel:
 
     @property
     def tensor_names(self) -> tuple[str, ...]:
-        """Parameter order: the op's inputs, its outputs, then the scratch buffers."""
-        return self.op.inputs + self.op.outputs + tuple(b.name for b in self.scratch)
+        """Parameter order: the op's inputs (those of this combo: OpSpec.kernel_inputs), its
+        outputs, then the scratch buffers."""
+        return self.op.kernel_tensors(self.combo) + tuple(b.name for b in self.scratch)
 
     def scratch_shapes(self, shapes: dict) -> dict:
         """Concrete shape of every scratch buffer, given the kernel shapes of the tensors."""
@@ -81,7 +82,7 @@ class Kernel:
         Returns (arguments in parameter order, [(numpy output, staged tensor)] to copy
         back). Scratch buffers not given are allocated here.
         """
-        tensor_names = self.op.inputs + self.op.outputs
+        tensor_names = self.op.kernel_tensors(self.combo)
         missing = [n for n in tensor_names if n not in arrays]
         if missing:
             raise ValueError(f"{self.symbol}: missing arrays {missing}")
@@ -101,7 +102,7 @@ class Kernel:
         absent = [b for b in self.scratch if b.name not in arrays]
         if not absent:
             return {}
-        shapes = self.scratch_shapes({n: tuple(arrays[n].shape) for n in self.op.inputs + self.op.outputs})
+        shapes = self.scratch_shapes({n: tuple(arrays[n].shape) for n in self.op.kernel_tensors(self.combo)})
         return {b.name: tvm.runtime.empty(shapes[b.name], b.dtype, dev) for b in absent}
 
     def __call__(self, arrays: dict) -> None:
@@ -234,7 +235,7 @@ def scheduled_module(op: OpSpec, combo: DtypeCombo, target: TargetSpec, variant:
     symbol = kernel_symbol(op, combo, variant)
     func = prim_func(op, combo).with_attr("global_symbol", symbol)
     if op.cann is not None:      # CANN's names and order, for targets that print a CANN project
-        func = func.with_attr("opgen.cann", op.cann.to_json(op.inputs + op.outputs))
+        func = func.with_attr("opgen.cann", op.cann.to_json(op.kernel_tensors(combo)))
     rule = matching_rule(op, combo, target)
     if rule is None:   # the target's compiler schedules for itself, intermediates included
         return tvm.IRModule({symbol: declare_element_alignment(func)}), symbol
@@ -315,9 +316,9 @@ def build(op: OpSpec, combo: DtypeCombo, target: TargetSpec, variant: str = "def
     start = time.perf_counter()
     mod, symbol = scheduled_module(op, combo, target, variant, knobs)
     func = mod[symbol]
-    n_tensors = len(op.inputs) + len(op.outputs)
-    scratch = tuple(Scratch(b.name, str(b.dtype), tuple(b.shape)) for b in func.params[n_tensors:])
-    size_vars = _size_vars(func, op.inputs + op.outputs)
+    tensors = op.kernel_tensors(combo)
+    scratch = tuple(Scratch(b.name, str(b.dtype), tuple(b.shape)) for b in func.params[len(tensors):])
+    size_vars = _size_vars(func, tensors)
     tir = mod.script()
     path = _cache_path(target, symbol, tir) if target.library_suffix and diskcache.enabled() else None
     module = _load(path, symbol) if path is not None else None

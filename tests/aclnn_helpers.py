@@ -46,7 +46,8 @@ def base_args(op, problem, combo, rng) -> tuple[dict, dict]:
     args = {}
     for p in op.api.params:
         if p.role == "input":   # an input the kernel never reads (validated_only): random_inputs may
-            args[p.name] = arrays[p.kernel] if p.kernel else arrays.get(p.name)   # give it by its aclnn name
+            # give it by its aclnn name; one the combo goes without (DtypeCombo.absent) is null
+            args[p.name] = arrays[p.kernel] if p.kernel in arrays else arrays.get(p.name)
         elif p.role == "output":
             args[p.name] = np.zeros(np.shape(ref[p.kernel]), numpy_dtype(combo[p.kernel]))
         elif p.role == "attr":

@@ -13,6 +13,7 @@ import dataclasses
 import functools
 import importlib
 import importlib.util
+import itertools
 import math
 import typing
 from dataclasses import dataclass, field
@@ -26,15 +27,24 @@ from opgen.dtypes import ALL_DTYPES, short
 
 @dataclass(frozen=True)
 class DtypeCombo:
-    """One supported assignment of dtypes to the kernel's tensors (inputs then outputs)."""
+    """One supported assignment of dtypes to the kernel's tensors (inputs then outputs).
+
+    ``absent``: optional inputs (kernel names) this combo's kernel goes without: its compute
+    omits their term and the kernel has no parameter for them (OpSpec.optional_terms makes
+    these variants; the plan picks one when the call passes those inputs as null). The tag
+    says so (``f32-f32-nodsum``), so every cache key, symbol, export folder and test that
+    loops over combos tells the variants apart."""
 
     dtypes: tuple[tuple[str, str], ...]
     key_tensors: tuple[str, ...]
+    absent: tuple[str, ...] = ()
 
     def __post_init__(self):
         names = [n for n, _ in self.dtypes]
         if len(set(names)) != len(names):
             raise ValueError(f"duplicate tensor in dtype combo {names}")
+        if set(self.absent) & set(names):
+            raise ValueError(f"tensors {sorted(set(self.absent) & set(names))} both absent and in combo {names}")
         for name, dt in self.dtypes:
             if dt not in ALL_DTYPES:
                 raise ValueError(f"tensor {name}: unsupported dtype {dt}")
@@ -47,8 +57,23 @@ class DtypeCombo:
 
     @property
     def tag(self) -> str:
-        """Short stable name, e.g. ``f16-f32``: the key tensors' dtypes in order."""
-        return "-".join(short(self[t]) for t in self.key_tensors)
+        """Short stable name, e.g. ``f16-f32``: the key tensors' dtypes in order, then
+        ``-no<name>`` per absent input (``f32-f32-nodsum``)."""
+        return "-".join([short(self[t]) for t in self.key_tensors] + [f"no{name}" for name in self.absent])
+
+    def without(self, names) -> "DtypeCombo":
+        """This combo's variant whose kernel goes without the inputs ``names`` (their dtypes
+        leave it; a key tensor among them cannot)."""
+        names = tuple(n for n in dict(self.dtypes) if n in set(names))
+        keys = set(names) & set(self.key_tensors)
+        if keys:
+            raise ValueError(f"key tensors {sorted(keys)} cannot be absent from combo {self.tag}")
+        return DtypeCombo(tuple((n, d) for n, d in self.dtypes if n not in names), self.key_tensors,
+                          self.absent + names)
+
+    def has(self, tensor: str) -> bool:
+        """Whether the kernel of this combo has ``tensor`` (it is not absent)."""
+        return tensor not in self.absent
 
 
 class ProblemBase:
@@ -269,7 +294,10 @@ class CannOp:
         """The facts as JSON; ``tensors``: the op's tensors in kernel parameter order (inputs
         then outputs), so that a target can map them onto the function's parameters."""
         import json
-        return json.dumps({"name": self.name, "inputs": self.inputs, "outputs": self.outputs, "tensors": tensors, "round_modes": dict(self.round_modes),
+        # A combo's variant without an optional input (DtypeCombo.absent) has no kernel
+        # tensor for it: its face leaves that CANN input out.
+        inputs = tuple((n, t) for n, t in self.inputs if not tensors or t in tensors)
+        return json.dumps({"name": self.name, "inputs": inputs, "outputs": self.outputs, "tensors": tensors, "round_modes": dict(self.round_modes),
                            "attrs": [dataclasses.asdict(a) for a in self.attrs], "source": self.source,
                            "view": self.view.to_json() if self.view is not None else None})
 
@@ -345,10 +373,17 @@ class OpSpec:
                                   # torch_module.py, the torch.nn modules opgen.torch exports,
                                   # and model.py, its forward model (``model``)
     cann: CannOp | None = None    # CANN's OpDef of the op (Ascend projects print its names)
+    # Optional inputs (kernel names) whose absence is a kernel variant rather than a fill:
+    # every combo gets a variant without each subset of them (DtypeCombo.absent), whose
+    # compute omits the term, and the plan picks it when the call passes them as null
+    # (AddLayerNormGrad's dsum: no dsum-sized tensor of zeros is made). Added here, once,
+    # so that every loop over ``combos`` and ``products`` sees the variants.
+    optional_terms: tuple[str, ...] = ()
 
     def __post_init__(self):
         if not self.name.isidentifier():
             raise ValueError(f"op name {self.name!r} must be an identifier")
+        self._add_variants()
         unknown = set(self.products) - set(PRODUCTS)
         if unknown:
             raise ValueError(f"{self.name}: unknown products {sorted(unknown)}")
@@ -361,9 +396,42 @@ class OpSpec:
             stray = sorted(set(self.cann.tensor_names()) - set(tensors))
             if stray:
                 raise ValueError(f"{self.name}: CANN op {self.cann.name} maps unknown tensors {stray}")
+        self._check_null_inputs()
         for combo in self.combos:
-            if tuple(n for n, _ in combo.dtypes) != tensors:
-                raise ValueError(f"{self.name}: combo {combo.tag} does not list {tensors}")
+            if tuple(n for n, _ in combo.dtypes) != self.kernel_tensors(combo):
+                raise ValueError(f"{self.name}: combo {combo.tag} does not list {self.kernel_tensors(combo)}")
+
+    def _check_null_inputs(self) -> None:
+        """Each optional aclnn input the kernel reads has a fill value or a variant without it."""
+        for p in () if self.api is None else self.api.params:
+            if (p.optional and p.role == "input" and not p.validated_only and p.kernel not in self.api.fill
+                    and p.kernel not in self.optional_terms):
+                raise ValueError(f"{self.name}: optional input {p.name} needs a fill value (ApiSpec.fill) or "
+                                 f"its kernel tensor in OpSpec.optional_terms")
+
+    def _add_variants(self) -> None:
+        """Expand ``combos`` and ``products`` by the variants without each nonempty subset of
+        ``optional_terms`` (each after its full combo); a frozen field set once, here."""
+        stray = sorted(set(self.optional_terms) - set(self.inputs))
+        if stray:
+            raise ValueError(f"{self.name}: optional_terms {stray} are not kernel inputs")
+        if not self.optional_terms:
+            return
+        subsets = [names for k in range(1, len(self.optional_terms) + 1)
+                   for names in itertools.combinations(self.optional_terms, k)]
+
+        def expand(combos) -> tuple:
+            return tuple(v for c in combos for v in (c, *(c.without(names) for names in subsets)))
+        object.__setattr__(self, "combos", expand(self.combos))
+        object.__setattr__(self, "products", {p: expand(cs) for p, cs in self.products.items()})
+
+    def kernel_inputs(self, combo: DtypeCombo) -> tuple[str, ...]:
+        """The inputs the kernel of ``combo`` takes, in parameter order (absent ones left out)."""
+        return tuple(n for n in self.inputs if n not in combo.absent)
+
+    def kernel_tensors(self, combo: DtypeCombo) -> tuple[str, ...]:
+        """The kernel's tensor parameters for ``combo``: its inputs, then the outputs."""
+        return self.kernel_inputs(combo) + self.outputs
 
     @property
     def model(self):

@@ -83,7 +83,7 @@ class Workload:
     def kernel_inputs(self) -> dict:
         """The inputs, contiguous, in the kernel's shapes."""
         arrays = self.op.kernel_args(self.problem, self.inputs)
-        return {n: np.ascontiguousarray(np.reshape(arrays[n], self.shapes[n])) for n in self.op.inputs}
+        return {n: np.ascontiguousarray(np.reshape(arrays[n], self.shapes[n])) for n in self.op.kernel_inputs(self.combo)}
 
     def nan_outputs(self) -> dict:
         """NaN-filled outputs: an element a kernel forgets to write fails the check."""
@@ -199,7 +199,7 @@ def _tensors(workload: Workload, built: Built, dev) -> tuple[list, dict]:
         cache[key] = {n: tvm.runtime.tensor(a, dev) for n, a in workload.kernel_inputs().items()}
     outputs = {n: tvm.runtime.tensor(a, dev) for n, a in workload.nan_outputs().items()}
     by_name = {**cache[key], **outputs}
-    args = [by_name[n] for n in workload.op.inputs + workload.op.outputs]
+    args = [by_name[n] for n in workload.op.kernel_tensors(workload.combo)]
     args += [tvm.runtime.empty(shape, dtype, dev) for _, dtype, shape in built.scratch]
     return args, by_name
 

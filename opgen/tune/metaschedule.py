@@ -33,7 +33,7 @@ def static_function(op, combo, problem, symbol: str):
     shapes = op.api.kernel_shapes(problem)
     binding = {buf: tvm.tirx.decl_buffer(tuple(tvm.tirx.IntImm("int64", int(d)) for d in shapes[name]), buf.dtype,
                                          buf.name, elem_offset=buf.elem_offset)
-               for name, buf in zip(op.inputs + op.outputs, func.params)}
+               for name, buf in zip(op.kernel_tensors(combo), func.params)}
     return func.specialize(binding).with_attr("global_symbol", symbol)
 
 

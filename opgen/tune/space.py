@@ -43,7 +43,7 @@ def kernel_shapes(op, problem) -> dict:
 def workload_bytes(op, combo, problem) -> int:
     """Bytes every kernel must move at least: each input read once, each output written once."""
     shapes = kernel_shapes(op, problem)
-    return sum(math.prod(shapes[n]) * numpy_dtype(combo[n]).itemsize for n in op.inputs + op.outputs)
+    return sum(math.prod(shapes[n]) * numpy_dtype(combo[n]).itemsize for n in op.kernel_tensors(combo))
 
 
 @dataclass(frozen=True)

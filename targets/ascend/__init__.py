@@ -116,8 +116,10 @@ class AscendEmuTarget(TargetSpec):
 
     def op_artifacts(self, op, built: list) -> dict:
         """The op's CANN custom-op project (targets/ascend/op_project.py) over the combos the
-        target's product documents for it."""
-        documented = {c.tag for c in op.products.get(self.hardware.product, ())}
+        target's product documents for it. A combo's variant without an optional input
+        (DtypeCombo.absent) stays out: the project has one kernel entry with CANN's full
+        signature, which dispatches on dtypes, not on a null optional input."""
+        documented = {c.tag for c in op.products.get(self.hardware.product, ()) if not c.absent}
         mine = [(tag, m) for tag, m in built if tag in documented and isinstance(m, EmuModule)]
         return op_project(op.name, mine, self.hardware) if mine else {}
 

@@ -50,7 +50,7 @@ class AscendAnalytic:
         shapes = op.api.kernel_shapes(problem)
         rule = schedules.match(func, target)
         return rule.tiling(func, target, {**schedules.default_knobs(rule, target), **knobs},
-                           [shapes[n] for n in op.inputs])
+                           [shapes[n] for n in op.kernel_inputs(combo)])
 
     def estimate(self, op, combo, target, problem, knobs: dict) -> float:
         return self.time(self.tiling(op, combo, target, problem, knobs), target.hardware, knobs)

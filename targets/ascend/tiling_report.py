@@ -75,9 +75,10 @@ def cann_formulas(op):
 
 def opgen_line(op, tag: str, problem, target, knobs: dict | None = None) -> Line:
     """opgen's line for ``op`` on ``problem``: its kernel's tensors in parameter order."""
-    func = te.create_prim_func(op.compute(op.combo(tag)))
+    combo = op.combo(tag)
+    func = te.create_prim_func(op.compute(combo))
     shapes = op.api.kernel_shapes(problem)
-    return opgen_line_of(func, [shapes[name] for name in op.inputs], target, knobs)
+    return opgen_line_of(func, [shapes[name] for name in op.kernel_inputs(combo)], target, knobs)
 
 
 def opgen_line_of(func, shapes: list, target, knobs: dict | None = None) -> Line:
