@@ -291,7 +291,7 @@ def test_pythonic_function(rng):
 
 
 def test_document_example():
-    """The C example (doc l.405-617): (1, 2, 4) float32 ND tensors, training, eps 1e-5,
+    """The C example (doc l.401-618): (1, 2, 4) float32 ND tensors, training, eps 1e-5,
     version 0, every output asked for; BatchNormBackward's digest gives the values."""
     assert acl.aclInit(None) == 0 and acl.aclrtSetDevice(0) == 0
     ret, stream = acl.aclrtCreateStream()

@@ -19,7 +19,7 @@ STAGE = "fast_batch_norm_backward"
 # The document offers the op on Atlas A2 alone (aclnnFastBatchNormBackward.md l.5-24). Its
 # note (l.281-283) asks weight, the statistics and the gradients in gradOut's dtype; the
 # op_api checks each against the support list alone and casts them to float32 (ops-nn
-# aclnn_fast_batch_norm_backward.cpp l.146-166, l.436-466): the sources win, so the A2 takes
+# aclnn_fast_batch_norm_backward.cpp l.146-166, l.438-467): the sources win, so the A2 takes
 # every mixed row opgen has kernels for, as BatchNormBackward's A2 does (its B6).
 PRODUCTS = {"AtlasA2": COMBOS}
 
