@@ -15,6 +15,7 @@ import pytest
 
 import opgen
 from opgen import acl, aclnn, derive, kernels
+from opgen.apispec import Call
 from opgen.ops import get_op
 from opgen.ops.batch_norm_backward.api import tagged
 from opgen.ops.fast_batch_norm_backward import Problem
@@ -240,6 +241,28 @@ def test_l349_shapes_differ_or_rank():
 def test_mixed_rows_beyond_the_kernels_are_refused_clearly():
     status, msg = fbn_status(weight=np.ones(3, BF16))
     assert status == 161002 and "weight has dtype bfloat16; opgen's AtlasA2 kernels take float32" in msg
+
+
+def _violations():
+    for i, rule in enumerate(OP.api.rules):
+        for v in rule.violations:
+            yield pytest.param(i, v, id=f"r{i}-{v.description}")
+
+
+@pytest.mark.parametrize("index,violation", list(_violations()))
+def test_each_example_violation_breaks_its_own_rule_first(index, violation):
+    """Beyond test_aclnn_validation's status check: every earlier rule passes the mutated call,
+    and the reported reason is this rule's (the rules are BatchNormBackward's checks in this
+    op_api's order)."""
+    with product(A2):
+        args, _ = base_args(OP, OP.problems[0], OP.combo("f32-f32"), np.random.default_rng(0))
+        violation.mutate(args)
+        call = Call(OP, A2, aclnn._describe_all(OP, tuple(args[p.name] for p in OP.api.params)))
+        status, _, _ = aclnn.aclnnFastBatchNormBackwardGetWorkspaceSize(**args)
+        message = acl.aclGetRecentErrMsg()
+    assert [r.seed for r in OP.api.rules[:index] if r.check(call)] == []
+    reason = OP.api.rules[index].check(call)
+    assert reason and status == OP.api.rules[index].code and message.endswith(f": {reason}.")
 
 
 def test_empty_calls_succeed_unchecked_and_write_nothing():

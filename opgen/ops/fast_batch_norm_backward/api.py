@@ -83,10 +83,8 @@ def _rules_formats() -> tuple:
     return (
         Rule(ACLNN_ERR_PARAM_INVALID, "input, gradOut, gradInput (when non-null): formats differ. (doc l.343; "
              "CheckFormat l.170-183; an ND tag is read by rank)", C.with_elements(C.check_formats_equal), (
-                 Violation("gradOut NCDHW, input untagged", retagged("NCDHW", lambda a: a.shape + (1,),
-                                                                     names=("gradOut",))),
-                 Violation("gradInput NCHW, gradOut untagged 3-D", retagged("NCHW", lambda a: a.shape + (1,),
-                                                                            names=("gradInput",))))),
+                 Violation("gradOut tagged NCDHW, input untagged 4-D", retagged("NCDHW", names=("gradOut",))),
+                 Violation("gradInput tagged NCDHW, gradOut untagged 4-D", retagged("NCDHW", names=("gradInput",))))),
         Rule(ACLNN_ERR_PARAM_INVALID, "input or gradOut: format outside the supported range. (doc l.322; CheckFormat "
              "l.185-189: private formats)", C.with_elements(C.check_private_format),
              (Violation("FRACTAL_NZ data tensors", retagged("FRACTAL_NZ")),)),
