@@ -113,10 +113,16 @@ def against_aten(op_names, tags, shapes, seed: int, repeats: int) -> list[Row]:
 
 
 def _product_tags(op_name: str) -> tuple:
-    """The dtype combos the current product documents (all of them on Ascend950)."""
+    """The dtype combos the current product documents (all of them on Ascend950, for every op
+    the 950 offers). An op the product does not offer has none: one line on stderr says so
+    and where it is offered, rather than a silent "0 of 0 rows"."""
     from opgen.config import get_product
 
-    return tuple(c.tag for c in get_op(op_name).products.get(get_product(), ()))
+    op, product = get_op(op_name), get_product()
+    if product not in op.products:
+        print(f"opgen compare: {op.aclnn_name} is not offered on {product} (offered on {', '.join(op.products)}); "
+              f"set OPGEN_PRODUCT to one of those to compare it", file=sys.stderr)
+    return tuple(c.tag for c in op.products.get(product, ()))
 
 
 def _synced(run, device: str):

@@ -256,3 +256,14 @@ def test_cli_refuses_bad_arguments_clearly(tmp_path, capfd):
         assert why in err and err.count("\n") == 1, err
     assert cli_main(["compare", "--against", str(tmp_path), "--omp-wait", "inherit"]) == 2
     assert f"{tmp_path}: no manifest.json" in capfd.readouterr().err
+
+
+def test_an_op_the_product_does_not_offer_is_named_not_silently_skipped(capsys, monkeypatch):
+    """On a product that does not offer an op, compare has no combo of it to run; it says so
+    and where the op is offered (aclnnFastBatchNormBackward on the default Ascend950 printed
+    a bare "0 of 0 rows")."""
+    monkeypatch.setenv("OPGEN_PRODUCT", "AtlasInference")
+    op = next(op for op in all_ops() if "AtlasInference" not in op.products)
+    assert compare._product_tags(op.name) == ()
+    err = capsys.readouterr().err
+    assert f"{op.aclnn_name} is not offered on AtlasInference (offered on {', '.join(op.products)})" in err

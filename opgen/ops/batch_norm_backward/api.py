@@ -17,7 +17,7 @@ decision; the digest is docs/specs/aclnnBatchNormBackward.md):
 * An untagged tensor (numpy, torch, aclCreateTensor's ND) is read by rank (NC, NCL, NCHW,
   NCDHW, ND); the channel is the last axis only for NHWC/NDHWC tensors on the 950.
 * Statistics the mode does not read (runningMean/runningVar in training, saveMean/
-  saveInvstd in eval) are never handed to the kernel: ``_unread`` names them
+  saveInvstd in eval) are never handed to the kernel: ``unread_statistics`` names them
   (ApiSpec.unread), so the plan fills their constants as for null ones (a zero-length
   saveMean in eval, or a garbage one, cannot reach it) while the rules still check them
   as given.
@@ -50,7 +50,7 @@ def tagged(array, fmt: str):
     return acl.aclCreateTensor(a.shape, _ACL_DTYPES[a.dtype.name], None, 0, _FORMATS[fmt], a.shape, buffer)
 
 
-def _tag(fmt: str, shape=None, names=DATA):
+def retagged(fmt: str, shape=None, names=DATA):
     """A mutate function: gradOut, input and gradInput (or ``names``) as ``fmt`` aclTensors,
     reshaped to ``shape`` first when given."""
     def mutate(args):
@@ -60,7 +60,7 @@ def _tag(fmt: str, shape=None, names=DATA):
     return mutate
 
 
-def _reshaped(shape, names=DATA):
+def reshaped(shape, names=DATA):
     return set_args(**{n: (lambda n: lambda a: np.asarray(a[n]).reshape(shape(a[n])))(n) for n in names})
 
 
@@ -71,7 +71,7 @@ def _half(args) -> None:
     args["runningMean"] = None
 
 
-def _null(*names):
+def nulled(*names):
     return set_args(**{n: (lambda a: None) for n in names})
 
 
@@ -79,12 +79,12 @@ def _rules_nulls() -> tuple:
     masked = tuple(
         Rule(ACLNN_ERR_PARAM_NULLPTR, f"When outputMask[{bit}] is true, the passed {name} is a null pointer. "
              f"(doc l.{319 + 3 * bit}; CheckMaskNotNull l.92-100)", C.with_elements(C.masked_null(bit)),
-             (Violation(f"{name} is None", _null(name)),))
+             (Violation(f"{name} is None", nulled(name)),))
         for bit, name in enumerate(C.OUTPUTS))
     return (
         Rule(ACLNN_ERR_PARAM_NULLPTR, "The passed gradOut or input is a null pointer. (doc l.316; CheckInputNotNull)",
              lambda call: null_message(call, ("gradOut", "input")),
-             (Violation("gradOut is None", _null("gradOut")), Violation("input is None", _null("input")))),
+             (Violation("gradOut is None", nulled("gradOut")), Violation("input is None", nulled("input")))),
         Rule(ACLNN_ERR_PARAM_NULLPTR, "outputMask is a null pointer or has no elements (CheckMaskNotNull l.79-83 "
              "under CHECK_RET(..., ACLNN_ERR_PARAM_NULLPTR) l.366; UT l2_batch_norm_backward_empty_mask)",
              C.with_elements(C.check_mask_present), (Violation("outputMask is None", set_args(outputMask=lambda a: None)),
@@ -142,22 +142,22 @@ def _rules_formats() -> tuple:
     return (
         Rule(ACLNN_ERR_PARAM_INVALID, "input, gradOut, gradInput (when non-null): formats differ. (doc l.351; "
              "CheckFormat l.166-178; an ND tag is read by rank)", C.with_elements(C.check_formats_equal), (
-                 Violation("gradOut NHWC, input untagged", _tag("NHWC", names=("gradOut",))),
-                 Violation("gradInput NHWC, gradOut untagged", _tag("NHWC", names=("gradInput",))))),
+                 Violation("gradOut NHWC, input untagged", retagged("NHWC", names=("gradOut",))),
+                 Violation("gradInput NHWC, gradOut untagged", retagged("NHWC", names=("gradInput",))))),
         Rule(ACLNN_ERR_PARAM_INVALID, "Ascend 950: a 5-D input or gradInput that is not NCDHW or NDHWC. (doc l.121, "
              "l.330; CheckFormat l.180-192)", C.with_elements(C.check_5d_format),
-             (Violation("5-D tensors tagged NCHW", _tag("NCHW", lambda a: a.shape + (1,))),),
+             (Violation("5-D tensors tagged NCHW", retagged("NCHW", lambda a: a.shape + (1,))),),
              products=("Ascend950",)),
         Rule(ACLNN_ERR_PARAM_INVALID, "input or gradOut: format outside the supported range. (doc l.330; CheckFormat "
              "l.195-198: private formats)", C.with_elements(C.check_private_format),
-             (Violation("FRACTAL_NZ data tensors", _tag("FRACTAL_NZ")),)),
+             (Violation("FRACTAL_NZ data tensors", retagged("FRACTAL_NZ")),)),
         Rule(ACLNN_ERR_PARAM_INVALID, "Atlas training, Atlas A2/A3: gradOut, input and gradInput do not support the "
              "NHWC or NDHWC formats. (doc l.274, l.280; the op_api does not refuse them: the doc stands, B10)",
-             C.with_elements(C.check_channel_last_absent), (Violation("NHWC data tensors", _tag("NHWC")),),
+             C.with_elements(C.check_channel_last_absent), (Violation("NHWC data tensors", retagged("NHWC")),),
              products=NON_950),
         Rule(ACLNN_ERR_PARAM_INVALID, "Ascend 950: NHWC is 4-D, NDHWC 5-D. (doc l.121's pairing of shapes and "
              "formats, B9)", C.with_elements(C.check_channel_last_rank),
-             (Violation("4-D tensors tagged NDHWC", _tag("NDHWC")),), products=("Ascend950",)),
+             (Violation("4-D tensors tagged NDHWC", retagged("NDHWC")),), products=("Ascend950",)),
     )
 
 
@@ -166,8 +166,8 @@ def _rules_shapes() -> tuple:
     return (
         Rule(ACLNN_ERR_PARAM_INVALID, "input, gradOut, gradInput: rank > 8 or < 2. (doc l.357; CheckShape "
              "l.202-218)", C.with_elements(C.check_ranks), (
-                 Violation("9-D data tensors", _reshaped(lambda a: (1,) * 5 + a.shape)),
-                 Violation("1-D data tensors", _reshaped(flat)))),
+                 Violation("9-D data tensors", reshaped(lambda a: (1,) * 5 + a.shape)),
+                 Violation("1-D data tensors", reshaped(flat)))),
         Rule(ACLNN_ERR_PARAM_INVALID, "input, gradOut, gradInput (when non-null): shapes differ. (doc l.357; "
              "CheckShape l.210, l.215)", C.with_elements(C.check_same_shapes), (
                  Violation("input one longer on the last axis", set_args(input=lambda a: np.concatenate(
@@ -199,7 +199,7 @@ def _rules_950_kernel() -> tuple:
              "_tiling.cpp CheckBigShapesValid l.284-307, _tiling_infer_base.cpp GetDyInfo l.146-186; op_api "
              "CHECK_RET(bnGradInput/bnGradWeight/bnGradBias != nullptr, ACLNN_ERR_INNER_NULLPTR); B8: an ND tag is "
              "read as NCHW)", C.with_elements(C.check_4d_format_950),
-             (Violation("4-D tensors tagged NCDHW", _tag("NCDHW")),), products=("Ascend950",)),
+             (Violation("4-D tensors tagged NCDHW", retagged("NCDHW")),), products=("Ascend950",)),
         Rule(ACLNN_ERR_INNER_NULLPTR, "Ascend 950 training kernel tiling: a null runningMean or runningVar (filled "
              "float32) with the other one and weight 16-bit is no valid dtype combination (batch_norm_grad_v3_tiling"
              ".cpp l.87-101, l.159-179; B15)", C.with_elements(C.check_running_pair_950),
@@ -214,7 +214,7 @@ def _rules_950_kernel() -> tuple:
     )
 
 
-def _problem(call) -> Problem:
+def problem_of(call) -> Problem:
     """The kernel problem of a valid call. An empty call (B5) is a kernel over no elements:
     nothing is read or written."""
     if C.is_empty(call):
@@ -223,14 +223,14 @@ def _problem(call) -> Problem:
     return Problem(tuple(x.shape), call["training"], call["eps"], C.channel_axis(call) != 1)
 
 
-def _unread(call) -> tuple:
+def unread_statistics(call) -> tuple:
     """The statistics the mode does not read (ApiSpec.unread): the plan fills their constants
     instead of handing the caller's memory to the kernel, whose arithmetic blend would turn a
     nan there into a nan result (0 * nan)."""
     return ("runningMean", "runningVar") if call["training"] else ("saveMean", "saveInvstd")
 
 
-def _per_channel_output(tensors: dict, attrs: dict):
+def per_channel_output(tensors: dict, attrs: dict):
     """gradWeight/gradBias: (C,) of input's channel axis, in float32: every row of every product
     allows it (doc l.287: float32 or weight's dtype), the kernel sums in float32, and so it is
     the most accurate answer (as RmsNormGrad's dgamma). Pass grad_weight/grad_bias for another."""
@@ -271,8 +271,8 @@ API = ApiSpec(
               "outputMask[2] is false.", "dbias", _DT, "1", mask_bit=2),
     ),
     rules=_rules_nulls() + _rules_dtypes() + _rules_formats() + _rules_shapes() + _rules_950_kernel(),
-    problem=_problem,
-    unread=_unread,
+    problem=problem_of,
+    unread=unread_statistics,
     kernel_shapes=kernel_shapes,
     description="Backward of BatchNorm: gradInput, gradWeight and gradBias, each behind outputMask.",
     fill={"weight": NULL_FILL["weight"], "running_mean": NULL_FILL["running_mean"],
@@ -285,6 +285,6 @@ API = ApiSpec(
     pythonic=Pythonic(
         allocate={"gradInput": lambda t, attrs: None if t["gradOut"] is None else (t["gradOut"].shape,
                                                                                     t["gradOut"].dtype),
-                  "gradWeight": _per_channel_output, "gradBias": _per_channel_output},
+                  "gradWeight": per_channel_output, "gradBias": per_channel_output},
         defaults={"training": True, "eps": 1e-5, "output_mask": (True, True, True)}),
 )

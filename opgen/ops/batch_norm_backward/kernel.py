@@ -79,21 +79,24 @@ def _per_channel_sum(name: str, n, c, hw, body):
     return te.compute((c,), lambda ci: te.sum(body(rn, ci, rh), axis=[rn, rh]), name=name)
 
 
-def _statistics(t, weight, running_mean, running_var, save_mean, save_invstd, eps, c):
+def _statistics(t, weight, running_mean, running_var, save_mean, save_invstd, eps, c, stage):
     """mean, invstd and weight*invstd per channel; the mode blends in arithmetically (t is
     1.0 in training, 0.0 in eval), since the proofs translate rsqrt but not Select."""
     f32 = as_float32
     mean = te.compute((c,), lambda ci: t * f32(save_mean[ci]) + (1.0 - t) * f32(running_mean[ci]),
-                      name=f"{STAGE}_mean")
+                      name=f"{stage}_mean")
     invstd = te.compute(
         (c,), lambda ci: t * f32(save_invstd[ci]) + (1.0 - t) * te.rsqrt(f32(running_var[ci]) + eps[0]),
-        name=f"{STAGE}_invstd")
-    scale = te.compute((c,), lambda ci: f32(weight[ci]) * invstd[ci], name=f"{STAGE}_scale")
+        name=f"{stage}_invstd")
+    scale = te.compute((c,), lambda ci: f32(weight[ci]) * invstd[ci], name=f"{stage}_scale")
     return mean, invstd, scale
 
 
-def compute(combo: DtypeCombo) -> list[te.Tensor]:
-    """TE over symbolic (N, C, HW); returns the inputs (INPUTS order) then dx, dweight, dbias."""
+def compute(combo: DtypeCombo, stage: str = STAGE) -> list[te.Tensor]:
+    """TE over symbolic (N, C, HW); returns the inputs (INPUTS order) then dx, dweight, dbias.
+
+    ``stage``: the prefix of the stage names, the op's name (``<op>_<stage>``): another op
+    with this math (aclnnFastBatchNormBackward) builds the same TE under its own names."""
     n, c, hw = (te.var(v, "int64") for v in ("N", "C", "HW"))
     dy = te.placeholder((n, c, hw), combo["dy"], name="dy")
     x = te.placeholder((n, c, hw), combo["x"], name="x")
@@ -102,21 +105,21 @@ def compute(combo: DtypeCombo) -> list[te.Tensor]:
     training = te.placeholder((1,), combo["training"], name="training")
     f32 = as_float32
     t = training[0]
-    mean, invstd, scale = _statistics(t, *(per_channel[k] for k in ("weight",) + STATS), eps, c)
-    sum_dy = _per_channel_sum(f"{STAGE}_sum_dy", n, c, hw, lambda a, ci, i: f32(dy[a, ci, i]))
-    sum_dy_xmu = _per_channel_sum(f"{STAGE}_sum_dy_xmu", n, c, hw,
+    mean, invstd, scale = _statistics(t, *(per_channel[k] for k in ("weight",) + STATS), eps, c, stage)
+    sum_dy = _per_channel_sum(f"{stage}_sum_dy", n, c, hw, lambda a, ci, i: f32(dy[a, ci, i]))
+    sum_dy_xmu = _per_channel_sum(f"{stage}_sum_dy_xmu", n, c, hw,
                                   lambda a, ci, i: (f32(x[a, ci, i]) - mean[ci]) * f32(dy[a, ci, i]))
     inv_m = 1.0 / (n * hw).astype("float32")
-    mean_dy = te.compute((c,), lambda ci: t * sum_dy[ci] * inv_m, name=f"{STAGE}_mean_dy")
-    proj = te.compute((c,), lambda ci: t * sum_dy_xmu[ci] * invstd[ci] * invstd[ci] * inv_m, name=f"{STAGE}_proj")
+    mean_dy = te.compute((c,), lambda ci: t * sum_dy[ci] * inv_m, name=f"{stage}_mean_dy")
+    proj = te.compute((c,), lambda ci: t * sum_dy_xmu[ci] * invstd[ci] * invstd[ci] * inv_m, name=f"{stage}_proj")
     dx = te.compute(
         (n, c, hw),
         lambda a, ci, i: ((f32(dy[a, ci, i]) - mean_dy[ci] - (f32(x[a, ci, i]) - mean[ci]) * proj[ci]) * scale[ci]
                           ).astype(combo["dx"]),
-        name=f"{STAGE}_dx")
+        name=f"{stage}_dx")
     dweight = te.compute((c,), lambda ci: (sum_dy_xmu[ci] * invstd[ci]).astype(combo["dweight"]),
-                         name=f"{STAGE}_dweight")
-    dbias = te.compute((c,), lambda ci: sum_dy[ci].astype(combo["dbias"]), name=f"{STAGE}_dbias")
+                         name=f"{stage}_dweight")
+    dbias = te.compute((c,), lambda ci: sum_dy[ci].astype(combo["dbias"]), name=f"{stage}_dbias")
     return [dy, x, *(per_channel[k] for k in ("weight",) + STATS), eps, training, dx, dweight, dbias]
 
 
