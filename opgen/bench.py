@@ -43,6 +43,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from opgen import baselines as B
+from opgen import config
 from opgen.ops import all_ops, get_op, unknown_op
 from opgen.peers import import_torch
 
@@ -263,7 +264,9 @@ def run(case_list: list[Case], repeats: int, skip=(), seed: int = 0, progress: b
     for case in case_list:
         bar.set_description(f"{case.op} {case.tag} {case.shape}")
         try:
-            rows += _one_case(case, rng, skip, repeats, probe, probe_bytes)
+            # on a product that offers the op (config.product_for): the current one if it does
+            with config.using_product(config.product_for(get_op(case.op))):
+                rows += _one_case(case, rng, skip, repeats, probe, probe_bytes)
         except Exception as err:  # keep measuring the other cases; the exit status says it
             failures.append(f"{case.op} {case.tag} {case.shape}: {type(err).__name__}: {err}")
             print(f"opgen bench: FAILED {failures[-1]}", file=sys.stderr)

@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from opgen import baselines, standards
+from opgen import baselines, config, standards
 from opgen.dtypes import dtype_name
 from opgen.ops import all_ops, get_op, unknown_op
 from opgen.registry import Registry
@@ -98,31 +98,35 @@ def against_aten(op_names, tags, shapes, seed: int, repeats: int) -> list[Row]:
     rng = np.random.default_rng(seed)
     rows = []
     for op_name in op_names:
-        for tag in tags.get(op_name) or _product_tags(op_name):
-            for text in shapes.get(op_name) or get_op(op_name).cases.compare:
-                problem = baselines.parse_problem(op_name, text)
-                inputs = baselines.random_inputs(op_name, tag, problem, rng)
-                for device in baselines.torch_devices():
-                    tensors = {k: baselines.to_torch(v, device) for k, v in inputs.items()}
-                    runs = {"opgen": baselines.opgen_call(op_name, problem, inputs),
-                            "lib": _synced(baselines.aten_call(op_name, problem, tensors), device)}
-                    out, ms = _timed(runs, repeats)
-                    rows += judge(op_name, tag, problem, inputs, out["lib"], f"aten-{device}", out["opgen"],
-                                  (ms["opgen"], ms["lib"]))
+        with config.using_product(_product_of(op_name)):
+            for tag in tags.get(op_name) or _product_tags(op_name):
+                for text in shapes.get(op_name) or get_op(op_name).cases.compare:
+                    problem = baselines.parse_problem(op_name, text)
+                    inputs = baselines.random_inputs(op_name, tag, problem, rng)
+                    for device in baselines.torch_devices():
+                        tensors = {k: baselines.to_torch(v, device) for k, v in inputs.items()}
+                        runs = {"opgen": baselines.opgen_call(op_name, problem, inputs),
+                                "lib": _synced(baselines.aten_call(op_name, problem, tensors), device)}
+                        out, ms = _timed(runs, repeats)
+                        rows += judge(op_name, tag, problem, inputs, out["lib"], f"aten-{device}", out["opgen"],
+                                      (ms["opgen"], ms["lib"]))
     return rows
+
+
+def _product_of(op_name: str) -> str:
+    """The product an op is compared on (config.product_for); one line on stderr when it is
+    not the current one, so a row's rules are never a surprise."""
+    op, product = get_op(op_name), config.product_for(get_op(op_name))
+    if product != config.get_product():
+        print(f"opgen compare: {op.aclnn_name} is not offered on {config.get_product()}: compared on {product}",
+              file=sys.stderr)
+    return product
 
 
 def _product_tags(op_name: str) -> tuple:
     """The dtype combos the current product documents (all of them on Ascend950, for every op
-    the 950 offers). An op the product does not offer has none: one line on stderr says so
-    and where it is offered, rather than a silent "0 of 0 rows"."""
-    from opgen.config import get_product
-
-    op, product = get_op(op_name), get_product()
-    if product not in op.products:
-        print(f"opgen compare: {op.aclnn_name} is not offered on {product} (offered on {', '.join(op.products)}); "
-              f"set OPGEN_PRODUCT to one of those to compare it", file=sys.stderr)
-    return tuple(c.tag for c in op.products.get(product, ()))
+    the 950 offers; the caller chose a product offering the op, see _product_of)."""
+    return tuple(c.tag for c in get_op(op_name).products.get(config.get_product(), ()))
 
 
 def _synced(run, device: str):
@@ -284,14 +288,15 @@ def against_target(target_name: str, library: str, op_names, tags, shapes, seed:
         op = get_op(op_name)
         problems = [baselines.parse_problem(op_name, t) for t in shapes.get(op_name) or op.cases.compare] \
             or list(op.problems[:2])
-        for tag in tags.get(op_name) or _product_tags(op_name):
-            for problem in problems:
-                inputs = baselines.random_inputs(op_name, tag, problem, rng)
-                runs = {"opgen": baselines.opgen_call(op_name, problem, inputs),
-                        "lib": baselines.on_target(baselines.opgen_call(op_name, problem, inputs), target_name)}
-                out, ms = _timed(runs, repeats)
-                rows += judge(op_name, tag, problem, inputs, out["lib"], library, out["opgen"],
-                              (ms["opgen"], ms["lib"]))
+        with config.using_product(_product_of(op_name)):
+            for tag in tags.get(op_name) or _product_tags(op_name):
+                for problem in problems:
+                    inputs = baselines.random_inputs(op_name, tag, problem, rng)
+                    runs = {"opgen": baselines.opgen_call(op_name, problem, inputs),
+                            "lib": baselines.on_target(baselines.opgen_call(op_name, problem, inputs), target_name)}
+                    out, ms = _timed(runs, repeats)
+                    rows += judge(op_name, tag, problem, inputs, out["lib"], library, out["opgen"],
+                                  (ms["opgen"], ms["lib"]))
     return rows
 
 

@@ -32,6 +32,7 @@ import importlib.util
 from contextlib import contextmanager
 import functools
 import logging
+import sys
 import time
 from types import SimpleNamespace
 from typing import Optional
@@ -323,7 +324,21 @@ for _op in all_ops():
 for _target in targets.all_targets():
     _target.share_host_threads()
 
-# opgen.torch.apply / precompile: the model-wide swap (its own module, loaded with this one).
-from opgen.torch_swap import SwapReport, apply, precompile  # noqa: E402
+# opgen.torch.apply / precompile: the model-wide swap (its own module, loaded with this one,
+# which reads this module's classes from the argument it is given, never by importing it).
+from opgen import torch_swap  # noqa: E402
+from opgen.torch_swap import SwapReport  # noqa: E402
+
+
+def apply(model, *, types=None, fuse_group_norm_swish: bool = False) -> SwapReport:
+    return torch_swap.apply(model, sys.modules[__name__], types=types, fuse_group_norm_swish=fuse_group_norm_swish)
+
+
+def precompile(model, *example_inputs, **example_kwargs) -> float:
+    return torch_swap.precompile(model, sys.modules[__name__], *example_inputs, **example_kwargs)
+
+
+apply.__doc__ = torch_swap.apply.__doc__
+precompile.__doc__ = torch_swap.precompile.__doc__
 
 __all__ += ["SwapReport", "apply", "precompile"]

@@ -287,14 +287,15 @@ def _unwrap(model: nn.Module) -> nn.Module:
     return getattr(model, "_orig_mod", model)
 
 
-def apply(model: nn.Module, *, types: Optional[Iterable[type]] = None, fuse_group_norm_swish: bool = False) -> SwapReport:
+def apply(model: nn.Module, ot, *, types: Optional[Iterable[type]] = None,
+          fuse_group_norm_swish: bool = False) -> SwapReport:
     """Replace, in place, every norm layer of ``model`` that opgen can run by the equivalent
     opgen.torch module and return what was swapped and what was left (with the reason).
 
     ``types``: only layers that are instances of one of these classes are considered (e.g.
     ``types=[torch.nn.GroupNorm]``); the rest are left with the reason "not in types".
-    ``fuse_group_norm_swish``: see the module docstring."""
-    from opgen import torch as ot
+    ``fuse_group_norm_swish``: see the module docstring. ``ot`` is opgen.torch, which passes
+    itself (opgen.torch.apply): this module never imports it, so the two form no cycle."""
 
     root = _unwrap(model)
     report = SwapReport()
@@ -371,12 +372,12 @@ def _tensors_in(output) -> list:
     return []
 
 
-def precompile(model: nn.Module, *example_inputs, **example_kwargs) -> float:
+def precompile(model: nn.Module, ot, *example_inputs, **example_kwargs) -> float:
     """Build every opgen kernel ``model`` needs before training: one forward and backward on
     the example inputs (in the model's current mode: a training job's), then parameters'
     gradients and every buffer (BatchNorm's running statistics) are put back as they were.
-    Returns the seconds it took, and logs them at INFO on the ``opgen.torch`` logger."""
-    from opgen import torch as ot
+    Returns the seconds it took, and logs them at INFO on the ``opgen.torch`` logger. ``ot``:
+    opgen.torch, as for ``apply``."""
 
     root = _unwrap(model)
     grads = {p: p.grad for p in root.parameters()}

@@ -103,7 +103,7 @@ def planned_bytes(op, tag: str, problem) -> int:
         inputs = B.random_inputs(op.name, tag, problem, np.random.default_rng(0))
         return array_bytes(op, {**inputs, **B.output_buffers(op.name, tag, problem)})
     shapes = op.api.kernel_shapes(problem)
-    return sum(math.prod(shapes[name]) * numpy_dtype(combo[name]).itemsize for name in op.inputs + op.outputs)
+    return sum(math.prod(shapes[name]) * numpy_dtype(combo[name]).itemsize for name in op.kernel_tensors(combo))
 
 
 # ---- timing ---------------------------------------------------------------------------------
@@ -178,7 +178,7 @@ def kernel_call(torch, setup: Setup, op, tag: str, problem, inputs: dict):
     views = {name: t.view(tuple(viewed[name].shape)) for name, t in tensors.items() if name in viewed}
     # kernel_args may add a tensor made from the problem (an attribute the kernel reads as data)
     views.update({name: B.to_torch(np.asarray(a), setup.device) for name, a in viewed.items() if name not in views})
-    shapes = {name: tuple(views[name].shape) for name in op.inputs + op.outputs}
+    shapes = {name: tuple(views[name].shape) for name in op.kernel_tensors(op.combo(tag))}
     sizes = kernel.scratch_shapes(shapes)
     views.update({b.name: torch.empty(sizes[b.name], dtype=getattr(torch, b.dtype), device=setup.device)
                   for b in kernel.scratch})
@@ -189,7 +189,8 @@ def kernel_call(torch, setup: Setup, op, tag: str, problem, inputs: dict):
 
 def aclnn_call(torch, setup: Setup, op, tag: str, problem, inputs: dict):
     """The whole two-phase aclnn call (opgen.baselines.aclnn_call) on device tensors; opgen's
-    target is the run's (main holds opgen.config.using_target around the table)."""
+    target and product are the run's (main holds opgen.config.using_target around the table
+    and using_product around each case: a product that offers the op)."""
     from opgen import baselines as B
 
     tensors = {name: B.to_torch(a, setup.device) for name, a in inputs.items()}
@@ -371,7 +372,9 @@ def main(argv=None) -> int:
                 peers = describe_peers(op, setup, args.skip)
                 print(f"== {op.name} ({op.aclnn_name}); peers on {setup.device}: {peers}")
             try:
-                if not bench_case(torch, setup, timer, case, args.peak, budget, rng, args.skip):
+                with config.using_product(config.product_for(op)):
+                    passed = bench_case(torch, setup, timer, case, args.peak, budget, rng, args.skip)
+                if not passed:
                     failures.append(f"{case.op} {case.tag} {case.shape}: opgen kernel MISMATCH")
             except Exception as err:  # the case's inputs or reference: report it, go on with the others
                 failures.append(f"{case.op} {case.tag} {case.shape}: {type(err).__name__}: {str(err)[:200]}")

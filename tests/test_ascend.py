@@ -180,6 +180,10 @@ def test_scratch_tiles_are_what_the_expressions_need():
         .scratch_tiles == 1
 
 
+# Ops a pattern takes but the emitter cannot print yet, each with what it lacks.
+ASCEND_EMIT_GAPS = {"rms_norm_grad_quant": "no AscendC pattern for call tirx.nearbyint"}   # int8 quantization (issue 37)
+
+
 def test_scratch_counts_are_tight_for_the_emitter(monkeypatch):
     """Every emitted kernel emits with the counted scratch tiles (else EmitError), and where
     the count is above the one-tile floor, one fewer makes the emitter refuse: the count and
@@ -198,6 +202,10 @@ def test_scratch_counts_are_tight_for_the_emitter(monkeypatch):
             mod, symbol = kernels.scheduled_module(op, combo, A2, "default", kernels.kernel_point(op, combo, A2, None))
             func = mod[symbol]
             monkeypatch.setattr(ascend_rules, "scratch_tiles", counted)
+            if op.name in ASCEND_EMIT_GAPS:   # a known gap must still be one (drop the entry when it emits)
+                with pytest.raises(EmitError, match=ASCEND_EMIT_GAPS[op.name]):
+                    project(func, symbol, A2.hardware)
+                continue
             project(func, symbol, A2.hardware)
             seen = []
             monkeypatch.setattr(ascend_rules, "scratch_tiles", lambda *a: seen.append(counted(*a)) or seen[-1] - 1)

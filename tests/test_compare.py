@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from opgen import baselines, compare, dumps, standards
+from opgen import baselines, compare, config, dumps, standards
 from opgen.cli import main as cli_main
 from opgen.dtypes import BFLOAT16, numpy_dtype, round_to
 from opgen.ops import all_ops
@@ -258,12 +258,15 @@ def test_cli_refuses_bad_arguments_clearly(tmp_path, capfd):
     assert f"{tmp_path}: no manifest.json" in capfd.readouterr().err
 
 
-def test_an_op_the_product_does_not_offer_is_named_not_silently_skipped(capsys, monkeypatch):
-    """On a product that does not offer an op, compare has no combo of it to run; it says so
-    and where the op is offered (aclnnFastBatchNormBackward on the default Ascend950 printed
+def test_an_op_the_product_does_not_offer_is_compared_on_one_that_does(capsys, monkeypatch):
+    """On a product that does not offer an op, compare runs it on the first product that
+    does and says so on stderr (aclnnFastBatchNormBackward on the default Ascend950 printed
     a bare "0 of 0 rows")."""
     monkeypatch.setenv("OPGEN_PRODUCT", "AtlasInference")
     op = next(op for op in all_ops() if "AtlasInference" not in op.products)
-    assert compare._product_tags(op.name) == ()
-    err = capsys.readouterr().err
-    assert f"{op.aclnn_name} is not offered on AtlasInference (offered on {', '.join(op.products)})" in err
+    home = next(iter(op.products))
+    assert compare._product_of(op.name) == home
+    assert f"{op.aclnn_name} is not offered on AtlasInference: compared on {home}" in capsys.readouterr().err
+    with config.using_product(home):
+        assert compare._product_tags(op.name) == tuple(c.tag for c in op.products[home])
+    assert config.get_product() == "AtlasInference"

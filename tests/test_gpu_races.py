@@ -255,8 +255,9 @@ def test_cuda_host_code_never_launches_an_empty_grid(pairs):
         arrays = op.random_inputs(problem, combo, np.random.default_rng(0))
         outputs = {name: np.zeros(shape, np.float32) for name, shape in _output_shapes(op, problem, arrays).items()}
         args = op.kernel_args(problem, {**arrays, **outputs})
-        shapes = [args[name].shape for name in op.inputs + op.outputs]
-        shapes += [tuple(s) for s in kernel.scratch_shapes(dict(zip(op.inputs + op.outputs, shapes))).values()]
+        names = op.kernel_tensors(combo)   # an optional input's variant goes without it
+        shapes = [args[name].shape for name in names]
+        shapes += [tuple(s) for s in kernel.scratch_shapes(dict(zip(names, shapes))).values()]
         env = plan.environment(shapes)
         for launch in plan.launches:
             if plan.evaluate(launch.condition, env):

@@ -218,7 +218,7 @@ def test_iree_writes_strided_outputs_and_leaves_inputs_alone(rng):
 # Ops whose kernels the named-op emitter (targets/mlir/named.py) refuses, with what it says:
 # none today (BatchNorm's forward, whose shift is a guarded load, was one until its window
 # lowering: see test_a_guarded_load_is_a_window_of_one_or_no_element).
-BISHENGIR_GAPS: dict = {}
+BISHENGIR_GAPS: dict = {"rms_norm_grad_quant": "no named op for the call tirx.nearbyint"}   # int8 quantization (issue 37)
 
 
 @needs_bishengir

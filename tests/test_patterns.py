@@ -309,11 +309,11 @@ def test_a_sum_of_values_that_need_another_sum_is_not_the_channel_pattern(target
         assert np.allclose(got, want, rtol=1e-4, atol=1e-3)
 
 
-@pytest.mark.parametrize("target_name", ["llvm", "ascend-emu"])
+@pytest.mark.parametrize("target_name", ["llvm", "opencl", "ascend-emu"])
 def test_per_channel_sums_without_an_elementwise_output_are_a_channel_reduction(target_name, rng):
-    """Only the Ascend rule takes it (ChannelTiles, one pass over each channel, no tile
-    written); the CPU and GPU channel rules tile an elementwise output, so their fallback
-    runs it. Correct on both, empty batches and spatial axes included (zeros)."""
+    """Every target's channel rule takes it without its elementwise step (ChannelPass,
+    GpuChannelPass, ChannelTiles: one pass over each channel, no tile written). Correct on
+    each, empty batches and spatial axes included (zeros)."""
     func = channel_reduction()
     infos = schedules.blocks(schedules.pattern_schedule(func))
     assert patterns.channel_pass(infos) is None
@@ -321,7 +321,7 @@ def test_per_channel_sums_without_an_elementwise_output_are_a_channel_reduction(
     assert outs == [] and [b.name for b in sums] == ["red_s1", "red_s2"] and [b.name for b in stages] == ["red_w"]
     assert patterns.channel_reduction(schedules.blocks(schedules.pattern_schedule(channel_pass()))) is None
     target = get_target(target_name)
-    want_rule = "ChannelTiles" if target_name == "ascend-emu" else "Fallback"
+    want_rule = {"ascend-emu": "ChannelTiles", "llvm": "ChannelPass"}.get(target_name, "GpuChannelPass")
     assert type(schedules.match(func, target)).__name__ == want_rule
     if not target.can_run():
         pytest.skip(f"{target_name} cannot run here: {target.missing()}")

@@ -37,22 +37,33 @@ def everything_requested(config) -> bool:
 
 
 def dtype_set(combo) -> frozenset:
-    """The storage dtypes a combo mixes (``bf16-f32-f32`` -> {bf16, f32}): what changes the
-    casts a target emits, unlike the position of each dtype in the tag."""
-    return frozenset(combo.tag.split("-"))
+    """What changes the casts a target emits, unlike the position of each dtype in the tag or
+    a variant's missing input (``-nodsum``): the float dtypes a combo mixes (``bf16-f32-f32``
+    -> {bf16, f32}); for a combo with an integer tensor, its integer dtypes alone (the kernels
+    compute in float32 and cast an integer only to or from it, so one combo per integer dtype
+    shows that cast; the float mixes are shown by the float combos)."""
+    dtypes = {dt for _, dt in combo.dtypes}
+    integers = frozenset(dt for dt in dtypes if dt.startswith(("int", "uint")))
+    return integers or frozenset(dtypes)
 
 
 def covering(pairs) -> list:
-    """Of (op, combo, ...) tuples in order, the first of each op and the first of each
-    dtype mix, whichever op it comes with: every op and every cast a target emits, once."""
-    seen_ops, seen_mixes, kept = set(), set(), []
+    """Of (op, combo, ...) tuples, in their order: the first of each op, then, for each dtype
+    mix none of those shows, one pair with it, taken from the op with the most combos first
+    (BatchNormBackward's 25 rows show most mixes at once; an op registered later, or sorted
+    first by name, does not take every mix over). Every op and every cast a target emits, once."""
+    pairs = list(pairs)
+    kept, seen_ops, seen_mixes = [], set(), set()
     for pair in pairs:
-        op, combo = pair[0], pair[1]
-        if op.name not in seen_ops or dtype_set(combo) not in seen_mixes:
+        if pair[0].name not in seen_ops:
             kept.append(pair)
-            seen_ops.add(op.name)
-            seen_mixes.add(dtype_set(combo))
-    return kept
+            seen_ops.add(pair[0].name)
+            seen_mixes.add(dtype_set(pair[1]))
+    for pair in sorted(pairs, key=lambda p: -len(p[0].combos)):   # stable: ties keep their order
+        if dtype_set(pair[1]) not in seen_mixes:
+            kept.append(pair)
+            seen_mixes.add(dtype_set(pair[1]))
+    return [pair for pair in pairs if pair in kept]
 
 
 def tiered(cases, keep, ids=None) -> list:
