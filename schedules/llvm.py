@@ -239,6 +239,38 @@ def _fence_value(sch, name: str) -> None:
     sch.state.replace(sch.get_sref(rv), new_block, {block: new_block})
 
 
+def _widen_sum(sch, name: str) -> None:
+    """Accumulate the sum block ``name`` in float64; its readers get it rounded to float32
+    once (CPU channel sums: ATen's CPU kernels accumulate BatchNorm's statistics in double).
+
+    A float32 accumulator carries about u x the partial sums' size: on a channel whose sum
+    cancels (a mean ~1/100 of the spread) that is tens of u of the result, and two float32
+    summation orders differ by as much (issue 37: docs/compare-and-bench.md). A float64
+    one is exact to ~2^-29 relative of the partials and rounds once: the sum comes out
+    correctly rounded but for rare ties. The memory-bound pass reads the same bytes; each
+    element costs a conversion and a float64 add, half as many per vector. Other targets
+    keep float32 (Ascend's vector unit has no float64; GPUs' is slow on consumer parts).
+
+    ``unsafe_set_dtype`` makes the buffer float64 but keeps the update in float32
+    (``acc = f64(f32(acc) + e)``); the update is rewritten to ``acc = acc + f64(e)``, before
+    any rfactor, so partial sums are float64 too."""
+    sch.unsafe_set_dtype(name, 0, "float64")
+    rv = sch.get_sblock(name)
+    block = sch.get(rv)
+    store = block.body
+    narrowed = store.value.value if isinstance(store.value, tirx.Cast) else None
+    own_load = isinstance(narrowed, tirx.Add) and isinstance(narrowed.a, tirx.Cast) and \
+        getattr(getattr(narrowed.a.value, "source", None), "name", None) == store.buffer.name
+    if not (isinstance(store, tirx.BufferStore) and own_load):
+        raise RuntimeError(f"{name}: not a sum update acc = acc + e after unsafe_set_dtype: {store}")
+    accumulated = tirx.BufferLoad(store.buffer, store.indices)
+    update = tirx.BufferStore(store.buffer, accumulated + tirx.Cast("float64", narrowed.b), store.indices)
+    zero = tirx.BufferStore(store.buffer, tirx.const(0.0, "float64"), store.indices)  # rfactor's identity
+    new_block = s_tir.stmt.SBlock(block.iter_vars, block.reads, block.writes, block.name_hint, update,
+                                  zero, block.alloc_buffers, block.match_buffers, block.annotations)
+    sch.state.replace(sch.get_sref(rv), new_block, {block: new_block})
+
+
 def _merge_nests(sch, block_rvs, depth: int):
     """Merge the first ``depth`` loop levels of sibling loop nests; returns the merged loops.
 
@@ -382,6 +414,8 @@ class ChannelPass(PatternRule):
     def schedule(self, sch, matched, target, knobs):
         outs, sums, stages = matched
         after = patterns.inline_statistics(sch, stages, sums)
+        for info in sums:
+            _widen_sum(sch, info.name)
         if knobs.get("batch_row_sums", BATCH_ROW_SUMS.default):
             _batch_row_passes(sch, outs, sums, after, knobs)
             return sch
