@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from tvm import s_tir, tirx
+from tvm import ir, s_tir, tirx
 
 from opgen.schedules import STREAMED_OUTPUT, Block, Knob, PatternRule, ScheduleRule, blocks, patterns, prologues
 
@@ -239,7 +239,7 @@ def _fence_value(sch, name: str) -> None:
     sch.state.replace(sch.get_sref(rv), new_block, {block: new_block})
 
 
-def _widen_sum(sch, name: str) -> None:
+def _widen_sum(sch, name: str) -> bool:
     """Accumulate the sum block ``name`` in float64; its readers get it rounded to float32
     once (CPU channel sums: ATen's CPU kernels accumulate BatchNorm's statistics in double).
 
@@ -253,21 +253,64 @@ def _widen_sum(sch, name: str) -> None:
 
     ``unsafe_set_dtype`` makes the buffer float64 but keeps the update in float32
     (``acc = f64(f32(acc) + e)``); the update is rewritten to ``acc = acc + f64(e)``, before
-    any rfactor, so partial sums are float64 too."""
+    any rfactor, so partial sums are float64 too. False (nothing changed) for a block that
+    is not a float32 sum into a buffer of its own (a max; a sum written to a parameter)."""
+    rv = sch.get_sblock(name)
+    store = sch.get(rv).body
+    params = {p.name for p in sch.mod["main"].params}
+    own = lambda e: getattr(getattr(e, "source", None), "name", None) == store.buffer.name  # noqa: E731
+    if not (isinstance(store, tirx.BufferStore) and str(store.buffer.dtype) == "float32"
+            and store.buffer.name not in params and isinstance(store.value, tirx.Add) and own(store.value.a)):
+        return False
+    term = store.value.b
     sch.unsafe_set_dtype(name, 0, "float64")
+    block = sch.get(rv)
+    buffer = block.body.buffer
+    update = tirx.BufferStore(buffer, tirx.BufferLoad(buffer, store.indices) + tirx.Cast("float64", term),
+                              store.indices)
+    zero = tirx.BufferStore(buffer, tirx.const(0.0, "float64"), store.indices)  # rfactor's identity
+    new_block = s_tir.stmt.SBlock(block.iter_vars, block.reads, block.writes, block.name_hint, update,
+                                  zero, block.alloc_buffers, block.match_buffers, block.annotations)
+    sch.state.replace(sch.get_sref(rv), new_block, {block: new_block})
+    return True
+
+
+def _in_float64(expr):
+    """``expr`` (a float32 scalar expression of per-channel values) evaluated in float64:
+    float32 loads, constants and casts widened, arithmetic and math calls redone in
+    float64; a float64 sum read through its float32 cast is read as is. Anything else
+    (integers, conditions, 16-bit values) is left as it is and widened where it meets a
+    float32 operation."""
+    if str(expr.ty) != "float32":
+        return expr
+    if isinstance(expr, tirx.Cast):
+        inner = expr.value
+        return inner if str(inner.ty) == "float64" else tirx.Cast("float64", inner)
+    if isinstance(expr, tirx.FloatImm):
+        return tirx.const(expr.value, "float64")
+    binary = {tirx.Add: lambda a, b: a + b, tirx.Sub: lambda a, b: a - b,
+              tirx.Mul: lambda a, b: a * b, tirx.Div: lambda a, b: a / b}
+    for kind, make in binary.items():
+        if isinstance(expr, kind):
+            return make(_in_float64(expr.a), _in_float64(expr.b))
+    if isinstance(expr, ir.Call):
+        return ir.Call(expr.op, [_in_float64(a) for a in expr.args], ret_ty="float64")
+    return tirx.Cast("float64", expr)
+
+
+def _stage_in_float64(sch, name: str) -> None:
+    """Compute the per-channel stage ``name`` (BatchNorm's mean, variance, invstd, scale:
+    C values, no bandwidth) in float64 from the float64 sums, rounded once when stored;
+    in float32 each of its five or six roundings, amplified by the variance's
+    E[(x-s)^2] - E[x-s]^2, made saveInvstd 2-3x ATen's error, which rounds once."""
     rv = sch.get_sblock(name)
     block = sch.get(rv)
     store = block.body
-    narrowed = store.value.value if isinstance(store.value, tirx.Cast) else None
-    own_load = isinstance(narrowed, tirx.Add) and isinstance(narrowed.a, tirx.Cast) and \
-        getattr(getattr(narrowed.a.value, "source", None), "name", None) == store.buffer.name
-    if not (isinstance(store, tirx.BufferStore) and own_load):
-        raise RuntimeError(f"{name}: not a sum update acc = acc + e after unsafe_set_dtype: {store}")
-    accumulated = tirx.BufferLoad(store.buffer, store.indices)
-    update = tirx.BufferStore(store.buffer, accumulated + tirx.Cast("float64", narrowed.b), store.indices)
-    zero = tirx.BufferStore(store.buffer, tirx.const(0.0, "float64"), store.indices)  # rfactor's identity
-    new_block = s_tir.stmt.SBlock(block.iter_vars, block.reads, block.writes, block.name_hint, update,
-                                  zero, block.alloc_buffers, block.match_buffers, block.annotations)
+    if not isinstance(store, tirx.BufferStore) or str(store.value.ty) != "float32":
+        return
+    stored = tirx.BufferStore(store.buffer, tirx.Cast("float32", _in_float64(store.value)), store.indices)
+    new_block = s_tir.stmt.SBlock(block.iter_vars, block.reads, block.writes, block.name_hint, stored,
+                                  block.init, block.alloc_buffers, block.match_buffers, block.annotations)
     sch.state.replace(sch.get_sref(rv), new_block, {block: new_block})
 
 
@@ -415,7 +458,10 @@ class ChannelPass(PatternRule):
         outs, sums, stages = matched
         after = patterns.inline_statistics(sch, stages, sums)
         for info in sums:
-            _widen_sum(sch, info.name)
+            if not _widen_sum(sch, info.name):
+                raise RuntimeError(f"{info.name}: a channel sum the CPU cannot accumulate in float64")
+        for info in after:
+            _stage_in_float64(sch, info.name)
         if knobs.get("batch_row_sums", BATCH_ROW_SUMS.default):
             _batch_row_passes(sch, outs, sums, after, knobs)
             return sch
@@ -482,6 +528,9 @@ class Fallback(ScheduleRule):
     def apply(self, func, target, knobs):
         sch = s_tir.Schedule(func)
         nests = sch.get_child_blocks(sch.get_sblock("root"))
+        for rv in nests:   # float32 sums in float64 (_widen_sum), as the channel rule's
+            if sch.get(rv).init is not None:
+                _widen_sum(sch, sch.get(rv).name_hint)
         for rv in nests:
             loops, block = sch.get_loops(rv), sch.get(rv)
             spatial_first = block.iter_vars and block.iter_vars[0].iter_type == 0
