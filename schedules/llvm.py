@@ -27,6 +27,13 @@ Four rules matched by stage pattern, and a fallback:
 Inner loops are left for LLVM's vectorizer: the extents are symbolic, and the target
 allows reassociation so float sums vectorize (deterministically: the order is fixed in
 the compiled code).
+
+Sums over the batch (the channel rule's sums, the column sums, the Fallback's) accumulate
+in float64, their partials too, and the channel rule's per-channel stages are computed in
+float64 from them (``_widen_sum``, ``_stage_in_float64``): each comes out rounded once, as
+ATen's CPU kernels' double accumulations do (issue 37, docs/compare-and-bench.md). The
+TE stays float32: other targets keep float32 sums (Ascend's vector unit has no float64).
+Per-row sums stay float32 (a row's sum feeds float32 arithmetic over that row).
 """
 from __future__ import annotations
 
