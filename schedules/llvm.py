@@ -22,7 +22,7 @@ Five rules matched by stage pattern, and a fallback:
 * ``ChannelPass``: per-channel sums of an (N, C, HW) input over N and HW, per-channel
   scalars and elementwise outputs (BatchNorm-like): one parallel pass over the channels.
 * ``ChannelMap``: elementwise outputs over (N, C, HW) reading per-channel stages and
-  one-element call sums, no sum over the data (SyncBatchNorm's elemt half): the tiny stages
+  one-element call sums, no sum over the data (the sums came from elsewhere): the tiny stages
   first, then each output with its (N, C) rows in parallel.
 * ``Fallback``: anything else (dlight's idea): each loop nest as written, its outer spatial
   loop in parallel; correct for any op, and the reason no op meets ``NoScheduleRule`` here.

@@ -119,8 +119,8 @@ def channel_reduction(infos: list[Block]):
 
 def channel_map(infos: list[Block]):
     """(outs, call_sums, channel_stages) of an elementwise pass over (N, C, HW) with
-    per-channel operands and no sum over the data (a synchronized BatchNorm's elemt half:
-    the sums came from elsewhere), or None.
+    per-channel operands and no sum over the data (per-channel sums computed elsewhere and
+    passed in), or None.
 
     ``outs``: the elementwise outputs over (N, C, HW) (kinds SSS); ``call_sums``: scratch
     one-element blocks, in program order: reductions to one element (kinds SR, extents
