@@ -40,6 +40,9 @@ NUMPY_DTYPES = {
 CANN_NAMES = {FLOAT32: "FLOAT32", FLOAT16: "FLOAT16", BFLOAT16: "BFLOAT16", INT32: "INT32", INT8: "INT8",
               HIFLOAT8: "HIFLOAT8"}
 _NAMES = {dt: name for name, dt in NUMPY_DTYPES.items()}
+# float64 after _NAMES: a kernel's scratch may hold it (the CPU's float64 sum partials,
+# schedules/llvm.py _widen_sum), no tensor of the API does (dtype_name knows it not).
+NUMPY_DTYPES["float64"] = np.dtype(np.float64)
 
 
 def numpy_dtype(name: str) -> np.dtype:

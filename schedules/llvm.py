@@ -30,13 +30,20 @@ Five rules matched by stage pattern, and a fallback:
 Inner loops are left for LLVM's vectorizer: the extents are symbolic, and the target
 allows reassociation so float sums vectorize (deterministically: the order is fixed in
 the compiled code).
+
+Sums over the batch (the channel rule's sums, the column sums, the Fallback's) accumulate
+in float64, their partials too, and the channel rule's per-channel stages are computed in
+float64 from them (``_widen_sum``, ``_stage_in_float64``): each comes out rounded once, as
+ATen's CPU kernels' double accumulations do (issue 37, docs/compare-and-bench.md). The
+TE stays float32: other targets keep float32 sums (Ascend's vector unit has no float64).
+Per-row sums stay float32 (a row's sum feeds float32 arithmetic over that row).
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-from tvm import s_tir, tirx
+from tvm import ir, s_tir, tirx
 
 from opgen.schedules import STREAMED_OUTPUT, Block, Knob, PatternRule, ScheduleRule, blocks, patterns, prologues
 
@@ -128,6 +135,7 @@ class RowPassWithColumnSums(PatternRule):
 
     def schedule(self, sch, matched, target, knobs):
         outs, column_sums, row_stages, casts = matched
+        copies = _column_sums_in_float64(sch, column_sums)
         per_chunk = int(knobs.get("rows_per_chunk", DEFAULT_ROWS_PER_CHUNK))
         chunk_loop, row_loop, partials = patterns.fuse_row_pass(sch, outs, column_sums, row_stages,
                                                                 [None, per_chunk])
@@ -145,8 +153,23 @@ class RowPassWithColumnSums(PatternRule):
             for cast in casts:   # rounded in the task that summed its columns, from its cache
                 if cast.reads & info.writes:
                     sch.reverse_compute_at(sch.get_sblock(cast.name), col_block)
+            if info.name in copies:  # a float32 output: rounded there too
+                sch.reverse_compute_at(copies[info.name], col_block)
         _finish_row_stages(sch, row_stages)
         return sch
+
+
+def _column_sums_in_float64(sch, column_sums: list[Block]) -> dict:
+    """Accumulate each column sum in float64 (_widen_sum), its per-chunk partials too; a sum
+    that writes a float32 output directly first gets a buffer of its own (cache_write), and
+    a copy block rounds it into the output. Returns {column sum's name: copy block}."""
+    copies = {}
+    for info in column_sums:
+        if info.writes_output:
+            copies[info.name] = sch.cache_write(sch.get_sblock(info.name), 0, "global")
+        if not _widen_sum(sch, info.name):
+            raise RuntimeError(f"{info.name}: a column sum the CPU cannot accumulate in float64")
+    return copies
 
 
 @dataclass(frozen=True)
@@ -238,6 +261,85 @@ def _fence_value(sch, name: str) -> None:
     fenced = tirx.BufferStore(store.buffer, tirx.call_llvm_pure_intrin(dtype, "llvm.arithmetic.fence", store.value),
                               store.indices)
     new_block = s_tir.stmt.SBlock(block.iter_vars, block.reads, block.writes, block.name_hint, fenced,
+                                  block.init, block.alloc_buffers, block.match_buffers, block.annotations)
+    sch.state.replace(sch.get_sref(rv), new_block, {block: new_block})
+
+
+def _widen_sum(sch, name: str) -> bool:
+    """Accumulate the sum block ``name`` in float64; its readers get it rounded to float32
+    once (CPU channel sums: ATen's CPU kernels accumulate BatchNorm's statistics in double).
+
+    A float32 accumulator carries about u x the partial sums' size: on a channel whose sum
+    cancels (a mean ~1/100 of the spread) that is tens of u of the result, and two float32
+    summation orders differ by as much (issue 37: docs/compare-and-bench.md). A float64
+    one is exact to ~2^-29 relative of the partials and rounds once: the sum comes out
+    correctly rounded but for rare ties. The memory-bound pass reads the same bytes; each
+    element costs a conversion and a float64 add, half as many per vector. Other targets
+    keep float32 (Ascend's vector unit has no float64; GPUs' is slow on consumer parts).
+
+    ``unsafe_set_dtype`` makes the buffer float64 but keeps the update in float32
+    (``acc = f64(f32(acc) + e)``); the update is rewritten to ``acc = acc + e`` with ``e``
+    itself evaluated in float64 (_in_float64), before any rfactor, so partial sums are
+    float64 too. ``e`` in float64: a product of two float32 values is exact there, as it
+    is inside the FMA LLVM contracts ``acc + a * b`` into in float32; rounding the product
+    to float32 first made LayerNormBackward's dgamma worse than the float32 sum (50u -> 66u
+    MARE over 10 draws, 4x3x40). False (nothing changed) for a block that
+    is not a float32 sum into a buffer of its own (a max; a sum written to a parameter)."""
+    rv = sch.get_sblock(name)
+    store = sch.get(rv).body
+    params = {p.name for p in sch.mod["main"].params}
+    own = lambda e: getattr(getattr(e, "source", None), "name", None) == store.buffer.name  # noqa: E731
+    if not (isinstance(store, tirx.BufferStore) and str(store.buffer.dtype) == "float32"
+            and store.buffer.name not in params and isinstance(store.value, tirx.Add) and own(store.value.a)):
+        return False
+    term = store.value.b
+    sch.unsafe_set_dtype(name, 0, "float64")
+    block = sch.get(rv)
+    buffer = block.body.buffer
+    update = tirx.BufferStore(buffer, tirx.BufferLoad(buffer, store.indices) + _in_float64(term),
+                              store.indices)
+    zero = tirx.BufferStore(buffer, tirx.const(0.0, "float64"), store.indices)  # rfactor's identity
+    new_block = s_tir.stmt.SBlock(block.iter_vars, block.reads, block.writes, block.name_hint, update,
+                                  zero, block.alloc_buffers, block.match_buffers, block.annotations)
+    sch.state.replace(sch.get_sref(rv), new_block, {block: new_block})
+    return True
+
+
+def _in_float64(expr):
+    """``expr`` (a float32 scalar expression of per-channel values) evaluated in float64:
+    float32 loads, constants and casts widened, arithmetic and math calls redone in
+    float64; a float64 sum read through its float32 cast is read as is. Anything else
+    (integers, conditions, 16-bit values) is left as it is and widened where it meets a
+    float32 operation."""
+    if str(expr.ty) != "float32":
+        return expr
+    if isinstance(expr, tirx.Cast):
+        inner = expr.value
+        return inner if str(inner.ty) == "float64" else tirx.Cast("float64", inner)
+    if isinstance(expr, tirx.FloatImm):
+        return tirx.const(expr.value, "float64")
+    binary = {tirx.Add: lambda a, b: a + b, tirx.Sub: lambda a, b: a - b,
+              tirx.Mul: lambda a, b: a * b, tirx.Div: lambda a, b: a / b}
+    for kind, make in binary.items():
+        if isinstance(expr, kind):
+            return make(_in_float64(expr.a), _in_float64(expr.b))
+    if isinstance(expr, ir.Call):
+        return ir.Call(expr.op, [_in_float64(a) for a in expr.args], ret_ty="float64")
+    return tirx.Cast("float64", expr)
+
+
+def _stage_in_float64(sch, name: str) -> None:
+    """Compute the per-channel stage ``name`` (BatchNorm's mean, variance, invstd, scale:
+    C values, no bandwidth) in float64 from the float64 sums, rounded once when stored;
+    in float32 each of its five or six roundings, amplified by the variance's
+    E[(x-s)^2] - E[x-s]^2, made saveInvstd 2-3x ATen's error, which rounds once."""
+    rv = sch.get_sblock(name)
+    block = sch.get(rv)
+    store = block.body
+    if not isinstance(store, tirx.BufferStore) or str(store.value.ty) != "float32":
+        return
+    stored = tirx.BufferStore(store.buffer, tirx.Cast("float32", _in_float64(store.value)), store.indices)
+    new_block = s_tir.stmt.SBlock(block.iter_vars, block.reads, block.writes, block.name_hint, stored,
                                   block.init, block.alloc_buffers, block.match_buffers, block.annotations)
     sch.state.replace(sch.get_sref(rv), new_block, {block: new_block})
 
@@ -387,6 +489,11 @@ class ChannelPass(PatternRule):
     def schedule(self, sch, matched, target, knobs):
         outs, sums, stages = matched   # outs is empty for a channel_reduction
         after = patterns.inline_statistics(sch, stages, sums)
+        for info in sums:
+            if not _widen_sum(sch, info.name):
+                raise RuntimeError(f"{info.name}: a channel sum the CPU cannot accumulate in float64")
+        for info in after:
+            _stage_in_float64(sch, info.name)
         if knobs.get("batch_row_sums", BATCH_ROW_SUMS.default):
             _batch_row_passes(sch, outs, sums, after, knobs)
             return sch
@@ -485,6 +592,9 @@ class Fallback(ScheduleRule):
     def apply(self, func, target, knobs):
         sch = s_tir.Schedule(func)
         nests = sch.get_child_blocks(sch.get_sblock("root"))
+        for rv in nests:   # float32 sums in float64 (_widen_sum), as the channel rule's
+            if sch.get(rv).init is not None:
+                _widen_sum(sch, sch.get(rv).name_hint)
         for rv in nests:
             loops, block = sch.get_loops(rv), sch.get(rv)
             spatial_first = block.iter_vars and block.iter_vars[0].iter_type == 0

@@ -4,11 +4,12 @@ models of other float32 accumulations of the same channel, and ATen's (float64, 
     python scripts/mean_accumulation.py [--draws 20] [--shape 2x16x7x9]
 
 Prints each one's worst max relative error (compare's MARE, opgen.standards' floor) over
-the draws, in u = 2^-24. It shows which change to the channel sum would close issue 37's
+the draws, in u = 2^-24. It shows which change to the channel sum closes issue 37's
 saveMean rows: the error comes from the condition of the sum (channels whose mean is
-~1/100 of their spread), which a plain, pairwise or Kahan float32 sum does not remove and a
-sum carried in twice float32's precision (TwoSum of each addition, the errors summed on the
-side: Ogita, Rump and Oishi's Sum2) does.
+~1/100 of their spread), which a plain, pairwise or Kahan float32 sum does not remove, nor
+a corrected two-pass mean (its correction sum is float32 too), and a sum carried in twice
+float32's precision (TwoSum of each addition, the errors summed on the side: Ogita, Rump
+and Oishi's Sum2) or in float64 (what the CPU kernel does now: schedules/llvm.py) does.
 """
 from __future__ import annotations
 
@@ -55,6 +56,18 @@ def sum2(a: np.ndarray) -> np.ndarray:
     return s + c
 
 
+def shifted(a: np.ndarray) -> np.ndarray:
+    """The kernel's mean before issue 37: shift + sum(x - shift)/M, all float32 (sequential)."""
+    shift = a[:, 0]
+    return shift + sequential(a - shift[:, None]) / np.float32(a.shape[1])
+
+
+def corrected_two_pass(a: np.ndarray) -> np.ndarray:
+    """m1 = shifted mean, then m1 + sum(x - m1)/M in float32: a second pass over x."""
+    m1 = shifted(a)
+    return m1 + sequential(a - m1[:, None]) / np.float32(a.shape[1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--draws", type=int, default=20)
@@ -68,10 +81,11 @@ def main() -> None:
         data = _channels(inputs["x"], problem)
         ref = data.astype(np.float64).mean(axis=1)
         m = np.float32(data.shape[1])
-        shift = data[:, 0]
         candidates = {
-            "opgen's kernel: shift + sum(x - shift)/M":
+            "opgen's kernel (CPU: float64 sum(x)/M, rounded)":
                 baselines.opgen_call("batch_norm", problem, inputs)()["save_mean"],
+            "before, sequential model: shift + sum(x - shift)/M": shifted(data),
+            "corrected two-pass, float32": corrected_two_pass(data),
             "sequential float32 sum(x)/M": sequential(data) / m,
             "numpy's pairwise float32 sum(x)/M": data.sum(axis=1, dtype=np.float32) / m,
             "Kahan sum(x)/M": kahan(data) / m,
@@ -83,7 +97,7 @@ def main() -> None:
             rel = np.abs(np.asarray(value, np.float64) - ref) / np.maximum(np.abs(ref), floor)
             worst[name] = max(worst.get(name, 0.0), float(rel.max()))
     for name, value in worst.items():
-        print(f"{name:44s} {value / U:7.1f}u")
+        print(f"{name:50s} {value / U:7.1f}u")
 
 
 if __name__ == "__main__":

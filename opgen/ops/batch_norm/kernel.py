@@ -90,9 +90,15 @@ def compute(combo: DtypeCombo) -> list[te.Tensor]:
 
     def centred(a, ci, i):
         return f32(x[a, ci, i]) - shift[ci]
+    # The mean from the plain sum, the variance from the shifted ones: shift + sum(x - shift)/M
+    # would round sum(x - shift) ~ M (mean - shift) to float32 before adding the shift back,
+    # an error of u x |mean - shift| (the channel's spread) on a mean that may be 1/100 of
+    # it; sum(x)/M rounds the sum once (the CPU accumulates it in float64:
+    # schedules/llvm.py, _widen_sum). One more sum in the same pass: no more bytes read.
+    plain = _channel_sum(f"{STAGE}_sumx", n, c, hw, lambda a, ci, i: f32(x[a, ci, i]))
     total = _channel_sum(f"{STAGE}_sum", n, c, hw, centred)
     squares = _channel_sum(f"{STAGE}_sumsq", n, c, hw, lambda a, ci, i: centred(a, ci, i) * centred(a, ci, i))
-    mean = te.compute((c,), lambda ci: t * (shift[ci] + total[ci] / m) + (1.0 - t) * f32(per["running_mean"][ci]),
+    mean = te.compute((c,), lambda ci: t * (plain[ci] / m) + (1.0 - t) * f32(per["running_mean"][ci]),
                       name=f"{STAGE}_mean32")
     var = te.compute((c,), lambda ci: t * (squares[ci] / m - (total[ci] / m) * (total[ci] / m))
                      + (1.0 - t) * f32(per["running_var"][ci]), name=f"{STAGE}_var32")
