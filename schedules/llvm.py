@@ -160,15 +160,25 @@ class RowPassWithColumnSums(PatternRule):
 
 
 def _column_sums_in_float64(sch, column_sums: list[Block]) -> dict:
-    """Accumulate each column sum in float64 (_widen_sum), its per-chunk partials too; a sum
-    that writes a float32 output directly first gets a buffer of its own (cache_write), and
-    a copy block rounds it into the output. Returns {column sum's name: copy block}."""
+    """Accumulate each column sum in float64, its per-chunk partials too (_sums_in_float64).
+    Returns {column sum's name: the copy block that rounds it into its output}."""
+    return _sums_in_float64(sch, column_sums, "column sum")
+
+
+def _sums_in_float64(sch, sums: list[Block], kind: str) -> dict:
+    """Accumulate each sum in float64 (_widen_sum). A sum that writes a float32 output
+    directly (an op's output that is the raw sum) first gets a buffer of its own
+    (cache_write): the output's dtype is the API's, so the float64 total lives in scratch
+    and a copy block rounds it into the output once. Returns {sum's name: copy block}; the
+    caller places each copy after its sum (before the stages that read the output). Raises
+    for a sum _widen_sum refuses even then (not a float32 sum): a schedule that silently
+    kept it in float32 would break the rule's promise of one rounding per sum."""
     copies = {}
-    for info in column_sums:
+    for info in sums:
         if info.writes_output:
             copies[info.name] = sch.cache_write(sch.get_sblock(info.name), 0, "global")
         if not _widen_sum(sch, info.name):
-            raise RuntimeError(f"{info.name}: a column sum the CPU cannot accumulate in float64")
+            raise RuntimeError(f"{info.name}: a {kind} the CPU cannot accumulate in float64")
     return copies
 
 
@@ -489,16 +499,16 @@ class ChannelPass(PatternRule):
     def schedule(self, sch, matched, target, knobs):
         outs, sums, stages = matched   # outs is empty for a channel_reduction
         after = patterns.inline_statistics(sch, stages, sums)
-        for info in sums:
-            if not _widen_sum(sch, info.name):
-                raise RuntimeError(f"{info.name}: a channel sum the CPU cannot accumulate in float64")
+        copies = list(_sums_in_float64(sch, sums, "channel sum").values())
         for info in after:
             _stage_in_float64(sch, info.name)
         if knobs.get("batch_row_sums", BATCH_ROW_SUMS.default):
-            _batch_row_passes(sch, outs, sums, after, knobs)
+            _batch_row_passes(sch, outs, sums, after, knobs, copies)
             return sch
         sum_rvs = [sch.get_sblock(b.name) for b in sums]
         channel = _merge_nests(sch, sum_rvs, 3)[0]
+        for rv in copies:   # the outputs' rounded sums first: the stages may read them
+            sch.reverse_compute_at(rv, channel)
         for info in after + outs:
             sch.reverse_compute_at(sch.get_sblock(info.name), channel)
         _parallel(sch, channel, knobs)
@@ -509,13 +519,15 @@ class ChannelPass(PatternRule):
         return sch
 
 
-def _batch_row_passes(sch, outs: list[Block], sums: list[Block], after: list[Block], knobs) -> None:
+def _batch_row_passes(sch, outs: list[Block], sums: list[Block], after: list[Block], knobs,
+                      copies: list = ()) -> None:
     """The channel pattern in memory order, three loop nests:
 
     1. over n in parallel, then c: each sum's partial of row (n, c) over HW (rfactor over N);
     2. over c: the partials summed over n in order, then the channel's scalars;
     3. over n in parallel, then c and HW: the elementwise outputs.
-    The partials take N x C floats per sum (the workspace: kernels.hoist_pass_buffers)."""
+    The partials take N x C doubles per sum (the workspace: kernels.hoist_pass_buffers);
+    ``copies`` (_sums_in_float64) round the sums that are outputs, in nest 2."""
     partials = []
     for info in sums:
         channel, batch, _ = sch.get_loops(sch.get_sblock(info.name))
@@ -528,6 +540,8 @@ def _batch_row_passes(sch, outs: list[Block], sums: list[Block], after: list[Blo
         sch.decompose_reduction(rf, sch.get_loops(rf)[2])
     totals = [sch.get_sblock(b.name) for b in sums]
     channel = _merge_nests(sch, totals, 1)[0]
+    for rv in copies:     # sums that are outputs, rounded from their float64 totals first
+        sch.reverse_compute_at(rv, channel)
     for info in after:
         sch.reverse_compute_at(sch.get_sblock(info.name), channel)
     _parallel(sch, channel, knobs)

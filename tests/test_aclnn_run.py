@@ -336,15 +336,18 @@ def _acl_tensor(array):
 def test_aligned_contiguous_call_is_zero_copy(cols, rng):
     """aclrtMalloc memory is aligned: no staging, the kernel writes the outputs in place.
     The only slot is the kernel's partial sums of dgamma (one chunk of up to 64 rows x cols
-    float32): 64 B for 16 columns, kept in opgen's per-thread arena (no workspace at all);
-    4.4 MB for 1.1M columns, more than the arena takes, in the workspace (plus 64 bytes of
-    alignment slack)."""
+    float64, the CPU's accumulator: schedules/llvm.py, _widen_sum): 128 B for 16 columns,
+    kept in opgen's per-thread arena (no workspace at all); 8.8 MB for 1.1M columns, more
+    than the arena takes, in the workspace (plus 64 bytes of alignment slack). A copy of the
+    data (4 rows x cols float32, 16 B a column) would not fit in that bound: none is made."""
     from opgen.executor import ARENA_BYTES
 
     args, arrays = base_args(RMS, RMSProblem((4, cols), 1), RMS.combo("f32-f32"), rng)
     tensors = {k: _acl_tensor(v) for k, v in args.items()}
     status, size, ex = phase_one(RMS, {k: t for k, (t, _) in tensors.items()})
-    partial_bytes = cols * 4
+    accumulator = np.dtype(np.float64)
+    partial_bytes = cols * accumulator.itemsize
+    assert partial_bytes < args["x"].nbytes     # the bound below excludes a staged copy of x
     in_arena = partial_bytes <= ARENA_BYTES
     assert status == 0 and size == (0 if in_arena else partial_bytes + 64)
     assert [(slot.kind, slot.in_arena) for slot in ex.plan.slots] == [("scratch", in_arena)]
@@ -362,8 +365,8 @@ def test_aligned_contiguous_call_is_zero_copy(cols, rng):
     if workspace is not None:
         raw = workspace.host
         start = (-raw.ctypes.data) % 64
-        partials = raw[start:start + partial_bytes].view(np.float32).reshape(1, cols)
-        np.testing.assert_allclose(partials.astype(np.float64).sum(axis=0), dgamma, rtol=1e-6, atol=1e-6)
+        partials = raw[start:start + partial_bytes].view(accumulator).reshape(1, cols)
+        np.testing.assert_allclose(partials.sum(axis=0), dgamma, rtol=1e-6, atol=1e-6)
 
 
 def in_threads(work, count: int) -> None:

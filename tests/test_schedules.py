@@ -375,11 +375,14 @@ def test_llvm_builds_16bit_float_kernels_with_512_bit_vectors_where_llvm_caps_th
 
 
 def test_partial_sums_are_kernel_parameters():
-    """The buffers one loop nest hands to the next are parameters (the workspace owns them)."""
+    """The buffers one loop nest hands to the next are parameters (the workspace owns them).
+    A column sum that is an output is accumulated in a float64 buffer of its own (``_global``,
+    schedules/llvm.py _sums_in_float64): its per-chunk partials are float64 too."""
     kernel = kernels.get_kernel("rms_norm_grad", "f32-f32", LLVM)
-    assert [b.name for b in kernel.scratch] == ["rms_norm_grad_dgamma.rf"]
+    partials = "rms_norm_grad_dgamma_global.rf"
+    assert [(b.name, b.dtype) for b in kernel.scratch] == [(partials, "float64")]
     assert kernel.scratch_shapes({"dy": (5, 7), "x": (5, 7), "rstd": (5,), "gamma": (7,),
-                                  "dx": (5, 7), "dgamma": (7,)}) == {"rms_norm_grad_dgamma.rf": (1, 7)}
-    assert kernel.scratch_shapes({"dy": (4097, 3)}) == {"rms_norm_grad_dgamma.rf": (65, 3)}
+                                  "dx": (5, 7), "dgamma": (7,)}) == {partials: (1, 7)}
+    assert kernel.scratch_shapes({"dy": (4097, 3)}) == {partials: (65, 3)}
     gn = kernels.get_kernel("group_norm_backward", "f32-f32", LLVM)
     assert sorted(b.name for b in gn.scratch) == ["group_norm_backward_db", "group_norm_backward_ds"]
