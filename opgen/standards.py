@@ -17,6 +17,21 @@ Three standards, each judged against the float64 reference computed from the sam
   L0 <= 10/2/2, else none (fails). Errors below the output dtype's unit roundoff count as
   that roundoff on both sides (see benchmark_ratios).
 
+Integer (quantized) outputs. The reference is the float64 value *before* its final
+rounding (an op's reference returns it so, saturated to the integer range), and a relative
+error is the wrong yardstick: correct rounding alone turns a reference of 0.3 into 0, a
+"relative" error of 100% (with the floor below, still ~1: ATen's int8 dx, rounded from its
+own float32 dx, had MARE 1.00 on every rms_norm_grad_quant row). So an integer output's MERE
+and MARE are its mean and max *absolute* error in steps of the integer against that
+unrounded reference, and MM passes when every element is one of the two integers around
+the reference (MARE < 1: its correct rounding, or the other neighbour where the float32
+value an implementation rounds lies across a .5 from the float64 one, which any float32
+implementation does for references within its own error of a tie) and the mean exceeds the
+correct rounding's own mean by less than T (2^-7 step for int8): a flip near a tie costs
+about nothing on average, a bias does not (truncating instead of rounding adds ~1/4 step).
+Not "within 1 of the reference's rounding": that would let a reference of 2.4 come out as
+1, 1.4 steps away, which no rounding flip explains.
+
 Relative error near zero. ``|out - ref| / |ref|`` is meaningless where ref is the result
 of cancellation: a dx element of 1e-6 on an output of RMS 1 is made of terms of size ~1,
 and any float32 implementation (ATen's included) carries an absolute error of a few f32
@@ -37,14 +52,16 @@ from dataclasses import asdict, dataclass
 import ml_dtypes
 import numpy as np
 
-from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, INT8, int_range, is_integer, numpy_dtype, ulp
+from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, INT8, int_range, is_integer, numpy_dtype, round_to, ulp
 from opgen.verify import TOLERANCES
 
-# A quantized output's threshold is that of its precision: int8 (7 bits and a sign) as
-# bfloat16's 8-bit significand.
+# int8's T is in steps of the integer: the most its MERE may exceed correct rounding's.
 MERE_T = {FLOAT32: 2.0 ** -13, FLOAT16: 2.0 ** -10, BFLOAT16: 2.0 ** -7, INT8: 2.0 ** -7}
 LEVELS = (("L2", (2.0, 1.2, 1.2)), ("L1", (5.0, 1.5, 1.5)), ("L0", (10.0, 2.0, 2.0)))  # MARE, MERE, RMSE
 FLOOR = 2.0 ** -10  # relative-error denominator floor, as a fraction of the output's RMS
+# An integer output's MARE limit, in steps against the unrounded reference: every element
+# one of the two integers around it.
+INTEGER_MARE = 1.0
 
 
 @dataclass(frozen=True)
@@ -60,6 +77,8 @@ class Errors:
     specials_ok: bool    # inf/nan exactly where the reference has them
     u: float = 0.0       # unit roundoff of the output's dtype (the double benchmark's floor)
     ref_rms: float = 0.0
+    integer: bool = False  # MERE/MARE in steps of the integer (see the module's docstring)
+    rounding_mere: float = 0.0  # an integer output's: the correct rounding's own MERE
 
     @property
     def dt_pass(self) -> bool:
@@ -67,6 +86,8 @@ class Errors:
 
     @property
     def mm_pass(self) -> bool:
+        if self.integer:     # one of the two integers around the reference, no bias beyond rounding's
+            return self.specials_ok and self.mere < self.rounding_mere + self.t and self.mare < INTEGER_MARE
         return self.specials_ok and self.mere < self.t and self.mare < 10 * self.t
 
     def as_dict(self, prefix: str = "") -> dict:
@@ -96,9 +117,11 @@ def errors(out, ref, data_dtype: str, out_dtype: str) -> Errors:
     allowed = atol + rtol * np.abs(ref) + 0.5 * ulp(ref, out_dtype)
     rms = float(np.sqrt(np.mean(ref * ref)))
     floor = max(FLOOR * rms, np.finfo(np.float64).tiny)
-    rel = err / np.maximum(np.abs(ref), floor)
+    integer = is_integer(out_dtype)
+    rel = err if integer else err / np.maximum(np.abs(ref), floor)   # an integer's: in steps
+    rounding = float(np.abs(round_to(ref, out_dtype) - ref).mean()) if integer else 0.0
     return Errors(float(np.mean(err <= allowed)), float(rel.mean()), float(rel.max()),
-                  float(np.sqrt(np.mean(err * err))), 1.0 - rtol, t, specials_ok, u, rms)
+                  float(np.sqrt(np.mean(err * err))), 1.0 - rtol, t, specials_ok, u, rms, integer, rounding)
 
 
 def unit_roundoff(dtype: str) -> float:

@@ -168,6 +168,40 @@ def test_relative_error_near_zero(rng):
     assert standards.errors(ref * 1.01, ref, "float32", "float32").mare == pytest.approx(0.01)
 
 
+def test_integer_output_is_judged_in_steps(rng):
+    """An int8 output (the reference unrounded, saturated): correct rounding passes MM, and so
+    do flips to the other neighbour near a .5 (what a float32 value within its error of a tie
+    rounds to); a relative MARE failed both (1.0 on every rms_norm_grad_quant row, ATen's too).
+    Truncation (a bias of ~1/4 step) and an element 1.4 steps away fail."""
+    ref = np.clip(rng.uniform(-140.0, 140.0, 20000), -128, 127)
+    ref[:50] = np.arange(-25, 25) + 0.5 + 1e-6       # ties, just above
+    rounded = round_to(ref, "int8")
+    e = standards.errors(rounded, ref, "float32", "int8")
+    assert e.integer and e.dt_pass and e.mm_pass and e.mare <= 0.5 and 0.2 < e.mere < 0.3
+    flipped = rounded.copy()
+    flipped[:50] -= 1                                 # the other neighbour of a near-tie
+    assert standards.errors(flipped, ref, "float32", "int8").mm_pass
+    truncated = np.trunc(ref)
+    e = standards.errors(truncated, ref, "float32", "int8")
+    assert e.mare < 1 and not e.mm_pass
+    far = rounded.copy()
+    far[100] = np.floor(ref[100]) - 1 if ref[100] - np.floor(ref[100]) < 0.5 else np.ceil(ref[100]) + 1
+    e = standards.errors(far, ref, "float32", "int8")
+    assert e.mare > 1 and not e.mm_pass
+
+
+def test_quantized_rows_pass_against_aten():
+    """rms_norm_grad_quant's int8 dx against ATen's composite, both sides judged in steps:
+    every element one of the two integers around the float64 reference."""
+    pytest.importorskip("torch")
+    op = "rms_norm_grad_quant"
+    rows = compare.against_aten([op], {op: ("f32-f32-f32-i8",)}, {op: ("64x256", "64x256,1,0")}, seed=1, repeats=0)
+    dx = [r for r in rows if r.output == "dx"]
+    assert len(dx) == 2 and all(r.ours.integer and r.theirs.integer for r in dx)
+    failed = [r.as_dict() for r in rows if not (r.passed and r.theirs.mm_pass)]
+    assert not failed
+
+
 def test_specials_must_match():
     ref = np.array([1.0, np.nan, np.inf, 2.0])
     assert standards.errors(ref.copy(), ref, "float32", "float32").mm_pass
