@@ -277,7 +277,7 @@ def _fence_value(sch, name: str) -> None:
 
 def _widen_sum(sch, name: str) -> bool:
     """Accumulate the sum block ``name`` in float64; its readers get it rounded to float32
-    once (CPU channel sums: ATen's CPU kernels accumulate BatchNorm's statistics in double).
+    once (CPU channel sums: ATen's CPU kernels accumulate such per-channel statistics in double).
 
     A float32 accumulator carries about u x the partial sums' size: on a channel whose sum
     cancels (a mean ~1/100 of the spread) that is tens of u of the result, and two float32
@@ -292,8 +292,8 @@ def _widen_sum(sch, name: str) -> bool:
     itself evaluated in float64 (_in_float64), before any rfactor, so partial sums are
     float64 too. ``e`` in float64: a product of two float32 values is exact there, as it
     is inside the FMA LLVM contracts ``acc + a * b`` into in float32; rounding the product
-    to float32 first made LayerNormBackward's dgamma worse than the float32 sum (50u -> 66u
-    MARE over 10 draws, 4x3x40). False (nothing changed) for a block that
+    to float32 first made a column sum of products worse than the float32 sum (50u -> 66u
+    MARE over 10 draws: docs/compare-and-bench.md). False (nothing changed) for a block that
     is not a float32 sum into a buffer of its own (a max; a sum written to a parameter)."""
     rv = sch.get_sblock(name)
     store = sch.get(rv).body
@@ -339,10 +339,11 @@ def _in_float64(expr):
 
 
 def _stage_in_float64(sch, name: str) -> None:
-    """Compute the per-channel stage ``name`` (BatchNorm's mean, variance, invstd, scale:
+    """Compute the per-channel stage ``name`` (a mean, variance, inverse deviation, scale:
     C values, no bandwidth) in float64 from the float64 sums, rounded once when stored;
     in float32 each of its five or six roundings, amplified by the variance's
-    E[(x-s)^2] - E[x-s]^2, made saveInvstd 2-3x ATen's error, which rounds once."""
+    E[(x-s)^2] - E[x-s]^2, made a stored inverse deviation 2-3x ATen's error, which rounds
+    once (docs/compare-and-bench.md)."""
     rv = sch.get_sblock(name)
     block = sch.get(rv)
     store = block.body
