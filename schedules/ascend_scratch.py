@@ -34,7 +34,8 @@ SCALAR = Need(False, False, 0)
 # Output dtypes a float32 tile reaches only through half: Atlas A2's vector Cast has no
 # float -> int8_t (asc-devkit docs/api/context/Cast.md, table 4), so the store rounds the
 # value to an integer in float32 (in its own scratch tile, or a fresh one for a loaded tile)
-# and stages the half in a second tile before the half -> int8_t Cast (exprs' store_tile).
+# and stages the half in a second tile before the half -> int8_t Cast (the Ascend emitter's
+# via_half).
 VIA_HALF = ("int8",)
 
 

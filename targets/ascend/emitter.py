@@ -116,9 +116,8 @@ def via_half(value, expr, ctx, count: str, round_mode: str) -> str:
     integer in float32 in ``round_mode`` (float -> float takes no CAST_NONE: CAST_RINT, which
     CAST_NONE means where a value is rounded), so the output is rounded once, not twice
     through half's 11 bits (skipped where exprs.integral says it is an integer already);
-    then Cast to half, exact for |v| <= 2048 and saturating or
-    staying past int8's range above, and the half -> int8_t Cast (CAST_NONE: exact, saturating)
-    follows in copy_out. Returns the half view to Cast from."""
+    then Cast to half, exact for |v| <= 2048 and past int8's range above, and the half ->
+    int8_t Cast (CAST_NONE: exact, saturating) follows in copy_out. Returns the half view."""
     mode = "CAST_RINT" if round_mode == "CAST_NONE" else round_mode
     rounded = value.text if value.temp else ctx.take(expr)
     if not (integral(expr) and value.temp):     # a rounded (and clipped) value needs no second rounding
