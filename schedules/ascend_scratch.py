@@ -31,6 +31,13 @@ class Need:
 
 SCALAR = Need(False, False, 0)
 
+# Output dtypes a float32 tile reaches only through half: Atlas A2's vector Cast has no
+# float -> int8_t (asc-devkit docs/api/context/Cast.md, table 4), so the store rounds the
+# value to an integer in float32 (in its own scratch tile, or a fresh one for a loaded tile)
+# and stages the half in a second tile before the half -> int8_t Cast (the Ascend emitter's
+# via_half).
+VIA_HALF = ("int8",)
+
 
 def _load(node, col_var: str) -> Need:
     vector = any(re.search(rf"\b{re.escape(col_var)}\b", str(index)) for index in node.indices)
@@ -79,6 +86,21 @@ def stage_expression(blk):
     return value
 
 
+def stored_dtype(blk) -> str | None:
+    """The dtype an elementwise stage's final Cast rounds to (None for a reduction or no Cast)."""
+    value = blk.body.value
+    if any(iv.iter_type == 2 for iv in blk.iter_vars) or type(value).__name__ != "Cast":
+        return None
+    return str(value.dtype if hasattr(value, "dtype") else value.ty)
+
+
+def stage_peak(blk, col_var: str) -> int:
+    """Scratch tiles one stage holds at once: its expression's, and for a store through half
+    the rounded value plus the half staging tile (two)."""
+    peak = need(stage_expression(blk), col_var).peak
+    return max(peak, 2) if stored_dtype(blk) in VIA_HALF else peak
+
+
 def scratch_tiles(stages, output_slots: set) -> int:
     """Scratch tiles of the pool for ``stages`` [(name, SBlock, column iterator name)]: the
     largest need of one stage. A stage named in ``output_slots`` computes straight into its
@@ -86,6 +108,6 @@ def scratch_tiles(stages, output_slots: set) -> int:
     least one: the final column-sum pass stages its copy-ins in it."""
     most = 1
     for name, blk, col_var in stages:
-        peak = need(stage_expression(blk), col_var).peak
+        peak = stage_peak(blk, col_var)
         most = max(most, peak - 1 if name in output_slots else peak)
     return most

@@ -117,6 +117,24 @@ CAST_TABLE = {      # x: CAST_RINT, CAST_FLOOR, CAST_CEIL, CAST_ROUND (half away
 }
 
 
+CAST_INT8_TABLE = {  # half x: CAST_NONE (= RINT), CAST_RINT, FLOOR, CEIL, ROUND (half away from zero), TRUNC
+    0.5: (0, 0, 0, 1, 1, 0), 1.5: (2, 2, 1, 2, 2, 1), 2.5: (2, 2, 2, 3, 3, 2), -0.5: (0, 0, -1, 0, -1, 0),
+    -2.5: (-2, -2, -3, -2, -3, -2), -1.75: (-2, -2, -2, -1, -2, -1), 126.5: (126, 126, 126, 127, 127, 126),
+    127.5: (127,) * 6, -128.5: (-128,) * 6, 300.0: (127,) * 6, -65504.0: (-128,) * 6,
+    np.inf: (127,) * 6, 7.0: (7,) * 6,      # saturating: Cast.md's 2^7 - 0.5 -> 2^7 - 1 under CAST_RINT
+}
+
+
+def test_cast_half_to_int8_rounds_by_mode_and_saturates(libs):
+    """The half -> int8_t Cast a float32 int8 store goes through (targets/ascend/emitter.py
+    via_half): rounded in its mode, saturated to [-128, 127], CAST_NONE meaning CAST_RINT."""
+    keys = list(CAST_INT8_TABLE)
+    x = np.resize(np.array(keys, np.float16), 64)
+    y = launch(libs["device"], "num_cast_int8", x, 64, 0, 6 * 64, np.int8).reshape(6, 64)
+    for col, key in enumerate(keys):
+        assert tuple(y[:, col]) == CAST_INT8_TABLE[key], key
+
+
 def test_cast_float_to_int32_mode_table(libs):
     keys = list(CAST_TABLE)
     x = np.resize(np.array(keys, np.float32), 64)

@@ -218,7 +218,33 @@ def test_iree_writes_strided_outputs_and_leaves_inputs_alone(rng):
 # Ops whose kernels the named-op emitter (targets/mlir/named.py) refuses, with what it says:
 # none today (BatchNorm's forward, whose shift is a guarded load, was one until its window
 # lowering: see test_a_guarded_load_is_a_window_of_one_or_no_element).
-BISHENGIR_GAPS: dict = {"rms_norm_grad_quant": "no named op for the call tirx.nearbyint"}   # int8 quantization (issue 37)
+# RmsNormGradQuant: its divMode select on data has no named op; past it, bishengir rejects its
+# dynamic-shape int8 store (docs/bishengir/dynamic_shape_int8_store.mlir).
+BISHENGIR_GAPS: dict = {"rms_norm_grad_quant": "no named op for the call prim.if_then_else"}   # issue 37
+
+
+def _rounded(shape=(None, None)):
+    """nearbyint(x * 3) clipped to int8's range, kept in float32 (x (N, C) or static)."""
+    dims = [te.var(v, "int64") if d is None else d for v, d in zip("NC", shape)]
+    x = te.placeholder(dims, "float32", name="x")
+    y = te.compute(dims, lambda i, j: te.min(te.max(te.nearbyint(x[i, j] * 3.0), te.const(-128.0, "float32")),
+                                             te.const(127.0, "float32")), name="y")
+    graph = stage_graph(te.create_prim_func([x, y]).with_attr("global_symbol", "rounded"))
+    return named.print_kernels("rounded", graph, named.kernels(graph))
+
+
+def test_nearbyint_is_a_float_cast_rounding_half_to_even():
+    """hfusion's unary_fn has no rint: round half to even is hfusion.cast f32 -> f32 with
+    round_mode rint, which bishengir lowers to HIVM's vcast_float_to_float (checked where
+    bishengir is installed)."""
+    [(name, text)] = _rounded()
+    assert re.search(r"hfusion.cast \{round_mode = #hfusion.round_mode<rint>\} ins\(%w\d+ : tensor<\?x\?xf32>\) "
+                     r"outs\(%e\d+ : tensor<\?x\?xf32>\)", text), text
+    if ASCEND_MLIR.can_build():
+        from opgen.targets.mlir import bishengir
+
+        report = bishengir.compile_kernel(name, text, ASCEND_MLIR.soc)
+        assert report.ok and "vcast_float_to_float" in report.hivm, report.error
 
 
 @needs_bishengir
@@ -305,6 +331,7 @@ REPRODUCERS = Path(__file__).resolve().parents[1] / "docs" / "bishengir"
     ("unknown_fusion_kind_two_row_sum_ranks", "Unknown kernel fusion kind"),
     ("cannot_fuse_two_column_sums_rank3", "operations cannot be fused"),
     ("ub_overflow_f16_sum_of_squares", "ub overflow"),
+    ("dynamic_shape_int8_store", "only support store ub to gm"),
 ])
 def test_the_documented_bishengir_limits_still_hold(name, message):
     """docs/mlir.md lists these with their reproducers: a bishengir that lifts one fails

@@ -21,6 +21,7 @@ from opgen import derive, kernels
 from opgen.ops import get_op
 from opgen.ops.rms_norm_grad_quant import Problem
 from opgen.ops.rms_norm_grad_quant import reference as ref
+from opgen.targets import get_target
 from opgen.verify import compare_outputs, run_and_compare
 
 from aclnn_helpers import assert_matches, base_args, product, run_both
@@ -97,16 +98,20 @@ def test_kernel_no_rows_writes_zero_dgamma(tag, problem, rng):
     assert_all_pass(comparisons, f"{tag} {problem}")
 
 
+@pytest.mark.parametrize("target", ["llvm", pytest.param("ascend-emu", marks=pytest.mark.full)])
 @pytest.mark.parametrize("div_mode", [False, True])
-def test_kernel_rounds_exact_ties_half_to_even_and_saturates(div_mode):
+def test_kernel_rounds_exact_ties_half_to_even_and_saturates(div_mode, target):
     """x = 0 and rstd = 1 make dx = dy * gamma exactly, so q lands on the halves themselves:
-    CANN's CAST_RINT (round half to even) is visible, and one step off fails assert_equal."""
+    CANN's CAST_RINT (round half to even) is visible, and one step off fails assert_equal.
+    On ascend-emu: the emulated Cast chain (float rint, half, saturating int8)."""
+    if not get_target(target).can_run():
+        pytest.skip(f"{target} cannot run here: {get_target(target).missing()}")
     dy = np.array([[0.5, 1.5, 2.5, -0.5, -2.5, 126.5, -127.5, 200.0, -300.0, 3.25]], np.float32)
     problem = Problem(dy.shape, 1, div_mode)
     arrays = {"dy": dy, "x": np.zeros_like(dy), "rstd": np.ones(1, np.float32), "gamma": np.ones(10, np.float32),
               "scales_x": np.array([1.0], np.float32), "offset_x": np.array([0], np.int32),
               "div_mode": np.array([1.0 if div_mode else 0.0], np.float32)}
-    _, outputs = run_and_compare(kernels.get_kernel(OP, "f32-f32-f32-i8", "llvm"), problem, None, inputs=arrays)
+    _, outputs = run_and_compare(kernels.get_kernel(OP, "f32-f32-f32-i8", target), problem, None, inputs=arrays)
     assert outputs["dx"].tolist() == [[0, 2, 2, 0, -2, 126, -128, 127, -128, 3]]
 
 

@@ -34,9 +34,10 @@ from dataclasses import dataclass
 
 from opgen.lazy import s_tir
 from opgen.schedules.ascend import RowTiles
+from opgen.schedules.ascend_scratch import VIA_HALF
 from opgen.targets.ascend.cann import entry_lines
-from opgen.targets.ascend.exprs import (LOADS, Context, EmitError, Value, emit_expr, load_name, reduction_body,
-                                        reduction_of, row_extremes, row_sums, stored_value, sync)
+from opgen.targets.ascend.exprs import (LOADS, Context, EmitError, Value, emit_expr, integral, load_name,
+                                        reduction_body, reduction_of, row_extremes, row_sums, stored_value, sync)
 from opgen.targets.ascend.vector_order import order_vector_pipe
 
 CPP_TYPE = {"float32": "float", "float16": "half", "bfloat16": "bfloat16_t", "int32": "int32_t", "int8": "int8_t"}
@@ -109,6 +110,23 @@ def copy_out(src: str, dtype: str, queue: str, gm: str, params: str, count: str,
             f"{indent}  DataCopyPad({gm}, o, {params});", f"{indent}  {queue}.FreeTensor(o); }}"]
 
 
+def via_half(value, expr, ctx, count: str, round_mode: str) -> str:
+    """A float32 tile staged as half for a dtype the vector Cast reaches only from half
+    (ascend_scratch.VIA_HALF; asc-devkit Cast.md table 4 on Atlas A2): first rounded to an
+    integer in float32 in ``round_mode`` (float -> float takes no CAST_NONE: CAST_RINT, which
+    CAST_NONE means where a value is rounded), so the output is rounded once, not twice
+    through half's 11 bits (skipped where exprs.integral says it is an integer already);
+    then Cast to half, exact for |v| <= 2048 and past int8's range above, and the half ->
+    int8_t Cast (CAST_NONE: exact, saturating) follows in copy_out. Returns the half view."""
+    mode = "CAST_RINT" if round_mode == "CAST_NONE" else round_mode
+    rounded = value.text if value.temp else ctx.take(expr)
+    if not (integral(expr) and value.temp):     # a rounded (and clipped) value needs no second rounding
+        ctx.lines.append(f"Cast({rounded}, {value.text}, RoundMode::{mode}, {count});")
+    staged = ctx.take(expr)
+    ctx.lines.append(f"Cast({staged}.ReinterpretCast<half>(), {rounded}, RoundMode::CAST_NONE, {count});")
+    return f"{staged}.ReinterpretCast<half>()"
+
+
 def store_tile(expr, ctx, dtype: str, queue: str, gm: str, params: str, count: str, round_mode: str) -> list[str]:
     """An elementwise output's expression computed over the pass and copied to GM. A float32
     output is computed straight into a tile of its output queue (the first tile of the
@@ -120,6 +138,9 @@ def store_tile(expr, ctx, dtype: str, queue: str, gm: str, params: str, count: s
     value = emit_expr(expr, ctx)
     if value.kind != "tile":
         raise EmitError(f"an elementwise output that is not a tile: {expr}")
+    if dtype in VIA_HALF:
+        src = via_half(value, expr, ctx, count, round_mode)
+        return [f"    {line}" for line in ctx.lines] + copy_out(src, dtype, queue, gm, params, count, "CAST_NONE")
     if dtype != "float32":
         return [f"    {line}" for line in ctx.lines] + copy_out(value.text, dtype, queue, gm, params, count,
                                                                  round_mode)

@@ -22,7 +22,11 @@ SCALAR_BINARY = {"Add": "({a} + {b})", "Sub": "({a} - {b})", "Mul": "({a} * {b})
                  "Max": "opgen_fmax({a}, {b})", "Min": "opgen_fmin({a}, {b})"}
 VECTOR_UNARY = {"tirx.exp": "Exp", "tirx.sqrt": "Sqrt", "tirx.rsqrt": "Rsqrt", "tirx.log": "Ln", "tirx.fabs": "Abs"}
 SCALAR_UNARY = {"tirx.exp": "expf({a})", "tirx.sqrt": "sqrtf({a})", "tirx.rsqrt": "(1.0f / sqrtf({a}))",
-                "tirx.log": "logf({a})", "tirx.fabs": "fabsf({a})"}
+                "tirx.log": "logf({a})", "tirx.fabs": "fabsf({a})", "tirx.nearbyint": "nearbyintf({a})"}
+# Rounding to an integer in float32: a float -> float Cast in that RoundMode (asc-devkit Cast.md,
+# table 4: float -> float takes CAST_RINT/FLOOR/CEIL/ROUND/TRUNC). nearbyint is round half to
+# even, as C's nearbyintf in the default rounding mode is for the scalar form.
+ROUNDING = {"tirx.nearbyint": "CAST_RINT"}
 
 
 LOADS = ("BufferLoad", "TensorLoad")   # TVM 0.27 prints and names a buffer load TensorLoad
@@ -228,7 +232,7 @@ def _call(node, ctx: Context) -> Value:
         return _select(node, ctx)
     if name == "tirx.sigmoid" and len(node.args) == 1:
         return _sigmoid(emit_expr(node.args[0], ctx), node, ctx)
-    if name not in VECTOR_UNARY or len(node.args) != 1:
+    if name not in SCALAR_UNARY or len(node.args) != 1:
         raise EmitError(f"no AscendC pattern for call {name}")
     a = emit_expr(node.args[0], ctx)
     if a.kind in ("scalar", "row"):
@@ -236,8 +240,24 @@ def _call(node, ctx: Context) -> Value:
     if a.kind == "col":
         raise EmitError(f"{name} of a column vector: {node}")
     dst = a.text if a.temp else ctx.take(node)
-    ctx.lines.append(f"{VECTOR_UNARY[name]}({dst}, {a.text}, n * P);")
+    if name in ROUNDING:
+        ctx.lines.append(f"Cast({dst}, {a.text}, RoundMode::{ROUNDING[name]}, n * P);")
+    else:
+        ctx.lines.append(f"{VECTOR_UNARY[name]}({dst}, {a.text}, n * P);")
     return Value("tile", dst, temp=True)
+
+
+def integral(node) -> bool:
+    """Whether a float32 expression's value is an integer by construction: a rounding call,
+    or a Min/Max of such values and integer constants (a clip after the rounding)."""
+    kind = _kind(node)
+    if kind == "Call":
+        return node.op.name in ROUNDING
+    if kind == "FloatImm":
+        return float(node.value).is_integer()
+    if kind in ("Max", "Min"):
+        return integral(node.a) and integral(node.b)
+    return False
 
 
 def emit_expr(node, ctx: Context) -> Value:

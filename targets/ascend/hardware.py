@@ -29,7 +29,8 @@ fixtures have CORE_NUM 64 with UB_SIZE 245760, a test value: the 950 platform in
   ``reduce_across_tree``: how ReduceSum's count form adds its repeats' partials.
 * ``vector_dtypes``: what the vector unit computes in; ``storage_dtypes``: what may live in
   GM/UB and be cast (bfloat16 is storage-only: cast to float32 with round-to-nearest-even
-  on the way back).
+  on the way back; int32 is read as a scalar or cast to float32, int8 is stored from half:
+  asc-devkit docs/api/context/Cast.md's table of the A2 vector Cast's type pairs).
 """
 from __future__ import annotations
 
@@ -104,7 +105,7 @@ class AscendHardware:
     max_buffers: int = 64
     max_bursts: int = 4095        # blockCount of one DataCopy/DataCopyPad: rows of a strided copy
     vector_dtypes: tuple = ("float16", "float32")
-    storage_dtypes: tuple = ("float16", "bfloat16", "float32")
+    storage_dtypes: tuple = ("float16", "bfloat16", "float32", "int32", "int8")
     data_copy_pad: bool = True
     timing: PipeTiming = A2_TIMING   # the emulation's timing model (emu_timing.h)
     # ReduceSum's count form sums its repeats' partials by a tree (the docs' method 1: Atlas

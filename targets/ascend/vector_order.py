@@ -27,7 +27,9 @@ VECTOR_APIS = ("Abs", "Add", "Adds", "Axpy", "BlockReduceSum", "BroadCast", "Cas
                "Exp", "Ln", "Max", "Maxs", "Min", "Mins", "Mul", "Muls", "Reciprocal", "ReduceMax",
                "ReduceMin", "ReduceSum", "Relu", "Rsqrt", "Sqrt", "Sub", "WholeReduceSum")
 _CALL = re.compile(r"\b(" + "|".join(VECTOR_APIS) + r")(?:<[^<>()]*>)?\(")
-_TENSOR = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?:\[.*\])?\s*$")
+# A tensor argument: a name, maybe viewed as another type (ReinterpretCast: the same UB bytes),
+# maybe indexed.
+_TENSOR = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?:\.ReinterpretCast<\w+>\(\))?\s*(?:\[.*\])?\s*$")
 
 
 def _call_args(line: str, open_at: int) -> tuple[list[str], int]:
@@ -50,7 +52,8 @@ def _call_args(line: str, open_at: int) -> tuple[list[str], int]:
 
 
 def _tensor(arg: str) -> str | None:
-    """The tensor an argument names (``tmp0_t_[i * P]`` -> ``tmp0_t_``), None for a scalar
+    """The tensor an argument names (``tmp0_t_[i * P]``, ``tmp0_t_.ReinterpretCast<half>()`` ->
+    ``tmp0_t_``), None for a scalar
     expression (a call, arithmetic, a literal)."""
     m = _TENSOR.match(arg)
     return m.group(1) if m else None

@@ -39,6 +39,10 @@ BINARY_FN = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Max": "max
 UNARY_FN = {"math.exp": "linalg.exp", "math.log": "linalg.log", "math.absf": "linalg.abs",
             "math.sqrt": "hfusion.sqrt", "math.rsqrt": "hfusion.rsqrt", "math.tanh": "hfusion.tanh",
             "math.erf": "hfusion.erf", "math.floor": "linalg.floor", "math.ceil": "linalg.ceil"}
+# Rounding to an integer in the same float type: hfusion.cast float -> float in that round_mode
+# (hfusion's unary_fn has no rint; bishengir 1.2.0 lowers this cast to HIVM's
+# vcast_float_to_float with the mode, as it lowers linalg's floor).
+ROUNDING_MODES = {"tirx.nearbyint": "rint"}
 COMBINERS = {"Add": "arith.addf", "Max": "arith.maximumf", "Min": "arith.minimumf"}
 DEVICE_ENTRY = "attributes {hacc.entry, hacc.function_kind = #hacc.function_kind<DEVICE>}"
 
@@ -385,6 +389,10 @@ class StagePrinter:
                 f"{self.typed(element)}", "w")
         if name in ("tirx.if_then_else", "prim.if_then_else") and len(node.args) == 3:   # TVM 0.27: prim.
             return self.guarded(node, element)
+        if name in ROUNDING_MODES and len(node.args) == 1:
+            return self.body.op(f"hfusion.cast {{round_mode = #hfusion.round_mode<{ROUNDING_MODES[name]}>}} ins("
+                                f"{self.tensor(node.args[0])} : {self.typed(element)}) outs({self.empty(element)} : "
+                                f"{self.typed(element)}) -> {self.typed(element)}", "round")
         fn = UNARY_FN.get(MATH_CALLS.get(name, ""))
         if fn is None or len(node.args) != 1:
             raise UnsupportedStage(f"stage {self.stage.name}: no named op for the call {name}")

@@ -1,5 +1,5 @@
 // Small kernels that pin the emulation's device numerics (tests/test_ascend_numerics.py):
-// sum reductions in the documented order, half arithmetic rounding, Cast modes to int32.
+// sum reductions in the documented order, half arithmetic rounding, Cast modes to int32 and int8.
 #include "kernel_operator.h"
 
 using namespace AscendC;
@@ -91,3 +91,29 @@ extern "C" __global__ __aicore__ void num_cast_int(GM_ADDR x, GM_ADDR y, GM_ADDR
     DataCopy(yGm, bv, 5 * t.n);
 }
 OPGEN_EMU_EXPORT(num_cast_int, 4)
+
+// y[k*n..(k+1)*n) = Cast<int8_t>(x[0..n)) (half) with mode k of CAST_NONE, RINT, FLOOR, CEIL, ROUND,
+// TRUNC: Atlas A2's only vector Cast into int8_t (asc-devkit Cast.md table 4).
+extern "C" __global__ __aicore__ void num_cast_int8(GM_ADDR x, GM_ADDR y, GM_ADDR ws, GM_ADDR tiling) {
+    GET_TILING_DATA_WITH_STRUCT(NumTiling, t, tiling);
+    GlobalTensor<half> xGm;
+    GlobalTensor<int8_t> yGm;
+    xGm.SetGlobalBuffer((__gm__ half*)x, t.n);
+    yGm.SetGlobalBuffer((__gm__ int8_t*)y, 6 * t.n);
+    TPipe pipe;
+    TBuf<TPosition::VECCALC> a, b;
+    pipe.InitBuffer(a, t.n * sizeof(half));
+    pipe.InitBuffer(b, 6 * t.n * sizeof(int8_t));
+    LocalTensor<half> av = a.Get<half>();
+    LocalTensor<int8_t> bv = b.Get<int8_t>();
+    DataCopy(av, xGm, t.n);
+    SetFlag<HardEvent::MTE2_V>(EVENT_ID0);
+    WaitFlag<HardEvent::MTE2_V>(EVENT_ID0);
+    const RoundMode modes[] = {RoundMode::CAST_NONE, RoundMode::CAST_RINT, RoundMode::CAST_FLOOR,
+                               RoundMode::CAST_CEIL, RoundMode::CAST_ROUND, RoundMode::CAST_TRUNC};
+    for (uint32_t k = 0; k < 6; ++k) Cast(bv[k * t.n], av, modes[k], t.n);
+    SetFlag<HardEvent::V_MTE3>(EVENT_ID0);
+    WaitFlag<HardEvent::V_MTE3>(EVENT_ID0);
+    DataCopy(yGm, bv, 6 * t.n);
+}
+OPGEN_EMU_EXPORT(num_cast_int8, 4)

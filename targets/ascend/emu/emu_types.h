@@ -140,6 +140,7 @@ template <> struct TypeName<bfloat16_t> { static const char* get() { return "bfl
 template <> struct TypeName<int32_t> { static const char* get() { return "int32_t"; } };
 template <> struct TypeName<int16_t> { static const char* get() { return "int16_t"; } };
 template <> struct TypeName<uint8_t> { static const char* get() { return "uint8_t"; } };
+template <> struct TypeName<int8_t> { static const char* get() { return "int8_t"; } };
 template <typename T> const char* type_name() { return TypeName<T>::get(); }
 
 // A value of T computed in float then rounded once (what one vector instruction does).

@@ -14,7 +14,7 @@
 #include <vector>
 
 namespace ge {
-enum DataType : int32_t { DT_FLOAT = 0, DT_FLOAT16 = 1, DT_INT32 = 3, DT_INT64 = 9, DT_BOOL = 12, DT_BF16 = 27,
+enum DataType : int32_t { DT_FLOAT = 0, DT_FLOAT16 = 1, DT_INT8 = 2, DT_INT32 = 3, DT_INT64 = 9, DT_BOOL = 12, DT_BF16 = 27,
                           DT_UNDEFINED = 28 };
 enum Format : int32_t { FORMAT_NCHW = 0, FORMAT_NHWC = 1, FORMAT_ND = 2 };
 using graphStatus = uint32_t;
