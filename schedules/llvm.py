@@ -1,6 +1,6 @@
 """CPU schedules (LLVM): parallel outer loops, fused passes, deterministic reductions.
 
-Five rules matched by stage pattern, and a fallback:
+Six rules matched by stage pattern, and a fallback:
 
 * ``RowPassWithColumnSums``: an elementwise output over (rows, cols) fed by per-row
   reductions/scalars, plus column reductions over the same rows (RmsNorm-like). One
@@ -24,6 +24,9 @@ Five rules matched by stage pattern, and a fallback:
 * ``ChannelMap``: elementwise outputs over (N, C, HW) reading per-channel stages and
   one-element call sums, no sum over the data (the sums came from elsewhere): the tiny stages
   first, then each output with its (N, C) rows in parallel.
+* ``SegmentedRowPass``: ``RowPassWithColumnSums`` over (B, S, H) whose column sums restart
+  at every segment of S rows (per-sample sums), then small per-segment stages and sums over
+  the segments: chunks of rows within a segment in parallel, per-segment partials.
 * ``Fallback``: anything else (dlight's idea): each loop nest as written, its outer spatial
   loop in parallel; correct for any op, and the reason no op meets ``NoScheduleRule`` here.
 

@@ -3,7 +3,7 @@ they run. One place, so the CPU, GPU and Ascend rules agree on what "RmsNorm-lik
 "GroupNorm-like" and "BatchNorm-like" mean, and an op written in these shapes is scheduled
 everywhere (rules per pattern: row_pass -> RowPassWithColumnSums, GpuRowPass, RowTiles;
 channel_pass -> ChannelPass, GpuChannelPass, ChannelTiles; grouped_pass -> GroupedRowPass,
-GpuGroupedRowPass, GroupTiles).
+GpuGroupedRowPass, GroupTiles; segmented_row_pass -> SegmentedRowPass, GpuSegmentedRowPass).
 
 * ``row_pass``: one or more elementwise outputs over the same (rows, cols), per-row
   reductions/scalars over the same rows (per-row scalars may be outputs: a forward norm's
@@ -17,6 +17,9 @@ GpuGroupedRowPass, GroupTiles).
 * ``channel_map``: elementwise outputs over (N, C, HW) that read per-channel stages (kind S
   over C) and no sum over the data; the stages may read call sums, one-element sums of an
   input of any length (a total count summed from per-rank counts).
+* ``segmented_row_pass``: a ``row_pass`` over (B, S, H) whose column sums restart every S
+  rows (sums over S per segment, kept (B, H)), per-segment stages over (B, H) that read
+  them, and sums of those over B (plus their casts): AdaLayerNorm-like modulation gradients.
 * ``grouped_pass``: row reductions over the innermost axis of an (outer..., inner) input,
   per-group stages over the outer axes (per-group scalars may be outputs: a forward norm's
   statistics), an elementwise output sharing them, and zero or more column sums over the

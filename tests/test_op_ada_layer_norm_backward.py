@@ -134,15 +134,15 @@ def test_shift_is_validated_only():
     assert "shift" not in OP.inputs
 
 
-SEGMENTED_RULES = {"llvm": "SegmentedRowPass", "cuda": "GpuFallback", "opencl": "GpuFallback",
+SEGMENTED_RULES = {"llvm": "SegmentedRowPass", "cuda": "GpuSegmentedRowPass", "opencl": "GpuSegmentedRowPass",
                    "ascend-emu": "Unsupported"}
 
 
 @pytest.mark.parametrize("target_name", sorted(SEGMENTED_RULES))
 def test_the_segmented_row_pass_takes_the_op(target_name):
     """The per-sample sums over S (blocks SSR over (B, H, S)) are a segmented row pass
-    (schedules/patterns.py): the CPU's rule for it takes the op; the GPU and Ascend targets
-    have none yet (their fallback; ascend-emu: NOT EMITTED)."""
+    (schedules/patterns.py): the CPU's and the GPUs' rules for it take the op; Ascend has
+    none yet (ascend-emu: NOT EMITTED)."""
     rule = kernels.matching_rule(OP, OP.combo("f32-f32"), get_target(target_name))
     assert type(rule).__name__ == SEGMENTED_RULES[target_name]
 
