@@ -19,7 +19,7 @@ GpuGroupedRowPass, GroupTiles; segmented_row_pass -> SegmentedRowPass, GpuSegmen
   input of any length (a total count summed from per-rank counts).
 * ``segmented_row_pass``: a ``row_pass`` over (B, S, H) whose column sums restart every S
   rows (sums over S per segment, kept (B, H)), per-segment stages over (B, H) that read
-  them, and sums of those over B (plus their casts): AdaLayerNorm-like modulation gradients.
+  them, and sums of those over B (plus their casts): per-sample modulation gradients.
 * ``grouped_pass``: row reductions over the innermost axis of an (outer..., inner) input,
   per-group stages over the outer axes (per-group scalars may be outputs: a forward norm's
   statistics), an elementwise output sharing them, and zero or more column sums over the
@@ -92,7 +92,7 @@ def segmented_row_pass(infos: list[Block]):
     segment sums (outputs or scratch); ``batch_sums``: sums over the segments (kinds SR over
     (H, B)), outputs or float32 accumulators that only ``casts`` (kind S over H, one
     accumulator each) read. A ``row_pass`` whose column sums keep the segment axis, then a
-    small second-level sum over it (AdaLayerNorm's per-sample modulation gradients and
+    small second-level sum over it (a per-sample modulation's gradients and
     their weight gradients): no other pattern takes it, since ``row_pass`` sums each column
     over all rows and ``grouped_pass``'s per-group stages read the row sums. None when the
     outputs or the row stages read a segment sum or what follows it (that needs every row
