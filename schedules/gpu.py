@@ -47,6 +47,10 @@ thread rewrote the value the others were still reading (seen in the emitted Open
 * ``GpuChannelPass`` (BatchNorm-like: per-channel sums over N and HW, per-channel scalars,
   elementwise outputs): a kernel of per-channel cross-thread sums, then a kernel of
   per-channel scalars and outputs, a block per channel in both.
+* ``GpuSegmentedRowPass`` (the row pass whose column sums restart at every segment: per-sample
+  sums over S): GpuRowPass's row kernel with a block per (segment, rows_per_block rows), so
+  a block's partials belong to one segment; then a thread per (segment, column) sums them in
+  order, a kernel per per-segment stage, and a thread per column sums over the segments.
 * ``GpuFallback``: anything else, through TVM dlight's ``gpu.Fallback``.
 
 Tails: every split is guarded (TVM predicates), so any extent works, 0 included.
@@ -482,6 +486,53 @@ class GpuChannelPass(PatternRule):
 
 
 @dataclass(frozen=True)
+class GpuSegmentedRowPass(PatternRule):
+    """A row pass whose column sums restart at every segment (patterns.segmented_row_pass),
+    as ``GpuRowPass`` with the segment axis kept: kernel 1, a block per (segment,
+    ``rows_per_block`` rows of it) (never the persistent grid: a block must not cross a
+    segment), reduces each of its rows across its threads, writes the elementwise outputs
+    and adds the row into its own row of per-segment column partials; then a thread per
+    (segment, column) sums that segment's partials in a fixed order; a thread per (segment,
+    column) computes the per-segment stages; a thread per column sums over the segments
+    in order and rounds (casts). No atomics. Knobs: ``threads``, ``rows_per_block`` (0:
+    SEVERAL_SUMS_ROWS_PER_BLOCK), ``column_threads``."""
+
+    def knobs(self, target) -> tuple:
+        return (THREADS, ROWS_PER_BLOCK, COLUMN_THREADS)
+
+    def check_knobs(self, knobs: dict, target, shapes=None, func=None) -> str | None:
+        return check_threads(knobs, target)
+
+    def match(self, infos: list[Block]):
+        return patterns.segmented_row_pass(infos)
+
+    def schedule(self, sch, matched, target, knobs):
+        outs, segment_sums, row_stages, segment_stages, batch_sums, casts = matched
+        threads = int(knobs["threads"])
+        per_block = int(knobs["rows_per_block"]) or SEVERAL_SUMS_ROWS_PER_BLOCK
+        chunk_loop, row_loop, finals = patterns.fuse_row_pass(sch, outs, segment_sums, row_stages,
+                                                              [None, per_block], outer=1)
+        main = sch.get_sblock(outs[0].name)
+        sch.bind(sch.fuse(sch.get_loops(main)[0], chunk_loop), "blockIdx.x")
+        bind_threads(sch, sch.get_loops(main)[2], threads)
+        patterns.zero_partials(sch, finals, row_loop)
+        for info in row_stages:
+            if "R" in info.kinds:
+                reduce_across_threads(sch, info.name, threads)
+            sch.set_scope(sch.get_sblock(info.name), 0, "local")
+        column_threads = int(knobs["column_threads"])
+        for block, _ in finals:
+            final_column_sum(sch, block, column_threads)
+        for info in segment_stages:
+            block = sch.get_sblock(info.name)
+            bind_blocks_and_threads(sch, sch.fuse(*sch.get_loops(block)), column_threads)
+        for info in batch_sums:
+            rounding = [sch.get_sblock(c.name) for c in casts if c.reads & info.writes]
+            final_column_sum(sch, sch.get_sblock(info.name), column_threads, rounding, not info.writes_output)
+        return sch
+
+
+@dataclass(frozen=True)
 class GpuFallback(ScheduleRule):
     """Any function the patterns above do not match: TVM dlight's own GPU fallback, which
     binds each loop nest's fused spatial loops to blocks and threads and runs reductions
@@ -497,4 +548,4 @@ class GpuFallback(ScheduleRule):
             return dlight.gpu.Fallback().apply(func, tvm_target, False)
 
 
-RULES = [GpuRowPass(), GpuGroupedRowPass(), GpuRowReduce(), GpuChannelPass(), GpuFallback()]
+RULES = [GpuRowPass(), GpuGroupedRowPass(), GpuRowReduce(), GpuChannelPass(), GpuSegmentedRowPass(), GpuFallback()]

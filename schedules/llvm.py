@@ -1,6 +1,6 @@
 """CPU schedules (LLVM): parallel outer loops, fused passes, deterministic reductions.
 
-Five rules matched by stage pattern, and a fallback:
+Six rules matched by stage pattern, and a fallback:
 
 * ``RowPassWithColumnSums``: an elementwise output over (rows, cols) fed by per-row
   reductions/scalars, plus column reductions over the same rows (RmsNorm-like). One
@@ -24,6 +24,9 @@ Five rules matched by stage pattern, and a fallback:
 * ``ChannelMap``: elementwise outputs over (N, C, HW) reading per-channel stages and
   one-element call sums, no sum over the data (the sums came from elsewhere): the tiny stages
   first, then each output with its (N, C) rows in parallel.
+* ``SegmentedRowPass``: ``RowPassWithColumnSums`` over (B, S, H) whose column sums restart
+  at every segment of S rows (per-sample sums), then small per-segment stages and sums over
+  the segments: chunks of rows within a segment in parallel, per-segment partials.
 * ``Fallback``: anything else (dlight's idea): each loop nest as written, its outer spatial
   loop in parallel; correct for any op, and the reason no op meets ``NoScheduleRule`` here.
 
@@ -180,6 +183,78 @@ def _sums_in_float64(sch, sums: list[Block], kind: str) -> dict:
         if not _widen_sum(sch, info.name):
             raise RuntimeError(f"{info.name}: a {kind} the CPU cannot accumulate in float64")
     return copies
+
+
+@dataclass(frozen=True)
+class SegmentedRowPass(PatternRule):
+    """A row pass over (B, S, H) whose column sums restart at every segment of S rows
+    (patterns.segmented_row_pass), as ``RowPassWithColumnSums`` with the segment axis kept.
+    One parallel pass over (segment, chunk of rows): a chunk never crosses a segment, so its
+    partials (one per column) belong to one segment; then, per segment in parallel, the
+    fixed-order sum of its chunks' partials and the per-segment stages; then the sums over
+    the segments, columns in parallel, each rounded by its casts. The chunking depends on
+    the shape alone, so the bits do not depend on the thread count. Knobs: as
+    ``RowPassWithColumnSums``'s."""
+
+    def knobs(self, target) -> tuple:
+        return (ROWS_PER_CHUNK, FINAL_COLUMNS, PARALLEL, STREAM_STORES)
+
+    def knobs_for_shapes(self, target, shapes) -> dict:
+        return size_defaults(shapes)
+
+    def match(self, infos: list[Block]):
+        return patterns.segmented_row_pass(infos)
+
+    def schedule(self, sch, matched, target, knobs):
+        outs, segment_sums, row_stages, segment_stages, batch_sums, casts = matched
+        per_chunk = int(knobs.get("rows_per_chunk", DEFAULT_ROWS_PER_CHUNK))
+        chunk_loop, row_loop, partials = patterns.fuse_row_pass(sch, outs, segment_sums, row_stages,
+                                                                [None, per_chunk], outer=1)
+        segment_loop = sch.get_loops(sch.get_sblock(outs[0].name))[0]
+        _parallel(sch, sch.fuse(segment_loop, chunk_loop), knobs)
+        for out in outs:
+            _stream(sch, out, knobs)
+        patterns.zero_partials(sch, partials, row_loop)
+        lanes = int(knobs.get("final_columns", DEFAULT_FINAL_COLUMNS))
+        _segment_totals(sch, [block for block, _ in partials], segment_stages, lanes, knobs)
+        _batch_totals(sch, batch_sums, casts, lanes, knobs)
+        _finish_row_stages(sch, row_stages)
+        return sch
+
+
+def _segment_totals(sch, totals: list, segment_stages: list[Block], lanes: int, knobs) -> None:
+    """Each segment's column sums from its chunks' partials, in chunk order, ``lanes``
+    columns per task (rows of partials, unit stride), then its per-segment stages for those
+    columns in the same task, from cache. The sums' (segment, column block) loops are merged
+    (one task computes every sum of its columns) and fused for the thread pool last."""
+    for block in totals:
+        _, col, chunk = sch.get_loops(block)
+        col_block, col_lane = sch.split(col, [None, lanes])
+        sch.reorder(col_block, chunk, col_lane)
+    segment, col_block = _merge_nests(sch, totals, 2)
+    for info in segment_stages:
+        sch.reverse_compute_at(sch.get_sblock(info.name), col_block)
+    _parallel(sch, sch.fuse(segment, col_block), knobs)
+    for block in totals:
+        sch.decompose_reduction(block, sch.get_loops(block)[1])
+
+
+def _batch_totals(sch, batch_sums: list[Block], casts: list[Block], lanes: int, knobs) -> None:
+    """The sums over the segments (a (segments, columns) operand each: small), ``lanes``
+    columns per task, segments in order, each rounded by its casts in its task."""
+    if not batch_sums:
+        return
+    rvs = [sch.get_sblock(info.name) for info in batch_sums]
+    for rv in rvs:
+        col, segment = sch.get_loops(rv)
+        col_block, col_lane = sch.split(col, [None, lanes])
+        sch.reorder(col_block, segment, col_lane)
+    col_block = _merge_nests(sch, rvs, 1)[0]
+    for cast in casts:
+        sch.reverse_compute_at(sch.get_sblock(cast.name), col_block)
+    _parallel(sch, col_block, knobs)
+    for rv in rvs:
+        sch.decompose_reduction(rv, sch.get_loops(rv)[1])
 
 
 @dataclass(frozen=True)
@@ -623,4 +698,5 @@ class Fallback(ScheduleRule):
         return sch
 
 
-RULES = [RowPassWithColumnSums(), RowPass(), GroupedRowPass(), ChannelPass(), ChannelMap(), Fallback()]
+RULES = [RowPassWithColumnSums(), RowPass(), GroupedRowPass(), ChannelPass(), ChannelMap(), SegmentedRowPass(),
+         Fallback()]

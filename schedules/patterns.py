@@ -3,7 +3,7 @@ they run. One place, so the CPU, GPU and Ascend rules agree on what "RmsNorm-lik
 "GroupNorm-like" and "BatchNorm-like" mean, and an op written in these shapes is scheduled
 everywhere (rules per pattern: row_pass -> RowPassWithColumnSums, GpuRowPass, RowTiles;
 channel_pass -> ChannelPass, GpuChannelPass, ChannelTiles; grouped_pass -> GroupedRowPass,
-GpuGroupedRowPass, GroupTiles).
+GpuGroupedRowPass, GroupTiles; segmented_row_pass -> SegmentedRowPass, GpuSegmentedRowPass).
 
 * ``row_pass``: one or more elementwise outputs over the same (rows, cols), per-row
   reductions/scalars over the same rows (per-row scalars may be outputs: a forward norm's
@@ -17,6 +17,9 @@ GpuGroupedRowPass, GroupTiles).
 * ``channel_map``: elementwise outputs over (N, C, HW) that read per-channel stages (kind S
   over C) and no sum over the data; the stages may read call sums, one-element sums of an
   input of any length (a total count summed from per-rank counts).
+* ``segmented_row_pass``: a ``row_pass`` over (B, S, H) whose column sums restart every S
+  rows (sums over S per segment, kept (B, H)), per-segment stages over (B, H) that read
+  them, and sums of those over B (plus their casts): per-sample modulation gradients.
 * ``grouped_pass``: row reductions over the innermost axis of an (outer..., inner) input,
   per-group stages over the outer axes (per-group scalars may be outputs: a forward norm's
   statistics), an elementwise output sharing them, and zero or more column sums over the
@@ -75,6 +78,60 @@ def row_pass(infos: list[Block], need_column_sums: bool = True):
     if column_sums and any(b.writes_output for b in row_stages):
         return None                     # fuse_row_pass moves row stages with compute_at: no outputs
     return elementwise, column_sums, row_stages, casts
+
+
+def segmented_row_pass(infos: list[Block]):
+    """(outs, segment_sums, row_stages, segment_stages, batch_sums, casts) of a row pass over
+    (segments, rows, cols) whose column sums restart at every segment, or None.
+
+    The data is (B, S, H): B segments of S rows. ``outs``: the elementwise outputs over
+    (B, S, H) (kinds SSS); ``row_stages``: scratch per-row reductions over H and per-row
+    scalars (kinds SSR over (B, S, H), SS over (B, S)), as ``row_pass``'s; ``segment_sums``:
+    column sums over one segment's rows (kinds SSR over (B, H, S)), outputs or scratch;
+    ``segment_stages``: per-segment, per-column stages (kinds SS over (B, H)) that read the
+    segment sums (outputs or scratch); ``batch_sums``: sums over the segments (kinds SR over
+    (H, B)), outputs or float32 accumulators that only ``casts`` (kind S over H, one
+    accumulator each) read. A ``row_pass`` whose column sums keep the segment axis, then a
+    small second-level sum over it (a per-sample modulation's gradients and
+    their weight gradients): no other pattern takes it, since ``row_pass`` sums each column
+    over all rows and ``grouped_pass``'s per-group stages read the row sums. None when the
+    outputs or the row stages read a segment sum or what follows it (that needs every row
+    of a segment first: another pass)."""
+    outs = outputs(infos, "SSS")
+    if not outs:
+        return None
+    seg, rows, cols = outs[0].extents
+    if not all(_extents_are(b, (seg, rows, cols)) for b in outs):
+        return None
+    segment_sums = [b for b in infos if b.kinds == "SSR" and _extents_are(b, (seg, cols, rows))]
+    if not segment_sums:
+        return None
+    later = {n for b in segment_sums for n in b.writes}
+    segment_stages = []
+    for b in infos:                     # program order: a stage may read an earlier one
+        if b.kinds == "SS" and _extents_are(b, (seg, cols)) and b.reads & later:
+            segment_stages.append(b)
+            later |= b.writes
+    batch_sums = [b for b in infos if b.kinds == "SR" and _extents_are(b, (cols, seg)) and b.reads & later]
+    accumulators = {n for b in batch_sums if not b.writes_output for n in b.writes}
+    casts = [b for b in infos if b.writes_output and b.kinds == "S" and _extents_are(b, (cols,))
+             and len(b.reads) == 1 and b.reads <= accumulators]
+    if not accumulators <= {n for b in casts for n in b.reads}:
+        return None                     # an accumulator nothing rounds: not this pattern
+    taken = outs + segment_sums + segment_stages + batch_sums + casts
+    row_stages = [b for b in infos if b not in taken and not b.writes_output
+                  and (b.kinds == "SS" and _extents_are(b, (seg, rows))
+                       or b.kinds == "SSR" and _extents_are(b, (seg, rows, cols)))]
+    if len(taken) + len(row_stages) != len(infos):
+        return None
+    if any(b.reads & (later | {n for s in batch_sums for n in s.writes}) for b in outs + row_stages):
+        return None
+    return outs, segment_sums, row_stages, segment_stages, batch_sums, casts
+
+
+def _extents_are(block: Block, extents: tuple) -> bool:
+    """Whether ``block``'s iterators have exactly these (provably equal) extents."""
+    return len(block.extents) == len(extents) and all(same_extent(a, e) for a, e in zip(block.extents, extents))
 
 
 def channel_pass(infos: list[Block]):
@@ -233,7 +290,8 @@ def grouped_pass(infos: list[Block]):
     return out, outer, row_sums, group_stages, column_sums, casts
 
 
-def fuse_row_pass(sch, outs: list[Block], column_sums: list[Block], row_stages: list[Block], factors: list):
+def fuse_row_pass(sch, outs: list[Block], column_sums: list[Block], row_stages: list[Block], factors: list,
+                  outer: int = 0):
     """The ``row_pass`` pattern as one loop nest, the form the CPU and GPU rules share.
 
     The first output's rows are split by ``factors`` into (chunk, row); every other output
@@ -241,15 +299,23 @@ def fuse_row_pass(sch, outs: list[Block], column_sums: list[Block], row_stages: 
     come from the same read of a row; the per-row stages are computed at the row loop.
     Returns (chunk loop, row loop, [(column sum block, its rfactor block)]); the caller
     decides how the loops run and how the partials are summed (then ``zero_partials``).
+
+    ``outer`` leading spatial axes (``segmented_row_pass``'s segment axis: outputs over
+    (B, S, H), column sums over (B, H, S)) are kept and merged level by level above the
+    chunk loop, so a chunk never crosses a segment and its partials are per segment; the
+    chunk loop returned is then the innermost of ``outer + 1`` loops (the caller fuses them,
+    after this: the region analysis cannot bound a fused (b, chunk)).
     """
     main = sch.get_sblock(outs[0].name)
-    chunk_loop, row_loop = sch.split(sch.get_loops(main)[0], factors)
+    chunk_loop, row_loop = sch.split(sch.get_loops(main)[outer], factors)
     for info in outs[1:]:
         block = sch.get_sblock(info.name)
-        other_chunk, other_row = sch.split(sch.get_loops(block)[0], factors)
-        chunk_loop = sch.merge(chunk_loop, other_chunk)
-        row_loop = sch.merge(sch.get_loops(main)[1], other_row)
-        sch.merge(sch.get_loops(main)[2], sch.get_loops(block)[2])
+        sch.split(sch.get_loops(block)[outer], factors)
+        for level in range(outer):
+            sch.merge(sch.get_loops(main)[level], sch.get_loops(block)[level])
+        chunk_loop = sch.merge(sch.get_loops(main)[outer], sch.get_loops(block)[outer])
+        row_loop = sch.merge(sch.get_loops(main)[outer + 1], sch.get_loops(block)[outer + 1])
+        sch.merge(sch.get_loops(main)[outer + 2], sch.get_loops(block)[outer + 2])
     partials = []
     # Last column sum first: a merged loop takes the place of the last loop merged, so the
     # fused nest ends up before the first column sum's final block, which reads it (merged
@@ -257,12 +323,14 @@ def fuse_row_pass(sch, outs: list[Block], column_sums: list[Block], row_stages: 
     # written: seen with two column sums, TVM 0.27 does not check it).
     for info in reversed(column_sums):
         block = sch.get_sblock(info.name)
-        rf = sch.rfactor(sch.split(sch.get_loops(block)[1], factors)[0], 0)
-        rf_col, rf_chunk, rf_row = sch.get_loops(rf)
+        rf = sch.rfactor(sch.split(sch.get_loops(block)[outer + 1], factors)[0], 0)
+        rf_col, rf_chunk, rf_row = sch.get_loops(rf)[outer:]
         sch.reorder(rf_chunk, rf_row, rf_col)
-        chunk_loop = sch.merge(chunk_loop, rf_chunk)
-        row_loop = sch.merge(sch.get_loops(main)[1], sch.get_loops(rf)[1])
-        sch.merge(sch.get_loops(main)[2], sch.get_loops(rf)[2])
+        for level in range(outer):
+            sch.merge(sch.get_loops(main)[level], sch.get_loops(rf)[level])
+        chunk_loop = sch.merge(sch.get_loops(main)[outer], sch.get_loops(rf)[outer])
+        row_loop = sch.merge(sch.get_loops(main)[outer + 1], sch.get_loops(rf)[outer + 1])
+        sch.merge(sch.get_loops(main)[outer + 2], sch.get_loops(rf)[outer + 2])
         partials.insert(0, (block, rf))
     for info in reversed(row_stages):
         sch.compute_at(sch.get_sblock(info.name), row_loop)

@@ -47,7 +47,15 @@ PATTERN_KERNELS = {"GpuRowPass": (lambda infos: 1 + len(patterns.row_pass(infos)
                    "GpuRowReduce": (lambda infos: 1, True),
                    "GpuGroupedRowPass": (lambda infos: 3, True),
                    # a channel_reduction has no outputs kernel
-                   "GpuChannelPass": (lambda infos: 3 if patterns.channel_pass(infos) else 2, False)}
+                   "GpuChannelPass": (lambda infos: 3 if patterns.channel_pass(infos) else 2, False),
+                   "GpuSegmentedRowPass": (lambda infos: _segmented_kernels(*patterns.segmented_row_pass(infos)),
+                                           True)}
+
+
+def _segmented_kernels(outs, segment_sums, row_stages, segment_stages, batch_sums, casts) -> int:
+    """The row pass, then a kernel per segment sum, per-segment stage and sum over the
+    segments (casts run in their sum's kernel)."""
+    return 1 + len(segment_sums) + len(segment_stages) + len(batch_sums)
 
 
 @pytest.mark.parametrize("op,combo", tiered(KERNELS, covering(KERNELS), IDS))
@@ -83,9 +91,7 @@ GPU_FALLBACK_GAPS = {"group_norm": "no GPU rule for a grouped forward yet (issue
                      "batch_norm": "GpuChannelPass merges its per-channel stages as siblings; BatchNorm's forward "
                                    "chains them (mean -> var -> invstd -> scale) (issue 21)",
                      "batch_norm_elemt_backward": "an elementwise channel map (patterns.channel_map): dlight's fallback "
-                                                  "builds what a rule would, a kernel per nest (issue 37)",
-                     "ada_layer_norm_backward": "a segmented row pass (column sums restarting every S rows: "
-                                                "per-sample sums over S) matches no pattern yet (issue 37)"}
+                                                  "builds what a rule would, a kernel per nest (issue 37)"}
 
 
 def test_every_registered_op_has_a_pattern_rule_on_gpus_for_its_first_combo():

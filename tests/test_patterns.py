@@ -18,6 +18,10 @@ real op that needs a pattern lands with its package alone.
   Without a sum over the data, an elementwise output reading per-channel coefficients and a
   one-element sum of a short input (SyncBatchNorm's elemt half) is a channel map: ChannelMap
   on the CPU, the fallback on GPUs, ChannelTiles on ascend-emu (one pass per channel).
+* A row pass over (segments, rows, cols) whose column sums restart at every segment, with
+  per-segment stages and sums over the segments (AdaLayerNorm's shape): the segmented rule
+  of the CPU and GPU targets, correct across chunk and segment edges; an output reading a
+  segment sum is no such pass.
 * The group pattern behind an elementwise prologue (GroupNormSwish's shape: a sigmoid
   over the whole data): the prologue is inlined and the group rules take the rest.
 """
@@ -35,8 +39,8 @@ from toy_ops import (build_toy, channel_map, channel_map_reference, channel_pass
                      channel_pass_reference, channel_reduction, channel_reduction_reference,
                      channel_two_sums_in_sequence, channel_two_sums_in_sequence_reference, check_blended,
                      group_pass_with_prologue, group_pass_with_prologue_reference, row_pass_rounded_column_sums,
-                     row_pass_rounded_column_sums_reference, row_pass_with_sums, run_toy, two_output_row_pass,
-                     two_output_row_pass_reference)
+                     row_pass_rounded_column_sums_reference, row_pass_with_sums, run_toy, segmented_row_pass,
+                     segmented_row_pass_reference, two_output_row_pass, two_output_row_pass_reference)
 
 ROW_RULES = {"llvm": "RowPassWithColumnSums", "cuda": "GpuRowPass", "opencl": "GpuRowPass", "ascend-emu": "RowTiles"}
 
@@ -396,3 +400,53 @@ def test_a_prologue_before_the_group_pattern_runs_correctly(target_name, rng):
         for out, want in zip(got, group_pass_with_prologue_reference(dy, x)):
             assert out.shape == want.shape
             assert np.all(np.abs(out - want) <= 1e-5 * max(1, shape[3]) ** 0.5 * (1 + np.abs(want))), shape
+
+
+# ---- column sums restarting at every segment (AdaLayerNorm's per-sample sums) -----------------
+
+SEGMENTED_RULES = {"llvm": "SegmentedRowPass", "cuda": "GpuSegmentedRowPass", "opencl": "GpuSegmentedRowPass"}
+
+
+@pytest.mark.parametrize("target_name", sorted(SEGMENTED_RULES))
+def test_column_sums_per_segment_are_the_segmented_pattern(target_name):
+    """Sums over each segment's rows (SSR over (segments, cols, rows)) are no row_pass
+    column sums (those run over all rows): without the segmented pattern every target ran
+    its fallback."""
+    func = segmented_row_pass()
+    outs, sums, row_stages, stages, batch_sums, casts = patterns.segmented_row_pass(
+        schedules.blocks(schedules.pattern_schedule(func)))
+    names = lambda part: sorted(b.name for b in part)  # noqa: E731
+    assert (names(outs), names(sums), names(row_stages)) == (["seg_y"], ["seg_s1", "seg_s2"], ["seg_dot"])
+    assert (names(stages), names(batch_sums), names(casts)) == (["seg_p"], ["seg_t", "seg_u_acc"], ["seg_u"])
+    assert type(schedules.match(func, get_target(target_name))).__name__ == SEGMENTED_RULES[target_name]
+
+
+def test_an_output_reading_a_segment_sum_is_not_the_segmented_pattern():
+    """The elementwise output must not read a segment's sum: that needs every row of the
+    segment first (another pass)."""
+    segs, rows, cols = (te.var(n, "int64") for n in ("segs", "rows", "cols"))
+    x = te.placeholder((segs, rows, cols), "float32", name="x")
+    j = te.reduce_axis((0, rows), name="j")
+    s = te.compute((segs, cols), lambda b, c: te.sum(x[b, j, c], axis=j), name="s")
+    centred = te.compute((segs, rows, cols), lambda b, r, c: x[b, r, c] - s[b, c], name="centred")
+    func = te.create_prim_func([x, centred, s])
+    assert patterns.segmented_row_pass(schedules.blocks(schedules.pattern_schedule(func))) is None
+
+
+@pytest.mark.parametrize("target_name", ["llvm", "opencl"])
+def test_column_sums_per_segment_run_correctly(target_name, rng):
+    """Chunks of rows (8 here) never cross a segment: 1 to 130 rows a segment, partial last
+    chunks, empty axes; every output against the float64 reference."""
+    target = get_target(target_name)
+    if not target.can_run():
+        pytest.skip(f"{target_name} cannot run here: {target.missing()}")
+    knobs = {"rows_per_chunk": 8} if target_name == "llvm" else {"rows_per_block": 8}
+    built = build_toy(segmented_row_pass(), target, knobs)
+    for shape in ((1, 1, 1), (2, 3, 7), (3, 130, 33), (5, 9, 300), (0, 3, 4), (2, 0, 5), (2, 3, 0)):
+        dy, x = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))
+        w = rng.uniform(0.5, 1.5, (shape[0], shape[2])).astype(np.float32)
+        got = run_toy(target, built, [dy, x, w], ["float32", "float32", "float32", "float16"])
+        for out, want in zip(got, segmented_row_pass_reference(dy, x, w)):
+            assert out.shape == want.shape, shape
+            tol = (1e-4 if out.dtype == np.float32 else 1e-3) * (1 + np.abs(want)) * max(1, shape[0] * shape[1]) ** 0.5
+            assert np.all(np.abs(out - want) <= tol), (shape, out.dtype)

@@ -161,6 +161,41 @@ def run_toy(target, built, inputs: list, output_dtypes: list, fill=float("nan"))
     return [a.numpy() for a in args[len(inputs):len(inputs) + n_out]]
 
 
+def segmented_row_pass():
+    """A row pass over (segments, rows, cols) whose column sums restart at every segment
+    (AdaLayerNorm's per-sample shape): dot[b, r] = sum_c dy*x; y = dy - x*dot/cols;
+    s1[b, c] = sum_r dy*x and s2[b, c] = sum_r dy (scratch); p[b, c] = 2*s1 + s2 (an output
+    per segment); t[c] = sum_b w*s2 (an output); u[c] = float16(sum_b s1) (a float32
+    accumulator rounded by a cast). float32 data. Returns the PrimFunc (inputs dy, x, w;
+    outputs y, p, t, u)."""
+    segs, rows, cols = (te.var(n, "int64") for n in ("segs", "rows", "cols"))
+    dy = te.placeholder((segs, rows, cols), "float32", name="dy")
+    x = te.placeholder((segs, rows, cols), "float32", name="x")
+    w = te.placeholder((segs, cols), "float32", name="w")
+    k = te.reduce_axis((0, cols), name="k")
+    dot = te.compute((segs, rows), lambda b, r: te.sum(dy[b, r, k] * x[b, r, k], axis=k), name="seg_dot")
+    y = te.compute((segs, rows, cols), lambda b, r, c: dy[b, r, c] - x[b, r, c] * dot[b, r] / cols.astype("float32"),
+                   name="seg_y")
+    j = te.reduce_axis((0, rows), name="j")
+    s1 = te.compute((segs, cols), lambda b, c: te.sum(dy[b, j, c] * x[b, j, c], axis=j), name="seg_s1")
+    j2 = te.reduce_axis((0, rows), name="j2")
+    s2 = te.compute((segs, cols), lambda b, c: te.sum(dy[b, j2, c], axis=j2), name="seg_s2")
+    p = te.compute((segs, cols), lambda b, c: s1[b, c] * 2.0 + s2[b, c], name="seg_p")
+    i = te.reduce_axis((0, segs), name="i")
+    t = te.compute((cols,), lambda c: te.sum(w[i, c] * s2[i, c], axis=i), name="seg_t")
+    i2 = te.reduce_axis((0, segs), name="i2")
+    acc = te.compute((cols,), lambda c: te.sum(s1[i2, c], axis=i2), name="seg_u_acc")
+    u = te.compute((cols,), lambda c: acc[c].astype("float16"), name="seg_u")
+    return te.create_prim_func([dy, x, w, y, p, t, u]).with_attr("global_symbol", "test_segmented_row_pass")
+
+
+def segmented_row_pass_reference(dy, x, w) -> list:
+    dy, x, w = (a.astype("float64") for a in (dy, x, w))
+    dot = (dy * x).sum(axis=2, keepdims=True)
+    s1, s2 = (dy * x).sum(axis=1), dy.sum(axis=1)
+    return [dy - x * dot / max(x.shape[2], 1), 2 * s1 + s2, (w * s2).sum(axis=0), s1.sum(axis=0)]
+
+
 def channel_pass():
     """BatchNorm's shape: a per-channel stage the sums read (the statistics), per-channel
     sums over N and the spatial axis of x (N, C, HW), per-channel scalars, an elementwise

@@ -31,22 +31,23 @@ where, for a half weight, ``_dgamma_acc``/``_dbeta_acc`` are the float32 sums an
 ``_dgamma``/``_dbeta`` round them. The weight and bias gradients are taken from the
 per-sample sums (1 + scale is constant over S), so the data is summed over S once.
 
-Schedules: these stages are no existing pattern (schedules/patterns.py). The row sums over
-H and dx are a row pass over (B*S, H), but dscale/dshift sum over S *within each sample*
-(blocks of kind SSR over (B, H, S)): neither ``row_pass`` (column sums over all rows),
-``channel_pass`` (sums over N and HW per channel) nor ``grouped_pass`` (its per-group stages
-must read the row sums) takes them, so every target runs its fallback rule (correct,
-slower; ascend-emu: NOT EMITTED). The missing pattern is a *segmented row pass*: a row pass
-whose column sums restart every S rows (per-sample partials (B, H)), followed by small
-stages over (B, H) and sums over B.
+Schedules: the stages are a *segmented row pass* (schedules/patterns.py,
+``segmented_row_pass``): the row sums over H and dx are a row pass over (B*S, H), and
+dscale/dshift's sums over S (blocks SSR over (B, H, S)) are its column sums restarted at
+every sample (per-sample partials (B, H)), followed by small stages over (B, H) and the
+sums over B. The CPU (SegmentedRowPass) and GPU (GpuSegmentedRowPass) rules take it;
+Ascend has no rule for it yet (ascend-emu: NOT EMITTED).
 
-Precision: the per-sample sums run over S in one float32 accumulator each. Against ATen's
-cascade sum (``opgen compare --against aten``, f32 4x256x1152) gradScaleOut and gradShiftOut
-err 1.7 to 2.7 times as much (within the tolerance table, outside compare's library-ratio
-levels). Two remedies were measured and left out: a two-level sum (chunks of 32 steps: every
-compare row met) has guarded chunk loads with no linalg lowering (iree-cpu, ascend-mlir: NOT
-EMITTED), and a float64 accumulator has none on Ascend (ascend-mlir). A segmented row pass
-rule would sum each chunk of rows in its own partial, as the row rules already do.
+Precision: the TE sums each per-sample column over S in one float32 accumulator. Where a
+target's fallback runs it that way, gradScaleOut and gradShiftOut err 1.7 to 2.7 times as
+much as ATen's cascade sum (``opgen compare --against aten``, f32 4x256x1152: within the
+tolerance table, outside compare's library-ratio levels). The segmented row pass rules
+sum each chunk of rows (rows_per_chunk, 64 by default, on the CPU; rows_per_block on GPUs)
+in its own partial and the partials in order, a two-level sum from the same TE: on llvm the
+same compare gives xMERE 1.09 (dscale) and 1.47 (dshift), every row met. Two remedies in
+the TE were measured and left out: a two-level sum (chunks of 32 steps) has guarded chunk
+loads with no linalg lowering (iree-cpu, ascend-mlir: NOT EMITTED), and a float64
+accumulator has none on Ascend (ascend-mlir).
 
 shift takes part in no output: its aclnn parameter is ``Param.validated_only`` (api.py), as
 CANN's kernel has no input for it (ada_layer_norm_grad_def.cpp). weightOptional and
