@@ -33,7 +33,7 @@ SPILL_GAP_BYTES = 16
 
 
 @needs_nvcc
-@pytest.mark.parametrize("op,combo", tiered(KERNELS, covering(KERNELS), IDS))
+@pytest.mark.parametrize("op,combo", tiered(KERNELS, covering(KERNELS, "cuda"), IDS))
 def test_nvcc_compiles_every_variant_for_sm80_and_sm90_without_spills(op, combo):
     kernel = kernels.get_kernel(op, combo, CUDA)
     reports = CUDA.compile_check(kernel.module)

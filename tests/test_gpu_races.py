@@ -131,7 +131,7 @@ EXTRA = [(op, combo, name) for op, combo in FIRST for name in ("rows-per-block",
 
 
 @needs_simulator
-@pytest.mark.parametrize("op,combo", tiered(KERNELS, covering(KERNELS), [f"{op.name}-{c.tag}" for op, c in KERNELS]))
+@pytest.mark.parametrize("op,combo", tiered(KERNELS, covering(KERNELS, "opencl"), [f"{op.name}-{c.tag}" for op, c in KERNELS]))
 def test_every_combo_is_race_free_and_in_bounds_under_oclgrind(op, combo, rng):
     small, empty = problems_of(op)
     knobs = point_of(op, combo, "small-grid")
@@ -232,8 +232,8 @@ def _empty_problems(pairs):
     return [(op, combo, problem) for op, combo in pairs for problem in problems_of(op)[1]]
 
 
-# Every op and every cast once in the default tier (covering); every kernel in the extended one.
-_REPRESENTATIVES = (tuple(covering(KERNELS)),)   # one-tuples: tiered unpacks a tuple into the test's arguments
+# Every GPU rule and every cast once in the default tier (covering); every kernel in the extended one.
+_REPRESENTATIVES = (tuple(covering(KERNELS, "cuda")),)   # one-tuples: tiered unpacks a tuple into the test's arguments
 EMPTY_GRID_KERNELS = tiered([_REPRESENTATIVES, (tuple(KERNELS),)], [_REPRESENTATIVES],
                             ids=["representatives", "every-kernel"])
 
@@ -272,12 +272,14 @@ def _output_shapes(op, problem, arrays) -> dict:
         return {name: value.shape for name, value in op.reference(problem, arrays).items()}
 
 
-def test_the_guard_is_in_the_host_code_of_every_gpu_kernel_that_needs_one():
+@pytest.mark.parametrize("pairs", EMPTY_GRID_KERNELS)
+def test_the_guard_is_in_the_host_code_of_every_gpu_kernel_that_needs_one(pairs):
     """Every launch whose grid or block depends on the shapes is guarded (cuda's build, no
-    device needed: TVM emits CUDA host code without one)."""
+    device needed: TVM emits CUDA host code without one): each GPU rule and cast in the
+    default tier, every kernel in the extended one."""
     if CUDA.missing() is not None:
         pytest.skip(f"cuda cannot build here: {CUDA.missing()}")
-    for op, combo in KERNELS:
+    for op, combo in pairs:
         kernel = kernels.get_kernel(op, combo, CUDA)
         if not hasattr(kernel.module, "plans"):
             pytest.skip("a GPU is present: the cuda module is TVM's own")

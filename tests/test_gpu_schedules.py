@@ -58,7 +58,7 @@ def _segmented_kernels(outs, segment_sums, row_stages, segment_stages, batch_sum
     return 1 + len(segment_sums) + len(segment_stages) + len(batch_sums)
 
 
-@pytest.mark.parametrize("op,combo", tiered(KERNELS, covering(KERNELS), IDS))
+@pytest.mark.parametrize("op,combo", tiered(KERNELS, covering(KERNELS, "cuda"), IDS))
 def test_gpu_schedule_structure(op, combo):
     """Every kernel of every op through the cuda target's own path: threads bound within the
     limit; a pattern rule's kernels reduce through shared memory, without atomics, in the

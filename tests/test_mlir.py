@@ -182,8 +182,13 @@ def test_iree_matches_the_reference_on_every_sample_problem(op, combo, rng):
         assert not failed, f"{problem}: {[(c.name, c.ratio) for c in failed]}"
 
 
+# The aclnn layer's dispatch to iree-cpu for each schedule pattern's first op (tests/tiers.py);
+# every op in the extended tier (the aclnn layer itself is each op's, tested on llvm).
+PATTERN_OPS = [op for op, _ in covering([(op, op.combos[0]) for op in all_ops()])]
+
+
 @needs_iree
-@pytest.mark.parametrize("op", all_ops(), ids=lambda op: op.name)
+@pytest.mark.parametrize("op", tiered(all_ops(), PATTERN_OPS, [op.name for op in all_ops()]))
 def test_aclnn_runs_on_iree(op, rng):
     with product(offering(op)), config.using_target("iree-cpu"):
         for combo in op.combos[:2]:

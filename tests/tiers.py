@@ -17,6 +17,7 @@ other cases in the extended tier.
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import pytest
@@ -47,17 +48,41 @@ def dtype_set(combo) -> frozenset:
     return integers or frozenset(dtypes)
 
 
-def covering(pairs) -> list:
-    """Of (op, combo, ...) tuples, in their order: the first of each op, then, for each dtype
-    mix none of those shows, one pair with it, taken from the op with the most combos first
-    (BatchNormBackward's 25 rows show most mixes at once; an op registered later, or sorted
-    first by name, does not take every mix over). Every op and every cast a target emits, once."""
+def pattern_of(op, target: str = "llvm") -> str:
+    """What an op's kernels exercise on ``target`` beyond their dtypes: the schedule rule its
+    pattern matches there (by pattern matching alone, on its first combo: an op's combos share
+    their stages, so their pattern); an op that falls back to a target's catch-all rule, or
+    any op of a target without rules, is a pattern of its own (its name)."""
+    return _pattern(op.name, target)
+
+
+@functools.lru_cache(maxsize=None)
+def _pattern(op_name: str, target: str) -> str:
+    from opgen import kernels
+    from opgen.ops import get_op
+    from opgen.targets import get_target
+    op = get_op(op_name)
+    rule = kernels.matching_rule(op, op.combos[0], get_target(target))
+    name = type(rule).__name__ if rule is not None else ""
+    return op_name if not name or "Fallback" in name else name
+
+
+def covering(pairs, target: str = "llvm") -> list:
+    """Of (op, combo, ...) tuples, in their order: the first kernel of each schedule pattern
+    on ``target`` (``pattern_of``: the rule its pattern matches there; each op on a catch-all
+    rule counts as its own), then, for each dtype mix none of those shows, one pair with it,
+    taken from the op with the most combos first (BatchNormBackward's 25 rows show most mixes
+    at once; an op registered later, or sorted first by name, does not take every mix over).
+    Every rule a target has and every cast it emits, once: a new op written in an existing
+    pattern adds no default-tier kernel to the per-target matrices (the extended tier and
+    ``opgen generate`` build it on every target)."""
     pairs = list(pairs)
-    kept, seen_ops, seen_mixes = [], set(), set()
+    kept, seen_patterns, seen_mixes = [], set(), set()
     for pair in pairs:
-        if pair[0].name not in seen_ops:
+        pattern = pattern_of(pair[0], target)
+        if pattern not in seen_patterns:
             kept.append(pair)
-            seen_ops.add(pair[0].name)
+            seen_patterns.add(pattern)
             seen_mixes.add(dtype_set(pair[1]))
     for pair in sorted(pairs, key=lambda p: -len(p[0].combos)):   # stable: ties keep their order
         if dtype_set(pair[1]) not in seen_mixes:
