@@ -13,7 +13,7 @@ Why a package of its own rather than aclnnRmsNorm with a gamma of 1 + gamma: a c
 Gemma's weights, initialized to zeros) holds gamma, not 1 + gamma, and in float16 or bfloat16
 the sum 1 + gamma rounded to gamma's dtype loses the small weights the offset form exists
 to keep. rstd is what aclnnRmsNormGrad takes back (float32, keepdim), so a backward is
-aclnnRmsNormGrad with gamma' = 1 + gamma in float32.
+aclnnRmsNormGrad with gamma' = 1 + gamma in float32 (opgen.torch.GemmaRMSNorm, torch_module.py).
 
 Shapes are aclnnRmsNorm's: x has rank 1-8; gamma covers the last ``gamma.ndim`` axes (all of
 them allowed), so with n = x.ndim - gamma.ndim the kernel sees rows = prod(x.shape[:n]),
