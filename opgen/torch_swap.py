@@ -12,9 +12,11 @@ Norm), the attributes its family uses (``weight``/``bias``, ``eps`` / ``variance
 candidate: torch.nn's module of the same formula, which opgen's module equals (its tests).
 Copies of the layer and of the candidate, with the same random parameters, then run a
 forward and a backward on a small random input; the swap happens only where outputs and
-gradients agree within the op tolerances. Anything else is left as it is and reported:
-a class with no candidate, a probe that disagrees (a channels-first LayerNorm, Gemma's
-``x * (1 + weight)`` RMSNorm, an RMSNorm with a bias), float64 layers (opgen has no
+gradients agree within the op tolerances. An RMSNorm-like layer with a weight has two
+candidates, tried in turn: torch.nn.RMSNorm (opgen's RMSNorm), then the offset form
+``x * rstd * (1 + weight)`` of Gemma's RMSNorm classes (opgen's GemmaRMSNorm). Anything else
+is left as it is and reported: a class with no candidate, a probe that disagrees with every
+candidate (a channels-first LayerNorm, an RMSNorm with a bias), float64 layers (opgen has no
 float64 kernels), and norms opgen has no module for (BatchNorm1d/3d, InstanceNorm).
 
 The opgen module takes over the layer's own Parameter and buffer objects (so an optimizer
@@ -91,9 +93,19 @@ def _param(layer: nn.Module, name: str) -> Optional[Tensor]:
     return value if isinstance(value, Tensor) else None
 
 
+def _candidates(layer: nn.Module, ot) -> tuple[list, str]:
+    """The opgen modules this layer may become, in the order the probe tries them, or none
+    and why not. Nothing here decides the swap: the probe does."""
+    first, why = _candidate(layer, ot)
+    if first is None:
+        return [], why
+    offset = _offset_candidate(layer, ot) if _is_rms(layer) else None
+    return [first] + ([offset] if offset is not None else []), ""
+
+
 def _candidate(layer: nn.Module, ot) -> tuple[Optional[_Candidate], str]:
     """The opgen module this layer would become, from the attributes its family uses, or
-    None and why not. Nothing here decides the swap: the probe does."""
+    None and why not."""
     if isinstance(layer, nn.modules.batchnorm._BatchNorm):
         if not isinstance(layer, nn.BatchNorm2d):
             return None, f"no opgen module for {type(layer).__name__} (opgen has BatchNorm2d only)"
@@ -125,6 +137,31 @@ def _candidate(layer: nn.Module, ot) -> tuple[Optional[_Candidate], str]:
         args = dict(normalized_shape=shape, eps=_eps(layer), elementwise_affine=weight is not None)
         return _Candidate(lambda: ot.RMSNorm(**args), lambda: nn.RMSNorm(**args), (2, 3, 5) + shape), ""
     return None, f"no opgen module known for {type(layer).__name__}"
+
+
+class _OffsetRMSNorm(nn.Module):
+    """Gemma's RMSNorm in plain torch, x * rstd * (1 + weight) computed in float32 (as
+    transformers writes it): the reference a layer is probed against before opgen's
+    GemmaRMSNorm replaces it (torch.nn has no module of this form)."""
+
+    def __init__(self, shape: tuple, eps: Optional[float]):
+        super().__init__()
+        self.eps, self.weight = eps, nn.Parameter(torch.zeros(shape))
+
+    def forward(self, x: Tensor) -> Tensor:
+        gamma = 1.0 + self.weight.float()
+        return nn.functional.rms_norm(x.float(), tuple(gamma.shape), gamma, self.eps).to(x.dtype)
+
+
+def _offset_candidate(layer: nn.Module, ot) -> Optional[_Candidate]:
+    """opgen's GemmaRMSNorm for an RMSNorm-like layer with a weight (the offset form needs
+    one), over the weight's shape with the layer's eps (transformers' default 1e-6)."""
+    weight = _param(layer, "weight")
+    if weight is None:
+        return None
+    shape, eps = tuple(weight.shape), _eps(layer, 1e-6)
+    return _Candidate(lambda: ot.GemmaRMSNorm(shape, eps=eps), lambda: _OffsetRMSNorm(shape, eps),
+                      (2, 3, 5) + shape)
 
 
 def _is_rms(layer: nn.Module) -> bool:
@@ -198,25 +235,6 @@ def _device_of(module: nn.Module) -> torch.device:
     return torch.device("cpu")
 
 
-def _offset_form(layer: nn.Module) -> bool:
-    """Gemma's RMSNorm, ``x * rstd * (1 + weight)``: the layer agrees with torch.nn.RMSNorm
-    whose weight is the layer's plus one (opgen has no module for that form: an RMSNorm
-    holding 1 + w would change the parameter the optimizer and state_dict see)."""
-    weight = _param(layer, "weight")
-    if weight is None or not _is_rms(layer):
-        return False
-    theirs = _randomized(layer, seed=3)
-    reference = nn.RMSNorm(tuple(weight.shape), eps=_eps(layer))
-    with torch.no_grad():
-        reference.weight.copy_(theirs.weight + 1)
-    x = torch.randn((4,) + tuple(weight.shape), generator=torch.Generator().manual_seed(4))
-    with torch.no_grad():
-        try:
-            return torch.allclose(theirs(x), reference(x), **PROBE_TOLERANCE)
-        except Exception:   # noqa: BLE001
-            return False
-
-
 def _adopt(new: nn.Module, old: nn.Module) -> nn.Module:
     """The opgen module takes the layer's own Parameter and buffer objects (identity kept:
     optimizers, tied weights, device, dtype) and its training mode."""
@@ -247,27 +265,27 @@ def _verdict_key(layer: nn.Module) -> tuple:
 
 
 def _decide(layer: nn.Module, ot, verdicts: dict) -> tuple[Optional[nn.Module], str]:
-    """The opgen module for ``layer`` (its tensors adopted) or None and the reason; probe
-    verdicts are kept in ``verdicts`` by _verdict_key."""
-    candidate, why = _candidate(layer, ot)
-    if candidate is None:
+    """The opgen module for ``layer`` (its tensors adopted): the first candidate whose probe
+    agrees, or None and the reason; probe verdicts are kept in ``verdicts`` by (_verdict_key,
+    the candidate's place in _candidates)."""
+    candidates, why = _candidates(layer, ot)
+    if not candidates:
         return None, why
     if _dtype_of(layer) not in (None,) + ot.KERNEL_DTYPES:
         return None, f"{_dtype_of(layer)} parameters: opgen's kernels take float32, float16 and bfloat16"
     key = _verdict_key(layer)
-    if key not in verdicts:
-        verdicts[key] = _same_formula(layer, candidate.reference(), candidate.probe)
-    same, why = verdicts[key]
-    if not same:
-        if _offset_form(layer):
-            return None, "no opgen module for the offset form: it computes RMSNorm times (1 + weight) (Gemma's)"
-        if isinstance(layer, nn.LayerNorm):
-            why += (" (a LayerNorm subclass that does not normalize the last dims, e.g. channels-first as "
-                    "ConvNeXt's data_format='channels_first' or timm's LayerNorm2d: no opgen module for that form)")
-        return None, f"computes something else than {type(candidate.reference()).__name__}: {why}"
-    with torch.device("meta"):
-        new = candidate.build()
-    return _adopt(new, layer), ""
+    for i, candidate in enumerate(candidates):
+        if (key, i) not in verdicts:
+            verdicts[key, i] = _same_formula(layer, candidate.reference(), candidate.probe)
+        if verdicts[key, i][0]:
+            with torch.device("meta"):
+                new = candidate.build()
+            return _adopt(new, layer), ""
+    why = verdicts[key, 0][1]      # the first candidate's disagreement names the layer's family
+    if isinstance(layer, nn.LayerNorm):
+        why += (" (a LayerNorm subclass that does not normalize the last dims, e.g. channels-first as "
+                "ConvNeXt's data_format='channels_first' or timm's LayerNorm2d: no opgen module for that form)")
+    return None, f"computes something else than {type(candidates[0].reference()).__name__}: {why}"
 
 
 def _slots(root: nn.Module) -> dict:

@@ -1,6 +1,7 @@
 """opgen.torch: the custom ops pass torch's opcheck; RMSNorm/GroupNorm/LayerNorm/BatchNorm2d are drop-ins for
 torch.nn's (state_dict, outputs and gradients in f32 and bf16, gradcheck) whose forward and
-backward really are opgen, also inside a torch.compile'd model with no graph break."""
+backward really are opgen, also inside a torch.compile'd model with no graph break; GemmaRMSNorm
+is one for transformers' GemmaRMSNorm (its formula, state_dict and constructor)."""
 from __future__ import annotations
 
 import pytest
@@ -10,6 +11,8 @@ ot = pytest.importorskip("opgen.torch")
 
 import opgen  # noqa: E402
 from opgen.ops import get_op  # noqa: E402
+
+from tiers import tiered  # noqa: E402
 
 
 @pytest.fixture
@@ -46,6 +49,7 @@ def test_custom_ops_pass_opcheck():
     torch.library.opcheck(torch.ops.opgen.rms_norm_grad.default,
                           (torch.randn(3, 8), torch.randn(3, 8), torch.rand(3) + 0.5, torch.rand(8) + 0.5))
     torch.library.opcheck(torch.ops.opgen.rms_norm.default, (torch.randn(3, 8), torch.rand(8) + 0.5, 1e-6))
+    torch.library.opcheck(torch.ops.opgen.gemma_rms_norm.default, (torch.randn(3, 8), torch.rand(8) - 0.5, 1e-6))
     torch.library.opcheck(torch.ops.opgen.group_norm.default, (torch.randn(2, 4, 3), torch.rand(4), None, 2, 1e-5))
     torch.library.opcheck(torch.ops.opgen.layer_norm.default, (torch.randn(3, 2, 8), [2, 8], torch.rand(2, 8) + 0.5,
                                                                torch.randn(2, 8), 1e-5))
@@ -84,6 +88,58 @@ def test_rms_norm_without_weight_matches_torch():
     ours, theirs = ot.RMSNorm(24, elementwise_affine=False), torch.nn.RMSNorm(24, elementwise_affine=False)
     x, dy = torch.randn(5, 24), torch.randn(5, 24)
     torch.testing.assert_close(_grads(ours, x, dy)[0], _grads(theirs, x, dy)[0], rtol=1e-4, atol=1e-5)
+
+
+def _gemma_composite(x, weight, eps: float, ndim: int):
+    """transformers' GemmaRMSNorm.forward as written there (float32 throughout, the offset on
+    the widened weight, one rounding to x's dtype), over the last ``ndim`` dims."""
+    xf = x.float()
+    out = xf * torch.rsqrt(xf.pow(2).mean(tuple(range(-ndim, 0)), keepdim=True) + eps)
+    return (out * (1.0 + weight.float())).type_as(x)
+
+
+_GEMMA_CASES = [((32,), torch.float32, torch.float32, "gemma_rms_norm"),
+                ((6, 32), torch.float32, torch.float32, "gemma_rms_norm"),
+                ((32,), torch.bfloat16, torch.float32, "rms_norm"),       # no bf16/f32 row: aclnnRmsNorm on 1 + w
+                ((32,), torch.bfloat16, torch.bfloat16, "gemma_rms_norm")]
+
+
+@pytest.mark.parametrize("shape,x_dtype,w_dtype,forward_op", tiered(
+    _GEMMA_CASES, _GEMMA_CASES[:3], ids=[f"{s}-{str(x)[6:]}-{str(w)[6:]}" for s, x, w, _ in _GEMMA_CASES]))
+def test_gemma_rms_norm_matches_transformers_formula(shape, x_dtype, w_dtype, forward_op, opgen_calls):
+    """Outputs and both gradients equal transformers' composite's (f32: the op tolerances;
+    bf16: one rounding apart); the forward is the Gemma op where the weight has x's dtype,
+    the backward aclnnRmsNormGrad with gamma' = 1 + weight."""
+    torch.manual_seed(8)
+    ours = ot.GemmaRMSNorm(shape, eps=1e-6, dtype=w_dtype)
+    with torch.no_grad():
+        ours.weight.uniform_(-0.5, 0.5)
+    weight = ours.weight.detach().clone().requires_grad_(True)
+    x, dy = torch.randn(4, 6, 32).to(x_dtype), torch.randn(4, 6, 32).to(x_dtype)
+    xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    y, want = ours(xa), _gemma_composite(xb, weight, 1e-6, len(shape))
+    y.backward(dy)
+    want.backward(dy)
+    half = dict(rtol=1.6e-2, atol=1e-2)
+    tol = dict(rtol=1e-4, atol=1e-5) if x_dtype == torch.float32 else half
+    assert y.dtype == x_dtype and ours.weight.grad.dtype == w_dtype
+    torch.testing.assert_close(y, want, **tol)
+    torch.testing.assert_close(xa.grad, xb.grad, **tol)
+    torch.testing.assert_close(ours.weight.grad, weight.grad, **(half if w_dtype == torch.bfloat16 else
+                                                                dict(rtol=1e-4, atol=1e-4)))
+    assert opgen_calls[forward_op] == 1 and opgen_calls["rms_norm_grad"] == 1
+
+
+def test_gemma_rms_norm_is_transformers_drop_in():
+    """transformers' GemmaRMSNorm's constructor, state_dict, initial weight (zeros) and repr."""
+    import inspect
+
+    modeling = pytest.importorskip("transformers.models.gemma.modeling_gemma")
+    theirs, ours = modeling.GemmaRMSNorm(8), ot.GemmaRMSNorm(8)
+    assert [(p.name, p.default) for p in inspect.signature(ot.GemmaRMSNorm).parameters.values()][:2] == \
+        [(p.name, p.default) for p in inspect.signature(modeling.GemmaRMSNorm).parameters.values()][:2]
+    ours.load_state_dict(theirs.state_dict())       # strict: same names and shapes
+    assert not ours.weight.any() and ours.extra_repr() == theirs.extra_repr() and ours.eps == theirs.eps
 
 
 @pytest.mark.parametrize("affine", [True, False])

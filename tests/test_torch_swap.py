@@ -80,7 +80,7 @@ class Zoo(nn.Module):
         super().__init__()
         self.ln, self.rms, self.llama = nn.LayerNorm(8, eps=1e-4), nn.RMSNorm(8), PlainRMSNorm(8)
         self.gn, self.bn = nn.GroupNorm(2, 4, affine=False), nn.BatchNorm2d(4, momentum=0.3)
-        self.ln2d, self.gemma, self.scale = LayerNorm2d(4), OffsetRMSNorm(8), ScaleNorm()
+        self.ln2d, self.gemma, self.scale = LayerNorm2d(4), OffsetRMSNorm(8, eps=1e-5), ScaleNorm()
         self.bn1d, self.inorm = nn.BatchNorm1d(4), nn.InstanceNorm2d(4)
 
 
@@ -88,18 +88,18 @@ def test_apply_swaps_by_formula_and_reports_the_rest():
     zoo = Zoo()
     kept = {name: p for name, p in zoo.named_parameters()} | {name: b for name, b in zoo.named_buffers()}
     report = ot.apply(zoo)
-    assert set(report.swapped) == {"ln", "rms", "llama", "gn", "bn"}
-    assert set(report.left) == {"ln2d", "gemma", "scale", "bn1d", "inorm"}
-    assert "channels-first" in report.left["ln2d"] and "offset form" in report.left["gemma"]
+    assert set(report.swapped) == {"ln", "rms", "llama", "gn", "bn", "gemma"}
+    assert set(report.left) == {"ln2d", "scale", "bn1d", "inorm"}
+    assert "channels-first" in report.left["ln2d"] and report.swapped["gemma"].endswith("opgen.torch.GemmaRMSNorm")
     assert "ScaleNorm" in report.left["scale"] and "BatchNorm1d" in report.left["bn1d"]
     assert type(zoo.ln) is ot.LayerNorm and type(zoo.llama) is ot.RMSNorm and type(zoo.bn) is ot.BatchNorm2d
-    assert type(zoo.ln2d) is LayerNorm2d and type(zoo.gemma) is OffsetRMSNorm
+    assert type(zoo.ln2d) is LayerNorm2d and type(zoo.gemma) is ot.GemmaRMSNorm
     # the layers' own Parameter and buffer objects, their eps, momentum and affine flags
     now = {name: p for name, p in zoo.named_parameters()} | {name: b for name, b in zoo.named_buffers()}
     assert now.keys() == kept.keys() and all(now[k] is kept[k] for k in kept)
-    assert (zoo.ln.eps, zoo.rms.eps, zoo.llama.eps, zoo.bn.momentum) == (1e-4, None, 1e-6, 0.3)
+    assert (zoo.ln.eps, zoo.rms.eps, zoo.llama.eps, zoo.gemma.eps, zoo.bn.momentum) == (1e-4, None, 1e-6, 1e-5, 0.3)
     assert zoo.gn.weight is None and not zoo.gn.affine
-    assert "opgen.torch" in str(report) and "left gemma" in str(report)
+    assert "opgen.torch" in str(report) and "swapped gemma" in str(report) and "left scale" in str(report)
     again = ot.apply(zoo)                           # a second apply changes nothing
     assert not again.swapped and all(again.left[n].startswith("already opgen.torch") for n in report.swapped)
 
@@ -107,13 +107,16 @@ def test_apply_swaps_by_formula_and_reports_the_rest():
 def test_swapped_layers_compute_what_they_did(opgen_calls):
     torch.manual_seed(0)
     zoo = Zoo()
+    with torch.no_grad():
+        zoo.gemma.weight.uniform_(-0.5, 0.5)     # zeros at start: an offset that is dropped would not show
     before = copy.deepcopy(zoo)
     ot.apply(zoo)
     x8, x4 = torch.randn(3, 5, 8), torch.randn(2, 4, 3, 5)
-    for name, x in [("ln", x8), ("rms", x8), ("llama", x8), ("gn", x4), ("bn", x4)]:
+    for name, x in [("ln", x8), ("rms", x8), ("llama", x8), ("gemma", x8), ("gn", x4), ("bn", x4)]:
         torch.testing.assert_close(getattr(zoo, name)(x), getattr(before, name)(x), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(zoo.bn.running_mean, before.bn.running_mean)
     assert opgen_calls["rms_norm"] == 2 and opgen_calls["layer_norm"] == 1 and opgen_calls["batch_norm"] == 1
+    assert opgen_calls["gemma_rms_norm"] == 1
 
 
 def test_types_restricts_and_float64_is_left():
@@ -187,8 +190,8 @@ _DECODER_NORMS = {"llama": "LlamaRMSNorm", "mistral": "MistralRMSNorm", "mixtral
 
 def test_every_decoder_familys_norm_class_and_diffusers_rms_norm():
     """transformers' RMSNorm classes share one formula but not one class: each plain one is
-    swapped; Gemma's three (1 + weight) classes are left with the offset-form reason; so is
-    diffusers' RMSNorm with a bias (another formula), while its plain ones are swapped."""
+    swapped for RMSNorm, Gemma's three (1 + weight) classes for GemmaRMSNorm; diffusers'
+    RMSNorm with a bias (another formula) is left, while its plain ones are swapped."""
     import importlib
 
     pytest.importorskip("transformers")
@@ -200,10 +203,10 @@ def test_every_decoder_familys_norm_class_and_diffusers_rms_norm():
     layers["diffusers"], layers["diffusers_plain"] = rms(8, eps=1e-6), rms(8, eps=1e-6, elementwise_affine=False)
     layers["diffusers_bias"] = rms(8, eps=1e-6, bias=True)
     report = ot.apply(layers)
-    offset = {f for f in report.left if f.startswith("gemma")}
-    assert offset == {"gemma", "gemma2", "gemma3"} and all("offset form" in report.left[f] for f in offset)
-    assert set(report.swapped) == set(_DECODER_NORMS) - offset | {"diffusers", "diffusers_plain"}
-    assert set(report.left) == offset | {"diffusers_bias"} and diffusers
+    offset = {f for f, what in report.swapped.items() if what.endswith("opgen.torch.GemmaRMSNorm")}
+    assert offset == {"gemma", "gemma2", "gemma3"}
+    assert set(report.swapped) == set(_DECODER_NORMS) | {"diffusers", "diffusers_plain"}
+    assert set(report.left) == {"diffusers_bias"} and "RMSNorm" in report.left["diffusers_bias"] and diffusers
 
 
 # --- one swap-and-step test per real model family (the ``models`` extra) -----------------------------
@@ -215,6 +218,19 @@ def _llama():
                             num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32)
     ids = torch.randint(0, 64, (2, 12))
     return tf.LlamaForCausalLM(config), lambda m: m(input_ids=ids, labels=ids).loss
+
+
+def _gemma():
+    tf = pytest.importorskip("transformers")
+    config = tf.GemmaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                            num_attention_heads=2, num_key_value_heads=1, head_dim=8, max_position_embeddings=32)
+    model = tf.GemmaForCausalLM(config)
+    with torch.no_grad():       # Gemma's norm weights start at zeros: random ones, so the offset shows
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.uniform_(-0.5, 0.5)
+    ids = torch.randint(0, 64, (2, 12))
+    return model, lambda m: m(input_ids=ids, labels=ids).loss
 
 
 def _image_model(name, **sizes):
@@ -235,6 +251,7 @@ def _unet():
 
 FAMILIES = {
     "llama": (_llama, {"counts": (3, 0)}),
+    "gemma": (_gemma, {"counts": (3, 0)}),
     "convnext": (lambda: _image_model("ConvNext", num_channels=3, hidden_sizes=[8, 16], depths=[1, 1], num_stages=2,
                                       image_size=16, patch_size=2), {"left": "channels-first", "counts": (3, 2)}),
     "vit": (lambda: _image_model("ViT", hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
