@@ -121,9 +121,11 @@ def _outputs():
 def _overlapping(a: np.ndarray, style: str, axis: int):
     """A writable view of ``a``'s shape and dtype in which two elements share memory."""
     shape, itemsize = a.shape, a.itemsize
-    if style == "torch-expand":
-        return torch.zeros(tuple(1 if i == axis else d for i, d in enumerate(shape)),
-                           dtype=torch.float32).expand(shape)
+    if style == "torch-expand":   # of a's dtype (an int8 output is not refused for its dtype first)
+        base = np.zeros(tuple(1 if i == axis else d for i, d in enumerate(shape)), a.dtype)
+        if a.dtype.name == "bfloat16":   # ml_dtypes' bfloat16: torch.from_numpy knows it not
+            return torch.from_numpy(base.view(np.int16)).view(torch.bfloat16).expand(shape)
+        return torch.from_numpy(base).expand(shape)
     strides = list(np.zeros(shape, a.dtype).strides)
     strides[axis] = 0 if style == "zero-stride" else itemsize   # "folded": a step of one element
     if style == "folded" and a.ndim == 1:
