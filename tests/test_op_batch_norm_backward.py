@@ -205,6 +205,9 @@ def test_opencl_every_combo(combo, rng):
         _assert_all_pass(comparisons, f"opencl {combo.tag} {problem}")
 
 
+# Every kernel's nvcc check runs in the extended tier; the default tier compiles each GPU pattern and
+# dtype mix once (tests/test_gpu_cuda.py).
+@pytest.mark.full
 @pytest.mark.skipif(cuda_target.nvcc() is None, reason="nvcc is not on PATH")
 @pytest.mark.parametrize("tag", ["f32-f32", "bf16-bf16-bf16-f32-bf16"])
 def test_cuda_compiles_for_sm80_and_sm90(tag):
@@ -672,7 +675,7 @@ def test_a_flip_in_the_running_mean_term_is_invisible_in_training(flip_stage):  
 
 
 def test_document_formulas():
-    checks = [c for c in derive.check_seed_formulas() if c.op == "batch_norm_backward"]
+    checks = derive.check_seed_formulas([get_op("batch_norm_backward")])   # this op's alone (every op's: tests/test_derive.py)
     verdicts = [(c.output, c.matches) for c in checks]
     assert verdicts == [("dx", True), ("dx", False), ("dx", False), ("dweight", True), ("dbias", True),
                         ("dx", True), ("dweight", True), ("dbias", True)]

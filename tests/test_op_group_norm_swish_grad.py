@@ -350,6 +350,9 @@ def test_opencl_kernel_matches_the_reference(combo, rng):
 
 # ---- cuda: compiled by nvcc here (tests/test_gpu_cuda.py checks every combo; a GPU runs them) ----
 
+# Every kernel's nvcc check runs in the extended tier; the default tier compiles each GPU pattern and
+# dtype mix once (tests/test_gpu_cuda.py).
+@pytest.mark.full
 def test_cuda_kernel_compiles_with_nvcc_without_spills():
     cuda = get_target("cuda")
     if not cuda.can_build():
@@ -661,6 +664,7 @@ def test_error_attribute_of_the_wrong_c_type(changes, message):
 
 # ================================================================ the proof
 
+@pytest.mark.full   # tests/test_derive.py proves every op in the default tier; this adds the group cases
 def test_the_proof_holds_and_covers_one_and_several_groups():
     report = derive.prove(OP.name)
     assert report.ok, report.summary()
@@ -706,7 +710,7 @@ def test_a_flipped_sign_in_a_stage_fails_the_proof(monkeypatch, stage, broken, i
 
 
 def test_the_documents_formulas_judged():
-    checks = [c for c in derive.check_seed_formulas() if c.op == OP.name]
+    checks = derive.check_seed_formulas([OP])   # this op's alone (every op's: tests/test_derive.py)
     by = {(c.output, c.formula): c.matches for c in checks}
     assert [c.matches for c in checks if c.output in ("dbeta", "dgamma")] == [True, True]
     printed, partial, corrected = [c for c in checks if c.output == "dx"]

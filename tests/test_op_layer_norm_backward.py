@@ -124,7 +124,7 @@ def test_a_flipped_sign_fails_the_proof(flip_stage, stage, broken, intact):
 
 def test_document_formulas():
     """l.39-57 hold with N the product of the normalized dims; N as their number does not."""
-    checks = [c for c in derive.check_seed_formulas() if c.op == "layer_norm_backward"]
+    checks = derive.check_seed_formulas([get_op("layer_norm_backward")])   # this op's alone (every op's: tests/test_derive.py)
     assert [(c.output, c.matches) for c in checks] == [("dx", True), ("dx", False), ("dgamma", True),
                                                        ("dbeta", True)]
     assert "number of normalized axes" in checks[1].formula and "l.59" in checks[1].detail
@@ -908,6 +908,9 @@ def test_opencl_every_combo(tag):
         config.reset()
 
 
+# Every kernel's nvcc check runs in the extended tier; the default tier compiles each GPU pattern and
+# dtype mix once (tests/test_gpu_cuda.py).
+@pytest.mark.full
 @pytest.mark.skipif(not get_target("cuda").can_build(), reason="nvcc is not on PATH")
 @pytest.mark.parametrize("tag", ["f32-f32", "f16-f16", "bf16-f32-f32"])
 def test_nvcc_compiles(tag):
