@@ -33,6 +33,7 @@ from opgen.targets.ascend import build as emu_build
 from opgen.targets.ascend.emit_channels import CHANNEL_MODES
 from opgen.targets.ascend.hardware import DESCRIPTIONS
 
+from tiers import tiered
 from toy_ops import build_toy, channel_pass, channel_pass_blended, channel_pass_reference, check_blended, run_toy
 
 EMU = get_target("ascend-emu")
@@ -119,7 +120,10 @@ def test_every_shape_on_atlas_a2_matches_the_reference(rng):
     assert modes == {"channel", "hw-chunk", "empty"}
 
 
-@pytest.mark.parametrize("product", [p for p in DESCRIPTIONS if p != "AtlasA2"])
+# One product of each set of rules in the default tier (Ascend950: its UB and casts; AtlasInference:
+# no DataCopyPad, the tree ReduceSum; AtlasA2 is the tests' default); AtlasA3 (A2's rules and sizes)
+# and AtlasTraining (Inference's rules, more cores) in the extended tier.
+@pytest.mark.parametrize("product", tiered([p for p in DESCRIPTIONS if p != "AtlasA2"], ["Ascend950", "AtlasInference"]))
 def test_every_product_matches_the_reference(product, rng):
     target, kernel = built(product)
     shapes = SHAPES if target.hardware.data_copy_pad else BLOCK_SHAPES
