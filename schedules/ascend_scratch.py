@@ -1,7 +1,8 @@
 """How many float32 scratch tiles an Ascend kernel's vector expressions need.
 
 The AscendC emitter (targets/ascend/exprs.py) computes a stage's expression over whole UB
-tiles: every tile-valued sub-expression that is not a loaded tile lives in a float32
+tiles: every vector sub-expression that is not a load (a tile, or a column vector computed from a
+column load, such as 1 + g[c], in the first P elements of its tile) lives in a float32
 scratch tile taken from a pool, and a binary operation writes its result over its left
 operand's scratch tile, else its right one's, else a fresh one. The UB budget must hold
 exactly that pool: one tile too many is UB that split-N could have used for whole rows

@@ -11,7 +11,7 @@ scalar GM writes on a product without DataCopyPad (Atlas inference: whole-block 
 BatchNorm's forward (per channel: saveMean and saveInvstd, a shift by the channel's first
 element) runs on A2, the 950 and Atlas inference, and its BatchNormV3 project is built.
 
-Cost: 11 kernels + 3 op projects, one g++ run each (~10-30 s cold on the shared 2-core
+Cost: 13 kernels + 3 op projects, one g++ run each (~10-30 s cold on the shared 2-core
 machine, then cached on disk), ~45 s warm.
 """
 from __future__ import annotations
@@ -32,7 +32,8 @@ from opgen.targets.ascend import build as emu_build
 from opgen.targets.ascend.op_project import op_file_name, op_project
 
 from tiers import tiered
-from toy_ops import build_toy, row_statistics_forward, row_statistics_forward_reference, run_toy
+from toy_ops import (build_toy, column_vectors_with_constants, column_vectors_with_constants_reference,
+                     row_statistics_forward, row_statistics_forward_reference, run_toy)
 
 EMU = get_target("ascend-emu")
 pytestmark = pytest.mark.skipif(not EMU.can_build(), reason="g++ or the AscendC emulation header is missing")
@@ -163,6 +164,26 @@ def test_two_row_statistics_of_a_toy_are_stored_whatever_the_rows_per_pass(rng):
     _, mean, rstd = run_toy(target, built, [np.zeros((3, 0), np.float16), np.zeros(0, np.float16)],
                             [np.float16, np.float32, np.float16], fill=0.0)
     assert np.isnan(mean).all() and np.isnan(rstd).all()
+
+
+def test_column_vectors_combined_with_constants_run_on_the_emulation(rng):
+    """A per-column vector with a constant, another column or a per-row value, before the
+    tile reads it (x * (1 + g)): a column vector in a scratch tile, and the tile computed
+    over that scratch tile row by row, last row first. Several rows per pass (200 rows on
+    48 cores), rows_per_pass=2 (the next pass's copy-in overlapping), split-D, no rows."""
+    target = EMU.for_product("AtlasA2")
+    cases = (({}, ((1, 1), (7, 33), (200, 64), (97, 941), (3, 12290), (0, 8))),
+             ({"rows_per_pass": 2}, ((200, 64),)))
+    for knobs, shapes in cases:
+        built = build_toy(column_vectors_with_constants(), target, knobs)
+        for rows, cols in shapes:
+            x = rng.standard_normal((rows, cols)).astype(np.float32)
+            g, h = (rng.uniform(-1.5, 1.5, cols).astype(np.float32) for _ in range(2))
+            got = run_toy(target, built, [x, g, h], [np.float32, np.float16])
+            for name, out, want, tol in zip(("y1", "y2"), got, column_vectors_with_constants_reference(x, g, h),
+                                            (1e-6, 1e-3)):
+                err = np.abs(out.astype(np.float64) - want)
+                assert np.all(err <= tol * (1 + np.abs(want)) * max(1, cols) ** 0.5), (name, knobs, rows, cols)
 
 
 FORWARD_PROJECTS = [

@@ -210,7 +210,7 @@ def test_empty_calls_succeed_and_write_nothing(x_shape, g_shape, rstd_shape):
 
 
 def test_proof_holds_and_a_flipped_offset_fails_it(flip_stage):
-    """The first sign in the y stage is the offset's: xr - xr * gamma must not prove."""
+    """The first sign in the y stage is the offset's: xr * (1 - gamma) must not prove."""
     assert derive.prove("gemma_rms_norm", cases=[(2, 3)]).ok
     hits = flip_stage("gemma_rms_norm_y")
     report = derive.prove("gemma_rms_norm", cases=[(2, 3)])

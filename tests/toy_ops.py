@@ -439,6 +439,31 @@ def row_statistics_forward_reference(x, gamma) -> list:
     return [(x - mean[:, None]) * rstd[:, None] * gamma, mean, rstd]
 
 
+def column_vectors_with_constants():
+    """A row pass whose outputs combine per-column vectors with constants before the tile
+    (Gemma's RMSNorm shape, x * (1 + gamma)): sum[r] = sum_c x;
+    y1 = x * (1 + g) (float32); y2 = float16((2 - g * h) * x + (g * 2 - sum)), float32
+    inside. Column op constant, constant op column, column op column, column op per-row
+    value, and a tile written over the scratch tile of the column it reads. Returns the
+    PrimFunc (inputs x, g, h; outputs y1, y2)."""
+    rows, cols = te.var("rows", "int64"), te.var("cols", "int64")
+    x = te.placeholder((rows, cols), "float32", name="x")
+    g = te.placeholder((cols,), "float32", name="g")
+    h = te.placeholder((cols,), "float32", name="h")
+    k = te.reduce_axis((0, cols), name="k")
+    total = te.compute((rows,), lambda r: te.sum(x[r, k], axis=k), name="colc_sum")
+    y1 = te.compute((rows, cols), lambda r, c: x[r, c] * (1.0 + g[c]), name="colc_y1")
+    y2 = te.compute((rows, cols), lambda r, c: ((2.0 - g[c] * h[c]) * x[r, c] + (g[c] * 2.0 - total[r]))
+                    .astype("float16"), name="colc_y2")
+    return te.create_prim_func([x, g, h, y1, y2]).with_attr("global_symbol", "test_column_constants")
+
+
+def column_vectors_with_constants_reference(x, g, h) -> list:
+    """[y1, y2] in float64."""
+    x, g, h = (a.astype(np.float64) for a in (x, g, h))
+    return [x * (1 + g), (2 - g * h) * x + (g * 2 - x.sum(axis=1, keepdims=True))]
+
+
 # Problems normalized over trailing axes (opgen.ops.spec.TrailingAxesProblem) with each kind
 # of attribute an op may have: none, an int, a bool, a float without a default.
 

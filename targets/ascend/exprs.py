@@ -9,7 +9,10 @@ classified by its indices against the block's row and column iterators:
 Binary operations pick the vector form their operand kinds call for: Add/Sub/Mul/Div/Max/Min
 on two tiles (one count-based call over the whole pass), Adds/Muls/Maxs/Mins with a scalar,
 a loop over the pass's rows for a per-row value (Muls(dst[i*P], a[i*P], v_i, P)) or a column
-vector (Mul(dst[i*P], a[i*P], col, P)). Tile-valued sub-expressions live in a pool of float32
+vector (Mul(dst[i*P], a[i*P], col, P)). A column vector with a scalar or another column
+vector stays a column vector (one call over its P elements: Adds(dst, col, 1.0f, P)), held
+in row 0 of a temporary; a tile computed over that temporary runs its rows last to first,
+so the column is read before row 0 overwrites it. Tile-valued sub-expressions live in a pool of float32
 temporaries (the schedule budgets what schedules/ascend_scratch.py counts); an expression
 needing more is refused with its text. Scalar and per-row values become C++ scalar code.
 """
@@ -131,16 +134,32 @@ def _combine_scalars(op: str, a: Value, b: Value) -> Value:
     return Value(kind, SCALAR_BINARY[op].format(a=a.text, b=b.text))
 
 
-def _row_loop(ctx: Context, call: str) -> None:
-    ctx.lines.append(f"for (int32_t i = 0; i < n; ++i) {{ {call} }}")
+def _row_loop(ctx: Context, call: str, reverse: bool = False) -> None:
+    """A loop of ``call`` over the pass's rows; ``reverse`` runs the last row first (a
+    result written over the column vector it reads, which lives in row 0's place)."""
+    head = "for (int32_t i = n - 1; i >= 0; --i)" if reverse else "for (int32_t i = 0; i < n; ++i)"
+    ctx.lines.append(f"{head} {{ {call} }}")
+
+
+def _count(v: Value) -> str:
+    """Elements of one vector call over a vector value: a column vector's P, a tile's n * P."""
+    return "P" if v.kind == "col" else "n * P"
+
+
+def _over_column(dst: str, *values: Value) -> bool:
+    """Whether a per-row loop writes its tile over the scratch tile holding a column vector
+    it reads (the column's P elements are row 0 of that tile: the rows go last to first, so
+    each row reads the column before row 0 is overwritten, in place, last)."""
+    return any(v.kind == "col" and v.text == dst for v in values)
 
 
 def _tile_scalar(op: str, dst: str, t: Value, s: Value, tile_first: bool, ctx: Context) -> None:
-    """dst = t op s (or s op t) for a scalar or per-row value s."""
+    """dst = t op s (or s op t) for a tile or column vector t and a scalar or per-row value s
+    (a column vector with a per-row value makes a tile, row by row)."""
     per_row = s.kind == "row"
-    src = f"{t.text}[i * P]" if per_row else t.text
+    src = f"{t.text}[i * P]" if per_row and t.kind == "tile" else t.text
     out = f"{dst}[i * P]" if per_row else dst
-    count = "P" if per_row else "n * P"
+    count = "P" if per_row else _count(t)
     val = s.text
     if op == "Add":
         calls = [f"Adds({out}, {src}, {val}, {count});"]
@@ -157,31 +176,32 @@ def _tile_scalar(op: str, dst: str, t: Value, s: Value, tile_first: bool, ctx: C
     else:
         raise EmitError(f"no vector form of {op} with a scalar")
     if per_row:
-        _row_loop(ctx, " ".join(calls))
+        _row_loop(ctx, " ".join(calls), reverse=_over_column(dst, t))
     else:
         ctx.lines.extend(calls)
 
 
 def _binary(op: str, node, ctx: Context) -> Value:
+    """a op b. Two column vectors, or one with a scalar, make a column vector (P elements,
+    one call); with a tile or a per-row value, a tile (a loop over the rows)."""
     a, b = emit_expr(node.a, ctx), emit_expr(node.b, ctx)
     if a.kind in ("scalar", "row") and b.kind in ("scalar", "row"):
         return _combine_scalars(op, a, b)
-    if "col" in (a.kind, b.kind) and "tile" not in (a.kind, b.kind):
-        raise EmitError(f"a column vector combined with a non-tile value: {node}")
+    kind = "col" if {a.kind, b.kind} <= {"col", "scalar"} else "tile"
     dst = a.text if a.temp else b.text if b.temp else ctx.take(node)
-    if a.kind == "tile" and b.kind == "tile":
-        ctx.lines.append(f"{VECTOR_BINARY[op]}({dst}, {a.text}, {b.text}, n * P);")
-    elif "col" in (a.kind, b.kind):
+    if a.kind == b.kind:                                   # two tiles or two column vectors
+        ctx.lines.append(f"{VECTOR_BINARY[op]}({dst}, {a.text}, {b.text}, {_count(a)});")
+    elif {a.kind, b.kind} == {"tile", "col"}:
         x = f"{a.text}[i * P]" if a.kind == "tile" else a.text
         y = f"{b.text}[i * P]" if b.kind == "tile" else b.text
-        _row_loop(ctx, f"{VECTOR_BINARY[op]}({dst}[i * P], {x}, {y}, P);")
+        _row_loop(ctx, f"{VECTOR_BINARY[op]}({dst}[i * P], {x}, {y}, P);", reverse=_over_column(dst, a, b))
     else:
-        tile, other = (a, b) if a.kind == "tile" else (b, a)
-        _tile_scalar(op, dst, tile, other, a.kind == "tile", ctx)
+        vector, other = (a, b) if a.kind in ("tile", "col") else (b, a)
+        _tile_scalar(op, dst, vector, other, vector is a, ctx)
     for v in (a, b):
         if v.temp and v.text != dst:
             ctx.give(v)
-    return Value("tile", dst, temp=True)
+    return Value(kind, dst, temp=True)
 
 
 def _sigmoid(a: Value, node, ctx: Context) -> Value:

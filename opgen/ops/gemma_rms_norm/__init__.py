@@ -6,8 +6,7 @@ RmsNorm, gamma gets +1"). Per row r of the flattened x, over its ``cols`` traili
 widened, y rounded once to x's dtype):
     gemma_rms_norm_sumsq[r] = sum_c x[r, c]^2
     gemma_rms_norm_rstd[r]  = 1 / sqrt(gemma_rms_norm_sumsq[r] / cols + eps)      (an output: rstdOut)
-    gemma_rms_norm_y[r, c]  = xr + xr * gamma[c],  xr = x[r, c] * gemma_rms_norm_rstd[r]
-                            = x[r, c] * rstd[r] * (1 + gamma[c])   (why written so: kernel.compute)
+    gemma_rms_norm_y[r, c]  = x[r, c] * gemma_rms_norm_rstd[r] * (1 + gamma[c])   (CANN's order: kernel.compute)
 
 Why a package of its own rather than aclnnRmsNorm with a gamma of 1 + gamma: a caller (and
 Gemma's weights, initialized to zeros) holds gamma, not 1 + gamma, and in float16 or bfloat16
@@ -58,5 +57,5 @@ SPEC = OpSpec(
     cases=CASES,
     package=__name__,
     cann=CANN,
-    flops_per_element=5,    # counted from the TE stages: x^2 summed (2), xr = x * rstd, xr * gamma, the sum (3)
+    flops_per_element=5,    # counted from the TE stages: x^2 summed (2), xr = x * rstd, 1 + gamma, the product (3)
 )

@@ -33,13 +33,10 @@ PRODUCTS = {
 def compute(combo: DtypeCombo) -> list[te.Tensor]:
     """TE of the forward over symbolic (rows, cols); returns x, gamma, eps, y, rstd.
 
-    y is written xr + xr * gamma with xr = x * rstd, all in float32 after gamma is widened
-    (a float16 or bfloat16 gamma near 0 keeps its bits, which 1 + gamma in gamma's own dtype
-    would round away). CANN's kernel forms 1 + gamma first (``Adds(gammaFp32, gammaFp32,
-    1.0)``, then one multiply); the two agree to a float32 rounding or two while 1 + gamma is
-    not near 0 (Gemma's weights are small), and this form lands on every target's row rule:
-    the AscendC emitter has no form for a per-column vector combined with a constant
-    (targets/ascend/exprs.py ``_binary``), so ``xr * (1 + gamma)`` is not emitted there."""
+    y is xr * (1 + gamma) with xr = x * rstd, in CANN's order: gamma widened to float32,
+    then 1 + gamma (``Adds(gammaFp32, gammaFp32, 1.0)``), then one multiply. The offset is
+    formed in float32: a float16 or bfloat16 gamma near 0 keeps its bits, which 1 + gamma in
+    gamma's own dtype would round away."""
     rows = te.var("rows", "int64")
     cols = te.var("cols", "int64")
     x = te.placeholder((rows, cols), combo["x"], name="x")
@@ -51,7 +48,7 @@ def compute(combo: DtypeCombo) -> list[te.Tensor]:
     rstd = te.compute((rows,), lambda r: te.rsqrt(sumsq[r] / cols.astype("float32") + eps[0]), name=f"{STAGE}_rstd")
     def y_value(r, c):
         xr = as_float32(x[r, c]) * rstd[r]
-        return (xr + xr * as_float32(gamma[c])).astype(combo["y"])
+        return (xr * (1.0 + as_float32(gamma[c]))).astype(combo["y"])
     y = te.compute((rows, cols), y_value, name=f"{STAGE}_y")
     return [x, gamma, eps, y, rstd]
 
