@@ -34,7 +34,8 @@ Inner loops are left for LLVM's vectorizer: the extents are symbolic, and the ta
 allows reassociation so float sums vectorize (deterministically: the order is fixed in
 the compiled code).
 
-Sums over the batch (the channel rule's sums, the column sums, the Fallback's) accumulate
+Sums over the batch (the channel rule's sums, the row and grouped passes' column sums, the
+Fallback's) accumulate
 in float64, their partials too, and the channel rule's per-channel stages are computed in
 float64 from them (``_widen_sum``, ``_stage_in_float64``): each comes out rounded once, as
 ATen's CPU kernels' double accumulations do (issue 37, docs/compare-and-bench.md). The
@@ -455,7 +456,8 @@ def _decompose_innermost(sch, info: Block) -> None:
 @dataclass(frozen=True)
 class GroupedRowPass(PatternRule):
     """Knobs: ``parallel``, ``stream_stores``, ``prologue_once``. The outer (batch, group)
-    axes are fused and run in parallel."""
+    axes are fused and run in parallel; the column sums (per channel, over the batch and the
+    group's rows) accumulate in float64 and are rounded once (_column_sums_in_float64)."""
 
     def knobs(self, target) -> tuple:
         return (PARALLEL, STREAM_STORES, PROLOGUE_ONCE)
@@ -494,10 +496,11 @@ class GroupedRowPass(PatternRule):
         _parallel(sch, sch.fuse(*outer_loops), knobs)
         _stream(sch, out, knobs)
         if column_sums:
+            copies = _column_sums_in_float64(sch, column_sums)
             col_rvs = [sch.get_sblock(b.name) for b in column_sums]
             col_loops = _merge_nests(sch, col_rvs, len(column_sums[0].kinds))[:-1]
-            for info in casts:
-                sch.reverse_compute_at(sch.get_sblock(info.name), col_loops[-1])
+            for rv in [sch.get_sblock(info.name) for info in casts] + list(copies.values()):
+                sch.reverse_compute_at(rv, col_loops[-1])    # each column rounded once, after its sum
             _parallel(sch, sch.fuse(*col_loops), knobs)
         for info in row_sums + group_stages + column_sums:
             _decompose_innermost(sch, info)
