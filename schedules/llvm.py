@@ -483,6 +483,7 @@ class GroupedRowPass(PatternRule):
 
     def schedule(self, sch, matched, target, knobs):
         out, outer, row_sums, group_stages, column_sums, casts = matched
+        _row_sums_of_column_sums_in_float64(sch, row_sums, column_sums)
         # Merge and compute_at on the separate outer loops, fuse them last: the region
         # analysis cannot bound (fused // G, fused % G) and would recompute every group.
         row_rvs = [sch.get_sblock(b.name) for b in row_sums]
@@ -505,6 +506,17 @@ class GroupedRowPass(PatternRule):
         for info in row_sums + group_stages + column_sums:
             _decompose_innermost(sch, info)
         return sch
+
+
+def _row_sums_of_column_sums_in_float64(sch, row_sums: list[Block], column_sums: list[Block]) -> None:
+    """Accumulate in float64 the scratch row sums a column sum reads (a grouped backward's
+    per-(n, c) sums over HW, whose difference ``ds - db * mean`` makes dgamma): the column
+    sum's term then runs in float64 from unrounded values (_in_float64 reads a widened sum
+    as is), so the difference does not cancel float32 rounding errors of the size of its
+    terms. Other row sums (the group statistics feeding dx) stay float32."""
+    read = set().union(*(c.reads for c in column_sums)) if column_sums else set()
+    feeding = [b for b in row_sums if b.writes & read and not b.writes_output]
+    _sums_in_float64(sch, feeding, "row sum")
 
 
 def _prologues_per_group(sch, out: Block, outer_loops: list):
