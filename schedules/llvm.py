@@ -509,11 +509,11 @@ class GroupedRowPass(PatternRule):
 
 
 def _row_sums_of_column_sums_in_float64(sch, row_sums: list[Block], column_sums: list[Block]) -> None:
-    """Accumulate in float64 the scratch row sums a column sum reads (a grouped backward's
-    per-(n, c) sums over HW, whose difference ``ds - db * mean`` makes dgamma): the column
-    sum's term then runs in float64 from unrounded values (_in_float64 reads a widened sum
-    as is), so the difference does not cancel float32 rounding errors of the size of its
-    terms. Other row sums (the group statistics feeding dx) stay float32."""
+    """Accumulate in float64 the scratch row sums a column sum reads (per-row sums whose
+    difference, scaled, is summed over the batch): the column sum's term then runs in
+    float64 from unrounded values (_in_float64 reads a widened sum as is), so a difference
+    of two large row sums does not expose their float32 rounding errors. Other row sums
+    (the per-group statistics feeding the elementwise output) stay float32."""
     read = set().union(*(c.reads for c in column_sums)) if column_sums else set()
     feeding = [b for b in row_sums if b.writes & read and not b.writes_output]
     _sums_in_float64(sch, feeding, "row sum")
