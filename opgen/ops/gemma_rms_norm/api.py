@@ -30,14 +30,9 @@ from opgen.apispec import (ACLNN_ERR_INNER_TILING_ERROR, ACLNN_ERR_PARAM_INVALID
                            INPUT, OUTPUT, ApiSpec, Param, Pythonic, Rule, Violation, cast_args, dtype_message, first,
                            null_message, other_float, set_args, shape_str)
 from opgen.ops.gemma_rms_norm.kernel import Problem, kernel_shapes
-
-_TENSORS = ("x", "gamma", "yOut", "rstdOut")
-_KERNEL = dict(zip(_TENSORS, ("x", "gamma", "y", "rstd")))
-_SHAPE_DOC = "The parameters do not meet the requirements in Parameters."
-
-
-def _n(call) -> int:
-    return call["x"].ndim - call["gamma"].ndim
+# aclnnRmsNorm's parameters, names and rank rule are this op's too (the document says "compared
+# with RmsNorm, gamma gets +1"): its tensor table and shared checks, not copies of them.
+from opgen.ops.rms_norm.api import _KERNEL, _SHAPE_DOC, _TENSORS, _check_ranks, _n
 
 
 def _check_dtypes(call) -> str | None:
@@ -52,11 +47,6 @@ def _check_dtypes(call) -> str | None:
     given = "/".join(got[p] for p in _TENSORS)
     return (f"the dtypes of x/gamma/yOut/rstdOut ({given}) are not a row of {call.product}'s table: {rows} "
             f"(gamma and yOut in x's dtype, rstdOut float32)")
-
-
-def _check_ranks(call) -> str | None:
-    return first(f"{p} has {call[p].ndim} dimensions; expected 1 to 8" for p in _TENSORS
-                 if not 1 <= call[p].ndim <= 8)
 
 
 def _check_gamma(call) -> str | None:
