@@ -17,7 +17,7 @@ candidates, tried in turn: torch.nn.RMSNorm (opgen's RMSNorm), then the offset f
 ``x * rstd * (1 + weight)`` of Gemma's RMSNorm classes (opgen's GemmaRMSNorm). Anything else
 is left as it is and reported: a class with no candidate, a probe that disagrees with every
 candidate (a channels-first LayerNorm, an RMSNorm with a bias), float64 layers (opgen has no
-float64 kernels), and norms opgen has no module for (BatchNorm1d/3d, InstanceNorm).
+float64 kernels), and norms opgen has no module for (InstanceNorm).
 
 The opgen module takes over the layer's own Parameter and buffer objects (so an optimizer
 made before the swap, tied weights and the device and dtype are kept) and its eps,
@@ -51,6 +51,8 @@ PROBE_TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 """How close a layer's float32 outputs and gradients must be to the candidate's (opgen's op
 tolerances for float32 norms) for the two to count as one formula."""
 
+# torch.nn's BatchNorm classes opgen has, and the trailing dims of the probe's input for each.
+_BATCH_NORMS = {"BatchNorm1d": (5,), "BatchNorm2d": (2, 5), "BatchNorm3d": (2, 2, 3)}
 _NORM_BASES = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.RMSNorm, nn.LocalResponseNorm)
 
 
@@ -107,12 +109,13 @@ def _candidate(layer: nn.Module, ot) -> tuple[Optional[_Candidate], str]:
     """The opgen module this layer would become, from the attributes its family uses, or
     None and why not."""
     if isinstance(layer, nn.modules.batchnorm._BatchNorm):
-        if not isinstance(layer, nn.BatchNorm2d):
-            return None, f"no opgen module for {type(layer).__name__} (opgen has BatchNorm2d only)"
+        name = next((n for n in _BATCH_NORMS if isinstance(layer, getattr(nn, n))), None)
+        if name is None:
+            return None, f"no opgen module for {type(layer).__name__} (opgen has {', '.join(_BATCH_NORMS)})"
         args = dict(num_features=layer.num_features, eps=layer.eps, momentum=layer.momentum, affine=layer.affine,
                     track_running_stats=layer.track_running_stats)
-        return _Candidate(lambda: ot.BatchNorm2d(**args), lambda: nn.BatchNorm2d(**args),
-                          (3, layer.num_features, 2, 5)), ""
+        return _Candidate(lambda: getattr(ot, name)(**args), lambda: getattr(nn, name)(**args),
+                          (3, layer.num_features) + _BATCH_NORMS[name]), ""
     if isinstance(layer, nn.modules.instancenorm._InstanceNorm):
         return None, f"no opgen module for {type(layer).__name__}"
     if isinstance(layer, nn.GroupNorm) or (hasattr(layer, "num_groups") and hasattr(layer, "num_channels")):

@@ -363,6 +363,36 @@ def test_batch_norm2d_options_match_torch(kwargs, opgen_calls):
     assert opgen_calls["batch_norm"] == 4
 
 
+_BN_RANKS = [("BatchNorm1d", (5, 3), None), ("BatchNorm1d", (4, 7, 33), None), ("BatchNorm1d", (6, 2, 1), None),
+             ("BatchNorm3d", (2, 3, 4, 5, 6), None), ("BatchNorm3d", (2, 5, 3, 1, 7), torch.channels_last_3d)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name,shape,memory_format", _BN_RANKS, ids=[f"{n}{s}{'-cl' if m else ''}" for n, s, m in _BN_RANKS])
+def test_batch_norm1d_and_3d_match_torch(name, shape, memory_format, dtype, opgen_calls):
+    """BatchNorm1d ((N, C) and (N, C, L)) and BatchNorm3d (NCDHW, channels_last_3d): the
+    BatchNorm2d implementation at ranks 2, 3 and 5. Two training steps then eval against
+    torch.nn's class: outputs, gradients, running statistics."""
+    torch.manual_seed(12)
+    ours, theirs = _pair(getattr(ot, name)(shape[1], dtype=dtype), getattr(torch.nn, name)(shape[1], dtype=dtype))
+    rtol, atol = _TOL[dtype]
+    if dtype != torch.float32:
+        rtol, atol = 2 * rtol, 4 * atol
+    for mode in ("train", "train", "eval"):
+        getattr(ours, mode)()
+        getattr(theirs, mode)()
+        x = (torch.randn(shape) * 2 + 0.5).to(dtype)
+        if memory_format is not None:
+            x = x.to(memory_format=memory_format)
+        dy = torch.randn(shape).to(dtype)
+        for a, b in zip(_grads_and_output(ours, x, dy), _grads_and_output(theirs, x, dy)):
+            scale = max(b.double().abs().max().item(), 1.0)
+            torch.testing.assert_close(a.double(), b.double(), rtol=rtol, atol=atol * scale)
+        for a, b in zip(ours.buffers(), theirs.buffers()):
+            torch.testing.assert_close(a, b, rtol=rtol, atol=atol)
+    assert opgen_calls["batch_norm"] == 3 and opgen_calls["batch_norm_backward"] == 3
+
+
 def test_batch_norm2d_one_value_per_channel_is_refused_like_torch():
     with pytest.raises(ValueError, match="more than 1 value per channel"):
         ot.BatchNorm2d(3)(torch.randn(1, 3, 1, 1))
@@ -458,7 +488,7 @@ def test_empty_inputs_match_torch_modules(kind, shape, training):
 # --- torch's conventions (issue 39): defaults, and mistakes raise what torch.nn's module raises ----------
 
 
-@pytest.mark.parametrize("name", ["RMSNorm", "LayerNorm", "GroupNorm", "BatchNorm2d"])
+@pytest.mark.parametrize("name", ["RMSNorm", "LayerNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d"])
 def test_constructor_defaults_are_torch_nn_ones(name):
     """Same parameters and defaults as torch.nn's class (RMSNorm's eps=None: the input dtype's
     machine epsilon), so a model written for torch.nn gets the same layer."""
@@ -484,7 +514,8 @@ _MISTAKES = [("RMSNorm", (8,), {}, (2, 7)), ("RMSNorm", ((6, 32),), {}, (2, 5, 3
              ("GroupNorm", (2, 4), {}, (2, 5, 3)), ("GroupNorm", (2, 4), {}, (2, 6, 3)), ("GroupNorm", (2, 4), {}, (4,)),
              ("GroupNormSwish", (2, 4), {}, (2, 6, 3)),
              ("BatchNorm2d", (4,), {}, (2, 6, 3, 3)), ("BatchNorm2d", (4,), {"track_running_stats": False}, (2, 6, 3, 3)),
-             ("BatchNorm2d", (4,), {}, (2, 4, 3)),
+             ("BatchNorm2d", (4,), {}, (2, 4, 3)), ("BatchNorm1d", (4,), {}, (2, 4, 3, 3)), ("BatchNorm1d", (4,), {}, (2, 6)),
+             ("BatchNorm3d", (4,), {}, (2, 4, 3, 3)),
              ("RMSNorm", (8,), {"device": "meta"}, (2, 8)), ("LayerNorm", (8,), {"device": "meta"}, (2, 8)),
              ("GroupNorm", (2, 4), {"device": "meta"}, (2, 4, 3)), ("BatchNorm2d", (4,), {"device": "meta"}, (2, 4, 3, 3))]
 

@@ -88,11 +88,12 @@ def test_apply_swaps_by_formula_and_reports_the_rest():
     zoo = Zoo()
     kept = {name: p for name, p in zoo.named_parameters()} | {name: b for name, b in zoo.named_buffers()}
     report = ot.apply(zoo)
-    assert set(report.swapped) == {"ln", "rms", "llama", "gn", "bn", "gemma"}
-    assert set(report.left) == {"ln2d", "scale", "bn1d", "inorm"}
+    assert set(report.swapped) == {"ln", "rms", "llama", "gn", "bn", "gemma", "bn1d"}
+    assert set(report.left) == {"ln2d", "scale", "inorm"}
     assert "channels-first" in report.left["ln2d"] and report.swapped["gemma"].endswith("opgen.torch.GemmaRMSNorm")
-    assert "ScaleNorm" in report.left["scale"] and "BatchNorm1d" in report.left["bn1d"]
+    assert "ScaleNorm" in report.left["scale"] and "InstanceNorm2d" in report.left["inorm"]
     assert type(zoo.ln) is ot.LayerNorm and type(zoo.llama) is ot.RMSNorm and type(zoo.bn) is ot.BatchNorm2d
+    assert type(zoo.bn1d) is ot.BatchNorm1d
     assert type(zoo.ln2d) is LayerNorm2d and type(zoo.gemma) is ot.GemmaRMSNorm
     # the layers' own Parameter and buffer objects, their eps, momentum and affine flags
     now = {name: p for name, p in zoo.named_parameters()} | {name: b for name, b in zoo.named_buffers()}

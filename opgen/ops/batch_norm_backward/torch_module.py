@@ -1,5 +1,8 @@
-"""opgen.torch's BatchNorm2d: torch.nn.BatchNorm2d whose forward is opgen's aclnnBatchNorm
-kernel (opgen.ops.batch_norm) and whose backward is this op's kernel.
+"""opgen.torch's BatchNorm1d, BatchNorm2d and BatchNorm3d: torch.nn's classes whose forward is
+opgen's aclnnBatchNorm kernel (opgen.ops.batch_norm) and whose backward is this op's kernel.
+aclnnBatchNorm and aclnnBatchNormBackward take 2 to 8 dimensions with the channel at axis 1, so
+the three classes share one implementation (``_OpgenBatchNorm``) and differ only in torch.nn's
+rank check.
 
 Imported by opgen.torch (it needs torch and ``torch.ops.opgen.batch_norm`` /
 ``torch.ops.opgen.batch_norm_backward``, which opgen.torch registers first); ``MODULES``
@@ -60,13 +63,14 @@ class _BatchNormFunction(torch.autograd.Function):
                 None, None, None, None)
 
 
-class BatchNorm2d(nn.BatchNorm2d):
-    """torch.nn.BatchNorm2d (same parameters, buffers, state_dict, training and eval
+class _OpgenBatchNorm:
+    """torch.nn's BatchNorm (same parameters, buffers, state_dict, training and eval
     behaviour, running statistics) whose forward and backward are opgen's aclnnBatchNorm and
     aclnnBatchNormBackward kernels. In training the running statistics are updated here as
     torch does (momentum, or the cumulative average with momentum=None; the unbiased batch
     variance), from the kernel's saved mean and 1/sqrt(var + eps): C elements each; an empty
-    batch leaves them as they are (aclnnBatchNorm writes no statistics for it)."""
+    batch leaves them as they are (aclnnBatchNorm writes no statistics for it). Mixed in before
+    torch.nn's class, which gives the constructor, the buffers and ``_check_input_dim``."""
 
     def forward(self, x: Tensor) -> Tensor:
         self._check_input_dim(x)
@@ -86,7 +90,7 @@ class BatchNorm2d(nn.BatchNorm2d):
         return y
 
     def _refuse_like_torch(self, x: Tensor) -> None:
-        """torch.nn.BatchNorm2d's RuntimeError for a channel count that is not the module's
+        """torch.nn's BatchNorm RuntimeError for a channel count that is not the module's
         (its wording: the running mean's, else the weight's), then the dtype and device
         refusals: what opgen's aclnnBatchNorm would refuse with an aclnn status code."""
         held = self._buffers.get("running_mean"), self._parameters.get("weight")   # no nn.Module __getattr__
@@ -107,4 +111,16 @@ class BatchNorm2d(nn.BatchNorm2d):
         self.running_var.mul_(1 - factor).add_(var.to(self.running_var.dtype), alpha=factor)
 
 
-MODULES = {"BatchNorm2d": BatchNorm2d}
+class BatchNorm1d(_OpgenBatchNorm, nn.BatchNorm1d):
+    """torch.nn.BatchNorm1d, (N, C) or (N, C, L), on opgen's kernels (see ``_OpgenBatchNorm``)."""
+
+
+class BatchNorm2d(_OpgenBatchNorm, nn.BatchNorm2d):
+    """torch.nn.BatchNorm2d, (N, C, H, W), on opgen's kernels (see ``_OpgenBatchNorm``)."""
+
+
+class BatchNorm3d(_OpgenBatchNorm, nn.BatchNorm3d):
+    """torch.nn.BatchNorm3d, (N, C, D, H, W), on opgen's kernels (see ``_OpgenBatchNorm``)."""
+
+
+MODULES = {"BatchNorm1d": BatchNorm1d, "BatchNorm2d": BatchNorm2d, "BatchNorm3d": BatchNorm3d}
