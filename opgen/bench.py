@@ -395,14 +395,22 @@ def add_arguments(parser) -> None:
     parser.add_argument("--training", action="store_true",
                         help="train small models with torch's norm modules and with opgen's instead "
                              "(opgen.bench_training; --quick: CI's sizes)")
-    parser.add_argument("--model", action="append", choices=("unet", "transformer"),
-                        help="with --training: only this model (repeatable)")
-    parser.add_argument("--steps", type=int, help="with --training: SGD steps per model (default 10; --quick 20)")
+    parser.add_argument("--models", action="store_true",
+                        help="train real transformers/diffusers models with torch's norms and with "
+                             "opgen.torch.apply's, interleaved (opgen.bench_models; --quick: tiny configs)")
+    parser.add_argument("--model", action="append", choices=TRAINING_MODELS + MODEL_FAMILIES,
+                        help="with --training or --models: only this model or family (repeatable)")
+    parser.add_argument("--steps", type=int,
+                        help="with --training: SGD steps per model (default 10; --quick 20); with --models: "
+                             "AdamW steps per family (default 10; --quick 4)")
+    parser.add_argument("--compile", choices=("off", "on", "both"), default="both",
+                        help="with --models: eager, under torch.compile, or both (default)")
 
 
 def to_argv(args) -> list[str]:
     """The command line that reproduces ``args`` (for the rerun in a fresh process)."""
     argv = ["--quick"] * args.quick + ["--no-tiny"] * args.no_tiny + ["--training"] * args.training
+    argv += ["--models", "--compile", args.compile] if args.models else []
     argv += ["--steps", str(args.steps)] if args.steps is not None else []
     for flag, values in (("--op", args.op), ("--dtypes", args.dtypes), ("--shape", args.shape), ("--skip", args.skip),
                          ("--model", args.model)):
@@ -447,6 +455,22 @@ def apply_policy(args, module: str = "opgen.bench", argv: list[str] | None = Non
 
 
 TORCH_EXTRA = "pip install 'opgen[torch]'"
+# --model's choices: bench_training's models and model_families' families (named here, not
+# imported: importing them would import torch before apply_policy sets OpenMP's wait policy).
+TRAINING_MODELS = ["unet", "transformer"]
+MODEL_FAMILIES = ["llama", "gemma", "convnext", "vit", "resnet", "unet2d"]
+
+
+def _models_problem(chosen) -> str | None:
+    """Why --models cannot run, as one line, or None."""
+    if not installed("torch"):
+        return f"--models trains torch models: {TORCH_EXTRA}"
+    absent = [name for name in ("transformers", "diffusers") if not installed(name)]
+    if absent:
+        return f"--models needs {' and '.join(absent)}: pip install 'opgen[models]'"
+    if wrong := sorted(set(chosen or ()) - set(MODEL_FAMILIES)):
+        return f"--model {wrong[0]}: --models has {', '.join(MODEL_FAMILIES)}"
+    return None
 
 
 def installed(module: str) -> bool:
@@ -478,6 +502,12 @@ def check_arguments(args) -> str | None:
         return mistake
     if args.training and not installed("torch"):
         return f"--training trains torch models: {TORCH_EXTRA}"
+    if args.training and args.models:
+        return "--training and --models are two benchmarks: one at a time"
+    if args.models and (mistake := _models_problem(args.model)):
+        return mistake
+    if args.training and (wrong := sorted(set(args.model or ()) - set(TRAINING_MODELS))):
+        return f"--model {wrong[0]}: --training has {', '.join(TRAINING_MODELS)}"
     if args.plot and not installed("matplotlib"):
         return "--plot needs matplotlib: pip install 'opgen[bench]'"
     if args.target:
@@ -520,6 +550,10 @@ def main(args) -> int:
         from opgen import bench_training
 
         return bench_training.main(args)
+    if args.models:
+        from opgen import bench_models
+
+        return bench_models.main(args)
     shapes = {}
     for item in args.shape or ():
         op, _, shape = item.partition("=")

@@ -87,6 +87,8 @@ def test_argv_round_trip():
             "--target", "llvm"]
     args = _args(argv)
     assert _args(bench.to_argv(args)) == args
+    args = _args(["--models", "--model", "vit", "--compile", "on", "--steps", "3"])
+    assert _args(bench.to_argv(args)) == args
 
 
 def test_policy_is_set_in_process_or_rerun(monkeypatch):
@@ -155,12 +157,32 @@ def test_a_failing_case_is_reported_and_the_rest_still_run(monkeypatch):
 @pytest.mark.parametrize("missing,argv,says", [
     ("torch", ["--training", "--quick"], "--training trains torch models: pip install 'opgen[torch]'"),
     ("matplotlib", ["--quick", "--plot", "bench.png"], "--plot needs matplotlib: pip install 'opgen[bench]'"),
+    ("transformers", ["--models", "--quick"], "--models needs transformers: pip install 'opgen[models]'"),
+    ("nothing", ["--models", "--model", "transformer"], "--model transformer: --models has llama, gemma, convnext, "
+                                                         "vit, resnet, unet2d"),
+    ("nothing", ["--training", "--model", "llama"], "--model llama: --training has unet, transformer"),
 ])
 def test_a_missing_extra_is_one_line_before_any_timing(monkeypatch, capsys, missing, argv, says):
     monkeypatch.setitem(sys.modules, missing, None)   # what an install without the extra finds
     monkeypatch.delitem(sys.modules, "opgen.bench_training", raising=False)
     assert cli_main(["bench", "--omp-wait", "inherit", *argv]) == 2
     assert capsys.readouterr().err == f"opgen bench: {says}\n"
+
+
+def test_models_through_the_cli(tmp_path, capfd):
+    """``opgen bench --models`` on one family, eager, two steps: a row per family and mode,
+    the two copies' losses and step-1 gradients equal within float32 norm tolerances, and the
+    step times (the model-swap tests check every family's numbers; this checks the benchmark)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    out = tmp_path / "models.json"
+    assert cli_main(["bench", "--models", "--quick", "--model", "llama", "--steps", "3", "--compile", "off",
+                     "--omp-wait", "inherit", "--out", str(out)]) == 0
+    [row] = json.loads(out.read_text())
+    assert (row["family"], row["mode"], row["swapped"], row["left"], row["steps"]) == ("llama", "eager", 3, {}, 3)
+    assert row["max_loss_difference"] < 1e-5 and row["max_gradient_difference"] < 1e-4
+    assert row["torch_step_ms"] > 0 and row["opgen_step_ms"] > 0 and len(row["losses"]["opgen"]) == 3
+    assert "llama     eager     swapped  3" in capfd.readouterr().out
 
 
 def test_without_torch_the_table_says_which_contenders_did_not_run(monkeypatch):

@@ -16,6 +16,7 @@ ot = pytest.importorskip("opgen.torch")
 from torch import nn  # noqa: E402
 
 import opgen  # noqa: E402
+from opgen import bench, model_families  # noqa: E402
 from opgen.ops import get_op  # noqa: E402
 from opgen.torch_swap import _looks_like_norm  # noqa: E402
 
@@ -213,54 +214,14 @@ def test_every_decoder_familys_norm_class_and_diffusers_rms_norm():
 # --- one swap-and-step test per real model family (the ``models`` extra) -----------------------------
 
 
-def _llama():
-    tf = pytest.importorskip("transformers")
-    config = tf.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                            num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=32)
-    ids = torch.randint(0, 64, (2, 12))
-    return tf.LlamaForCausalLM(config), lambda m: m(input_ids=ids, labels=ids).loss
+# The counts of swapped and left norms each family's code holds at the tiny config.
+FAMILIES = {"llama": {"counts": (3, 0)}, "gemma": {"counts": (3, 0)},
+            "convnext": {"left": "channels-first", "counts": (3, 2)}, "vit": {"counts": (3, 0)},
+            "resnet": {"counts": (6, 0)}, "unet2d": {"counts": (15, 0)}}
 
 
-def _gemma():
-    tf = pytest.importorskip("transformers")
-    config = tf.GemmaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
-                            num_attention_heads=2, num_key_value_heads=1, head_dim=8, max_position_embeddings=32)
-    model = tf.GemmaForCausalLM(config)
-    with torch.no_grad():       # Gemma's norm weights start at zeros: random ones, so the offset shows
-        for name, p in model.named_parameters():
-            if "norm" in name:
-                p.uniform_(-0.5, 0.5)
-    ids = torch.randint(0, 64, (2, 12))
-    return model, lambda m: m(input_ids=ids, labels=ids).loss
-
-
-def _image_model(name, **sizes):
-    tf = pytest.importorskip("transformers")
-    model = getattr(tf, f"{name}Model")(getattr(tf, f"{name}Config")(**sizes))
-    pixels, target = torch.randn(2, 3, 16, 16), torch.randn(2, 16)
-    return model, lambda m: ((m(pixel_values=pixels).pooler_output.flatten(1)[:, :16] - target) ** 2).mean()
-
-
-def _unet():
-    diffusers = pytest.importorskip("diffusers")
-    model = diffusers.UNet2DModel(sample_size=8, in_channels=3, out_channels=3, block_out_channels=(8,),
-                                  layers_per_block=1, norm_num_groups=4, attention_head_dim=8,
-                                  down_block_types=("AttnDownBlock2D",), up_block_types=("AttnUpBlock2D",))
-    sample, noise, steps = torch.randn(2, 3, 8, 8), torch.randn(2, 3, 8, 8), torch.tensor([3, 7])
-    return model, lambda m: ((m(sample, steps).sample - noise) ** 2).mean()
-
-
-FAMILIES = {
-    "llama": (_llama, {"counts": (3, 0)}),
-    "gemma": (_gemma, {"counts": (3, 0)}),
-    "convnext": (lambda: _image_model("ConvNext", num_channels=3, hidden_sizes=[8, 16], depths=[1, 1], num_stages=2,
-                                      image_size=16, patch_size=2), {"left": "channels-first", "counts": (3, 2)}),
-    "vit": (lambda: _image_model("ViT", hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                                 intermediate_size=32, image_size=16, patch_size=4), {"counts": (3, 0)}),
-    "resnet": (lambda: _image_model("ResNet", embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1],
-                                    layer_type="basic", downsample_in_first_stage=False), {"counts": (6, 0)}),
-    "unet": (_unet, {"counts": (15, 0)}),
-}
+def test_every_family_of_the_benchmark_is_tested():
+    assert list(FAMILIES) == list(model_families.FAMILIES) == bench.MODEL_FAMILIES
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))
@@ -269,9 +230,11 @@ def test_real_model_swap_and_three_adamw_steps_match_the_unswapped_copy(family, 
     it (ConvNeXt's channels-first LayerNorms: no opgen module yet), then 3 AdamW steps on the
     same batch: losses and step-1 gradients equal the unswapped copy's within float32 norm
     tolerances (the model's matmuls sum what the norms round)."""
-    make, expect = FAMILIES[family]
-    torch.manual_seed(3)
-    model, loss_of = make()
+    if model_families.missing():
+        pytest.skip(model_families.missing())
+    expect = FAMILIES[family]
+    built = model_families.build(family, "tiny", seed=3)
+    model, loss_of = built.model, built.loss
     reference = copy.deepcopy(model)
     report = ot.apply(model)
     norms = {name for name, m in reference.named_modules() if name and _looks_like_norm(m)}
