@@ -563,17 +563,19 @@ def test_cast_round_modes_on_random_bit_patterns(libs, rng):
 
 def test_an_emitted_projects_kernel_starts_compiling_first(tmp_path, monkeypatch):
     """The kernel takes most of a project's g++ time; sorted by path (op_host/ before
-    op_kernel/) it started only after a host file had finished. The host files keep their
-    order, headers are not compiled, and the pool starts the jobs in the order given."""
+    op_kernel/) it started only after a host file had finished. The host files are one
+    translation unit that includes them in their order, headers are not compiled, and the
+    pool starts the jobs in the order given."""
     from opgen.targets.ascend import build
 
     files = {"op_host/x_def.cpp": "", "op_host/x_tiling.cpp": "", "op_host/x_tiling.h": "",
              "op_kernel/x.cpp": "", "op_kernel/x_tiling_data.h": ""}
     sources = build.project_sources(files, tmp_path)
-    assert sources == [tmp_path / "op_kernel/x.cpp", tmp_path / "op_host/x_def.cpp", tmp_path / "op_host/x_tiling.cpp"]
+    assert sources == [tmp_path / "op_kernel/x.cpp", tmp_path / "opgen_op_host_unit.cpp"]
+    assert sources[1].read_text() == '#include "op_host/x_def.cpp"\n#include "op_host/x_tiling.cpp"\n'
     started = []
     monkeypatch.setattr(build, "_gxx", lambda args, what: started.append(args[args.index("-c") + 1]))
     monkeypatch.setattr(build, "usable_cpus", lambda: 1)                # one at a time: the pool's order
     objects = build._compile_each(["-O1"], sources, tmp_path, "x")
     assert started == [str(s) for s in sources]
-    assert objects == [tmp_path / f"{i}.o" for i in range(3)]          # linked in the sources' order
+    assert objects == [tmp_path / f"{i}.o" for i in range(2)]          # linked in the sources' order
