@@ -76,6 +76,11 @@ MUTANTS = [
            ("tests/test_gpu_races.py::test_every_combo_is_race_free_and_in_bounds_under_oclgrind",
             "-k", "not backward and not grad"),   # the forward ops: GpuRowReduce's representative among them
            "GpuRowReduce: a per-row output (rstd) stored by every thread, not thread 0"),
+    Mutant("cuda-storage-rewrite", "targets/cuda.py",
+           'BUILD_CONFIG = {"tirx.disable_storage_rewrite": True}',
+           'BUILD_CONFIG = {"tirx.disable_storage_rewrite": False}',
+           ("tests/test_gpu_races.py::test_the_cuda_targets_build_config_keeps_the_row_pass_race_free",),
+           "CUDA: StorageRewrite back on in the target's build config"),
     Mutant("vector-alignment", "schedules/gpu_vector.py",
            "if any(aligned.get(p.name, 0) < VECTOR_BYTES for p in _column_params(func, outs)):",
            "if any(aligned.get(p.name, 0) < VECTOR_BYTES // 4 for p in _column_params(func, outs)):",

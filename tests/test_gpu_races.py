@@ -15,7 +15,8 @@ defaults. Small shapes keep it near a minute and a half here; a grid of the defa
 blocks costs Oclgrind seconds per call, so the defaults run once per op.
 
 Positive controls: StorageRewrite switched back on (the race schedules/gpu.py documents)
-must be reported, and so must the empty-launch bug with the launch guard taken out.
+must be reported, and so must the empty-launch bug with the launch guard taken out. The CUDA
+target's build config runs here too, on the OpenCL twin (no GPU runs the CUDA kernels).
 """
 from __future__ import annotations
 
@@ -176,6 +177,23 @@ def test_oclgrind_reports_the_storage_rewrite_race(monkeypatch, rng):
     kernel = kernels.build(op, combo, SIM, knobs=point_of(op, combo, "small-grid"))
     with pytest.raises(opencl_target.SimulatorFindings, match="data race"):
         run_and_compare(kernel, op.problems[1], rng)
+
+
+@needs_simulator
+def test_the_cuda_targets_build_config_keeps_the_row_pass_race_free(monkeypatch, rng):
+    """targets/cuda.py's own BUILD_CONFIG (the object, not a copy) on the OpenCL twin under
+    Oclgrind: the GPU targets share the schedule and TVM's TIR passes (StorageRewrite among
+    them), so a CUDA config that lets the row pass's per-row scalar share the reduction's
+    shared buffer is reported as a race here. Without this test, StorageRewrite switched back
+    on in targets/cuda.py passed every GPU test (no device runs the CUDA kernels here)."""
+    from opgen.targets import cuda as cuda_target
+
+    monkeypatch.setattr(opencl_target, "BUILD_CONFIG", cuda_target.BUILD_CONFIG)
+    op = get_op("rms_norm_grad")
+    combo = op.combo("f32-f32")
+    kernel = kernels.build(op, combo, SIM, knobs=point_of(op, combo, "small-grid"))
+    comparisons, _ = run_and_compare(kernel, op.problems[1], rng)
+    assert comparisons and all(c.passed for c in comparisons)
 
 
 @needs_simulator
