@@ -58,6 +58,21 @@ def test_rstd_feeds_the_backward_as_the_float64_statistics_do(rng):
     np.testing.assert_allclose(dgamma, dgamma_exact, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("shape", [(2, 16), (7,), (3, 5, 33)], ids=str)
+def test_gamma_of_xs_full_rank_normalizes_all_of_x(shape, rng):
+    """n = 0 (gamma's shape is x's; any 1-d x): the document's n < x.dims() allows it and
+    CANN's tiling refuses only gamma of more dimensions than x (N1 in docs/specs/aclnnRmsNorm.md,
+    GemmaRmsNorm's G1): one row of every element, rstdOut all ones in its shape."""
+    x = rng.standard_normal(shape).astype(np.float32)
+    gamma = rng.uniform(0.5, 1.5, shape).astype(np.float32)
+    y, rstd = np.zeros_like(x), np.zeros((1,) * len(shape), np.float32)
+    status, size, executor = aclnn.aclnnRmsNormGetWorkspaceSize(x, gamma, 1e-6, y, rstd)
+    assert status == 0 and aclnn.aclnnRmsNorm(None, size, executor, None) == 0
+    want = 1.0 / np.sqrt(np.mean(x.astype(np.float64) ** 2) + 1e-6)
+    np.testing.assert_allclose(rstd.ravel(), [want], rtol=1e-6)
+    np.testing.assert_allclose(y, x.astype(np.float64) * want * gamma, rtol=1e-5, atol=1e-6)
+
+
 def test_aclnn_literal_call_and_epsilon_per_call(rng):
     x = rng.standard_normal((2, 3, 8)).astype(np.float32)
     gamma = rng.uniform(0.5, 1.5, (3, 8)).astype(np.float32)

@@ -48,7 +48,7 @@ def _check_ranks(call) -> str | None:
 
 def _check_gamma(call) -> str | None:
     x, gamma = call["x"].shape, call["gamma"].shape
-    if len(gamma) < len(x) and x[len(x) - len(gamma):] == gamma:
+    if len(gamma) <= len(x) and x[len(x) - len(gamma):] == gamma:    # n = 0 too: doc and tiling allow it (N1)
         return None
     return (f"gamma has shape {shape_str(gamma)}; expected x's trailing dimensions x_shape[n:] with "
             f"n < x.dims() (x has shape {shape_str(x)}, so e.g. {shape_str(x[-1:])})")
@@ -109,7 +109,8 @@ def _rules() -> tuple:
                                                       for n in ("x", "yOut", "rstdOut")})),)),
         Rule(code, _SHAPE_DOC + " (gamma_shape = x_shape[n:], n < x_shape.dims())", _check_gamma, (
             Violation("gamma one element short", set_args(gamma=lambda a: a["gamma"][..., :-1])),
-            Violation("gamma as x", set_args(gamma=lambda a: np.ones(a["x"].shape, a["gamma"].dtype))))),
+            Violation("gamma longer than x", set_args(gamma=lambda a: np.ones((2,) + a["x"].shape,
+                                                                              a["gamma"].dtype))))),
         Rule(code, _SHAPE_DOC + " (gamma: empty tensors not supported)", _check_gamma_not_empty, (
             Violation("zero columns", _resized(0)),)),
         Rule(code, _SHAPE_DOC + " (yOut: the shape is x's)", _check_y,
