@@ -79,6 +79,33 @@ def test_an_index_no_affine_map_spells_is_gathered(rng):
     np.testing.assert_array_equal(out.numpy(), av * bv[np.arange(7) // 2])
 
 
+def _unread_axis_sum():
+    """``y[c] = sum_{n, h} k[n]``: a reduction over an axis (h) the body never reads."""
+    n, c, hw = (te.var(v, "int64") for v in ("N", "C", "HW"))
+    x, k = te.placeholder((n, c, hw), "float32", name="x"), te.placeholder((n,), "float32", name="k")
+    rn, rh = te.reduce_axis((0, n), name="rn"), te.reduce_axis((0, hw), name="rh")
+    y = te.compute((c,), lambda ci: te.sum(k[rn], axis=[rn, rh]), name="y")   # x only sizes it
+    return tvm.IRModule({"unread": te.create_prim_func([x, k, y]).with_attr("global_symbol", "unread")})
+
+
+def test_a_loop_dim_no_operand_indexes_gets_a_shape_operand():
+    """linalg infers each loop's extent from the operands (its maps must be invertible): the
+    h loop, read by nothing, takes its extent from an extra tensor.empty input never read."""
+    text = linalg.print_module(_unread_axis_sum())
+    assert re.search(r"%shape\d* = tensor.empty\(%HW\d*\) : tensor<\?xi8>", text), text
+    assert "affine_map<(d0, d1, d2) -> (d2)>" in text
+    assert re.search(r"\^bb0\(%a\d+: f32, %unread\d+: i8, %acc\d+: f32\)", text), text   # k, the extents, y
+
+
+@needs_iree
+def test_a_loop_dim_no_operand_indexes_runs_on_iree(rng):
+    module = IREE.build(_unread_axis_sum())
+    x, k = rng.standard_normal((3, 4, 5)).astype(np.float32), rng.standard_normal(3).astype(np.float32)
+    out = tvm.runtime.tensor(np.zeros(4, np.float32))
+    module["unread"](tvm.runtime.tensor(x), tvm.runtime.tensor(k), out)
+    np.testing.assert_allclose(out.numpy(), np.full(4, 5 * k.sum()), rtol=1e-6)
+
+
 def test_an_expression_kind_without_a_lowering_is_refused_by_name():
     from opgen.targets.mlir.exprs import ExprPrinter, Values
     from opgen.targets.mlir.text import Body

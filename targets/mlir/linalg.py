@@ -158,6 +158,11 @@ class FunctionPrinter:
             operands.append((self.tensors[loaded(load).name], buffer_type(loaded(load))))
             maps.append(m)
             block_args.append(f"{arg}: {element_type(loaded(load).dtype)}")
+        shape = self._shape_operand(iterators, [load.indices for load in loads(value)] + [stage.store_indices], dims)
+        if shape is not None:
+            operands.append(shape[:2])
+            maps.append(shape[2])
+            block_args.append(f"{self.body.fresh('unread')}: i8")
         out_arg = self.body.fresh("acc")
         arguments[accumulator] = out_arg
         block_args.append(f"{out_arg}: {element_type(stage.buffer.dtype)}")
@@ -176,6 +181,24 @@ class FunctionPrinter:
         self.body.emit(f"    linalg.yield {result} : {element_type(stage.buffer.dtype)}")
         self.body.emit(f"}} -> {out_type}")
         return name
+
+    def _shape_operand(self, iterators, index_lists, dims: dict):
+        """(SSA value, type, map) of an extra input carrying the extents of the loop dims no
+        operand indexes, or None when every dim is indexed. linalg infers each loop's
+        extent from the operands' shapes (its maps must be invertible): a reduction over an
+        axis its body never reads (a per-channel sum of a per-rank count over N and HW,
+        which reads no HW index) has none. The extra input is a ``tensor.empty`` of those
+        extents, an i8 per element, never read by the body."""
+        used = {dims[i.name] for indices in index_lists for i in indices if kind(i) in VARS and i.name in dims}
+        missing = [k for k in range(len(iterators)) if k not in used]
+        if not missing:
+            return None
+        extents = [iterators[k].extent for k in missing]
+        shape_type = tensor_type(extents, "i8")
+        sizes = ", ".join(self.body.dynamic_sizes(extents))
+        value = self.body.op(f"tensor.empty({sizes}) : {shape_type}", "shape")
+        names = ", ".join(f"d{k}" for k in range(len(dims)))
+        return value, shape_type, f"affine_map<({names}) -> ({', '.join(f'd{k}' for k in missing)})>"
 
 
 def print_function(symbol: str, func, attributes: str = "") -> str:

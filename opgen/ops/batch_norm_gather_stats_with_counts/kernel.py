@@ -47,7 +47,7 @@ PRODUCTS = {
 }
 
 
-def gather_compute(stage: str, n, c, hw, count_of, sum_of, sumsq_of, shift_of, eps):
+def gather_compute(stage: str, n, c, hw, count_of, sum_of, sumsq_of, shift_of, eps, no_rank_zero: bool = True):
     """The per-channel gather shared with aclnnSyncBatchNormGatherStats: from each rank's count
     (``count_of(a)``), its sum and square sum about a shift (``sum_of(a, ci, i)``,
     ``sumsq_of(a, ci, i)``, each already weighted by the count) and the shift itself
@@ -56,14 +56,19 @@ def gather_compute(stage: str, n, c, hw, count_of, sum_of, sumsq_of, shift_of, e
 
     The shifted sums are what keep the variance's digits when |mean| >> std (the
     cancellation of E[(x-K)^2] - E[x-K]^2 costs little, of E[x^2] - E[x]^2 everything): a
-    shift of 0 is the plain form, which is all a caller holding plain sums can do."""
+    shift of 0 is the plain form, which is all a caller holding plain sums can do.
+    ``no_rank_zero``: the mean of no rank (N = 0) is 0, a size-guarded select; an op whose
+    rules refuse N = 0 goes without it (a select of a computed value has no named-op
+    lowering on ascend-mlir)."""
     count = _per_channel_sum(f"{stage}_count", n, c, hw, lambda a, ci, i: count_of(a))
     total = _per_channel_sum(f"{stage}_sum", n, c, hw, sum_of)
     squares = _per_channel_sum(f"{stage}_sumsq", n, c, hw, sumsq_of)
     # No rank at all (N = 0, what CANN's op_api answers with a mean of 0, l.438-446): the
     # mean is 0, not 0/0; a zero total count over ranks that exist stays 0/0 (NaN), as CANN.
-    mean = te.compute((c,), lambda ci: te.if_then_else(n > 0, shift_of(ci) + total[ci] / count[ci],
-                                                       te.const(0.0, "float32")), name=f"{stage}_mean32")
+    def mean_of(ci):
+        value = shift_of(ci) + total[ci] / count[ci]
+        return te.if_then_else(n > 0, value, te.const(0.0, "float32")) if no_rank_zero else value
+    mean = te.compute((c,), mean_of, name=f"{stage}_mean32")
     var = te.compute((c,), lambda ci: squares[ci] / count[ci] - (total[ci] / count[ci]) * (total[ci] / count[ci]),
                      name=f"{stage}_var32")
     invstd = te.compute((c,), lambda ci: te.rsqrt(var[ci] + eps[0]), name=f"{stage}_invstd32")

@@ -9,7 +9,7 @@ counts as (N,); aclnnBatchNormGatherStatsWithCounts's gather with plain sums (sh
     sync_batch_norm_gather_stats_count[c]    = sum_{n,hw} sampleCount
     sync_batch_norm_gather_stats_sum[c]      = sum_{n,hw} totalSum
     sync_batch_norm_gather_stats_sumsq[c]    = sum_{n,hw} totalSquareSum
-    sync_batch_norm_gather_stats_mean32[c]   = 0 + sum / count
+    sync_batch_norm_gather_stats_mean32[c]   = 0 + sum / count    (N = 0 is refused: api.py)
     sync_batch_norm_gather_stats_var32[c]    = sumsq / count - (sum / count)^2
     sync_batch_norm_gather_stats_invstd32[c] = 1 / sqrt(var32 + eps)
     sync_batch_norm_gather_stats_batch_mean, _batch_invstd: mean32 and invstd32 in their dtype (outputs).

@@ -65,7 +65,7 @@ def compute(combo: DtypeCombo) -> list[te.Tensor]:
     mean32, invstd32 = gather_compute(
         STAGE, n, c, hw, lambda a: f32(sample_count[a]),
         lambda a, ci, i: f32(total_sum[a, ci, i]), lambda a, ci, i: f32(total_square_sum[a, ci, i]),
-        lambda ci: te.const(0.0, "float32"), eps)
+        lambda ci: te.const(0.0, "float32"), eps, no_rank_zero=False)   # N = 0 is refused (api.py)
     batch_mean = te.compute((c,), lambda ci: mean32[ci].astype(combo["batch_mean"]), name=f"{STAGE}_batch_mean")
     batch_invstd = te.compute((c,), lambda ci: invstd32[ci].astype(combo["batch_invstd"]),
                               name=f"{STAGE}_batch_invstd")
