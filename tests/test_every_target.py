@@ -28,6 +28,13 @@ from op_checks import assert_all_pass
 from tiers import FULL, covering
 
 SLOW_BUILDS = ("ascend-emu", "iree-cpu")
+# (op, target) -> what its build must still refuse with (reported NOT EMITTED by opgen
+# generate); an entry the target now takes is removed. The Ascend channel pattern has no UB
+# home for a per-batch-row (N,) input: SyncBatchNorm's per-rank counts.
+EMIT_GAPS: dict = {
+    ("batch_norm_gather_stats_with_counts", "ascend-emu"): r"no UB home for the channel pattern's input\(s\) counts",
+    ("sync_batch_norm_gather_stats", "ascend-emu"): r"no UB home for the channel pattern's input\(s\) sample_count",
+}
 
 
 def _combos_for(op, target_name: str) -> list:
@@ -49,6 +56,10 @@ def test_op_matches_reference_on_target(op, tag, target_name, rng):
     target = get_target(target_name)
     if not target.can_run():
         pytest.skip(f"target {target.name} cannot run kernels on this machine ({target.description})")
+    if (op.name, target.name) in EMIT_GAPS:
+        with pytest.raises(NotImplementedError, match=EMIT_GAPS[op.name, target.name]):
+            kernels.get_kernel(op, tag, target)
+        return
     kernel = kernels.get_kernel(op, tag, target)
     for problem in op.problems:
         comparisons, _ = verify.run_and_compare(kernel, problem, rng)

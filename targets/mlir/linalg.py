@@ -158,6 +158,11 @@ class FunctionPrinter:
             operands.append((self.tensors[loaded(load).name], buffer_type(loaded(load))))
             maps.append(m)
             block_args.append(f"{arg}: {element_type(loaded(load).dtype)}")
+        shape = self._shape_operand(iterators, [load.indices for load in loads(value)] + [stage.store_indices], dims)
+        if shape is not None:
+            operands.append(shape[:2])
+            maps.append(shape[2])
+            block_args.append(f"{self.body.fresh('unread')}: {shape[3]}")
         out_arg = self.body.fresh("acc")
         arguments[accumulator] = out_arg
         block_args.append(f"{out_arg}: {element_type(stage.buffer.dtype)}")
@@ -176,6 +181,45 @@ class FunctionPrinter:
         self.body.emit(f"    linalg.yield {result} : {element_type(stage.buffer.dtype)}")
         self.body.emit(f"}} -> {out_type}")
         return name
+
+    def _shape_operand(self, iterators, index_lists, dims: dict):
+        """(SSA value, type, map, element type) of an extra input carrying the extents of the
+        loop dims no operand indexes, or None when every dim is indexed. linalg infers each
+        loop's extent from the operands' shapes (its maps must be invertible): a reduction
+        over an axis its body never reads (a per-channel sum of a per-rank count over N and
+        HW, which reads no HW index) has none. The extra input is a kernel input whose every
+        axis is one loop's whole extent, these loops among them (IREE's GPU codegen
+        distributes such a generic; it fails to distribute one reading a ``tensor.empty``),
+        else a ``tensor.empty`` of those extents, an i8 per element; the body reads neither."""
+        used = {dims[i.name] for indices in index_lists for i in indices if kind(i) in VARS and i.name in dims}
+        missing = [k for k in range(len(iterators)) if k not in used]
+        if not missing:
+            return None
+        found = self._input_spanning(iterators, missing, dims)
+        if found is not None:
+            return found
+        extents = [iterators[k].extent for k in missing]
+        shape_type = tensor_type(extents, "i8")
+        sizes = ", ".join(self.body.dynamic_sizes(extents))
+        value = self.body.op(f"tensor.empty({sizes}) : {shape_type}", "shape")
+        names = ", ".join(f"d{k}" for k in range(len(dims)))
+        return value, shape_type, f"affine_map<({names}) -> ({', '.join(f'd{k}' for k in missing)})>", "i8"
+
+    def _input_spanning(self, iterators, missing: list, dims: dict):
+        """(SSA value, type, map, element type) of a kernel input each of whose axes is a
+        loop's whole extent (one size variable, one loop), covering the ``missing`` loops;
+        None if none is."""
+        by_extent: dict = {}
+        for k, it in enumerate(iterators):
+            if kind(it.extent) in ("Var", "SizeVar"):
+                by_extent.setdefault(it.extent.name, []).append(k)
+        names = ", ".join(f"d{k}" for k in range(len(dims)))
+        for buf in self.graph.inputs:
+            axes = [by_extent.get(e.name, []) if kind(e) in ("Var", "SizeVar") else [] for e in buf.shape]
+            if all(len(a) == 1 for a in axes) and set(missing) <= {a[0] for a in axes}:
+                return (self.tensors[buf.name], buffer_type(buf),
+                        f"affine_map<({names}) -> ({', '.join(f'd{a[0]}' for a in axes)})>", element_type(buf.dtype))
+        return None
 
 
 def print_function(symbol: str, func, attributes: str = "") -> str:
