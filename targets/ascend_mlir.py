@@ -116,10 +116,9 @@ class AscendMlirTarget(TargetSpec):
             parts = named.kernels(graph)
             kernels, reports = self._compile(gvar.name_hint, graph, parts)
             # bishengir cannot fuse, buffer or even compile what the patterns grouped: its
-            # stages one by one. Any rejection, not only its fusion and UB messages: BatchNorm's
-            # per-channel chain + y crashed or miscompiled ("'arith.mulf' op operand #1 must
-            # be floating-point-like") 7 runs in 8 (f32 and f16 each), where each of its
-            # stages alone passed 3 runs of 3 (f32 and bf16-bf16-f32 each).
+            # stages one by one. Any settled rejection, not only its fusion and UB messages
+            # (BatchNorm's per-channel statistics: "Failed to create and apply schedule", every
+            # run). A flaky one splits nothing (a draw must not decide the kernels): refused below.
             unfused = [k for k, r in enumerate(reports) if not r.ok and not r.flaky and len(parts[k].stages) > 1]
             labels = None
             if unfused:
