@@ -47,7 +47,7 @@ class NamedModule:
                 places = {name: (buf.name, axis) for name, (buf, axis) in graph.size_vars().items()}
                 self._chain = replay.Chain(self.steps, [r.hfusion for r in self.reports],
                                            tuple(b.name for b in graph.params), len(graph.inputs), places,
-                                           TARGET.iree_flags())
+                                           iree.cpu_flags())
         return self._chain
 
     @property
@@ -79,15 +79,11 @@ class AscendMlirTarget(TargetSpec):
         return False
 
     def numeric_check(self) -> str | None:
-        why = iree.iree_missing() or llvm_host.problem()
-        if why:
+        """IREE runs what bishengir accepted on this CPU (targets/mlir/replay.py), where
+        IREE is installed and the llvm target's CPU is this one."""
+        if iree.iree_missing() or llvm_host.problem() or llvm_host.why_not_here(llvm_host.current()):
             return None
         return "numbers: bishengir's kernels before tiling, on this CPU through IREE (not the device)"
-
-    def iree_flags(self) -> tuple:
-        cpu = llvm_host.current()
-        return (f"--iree-llvmcpu-target-cpu={cpu.name}",
-                f"--iree-llvmcpu-target-cpu-features={llvm_host.feature_string(cpu)}")
 
     def run_place(self) -> str:
         last = "a device binary" if bishengir.hivmc_present() else "HIVM (hivmc, from the CANN toolkit, is not here)"
