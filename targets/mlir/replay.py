@@ -32,6 +32,13 @@ from opgen.targets.mlir import bishengir
 from opgen.targets.mlir.iree import _host_array, compile_text
 
 
+# bishengir's whole-tensor ops generalize into dispatches IREE gives bigger stack tiles than
+# its 32 KiB default allows (GroupNormBackward's: 66560 bytes, "exceeded stack allocation
+# limit"). They run on the calling thread (IREE's local-sync driver), whose stack is the
+# process's (8 MiB here), not on a task worker's smaller one: a check, not a benchmark.
+STACK_LIMIT = "--iree-llvmcpu-stack-allocation-limit=262144"
+
+
 @dataclass(frozen=True)
 class Step:
     """One kernel's function: what it takes (buffer names, then sizes no buffer of it holds)
@@ -76,7 +83,7 @@ class Chain:
         self.steps, self.params, self.n_inputs = steps, params, n_inputs
         self.size_places = size_places          # size name -> (parameter name, axis)
         self.text = "module {\n" + "\n".join(upstream(t) for t in hfusion) + "\n}\n"
-        self.vmfb = compile_text(self.text, "llvm-cpu", flags)
+        self.vmfb = compile_text(self.text, "llvm-cpu", flags + (STACK_LIMIT,))
         self._local = threading.local()
         self.traffic: tuple | None = None       # (kernels' bytes, one pass's bytes) of the largest call
 
@@ -85,7 +92,7 @@ class Chain:
         if module is None:
             import iree.runtime as rt
 
-            config = rt.Config("local-task")
+            config = rt.Config("local-sync")
             module = rt.load_vm_module(rt.VmModule.copy_buffer(config.vm_instance, self.vmfb), config)
             self._local.module = module
         return module
