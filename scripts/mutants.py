@@ -163,6 +163,15 @@ MUTANTS = [
            "            if True:\n",
            ("tests/test_ascend_hazards.py::test_the_unedited_kernels_pass",),
            "emitter: no PipeBarrier<PIPE_V> between dependent vector instructions"),
+    Mutant("mlir-named-sign", "targets/mlir/named.py",
+           '"Sub": "sub"', '"Sub": "add"',
+           ("tests/test_mlir.py::test_what_bishengir_accepted_matches_the_reference",),
+           "ascend-mlir: every TE subtraction printed as an addition (bishengir takes it; the numbers must not)"),
+    Mutant("bishengir-rejection-not-kept", "targets/mlir/bishengir.py",
+           "    if path is None or not diskcache.trusted_dir(path.parent, \"bishengir verdicts are not kept\"):",
+           "    if path is None or not report.ok or not diskcache.trusted_dir(path.parent, \"bishengir verdicts are not kept\"):",
+           ("tests/test_mlir.py::test_a_verdict_is_final_after_its_retries_and_kept_rejected_or_not",),
+           "bishengir: a rejection not cached (a second build may split an op otherwise)"),
 ]
 
 # Modules whose __file__ must lie in the copy (the three package roots and one module

@@ -5,16 +5,22 @@ MLIR that AscendNPU-IR's ``bishengir-compile`` (pip ``ascendnpu-ir``, the compil
 triton-ascend) accepts, split by pattern into the kernels it can fuse
 (targets/mlir/named.py). bishengir tiles, buffers and synchronises them itself: no
 schedule rules of opgen's own. Here it runs up to HIVM (the final ``hivmc`` step ships
-with the CANN toolkit); nothing executes, so ``opgen generate`` reports BUILT rows whose
-note says how far each kernel got. The SoC bishengir targets follows the product
-(``for_product``).
+with the CANN toolkit). Nothing runs on a device here; the numbers are checked on this CPU
+instead: the module bishengir made of each kernel it accepted (before its tiling), turned
+back into upstream linalg and run in order by IREE (targets/mlir/replay.py), compared with
+the float64 reference by the same verify path as every target: ``opgen generate``'s PASS
+for this target is those kernels' numbers on a CPU, not the device's. Its row also says
+how many kernels the op became and their GM bytes against one pass over the op's tensors.
+The SoC bishengir targets follows the product (``for_product``).
 """
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, replace
 
 from opgen.lazy import tvm
-from opgen.targets.mlir import bishengir, named
+from opgen.targets import llvm_host
+from opgen.targets.mlir import bishengir, iree, named, replay
 from opgen.targets.mlir.stages import UnsupportedStage, stage_graph
 from opgen.targets.spec import MODEL, TargetSpec
 
@@ -25,17 +31,38 @@ SOCS = {"Ascend950": "Ascend950PR_9579", "AtlasA3": "Ascend910_9391", "AtlasA2":
 
 
 class NamedModule:
-    """The kernels of one op in named-op MLIR, and bishengir's report on each."""
+    """The kernels of one op in named-op MLIR, bishengir's report on each, and (on first use)
+    the chain that runs what bishengir accepted on this CPU (``module[symbol]``)."""
 
-    def __init__(self, symbol: str, kernels: list, reports: list):
-        self.symbol, self.kernels, self.reports = symbol, kernels, reports
+    def __init__(self, symbol: str, kernels: list, reports: list, steps: list, graph):
+        self.symbol, self.kernels, self.reports, self.steps = symbol, kernels, reports, steps
+        self._graph, self._chain, self._lock = graph, None, threading.Lock()
 
     def __getitem__(self, symbol: str):
-        raise RuntimeError(f"{symbol}: ascend-mlir kernels are compiled only (no Ascend device here)")
+        if symbol != self.symbol:
+            raise KeyError(f"this module holds {self.symbol}, not {symbol}")
+        with self._lock:
+            if self._chain is None:
+                graph = self._graph
+                places = {name: (buf.name, axis) for name, (buf, axis) in graph.size_vars().items()}
+                self._chain = replay.Chain(self.steps, [r.hfusion for r in self.reports],
+                                           tuple(b.name for b in graph.params), len(graph.inputs), places,
+                                           iree.cpu_flags())
+        return self._chain
 
     @property
     def text(self) -> str:
         return "\n".join(f"// kernel {name}\n{text}" for name, text in self.kernels)
+
+    def traffic_note(self) -> str:
+        """How many kernels, and their GM bytes against one pass over the op's tensors (of
+        the largest call so far)."""
+        count = f"{len(self.kernels)} kernel{'s' if len(self.kernels) > 1 else ''}"
+        traffic = self._chain.traffic if self._chain is not None else None
+        if not traffic or not traffic[1]:
+            return count
+        moved, one_pass = traffic
+        return f"{count}, GM {moved / one_pass:.2f}x one pass ({moved / 1e6:.3g} MB vs {one_pass / 1e6:.3g} MB)"
 
 
 @dataclass(frozen=True)
@@ -51,9 +78,20 @@ class AscendMlirTarget(TargetSpec):
     def can_run(self) -> bool:
         return False
 
+    def numeric_check(self) -> str | None:
+        """IREE runs what bishengir accepted on this CPU (targets/mlir/replay.py), where
+        IREE is installed and the llvm target's CPU is this one."""
+        if iree.iree_missing() or llvm_host.problem() or llvm_host.why_not_here(llvm_host.current()):
+            return None
+        return "numbers: bishengir's kernels before tiling, on this CPU through IREE (not the device)"
+
     def run_place(self) -> str:
         last = "a device binary" if bishengir.hivmc_present() else "HIVM (hivmc, from the CANN toolkit, is not here)"
-        return f"compiled only: bishengir for {self.soc} up to {last}"
+        check = self.numeric_check()
+        return f"compiled only: bishengir for {self.soc} up to {last}" + (f"; {check}" if check else "")
+
+    def run_summary(self, module) -> str | None:
+        return module.traffic_note()
 
     def for_product(self, product: str) -> "AscendMlirTarget":
         return replace(self, soc=SOCS.get(product, SOCS["AtlasA2"]))
@@ -74,35 +112,42 @@ class AscendMlirTarget(TargetSpec):
             parts = named.kernels(graph)
             kernels, reports = self._compile(gvar.name_hint, graph, parts)
             # bishengir cannot fuse, buffer or even compile what the patterns grouped: its
-            # stages one by one. Any rejection, not only its fusion and UB messages: BatchNorm's
-            # per-channel chain + y crashed or miscompiled ("'arith.mulf' op operand #1 must
-            # be floating-point-like") 7 runs in 8 (f32 and f16 each), where each of its
-            # stages alone passed 3 runs of 3 (f32 and bf16-bf16-f32 each).
-            unfused = [k for k, r in enumerate(reports) if not r.ok and len(parts[k].stages) > 1]
+            # stages one by one. Any settled rejection, not only its fusion and UB messages
+            # (BatchNorm's per-channel statistics: "Failed to create and apply schedule", every
+            # run). A flaky one splits nothing (a draw must not decide the kernels): refused below.
+            unfused = [k for k, r in enumerate(reports) if not r.ok and not r.flaky and len(parts[k].stages) > 1]
+            labels = None
             if unfused:
-                kernels, reports = self._split(gvar.name_hint, graph, parts, unfused, (kernels, reports))
+                kernels, reports, parts, labels = self._split(gvar.name_hint, graph, parts, unfused, (kernels, reports))
         except UnsupportedStage as err:
             raise NotImplementedError(f"ascend-mlir: {err}") from err
         rejected = [r for r in reports if not r.ok]
         if rejected:   # NOT EMITTED with bishengir's reason (docs/mlir.md lists the open ones)
+            flaky = " (no two runs alike: flaky)" if rejected[0].flaky else ""
             raise NotImplementedError(f"ascend-mlir: bishengir rejected {len(rejected)} of {len(reports)} kernels; "
-                                      f"{rejected[0].arch}: {rejected[0].error}")
-        return NamedModule(gvar.name_hint, kernels, reports)
+                                      f"{rejected[0].arch}: {rejected[0].error}{flaky}")
+        steps = [replay.Step(name, *map(tuple, named.signature(graph, part, named.later_reads(parts, k))))
+                 for k, (name, part) in enumerate(zip(named.kernel_names(gvar.name_hint, parts, labels), parts))]
+        return NamedModule(gvar.name_hint, kernels, reports, steps, graph)
 
     def _compile(self, symbol: str, graph, parts: list) -> tuple[list, list]:
         kernels = named.print_kernels(symbol, graph, parts)
         return kernels, [bishengir.compile_kernel(name, text, self.soc) for name, text in kernels]
 
-    def _split(self, symbol: str, graph, parts: list, unfused: list, first: tuple) -> tuple[list, list]:
+    def _split(self, symbol: str, graph, parts: list, unfused: list, first: tuple) -> tuple:
         """The kernels again with the ``unfused`` ones one stage each (kernel k's stages
-        named k_0, k_1, ...). The others keep their names and so their texts, and a kernel
-        whose text is what ``first`` (kernels, reports) compiled keeps its report: splitting
-        one kernel used to renumber and recompile them all, seconds of bishengir each."""
+        named k_0, k_1, ...): (kernels, reports, parts, labels). The others keep their
+        names and so their texts, and a kernel whose text is what ``first`` (kernels,
+        reports) compiled keeps its report: splitting one kernel used to renumber and
+        recompile them all, seconds of bishengir each. Only a settled rejection splits
+        (see bishengir.KernelReport.flaky), so the same text always splits the same way."""
         labelled = [(str(k) if k not in unfused else f"{k}_{j}", piece) for k, part in enumerate(parts)
                     for j, piece in enumerate(named.one_stage_each(part) if k in unfused else [part])]
-        kernels = named.print_kernels(symbol, graph, [piece for _, piece in labelled], [lab for lab, _ in labelled])
+        pieces, labels = [piece for _, piece in labelled], [lab for lab, _ in labelled]
+        kernels = named.print_kernels(symbol, graph, pieces, labels)
         compiled = dict(zip(first[0], first[1]))        # (name, text) -> report
-        return kernels, [compiled.get(kernel) or bishengir.compile_kernel(*kernel, self.soc) for kernel in kernels]
+        reports = [compiled.get(kernel) or bishengir.compile_kernel(*kernel, self.soc) for kernel in kernels]
+        return kernels, reports, pieces, labels
 
     def source_of(self, module):
         return "kernel.mlir", module.text

@@ -42,15 +42,8 @@ class IreeTarget(TargetSpec):
             f"not here: {self.missing() or self.cross_built()}"
 
     def cpu_flags(self) -> tuple:
-        """The CPU IREE compiles for: the llvm target's (llvm_host: the probed host, or
-        OPGEN_LLVM_TARGET), every feature spelled out. IREE's own ``cpu=host`` would probe
-        the same way, but would ignore the override; and IREE picks its microkernels from
-        the feature string, so it gets the whole set, not only the edits to the name."""
-        if self.backend != "llvm-cpu":
-            return ()
-        cpu = llvm_host.current()
-        return (f"--iree-llvmcpu-target-cpu={cpu.name}",
-                f"--iree-llvmcpu-target-cpu-features={llvm_host.feature_string(cpu)}")
+        """The CPU IREE compiles for (``iree.cpu_flags``); none for another backend."""
+        return iree.cpu_flags() if self.backend == "llvm-cpu" else ()
 
     def missing(self) -> str | None:
         return iree.iree_missing() or (llvm_host.problem() if self.backend == "llvm-cpu" else None)

@@ -79,6 +79,12 @@ class TargetSpec:
         """Whether kernels for this target can execute on this machine."""
         raise NotImplementedError
 
+    def numeric_check(self) -> str | None:
+        """For a target that cannot run here: how its kernels' numbers are checked here all
+        the same (ascend-mlir: what bishengir accepted, run back on this CPU by IREE), or
+        None. ``opgen generate`` verifies such a target's kernels like any other's."""
+        return None
+
     def run_place(self) -> str:
         """Where kernels run, for tables ("PoCL (pthread-AMD EPYC)", "no GPU")."""
         return "here" if self.can_run() else "not here"

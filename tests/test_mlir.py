@@ -2,11 +2,14 @@
 
 Structural tests read the printed text and need neither compiler; the numeric tests run
 every op x combo on iree-cpu against the float64 reference and through the aclnn API; the
-bishengir tests check which kernels reach HIVM. The generic ``target`` fixture runs
+bishengir tests check which kernels reach HIVM, that what bishengir accepted computes the
+reference's numbers (run back on IREE), and that its verdicts, rejections included, give
+the same kernels on every build. The generic ``target`` fixture runs
 iree-cpu on the RmsNormGrad/GroupNorm matrices too (tests/test_kernels.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -307,6 +310,47 @@ def test_bishengir_takes_every_kernel_to_hivm(op, combo):
 
 
 @needs_bishengir
+@needs_iree
+@pytest.mark.parametrize("op,combo", tiered(ALL, covering(ALL), ALL_IDS))
+def test_what_bishengir_accepted_matches_the_reference(op, combo, rng):
+    """The numeric check of ascend-mlir (targets/mlir/replay.py): each kernel's module as
+    bishengir rewrote it before tiling, generalized to upstream linalg and run in order on
+    IREE, passes the float64 reference on every sample problem, through the verify path of
+    every target; the chain counts its kernels' GM bytes against one pass."""
+    if op.name in BISHENGIR_GAPS:
+        pytest.skip(f"not emitted: {BISHENGIR_GAPS[op.name]}")
+    kernel = kernels.get_kernel(op, combo, ASCEND_MLIR)
+    for problem in op.problems:
+        comparisons, _ = verify.run_and_compare(kernel, problem, rng)
+        failed = [c for c in comparisons if not c.passed]
+        assert not failed, f"{problem}: {[(c.name, c.ratio) for c in failed]}"
+    moved, one_pass = kernel.module[kernel.symbol].traffic
+    assert moved >= one_pass > 0 and "GM" in ASCEND_MLIR.run_summary(kernel.module)
+
+
+@needs_bishengir
+@needs_iree
+def test_a_sign_flipped_stage_bishengir_accepts_fails_the_numbers(monkeypatch, rng):
+    """A wrong stage that bishengir compiles happily (dx's difference printed as a sum)
+    reaches HIVM and must FAIL the numeric check, on dx alone: the check runs what
+    bishengir made of the text, not opgen's own formulas."""
+    op = get_op("rms_norm_grad")
+    combo, problem = op.combo("f32-f32"), op.problems[1]
+    mod, symbol = kernels.scheduled_module(op, combo, ASCEND_MLIR)
+    printer = named.print_kernel
+
+    def flipped(name, graph, kernel, later):
+        text = printer(name, graph, kernel, later)
+        return text.replace("binary_fn<sub>", "binary_fn<add>") if name.endswith("_k0") else text
+    monkeypatch.setattr(named, "print_kernel", flipped)
+    module = ASCEND_MLIR.build(mod)
+    assert all(r.ok for r in module.reports) and "binary_fn<add>" in module.kernels[0][1]
+    wrong = dataclasses.replace(kernels.get_kernel(op, combo, ASCEND_MLIR), module=module)
+    comparisons, _ = verify.run_and_compare(wrong, problem, rng)
+    assert {c.name: c.passed for c in comparisons} == {"dx": False, "dgamma": True}, comparisons
+
+
+@needs_bishengir
 def test_a_kernel_bishengir_rejects_is_not_emitted_with_its_message(monkeypatch):
     op = get_op("rms_norm")
     mod = kernels.scheduled_module(op, op.combo("f32-f32"), ASCEND_MLIR)[0]
@@ -364,6 +408,90 @@ def test_splitting_a_kernel_bishengir_cannot_fuse_recompiles_only_its_stages(mon
     assert names == [f"{symbol}_k{k}" for k in range(refused)] \
         + [f"{symbol}_k{refused}_{j}" for j in range(len(parts[refused].stages))] \
         + [f"{symbol}_k{k}" for k in range(refused + 1, len(parts))]
+
+
+def _fake_runs(monkeypatch, tmp_path, logs):
+    """bishengir faked: each run says the next of ``logs`` ("" passes); returns the calls."""
+    from opgen.targets.mlir import bishengir
+
+    monkeypatch.setenv("OPGEN_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("OPGEN_DISK_CACHE", raising=False)
+    monkeypatch.setattr(bishengir, "compiler", lambda: "/bin/false")
+    calls = []
+
+    def run(text, soc, flags, timeout):
+        calls.append(flags)
+        log = logs[min(len(calls), len(logs)) - 1]
+        if not log:
+            return bishengir.HIVM, "hivm.hir", "// -----// IR Dump Before AutoSchedule\nmodule {\n}\n"
+        return bishengir.REJECTED, "", log
+    monkeypatch.setattr(bishengir, "_run", run)
+    return calls
+
+
+@pytest.mark.parametrize("logs,runs,ok,flaky", [
+    (["error: A"], 2, False, False),                        # the same message twice: settled
+    (["error: A", "error: B"], 10, False, True),             # never twice alike in a row: flaky
+    (["error: A", "error: B", "error: B"], 3, False, False),
+    (["error: operand #0 does not dominate this use"], 10, False, True),   # a known draw: never settled
+    (["error: operand #0 does not dominate this use", ""], 2, True, False),
+    (["error: ub overflow, requires 2 bits", "error: ub overflow, requires 2 bits", ""], 3, True, False),
+])
+def test_a_verdict_is_final_after_its_retries_and_kept_rejected_or_not(monkeypatch, tmp_path, logs, runs, ok, flaky):
+    """bishengir is not deterministic: a rejection is final when two runs in a row say the
+    same (never for a message it was seen to retract), else flaky after ATTEMPTS runs;
+    either way the verdict is cached, so a second build sees what the first saw."""
+    from opgen.targets.mlir import bishengir
+
+    calls = _fake_runs(monkeypatch, tmp_path, logs * (10 if len(logs) == 2 and logs[1] else 1))
+    report = bishengir.compile_kernel("k_k0", "module {}", "soc")
+    assert (len(calls), report.ok, report.flaky) == (runs, ok, flaky), report
+    assert report.ok == (report.hfusion == "module {\n}\n")
+    again = bishengir.compile_kernel("k_k0", "module {}", "soc")
+    assert len(calls) == runs and again == report                # from the cache, rejections too
+
+
+@needs_bishengir
+def test_a_flaky_kernel_is_not_split_but_refused(monkeypatch):
+    """Only a settled rejection splits a kernel: a flaky one (a draw) refuses the op, so the
+    kernels an op becomes never depend on the run."""
+    from opgen.targets.mlir import bishengir
+
+    op = get_op("rms_norm_grad")
+    mod = kernels.scheduled_module(op, op.combo("f32-f32"), ASCEND_MLIR)[0]
+    monkeypatch.setattr(bishengir, "compile_kernel", lambda name, text, soc: bishengir.KernelReport(
+        name, not name.endswith("_k0"), "HIVM", "a crash", flaky=name.endswith("_k0")))
+    with pytest.raises(NotImplementedError, match=r"rejected 1 of 2 kernels; .*_k0: a crash \(no two runs alike"):
+        ASCEND_MLIR.build(mod)
+
+
+def test_an_elementwise_kernel_returns_one_rank():
+    """BatchNorm's per-channel chain beside y returned a per-channel value and y: bishengir
+    took it on some runs only, so it is one kernel per stage by construction."""
+    for op, combo in ENDS:
+        graph = stage_graph(kernels.prim_func(op, combo))
+        parts = named.kernels(graph)
+        for k, part in enumerate(parts):
+            if part.fusion is None and len(part.stages) > 1:
+                _, _, returns = named.signature(graph, part, named.later_reads(parts, k))
+                ranks = {len(s.buffer.shape) for s in part.stages if s.buffer.name in returns}
+                assert len(ranks) == 1, (op.name, combo.tag, k, returns)
+
+
+@needs_bishengir
+@pytest.mark.full
+@pytest.mark.parametrize("tag", ["f32-f32", "bf16-f32-bf16"])
+def test_two_cold_builds_split_an_op_alike(tmp_path, monkeypatch, tag):
+    """Two builds, each with a fresh cache (no verdict shared), give the same kernels with the
+    same texts for BatchNorm, whose split once was 5 or 10 kernels from one build to the next."""
+    op = get_op("batch_norm")
+    mod = kernels.scheduled_module(op, op.combo(tag), ASCEND_MLIR)[0]
+    monkeypatch.delenv("OPGEN_DISK_CACHE", raising=False)
+    built = []
+    for cold in ("a", "b"):
+        monkeypatch.setenv("OPGEN_CACHE_DIR", str(tmp_path / cold))
+        built.append(ASCEND_MLIR.build(mod).kernels)
+    assert built[0] == built[1] and len(built[0]) > 5
 
 
 REPRODUCERS = Path(__file__).resolve().parents[1] / "docs" / "bishengir"

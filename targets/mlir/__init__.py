@@ -7,7 +7,8 @@ Shared by the targets iree-cpu, iree-cuda (``targets/iree_*.py``) and ascend-mli
 * ``text``, ``exprs``: MLIR types, constants, sizes, and TIR expressions as arith/math;
 * ``linalg``: one ``linalg.generic`` per stage (IREE's input);
 * ``named``: whole-tensor named ops split by pattern into the kernels bishengir can fuse;
-* ``iree``, ``bishengir``: driving the two compilers (and IREE's runtime).
+* ``iree``, ``bishengir``: driving the two compilers (and IREE's runtime);
+* ``replay``: what bishengir accepted, back in upstream linalg, run on IREE (its numbers).
 
 Nothing here names an op (tests/test_mlir.py checks); no module defines a TARGET.
 """

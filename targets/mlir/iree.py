@@ -34,6 +34,18 @@ def iree_missing() -> str | None:
     return None
 
 
+def cpu_flags() -> tuple:
+    """The CPU IREE's llvm-cpu backend compiles for: the llvm target's (llvm_host: the probed
+    host, or OPGEN_LLVM_TARGET), every feature spelled out. IREE's own ``cpu=host`` would
+    probe the same way, but would ignore the override; and IREE picks its microkernels from
+    the feature string, so it gets the whole set, not only the edits to the name."""
+    from opgen.targets import llvm_host
+
+    cpu = llvm_host.current()
+    return (f"--iree-llvmcpu-target-cpu={cpu.name}",
+            f"--iree-llvmcpu-target-cpu-features={llvm_host.feature_string(cpu)}")
+
+
 def compile_text(text: str, backend: str, flags: tuple) -> bytes:
     """The VM flatbuffer IREE makes of ``text`` for ``backend`` (llvm-cpu, cuda)."""
     import iree.compiler as compiler

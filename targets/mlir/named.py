@@ -147,6 +147,8 @@ def kernels(graph: StageGraph) -> list[Kernel]:
         "Failed to create and apply schedule" for a dx beside per-channel dweight);
       * it is a second reduction over leading axes of rank-3+ data (GroupNorm's dgamma
         and dbeta sums over N each reach HIVM alone, and fail to schedule together).
+    Last, a kernel that would return tensors of several ranks is one kernel per stage
+    (``_mixed_results``).
     """
     outputs = {b.name for b in graph.outputs}
     groups: list[_Group] = []
@@ -160,7 +162,24 @@ def kernels(graph: StageGraph) -> list[Kernel]:
             chosen = len(groups) - 1
         groups[chosen].add(stage, cls, is_output)
         home[stage.buffer.name] = chosen
-    return [Kernel(tuple(g.stages), g.fusion) for g in groups]
+    parts = [Kernel(tuple(g.stages), g.fusion) for g in groups]
+    return [piece for k, part in enumerate(parts)
+            for piece in (one_stage_each(part) if _mixed_results(graph, parts, k) else [part])]
+
+
+def _mixed_results(graph: StageGraph, parts: list, k: int) -> bool:
+    """Whether kernel k, elementwise stages only, returns tensors of several ranks (op
+    outputs, and values later kernels read). (A reduction kernel returning its per-row
+    values beside others, the row pass's pattern, is taken on every run.) bishengir's verdict on such a kernel is a draw: BatchNorm's
+    per-channel chain returning a per-channel value beside y passed 2 runs of 6 (f32; the
+    others crashed or said "using value defined outside the region") and 0 of 10 for one
+    bf16 combo, so whether it split depended on the run. Split here, it is one kernel per
+    stage every time, each of which bishengir takes on every run."""
+    if len(parts[k].stages) < 2 or parts[k].fusion is not None:
+        return False
+    _, _, returns = signature(graph, parts[k], later_reads(parts, k))
+    buffers = {s.buffer.name: s.buffer for s in parts[k].stages}
+    return len({len(buffers[n].shape) for n in returns}) > 1
 
 
 # ---- printing ---------------------------------------------------------------------------
@@ -439,15 +458,26 @@ def _reads(stage) -> set:
         ({loaded(n).name for n in loads(stage.init)} if stage.init is not None else set())
 
 
+def signature(graph: StageGraph, kernel: Kernel, later_reads: set) -> tuple[list, list, list]:
+    """(what a kernel's function takes: buffer names, then the size names no buffer of them
+    holds; what it returns: the op outputs it makes plus what later kernels read)."""
+    made = {s.buffer.name for s in kernel.stages}
+    order = [b.name for b in graph.params + graph.intermediates]
+    reads = sorted(set().union(*(_reads(s) for s in kernel.stages)) - made, key=order.index)
+    buffers = {b.name: b for b in graph.params + graph.intermediates}
+    readable = whole_extents([buffers[n] for n in reads])
+    sizes = [name for name in graph.size_vars() if name not in readable]
+    outputs = {b.name for b in graph.outputs}
+    returns = [s.buffer.name for s in kernel.stages if s.buffer.name in outputs or s.buffer.name in later_reads]
+    return reads, sizes, returns
+
+
 def print_kernel(symbol: str, graph: StageGraph, kernel: Kernel, later_reads: set) -> str:
     """One kernel as a device function: it takes what it reads and earlier kernels (or the
     caller) made, and returns the op outputs it makes plus what later kernels read."""
-    made = {s.buffer.name for s in kernel.stages}
     buffers = {b.name: b for b in graph.params + graph.intermediates}
-    reads = sorted(set().union(*(_reads(s) for s in kernel.stages)) - made,
-                   key=lambda n: [b.name for b in graph.params + graph.intermediates].index(n))
-    outputs = {b.name for b in graph.outputs}
-    returns = [s.buffer for s in kernel.stages if s.buffer.name in outputs or s.buffer.name in later_reads]
+    reads, _, names = signature(graph, kernel, later_reads)
+    returns = [buffers[n] for n in names]
     body = Body("    ")
     args = [f"%{n}: {tensor_type(buffers[n].shape, element_type(buffers[n].dtype))}" for n in reads]
     _bind_sizes(body, [buffers[n] for n in reads], graph, args)
@@ -474,17 +504,23 @@ def _bind_sizes(body: Body, arguments: list, graph: StageGraph, args: list) -> N
             body.bind_size(name, f"%size_{name}")
 
 
+def later_reads(parts: list[Kernel], k: int) -> set:
+    """What the kernels after ``parts[k]`` read (so kernel k must return it)."""
+    return set().union(*(_reads(s) for p in parts[k + 1:] for s in p.stages)) if k + 1 < len(parts) else set()
+
+
+def kernel_names(symbol: str, parts: list, labels=None) -> list[str]:
+    return [f"{symbol}_k{k if labels is None else labels[k]}" for k in range(len(parts))]
+
+
 def print_kernels(symbol: str, graph: StageGraph, parts: list[Kernel], labels=None) -> list[tuple[str, str]]:
     """[(kernel name, MLIR module text)] of ``graph`` split into ``parts`` (see ``kernels``):
     one module each, so that bishengir's verdict is per kernel. Kernel k is named
     ``{symbol}_k{labels[k]}`` (default: k), so a caller that splits one part can keep the
     others' names, and with them their texts and cached verdicts."""
-    printed = []
-    for k, kernel in enumerate(parts):
-        later = set().union(*(_reads(s) for p in parts[k + 1:] for s in p.stages)) if k + 1 < len(parts) else set()
-        name = f"{symbol}_k{k if labels is None else labels[k]}"
-        printed.append((name, "module {\n" + print_kernel(name, graph, kernel, later) + "\n}\n"))
-    return printed
+    names = kernel_names(symbol, parts, labels)
+    return [(name, "module {\n" + print_kernel(name, graph, kernel, later_reads(parts, k)) + "\n}\n")
+            for k, (name, kernel) in enumerate(zip(names, parts))]
 
 
 def one_stage_each(kernel: Kernel) -> list[Kernel]:
