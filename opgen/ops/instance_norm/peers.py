@@ -5,8 +5,9 @@ running statistics) for y, and ``torch.var_mean`` over H and W (correction 0, th
 variance) for mean and variance, since ATen's instance_norm returns y alone (it runs
 native_batch_norm on x viewed as (1, N*C, H, W) and drops its saved statistics, which are
 the mean and 1/sqrt(var + eps), not the variance). Statistics keep x's shape (N, C, 1, 1)
-and dtype, as the aclnn outputs. ``opgen bench`` times ``torch.instance_norm`` alone (the
-"aten" row: y only, as a torch user gets it) and the eager ``F.instance_norm``.
+and dtype, as the aclnn outputs. ``opgen bench``'s "aten" row times that closure (both calls:
+the three outputs opgen's kernel writes), its "eager" row ``F.instance_norm`` alone (y only,
+what a torch user calls).
 """
 from __future__ import annotations
 
