@@ -36,7 +36,10 @@ from opgen.ops import get_op
 from opgen.ops.batch_norm_backward.torch_module import _BatchNormFunction
 
 _KERNEL_DTYPES = (torch.float32, torch.float16)
-"""aclnnInstanceNorm's dtypes (FLOAT32, FLOAT16: no bfloat16 on its one product)."""
+"""aclnnInstanceNorm's dtypes (FLOAT32, FLOAT16: no bfloat16 on its one product). A bfloat16
+input runs the float32 kernel on a float32 copy of x (its mean and variance then float32) and
+y is rounded to bfloat16 once; the backward takes the bfloat16 x itself (aclnnGroupNormBackward
+has bfloat16 rows)."""
 
 
 @functools.lru_cache(maxsize=None)
@@ -66,8 +69,10 @@ class _InstanceNormFunction(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, eps: float):
-        y, mean, variance = opgen_torch.calls.instance_norm(x, _per_channel(weight, x, 1.0),
-                                                            _per_channel(bias, x, 0.0), "NCHW", eps)
+        data = x if x.dtype in _KERNEL_DTYPES else x.float()      # bfloat16: no such row (see _KERNEL_DTYPES)
+        y, mean, variance = opgen_torch.calls.instance_norm(data, _per_channel(weight, data, 1.0),
+                                                            _per_channel(bias, data, 0.0), "NCHW", eps)
+        y = opgen_torch.as_dtype(y, x.dtype)
         n, c = x.shape[0], x.shape[1]
         stat = _rstd_dtype(config.get_product(), x.dtype)
         rstd = torch.rsqrt(variance.view(n, c).float() + eps).to(stat)
@@ -126,9 +131,6 @@ class _OpgenInstanceNorm:
         if running is not None and running.shape[0] != channels:
             raise RuntimeError(f"running_mean should contain {n * channels} elements not {n * running.numel()}")
         opgen_torch.refuse_dtype(x, "opgen instance_norm")
-        if x.dtype not in _KERNEL_DTYPES:
-            raise NotImplementedError('"opgen instance_norm" not implemented for \'BFloat16\' (aclnnInstanceNorm '
-                                      'takes float32 and float16; use torch.nn\'s module for bfloat16)')
         opgen_torch.refuse_other_devices(x, self._parameters.get("weight"), self._parameters.get("bias"), running,
                                          self._buffers.get("running_var"))
 
