@@ -195,7 +195,8 @@ def _runner(op):
     """The custom op's real implementation, ``run(values)``: the Pythonic call, on the
     tensors' device, under the current product when it offers the op, else the first that
     does (config.product_for, as opgen compare and bench do: aclnnInstanceNorm ships on Atlas
-    inference alone, aclnnGroupNormBackward everywhere but there, and a module runs both). The positions of the op's tensor inputs are found once, so a call
+    inference alone, aclnnGroupNormBackward everywhere but there, and a module runs both).
+    The positions of the op's tensor inputs are found once, so a call
     looks only at those. The first call at each dtype is timed: a slow one built kernels
     (_first_use)."""
     positions = tuple(i for i, p in enumerate(api.positional(op)) if p.role == INPUT)

@@ -522,8 +522,10 @@ _MISTAKES = [("RMSNorm", (8,), {}, (2, 7)), ("RMSNorm", ((6, 32),), {}, (2, 5, 3
              ("RMSNorm", (8,), {"device": "meta"}, (2, 8)), ("LayerNorm", (8,), {"device": "meta"}, (2, 8)),
              ("GroupNorm", (2, 4), {"device": "meta"}, (2, 4, 3)), ("BatchNorm2d", (4,), {"device": "meta"}, (2, 4, 3, 3)),
              ("InstanceNorm2d", (4,), {"affine": True}, (2, 6, 3, 3)), ("InstanceNorm1d", (4,), {}, (2, 4, 3, 3)),
-             ("InstanceNorm2d", (4,), {}, (2, 4, 1, 1)), ("InstanceNorm2d", (4,), {"track_running_stats": True}, (2, 6, 3, 3)),
-             ("InstanceNorm3d", (4,), {}, (2, 4, 3)), ("InstanceNorm2d", (4,), {"device": "meta", "affine": True}, (2, 4, 3, 3))]
+             ("InstanceNorm2d", (4,), {}, (2, 4, 1, 1)),
+             ("InstanceNorm2d", (4,), {"track_running_stats": True}, (2, 6, 3, 3)),
+             ("InstanceNorm3d", (4,), {}, (2, 4, 3)),
+             ("InstanceNorm2d", (4,), {"device": "meta", "affine": True}, (2, 4, 3, 3))]
 
 
 @pytest.mark.parametrize("name,args,kwargs,shape", _MISTAKES,
@@ -543,7 +545,8 @@ def test_mistakes_raise_what_torch_nn_raises(name, args, kwargs, shape):
 
 @pytest.mark.parametrize("name,args,shape", [("RMSNorm", (8,), (2, 8)), ("LayerNorm", (8,), (2, 8)),
                                              ("GroupNorm", (2, 4), (2, 4, 3)), ("BatchNorm2d", (4,), (2, 4, 3, 3)),
-                                             ("GroupNormSwish", (2, 4), (2, 4, 3)), ("InstanceNorm2d", (4,), (2, 4, 3, 3))])
+                                             ("GroupNormSwish", (2, 4), (2, 4, 3)),
+                                             ("InstanceNorm2d", (4,), (2, 4, 3, 3))])
 def test_float64_and_integers_are_refused_as_torch_refuses_a_dtype(name, args, shape):
     """opgen has no float64 kernels: a float64 module refuses its input the way torch refuses
     a dtype it has no kernel for (NotImplementedError, '"<kernel>" not implemented for
@@ -600,5 +603,21 @@ def test_instance_norm_matches_torch(name, shape, kwargs, dtype, opgen_calls):
         for a, b in zip(ours.buffers(), theirs.buffers()):
             torch.testing.assert_close(a.to(b.dtype), b, rtol=rtol, atol=atol)
     running = kwargs.get("track_running_stats", False)
-    assert opgen_calls["instance_norm"] == (2 if running else 3) and opgen_calls["group_norm_backward"] == (2 if running else 3)
+    steps = 2 if running else 3         # eval with running statistics is BatchNorm's eval
+    assert opgen_calls["instance_norm"] == steps and opgen_calls["group_norm_backward"] == steps
     assert opgen_calls["batch_norm"] == (1 if running else 0)
+
+
+@pytest.mark.parametrize("name", ["AtlasInference", "AtlasA2"])
+def test_instance_norm_runs_under_a_product_without_one_of_its_ops(name, opgen_calls):
+    """aclnnInstanceNorm is offered on Atlas inference alone, aclnnGroupNormBackward everywhere
+    but there: each custom op runs under the first product offering it when the current one
+    does not (the default product, Ascend 950, lacks the forward; these two each lack one)."""
+    torch.manual_seed(15)
+    ours, theirs = _pair(ot.InstanceNorm2d(6, affine=True), torch.nn.InstanceNorm2d(6, affine=True))
+    x, dy = torch.randn(2, 6, 4, 5) * 2 + 0.5, torch.randn(2, 6, 4, 5)
+    with opgen.config.using_product(name):
+        got = _grads_and_output(ours, x, dy)
+    for a, b in zip(got, _grads_and_output(theirs, x, dy)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert opgen_calls["instance_norm"] == opgen_calls["group_norm_backward"] == 1

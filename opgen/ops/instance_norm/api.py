@@ -27,8 +27,6 @@ Interpretations (docs/validation-vs-cann.md, aclnnInstanceNorm):
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from opgen.apispec import (ACLNN_ERR_INNER_NULLPTR, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ATTR, INPUT,
