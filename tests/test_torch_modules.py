@@ -221,16 +221,18 @@ def test_compiled_model_has_no_graph_break_and_runs_opgen(opgen_calls):
             super().__init__()
             self.bn, self.gn = ot.BatchNorm2d(8), ot.GroupNorm(4, 8)
             self.rms, self.ln = ot.RMSNorm(16), ot.LayerNorm(16)
+            self.inorm = ot.InstanceNorm2d(8, affine=True)
             self.register_buffer("w", torch.randn(2, 8, 16))
 
         def forward(self, x):
-            return (self.ln(self.rms(self.gn(self.bn(x)).reshape(2, 8, 16))) * self.w).sum()
+            return (self.ln(self.rms(self.inorm(self.gn(self.bn(x))).reshape(2, 8, 16))) * self.w).sum()
 
     model, x = Model(), torch.randn(2, 8, 4, 4, requires_grad=True)
     torch.compile(model, fullgraph=True)(x).backward()
     compiled = [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
-    assert opgen_calls == {"rms_norm": 1, "rms_norm_grad": 1, "group_norm": 1, "group_norm_backward": 1,
-                           "layer_norm": 1, "layer_norm_backward": 1, "batch_norm": 1, "batch_norm_backward": 1}
+    assert opgen_calls == {"rms_norm": 1, "rms_norm_grad": 1, "group_norm": 1, "group_norm_backward": 2,
+                           "layer_norm": 1, "layer_norm_backward": 1, "batch_norm": 1, "batch_norm_backward": 1,
+                           "instance_norm": 1}
     assert model.bn.num_batches_tracked.item() == 1 and model.bn.running_mean.abs().sum() > 0
     x.grad = None
     model.zero_grad()

@@ -24,8 +24,6 @@ lists what it exports.
 """
 from __future__ import annotations
 
-import functools
-
 import torch
 from torch import Tensor, nn
 from torch.nn import functional as F
@@ -42,15 +40,26 @@ y is rounded to bfloat16 once; the backward takes the bfloat16 x itself (aclnnGr
 has bfloat16 rows)."""
 
 
-@functools.lru_cache(maxsize=None)
-def _rstd_dtype(product: str, dtype: torch.dtype) -> torch.dtype:
-    """float32 where aclnnGroupNormBackward, on the product it runs on, takes float32
-    statistics with data of ``dtype`` (the Ascend 950's mixed rows: no rounding of rstd to
-    half), else ``dtype`` (its same-dtype rows)."""
+def _float32_statistics_rows() -> dict:
+    """product -> the data dtypes aclnnGroupNormBackward takes with float32 statistics there
+    (the Ascend 950's mixed rows), read once: a plain dict, which torch.compile traces."""
     op = get_op("group_norm_backward")
-    name = str(dtype).replace("torch.", "")
-    rows = op.products[product if product in op.products else config.product_for(op)]
-    return torch.float32 if any(c["x"] == name and c["mean"] == "float32" for c in rows) else dtype
+    return {product: frozenset(c["x"] for c in combos if c["mean"] == "float32")
+            for product, combos in op.products.items()}
+
+
+_FLOAT32_STATISTICS = _float32_statistics_rows()
+_DTYPE_NAMES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
+
+
+def _rstd_dtype(product: str, dtype: torch.dtype) -> torch.dtype:
+    """float32 where aclnnGroupNormBackward, on the product it runs on (``product``, else the
+    first offering it: config.product_for), takes float32 statistics with data of ``dtype``
+    (no rounding of rstd to half), else ``dtype`` (its same-dtype rows)."""
+    rows = _FLOAT32_STATISTICS.get(product)
+    if rows is None:
+        rows = next(iter(_FLOAT32_STATISTICS.values()))
+    return torch.float32 if _DTYPE_NAMES.get(dtype) in rows else dtype
 
 
 def _per_channel(t: Tensor | None, x: Tensor, fill: float) -> Tensor:
