@@ -9,8 +9,9 @@ per (n, c) over H and W, against independent truths (docs/specs/aclnnInstanceNor
   generate);
 * the document's C example as literal acl/aclnn calls, and its values;
 * each line of the document's error table as a literal call with its status and its words
-  (the product, null pointers, dataFormat, dtypes, ranks, C, the 32-byte line), opgen's NHWC
-  refusal and the calls the op_api accepts (empty tensors);
+  (the product, null pointers, dataFormat, dtypes, ranks, C, the output shapes) and the calls
+  the op_api accepts (empty tensors, sizes under the document's 32-byte line);
+* NHWC: the NCHW result transposed (x and y staged transposed by the plan);
 * mean and variance are what aclnnGroupNormBackward takes (as mean and 1/sqrt(var + eps));
 * the sympy proof, and a flipped sign in the TE fails it;
 * llvm and ascend-emu schedule it with GroupNorm's grouped rules.
@@ -185,7 +186,10 @@ ERROR_LINES = [
     ("x 9-d", dict(x=(2, 8, 4, 4, 1, 1, 1, 1, 1), y=(2, 8, 4, 4, 1, 1, 1, 1, 1)), 161002, "at most 8"),
     ("x 3-d", dict(x=(2, 8, 16), y=(2, 8, 16)), 161002, "x has 3 dimensions; expected 4"),
     ("gamma of 7", dict(c=7), 161002, "gamma has shape (7,); expected (8,)"),
-    ("NHWC", dict(x=(2, 4, 4, 8), c=8, fmt="NHWC"), 161002, "'NHWC' is not implemented in opgen"),
+    ("NHWC gamma of dim 1", dict(x=(2, 8, 4, 4), c=8, fmt="NHWC", stat=(2, 1, 1, 4)), 161002,
+     "gamma has shape (8,); expected (4,): x's C axis (NHWC)"),
+    ("NHWC mean (N, C, 1, 1)", dict(x=(2, 4, 4, 8), c=8, fmt="NHWC", stat=(2, 8, 1, 1)), 561103,
+     "mean has shape (2, 8, 1, 1); expected (N, 1, 1, C) = (2, 1, 1, 8)"),
     ("y flattened", dict(y=(256,)), 561103, "y has shape (256,)"),
     ("mean (N, C)", dict(stat=(2, 8)), 561103, "mean has shape (2, 8); expected (N, C, 1, 1)"),
 ]
@@ -210,6 +214,28 @@ def test_the_calls_the_op_api_accepts(kwargs):
     expects success for x (1, 1, 1, 1) float32)."""
     got, message = _call(**kwargs)
     assert got == 0, message
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_nhwc_is_the_nchw_result_transposed(dtype, rng):
+    """dataFormat NHWC (the op_api transposes x to NCHW and y back, and reshapes the statistics
+    to (N, 1, 1, C)): opgen stages x and y transposed through the workspace (ApiSpec.kernel_axes);
+    the outputs are the float64 reference of the NCHW data, transposed, written in place into
+    a strided y too; an NCHW call on the same data agrees."""
+    x = (rng.standard_normal((2, 5, 3, 16)) * 2 + 0.5).astype(dtype)
+    gamma, beta = rng.uniform(0.5, 1.5, 16).astype(dtype), rng.standard_normal(16).astype(dtype)
+    y = np.zeros((2, 5, 3, 32), dtype)[..., ::2]
+    with product("AtlasInference"):
+        _, mean, variance = opgen.instance_norm(x, gamma, beta, "NHWC", y=y)
+        nchw = opgen.instance_norm(np.ascontiguousarray(x.transpose(0, 3, 1, 2)), gamma, beta)
+    assert mean.shape == variance.shape == (2, 1, 1, 16) and mean.dtype == dtype
+    want = instance_norm(x.transpose(0, 3, 1, 2), gamma, beta, float(np.float32(1e-5)))
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == np.float32 else dict(rtol=2e-3, atol=4e-3)
+    np.testing.assert_allclose(y, want[0].transpose(0, 2, 3, 1), **tol)
+    for got, ref in ((mean, want[1]), (variance, want[2])):
+        np.testing.assert_allclose(got.reshape(2, 16), ref.reshape(2, 16), **tol)
+    np.testing.assert_array_equal(y, nchw[0].transpose(0, 2, 3, 1))
+    np.testing.assert_array_equal(mean.reshape(2, 16), nchw[1].reshape(2, 16))
 
 
 def test_proof_holds_and_a_flipped_sign_fails_it(flip_stage):

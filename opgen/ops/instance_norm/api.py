@@ -11,8 +11,9 @@ Interpretations (docs/validation-vs-cann.md, aclnnInstanceNorm):
   check refuses every other product first (161002), before the null checks CANN runs first.
 * dataFormat: the op_api compares the first four characters with strncmp, so "NCHWxyz" is
   NCHW there; opgen takes exactly "NCHW" or "NHWC".
-* NHWC: the kernel reads NCHW (the grouped pattern's (N, C, 1, HW)); an NHWC x, which CANN
-  transposes to NCHW and back (two copies), is refused (161002, "not implemented in opgen").
+* NHWC: the kernel reads NCHW (the grouped pattern's (N, C, 1, HW)); an NHWC x and y are
+  staged transposed through the workspace (ApiSpec.kernel_axes), as CANN transposes them to
+  NCHW and back (two copies); mean and variance are (N, 1, 1, C), the op_api's reshape.
 * "x, y's C axis or H*W less than 32 bytes" (561103): not checked. The op_api does not check
   it, and its unit test case_nchw_float_small_shape_normal expects success for x (1, 1, 1, 1)
   float32 on 310P; it describes CANN's kernel (not public), and opgen's computes any size.
@@ -21,7 +22,8 @@ Interpretations (docs/validation-vs-cann.md, aclnnInstanceNorm):
   the kernel over no element (H * W = 0 with N * C > 0 writes nan statistics: the mean of
   nothing).
 * y, mean and variance must have the shapes the op_api's ViewCopy copies into (x's; (N, C, 1,
-  1)): its failure is the op_api's 561103 (CHECK_RET on ViewCopy's result).
+  1), (N, 1, 1, C) for NHWC): its failure is the op_api's 561103 (CHECK_RET on ViewCopy's
+  result).
 * The variance is the biased one (divided by H * W), the one the normalization uses.
 * eps is read as float32 by the kernel (the document's double, the l0 op's float attribute).
 """
@@ -32,7 +34,7 @@ import numpy as np
 from opgen.apispec import (ACLNN_ERR_INNER_NULLPTR, ACLNN_ERR_PARAM_INVALID, ACLNN_ERR_PARAM_NULLPTR, ATTR, INPUT,
                            OUTPUT, ApiSpec, Param, Pythonic, Rule, Violation, cast_args, dtype_message, first,
                            null_message, set_args, shape_str)
-from opgen.ops.instance_norm.kernel import Problem, kernel_shapes
+from opgen.ops.instance_norm.kernel import Problem, kernel_axes, kernel_shapes
 
 _KERNEL = {"x": "x", "gamma": "gamma", "beta": "beta", "y": "y", "mean": "mean", "variance": "variance"}
 _REQUIRED = (*_KERNEL, "dataFormat")
@@ -75,26 +77,13 @@ def _check_channels(call) -> str | None:
                  for p in ("gamma", "beta") if call[p].shape[0] != c)
 
 
-def _check_nhwc(call) -> str | None:
-    if call["dataFormat"] == "NHWC":
-        return ("dataFormat 'NHWC' is not implemented in opgen: its kernel reads x as NCHW (pass x in NCHW, or "
-                "permute it: CANN transposes NHWC to NCHW and back itself)")
-    return None
-
-
 def _check_outputs(call) -> str | None:
     x = call["x"].shape
     if call["y"].shape != x:
         return f"y has shape {shape_str(call['y'].shape)}; expected x's {shape_str(x)}"
-    stat = (x[0], x[1], 1, 1)
-    return first(f"{p} has shape {shape_str(call[p].shape)}; expected (N, C, 1, 1) = {shape_str(stat)}"
+    stat, form = _problem(call).stat_shape, "(N, 1, 1, C)" if call["dataFormat"] == "NHWC" else "(N, C, 1, 1)"
+    return first(f"{p} has shape {shape_str(call[p].shape)}; expected {form} = {shape_str(stat)}"
                  for p in ("mean", "variance") if call[p].shape != stat)
-
-
-def _nhwc(a) -> None:
-    """A mutate function: the call's x as NHWC data of the same C (what CANN accepts)."""
-    n, c, dtype = a["x"].shape[0], a["x"].shape[1], a["x"].dtype
-    a["x"], a["y"], a["dataFormat"] = np.ones((n, 4, 8, c), dtype), np.zeros((n, 4, 8, c), dtype), "NHWC"
 
 
 def _rules() -> tuple:
@@ -119,8 +108,6 @@ def _rules() -> tuple:
         Rule(_CODE, "gamma, beta's shape is not x's C axis.", _check_channels,
              (Violation("beta one element short", set_args(beta=lambda a: a["beta"][:-1])),
               Violation("NHWC reads C from dim 3", set_args(dataFormat=lambda a: "NHWC")))),
-        Rule(_CODE, "opgen: dataFormat NHWC is not implemented (the kernel reads NCHW).", _check_nhwc,
-             (Violation("NHWC data", _nhwc),)),
         Rule(ACLNN_ERR_INNER_NULLPTR, "The op_api's ViewCopy of the results into y, mean, variance fails (y not "
              "x's shape; mean, variance not (N, C, 1, 1)).", _check_outputs,
              (Violation("y flattened", set_args(y=lambda a: a["y"].reshape(-1))),
@@ -136,35 +123,44 @@ def _kernel_eps(call) -> float:
 
 
 def _problem(call) -> Problem:
-    n, c, h, w = call["x"].shape
-    return Problem(n, c, h, w, call["eps"])
+    if call["dataFormat"] == "NHWC":
+        n, h, w, c = call["x"].shape
+    else:
+        n, c, h, w = call["x"].shape
+    return Problem(n, c, h, w, call["eps"], call["dataFormat"])
 
 
 def _statistics(tensors: dict, attrs: dict):
-    """mean and variance: (N, C, 1, 1) in x's dtype (None without x: 161001 follows)."""
+    """mean and variance: (N, C, 1, 1) in x's dtype, (N, 1, 1, C) for NHWC (None without x:
+    161001 follows)."""
     x = tensors["x"]
     if x is None or x.ndim != 4:
         return None if x is None else ((), x.dtype)    # a wrong rank: the rules say so
+    if attrs.get("dataFormat") == "NHWC":
+        return (x.shape[0], 1, 1, x.shape[3]), x.dtype
     return (x.shape[0], x.shape[1], 1, 1), x.dtype
 
 
 _DT = "FLOAT32, FLOAT16"
 API = ApiSpec(
     params=(
-        Param("x", INPUT, "The input, 4-D (N, C, H, W) (dataFormat NCHW).", "x", _DT, "4"),
+        Param("x", INPUT, "The input, 4-D: (N, C, H, W) for dataFormat NCHW, (N, H, W, C) for NHWC.", "x", _DT,
+              "4"),
         Param("gamma", INPUT, "Per-channel scale, C elements, x's dtype.", "gamma", _DT, "1"),
         Param("beta", INPUT, "Per-channel shift, C elements, x's dtype.", "beta", _DT, "1"),
-        Param("dataFormat", ATTR, "x's layout: 'NCHW' ('NHWC' is refused: not implemented in opgen).",
+        Param("dataFormat", ATTR, "x's layout: 'NCHW' or 'NHWC' (NHWC x and y are staged transposed).",
               value_type="str"),
         Param("eps", ATTR, "Added to the variance (read as float32).", value_type="float"),
         Param("y", OUTPUT, "The normalized output; x's shape and dtype.", "y", _DT, "4"),
-        Param("mean", OUTPUT, "Each (n, c)'s mean over H and W, (N, C, 1, 1), x's dtype.", "mean", _DT, "4"),
-        Param("variance", OUTPUT, "Each (n, c)'s biased variance over H and W, (N, C, 1, 1), x's dtype.",
+        Param("mean", OUTPUT, "Each (n, c)'s mean over H and W, (N, C, 1, 1) ((N, 1, 1, C) for NHWC), x's dtype.",
+              "mean", _DT, "4"),
+        Param("variance", OUTPUT, "Each (n, c)'s biased variance over H and W, mean's shape, x's dtype.",
               "variance", _DT, "4"),
     ),
     rules=_rules(),
     problem=_problem,
     kernel_shapes=kernel_shapes,
+    kernel_axes=kernel_axes,
     description="InstanceNorm: y = (x - mean) / sqrt(variance + eps) * gamma + beta per (n, c) over H and W, with "
                 "mean and variance.",
     attribute_inputs={"eps": _kernel_eps},

@@ -4,7 +4,8 @@ The formulas and stage names are in the package docstring (opgen.ops.instance_no
 kernel's form is GroupNorm's (N, G, D, HW) with one channel per group: x (N, C, D, HW) with
 D = 1 for every call (D stays a symbolic extent, so that the stages are exactly the grouped
 pattern GroupNorm lands on, whose rules also take C == G), gamma and beta (C, D), mean and
-variance (N, C). An NCHW tensor is that form by a reshape of the caller's memory.
+variance (N, C). An NCHW tensor is that form by a reshape of the caller's memory; an NHWC x or
+y by a transpose, which the aclnn layer stages (``kernel_axes``).
 """
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ STAGE = "instance_norm"
 DEFAULT_EPS = 1e-5
 INPUTS = ("x", "gamma", "beta", "eps")
 OUTPUTS = ("y", "mean", "variance")
+NHWC_TO_NCHW = (0, 3, 1, 2)
 
 
 def _combo(io: str) -> DtypeCombo:
@@ -76,21 +78,18 @@ def compute(combo: DtypeCombo) -> list[te.Tensor]:
 
 @dataclass(frozen=True)
 class Problem(ProblemBase):
-    """One call's sizes and attribute: x's (N, C, H, W) in NCHW and eps.
+    """One call's sizes and attributes: N, C, H, W, eps and dataFormat (x is (N, C, H, W) in
+    NCHW, (N, H, W, C) in NHWC).
 
-    Spelling: ``N,C,HxW[,EPS]``, e.g. ``8,64,56x56`` or ``2,7,33,1e-3`` (a lone number is H,
-    with W = 1)."""
+    Spelling: ``N,C,HxW[,EPS[,FORMAT]]``, e.g. ``8,64,56x56``, ``2,7,33,1e-3`` (a lone number
+    is H, with W = 1) or ``2,8,4x5,1e-5,NHWC``."""
 
     N: int
     C: int
     H: int
     W: int
     eps: float = DEFAULT_EPS
-
-    @property
-    def dataFormat(self) -> str:
-        """The aclnn attribute: the only layout opgen's kernel reads (api.py)."""
-        return "NCHW"
+    dataFormat: str = "NCHW"
 
     @property
     def HW(self) -> int:
@@ -98,33 +97,44 @@ class Problem(ProblemBase):
 
     @property
     def x_shape(self) -> tuple[int, int, int, int]:
+        if self.dataFormat == "NHWC":
+            return (self.N, self.H, self.W, self.C)
         return (self.N, self.C, self.H, self.W)
+
+    @property
+    def stat_shape(self) -> tuple[int, int, int, int]:
+        """mean's and variance's shape: x's with H and W 1 (the op_api's (N, 1, 1, C) for NHWC)."""
+        return (self.N, 1, 1, self.C) if self.dataFormat == "NHWC" else (self.N, self.C, 1, 1)
 
     @classmethod
     def parse(cls, text: str) -> "Problem":
         """``8,64,56x56`` or ``2,7,33,1e-3`` (ValueError: what is wrong)."""
         parts = [p.strip() for p in str(text).strip().strip("()").split(",") if p.strip()]
-        if len(parts) not in (3, 4):
-            raise ValueError(f"cannot read {text!r} as Problem: expected N,C,HxW[,EPS], e.g. 8,64,56x56")
+        if len(parts) not in (3, 4, 5):
+            raise ValueError(f"cannot read {text!r} as Problem: expected N,C,HxW[,EPS[,FORMAT]], e.g. 8,64,56x56")
         try:
             n, c = int(parts[0]), int(parts[1])
             sides = [int(v) for v in parts[2].lower().split("x")]
-            eps = float(parts[3]) if len(parts) == 4 else DEFAULT_EPS
+            eps = float(parts[3]) if len(parts) >= 4 else DEFAULT_EPS
         except ValueError:
             raise ValueError(f"cannot read {text!r} as Problem: N and C are integers, HxW one or two integers "
                              f"joined by 'x', EPS a number") from None
         if len(sides) not in (1, 2):
             raise ValueError(f"cannot read {text!r} as Problem: HxW is H or HxW (x is 4-D)")
         h, w = sides if len(sides) == 2 else (sides[0], 1)
-        return cls(n, c, h, w, eps)
+        fmt = parts[4].upper() if len(parts) == 5 else "NCHW"
+        if fmt not in ("NCHW", "NHWC"):
+            raise ValueError(f"cannot read {text!r} as Problem: FORMAT is NCHW or NHWC")
+        return cls(n, c, h, w, eps, fmt)
 
     def label(self) -> str:
         hw = f"{self.H}x{self.W}" if self.W != 1 else str(self.H)
-        tail = "" if self.eps == DEFAULT_EPS else f",{self.eps!r}"
+        tail = "" if self.eps == DEFAULT_EPS and self.dataFormat == "NCHW" else f",{self.eps!r}"
+        tail += "" if self.dataFormat == "NCHW" else f",{self.dataFormat}"
         return f"({self.N},{self.C},{hw}{tail})"
 
     def __str__(self) -> str:
-        return f"N={self.N} C={self.C} H={self.H} W={self.W} eps={self.eps}"
+        return f"N={self.N} C={self.C} H={self.H} W={self.W} eps={self.eps} {self.dataFormat}"
 
 
 def random_inputs(problem: Problem, combo: DtypeCombo, rng: np.random.Generator) -> dict:
@@ -141,15 +151,24 @@ def kernel_shapes(problem: Problem) -> dict:
     return {"x": big, "gamma": chan, "beta": chan, "eps": (1,), "y": big, "mean": stat, "variance": stat}
 
 
+def kernel_axes(problem: Problem) -> dict:
+    """The tensors whose kernel form is a transpose of the caller's, not a reshape: NHWC x and
+    y, (N, H, W, C) read in (N, C, H, W) order (ApiSpec.kernel_axes: the plan stages them)."""
+    return {"x": NHWC_TO_NCHW, "y": NHWC_TO_NCHW} if problem.dataFormat == "NHWC" else {}
+
+
 def output_shapes(problem: Problem) -> dict:
-    """The outputs a caller allocates: y like x, mean and variance (N, C, 1, 1) (the document's
-    C example: the first two dims x's, the others 1)."""
-    stat = (problem.N, problem.C, 1, 1)
-    return {"y": problem.x_shape, "mean": stat, "variance": stat}
+    """The outputs a caller allocates: y like x, mean and variance x's first two dims and ones
+    (the document's C example; (N, 1, 1, C) for NHWC, the op_api's reshape)."""
+    return {"y": problem.x_shape, "mean": problem.stat_shape, "variance": problem.stat_shape}
 
 
 def kernel_args(problem: Problem, arrays: dict) -> dict:
-    """View user-shaped arrays in the kernel's canonical shapes."""
+    """View user-shaped arrays in the kernel's canonical shapes (NCHW: reshapes of the same
+    memory, so outputs are written in place; NHWC needs a transpose, which the aclnn layer
+    stages: refused here, where an output's copy would be written instead of the array)."""
+    if kernel_axes(problem):
+        raise ValueError(f"{problem}: NHWC tensors reach the kernel transposed, through the aclnn layer's staging")
     shapes = kernel_shapes(problem)
     return {name: np.reshape(a, shapes[name]) for name, a in arrays.items()}
 

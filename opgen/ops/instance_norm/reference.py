@@ -25,11 +25,16 @@ def instance_norm(x: np.ndarray, gamma: np.ndarray, beta: np.ndarray, eps: float
 
 
 def of_problem(problem, arrays: dict) -> dict:
-    """The reference outputs of one problem, by kernel name, in the user's shapes; eps is the
-    float32 value the kernel reads."""
+    """The reference outputs of one problem, by kernel name, in the user's shapes (NCHW or
+    NHWC); eps is the float32 value the kernel reads."""
     eps = float(np.asarray(arrays["eps"]).reshape(-1)[0])
+    x = np.reshape(arrays["x"], problem.x_shape)
+    nhwc = problem.dataFormat == "NHWC"
     with np.errstate(invalid="ignore", divide="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)     # empty H*W: the mean of nothing is nan
-        y, mean, variance = instance_norm(np.reshape(arrays["x"], problem.x_shape), arrays["gamma"],
+        y, mean, variance = instance_norm(np.transpose(x, (0, 3, 1, 2)) if nhwc else x, arrays["gamma"],
                                           arrays["beta"], eps)
+    if nhwc:    # y back to (N, H, W, C), the statistics (N, 1, 1, C)
+        y = np.transpose(y, (0, 2, 3, 1))
+        mean, variance = (np.reshape(s, problem.stat_shape) for s in (mean, variance))
     return {"y": y, "mean": mean, "variance": variance}
