@@ -238,7 +238,8 @@ def test_nhwc_is_the_nchw_result_transposed(dtype, rng):
     np.testing.assert_array_equal(mean.reshape(2, 16), nchw[1].reshape(2, 16))
 
 
-@pytest.mark.parametrize("problem", [Problem(2, 8, 4, 5), Problem(2, 7, 33, 1, 1e-3), Problem(2, 8, 4, 5, 1e-5, "NHWC")])
+@pytest.mark.parametrize("problem", [Problem(2, 8, 4, 5), Problem(2, 7, 33, 1, 1e-3),
+                                     Problem(2, 8, 4, 5, 1e-5, "NHWC")])
 def test_problem_spelling_reads_its_label_back_with_the_format(problem):
     assert Problem.parse(problem.label()) == problem
     assert problem.x_shape == ((2, 4, 5, 8) if problem.dataFormat == "NHWC" else (problem.N, problem.C, problem.H,
