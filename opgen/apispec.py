@@ -201,6 +201,12 @@ class ApiSpec:
     # ``call.values`` is never changed. Like ``problem`` it may read only what the plan
     # cache keys on: the call's metadata and attributes, never tensor data.
     unread: Callable[["Call"], Any] | None = None
+    # Tensors whose caller's layout is a transpose of the kernel's, not a reshape: f(problem) ->
+    # kernel tensor name -> the caller's axes in the kernel's element order (InstanceNorm's NHWC
+    # x and y: (0, 3, 1, 2)). The plan stages them (copies through the workspace, transposed on
+    # the way in and out), never hands the caller's memory to the kernel. None: every tensor's
+    # kernel shape is a reshape of the caller's. Like ``problem``, it reads only the call's key.
+    kernel_axes: Callable[[Any], Mapping[str, tuple]] | None = None
 
     def __post_init__(self):
         names = [p.name for p in self.params]

@@ -85,6 +85,7 @@ class Placement:
     reshape: bool = False        # DIRECT: the caller's view differs from the kernel's (shape or dtype)
     in_arena: bool = False       # SCRATCH: in this thread's arena (offset from its aligned start)
     constant: bool = False       # FILL: a host tensor the plan owns, made once (see _Planner.put)
+    axes: tuple | None = None    # STAGE_IN/OUT: the caller's axes in the kernel's order (ApiSpec.kernel_axes)
 
     @property
     def is_slot(self) -> bool:
@@ -158,7 +159,7 @@ class _Planner:
         self.used = 0
         self.arena_used = 0 if arena else None   # None: this plan keeps all scratch in the workspace
 
-    def put(self, kernel, kind, shape, dtype, param=None, index=None, fill=0.0, reshape=False) -> None:
+    def put(self, kernel, kind, shape, dtype, param=None, index=None, fill=0.0, reshape=False, axes=None) -> None:
         shape = tuple(int(d) for d in shape)
         if kind not in SLOT_KINDS:
             self.placed[kernel] = Placement(kernel, kind, shape, dtype, param, index, reshape=reshape)
@@ -175,7 +176,8 @@ class _Planner:
                                             fill, in_arena=True)
             self.arena_used += _align(nbytes)
             return
-        self.placed[kernel] = Placement(kernel, kind, shape, dtype, param, index, self.used, nbytes, fill)
+        self.placed[kernel] = Placement(kernel, kind, shape, dtype, param, index, self.used, nbytes, fill,
+                                        axes=axes)
         self.used += _align(nbytes)
 
 
@@ -213,6 +215,7 @@ def make_plan(call, kernel, problem, combo, device, aliased) -> Plan:
     """
     api = call.api
     shapes = api.kernel_shapes(problem)
+    permuted = api.kernel_axes(problem) if api.kernel_axes is not None else {}
     host = is_host(device)
     planner = _Planner(arena=host and converts_arrays(kernel))
     position = {p.name: i for i, p in enumerate(api.params)}
@@ -227,12 +230,14 @@ def make_plan(call, kernel, problem, combo, device, aliased) -> Plan:
             planner.put(p.kernel, FILL, shape, dtype, fill=api.fill[p.kernel])
         elif output and not call.wanted(p):
             planner.put(p.kernel, SCRATCH, shape, dtype)
-        elif host and readable_in_place(arg, shape) and not (output and p.name in aliased):
+        elif (host and p.kernel not in permuted and readable_in_place(arg, shape)
+              and not (output and p.name in aliased)):
             reshape = tuple(arg.shape) != tuple(int(d) for d in shape) or arg.storage_only
             planner.put(p.kernel, DIRECT, shape, dtype, p.name, position[p.name], reshape=reshape)
         else:
             arg.host   # staging goes through host memory: a tensor the host cannot read fails here, in phase one
-            planner.put(p.kernel, STAGE_OUT if output else STAGE_IN, shape, dtype, p.name, position[p.name])
+            planner.put(p.kernel, STAGE_OUT if output else STAGE_IN, shape, dtype, p.name, position[p.name],
+                        axes=permuted.get(p.kernel))
     for name, value in api.attribute_inputs.items():    # an attribute the kernel reads as data
         planner.put(name, FILL, shapes[name], combo[name], fill=float(value(call)))
     scratch_shapes = kernel.scratch_shapes(shapes)
@@ -347,6 +352,8 @@ class Workspace:
     def stage_in(self, slot: Placement, source, tensor) -> None:
         """Fill ``slot`` with the caller's input (a numpy view; None for a FILL slot)."""
         data = np.full(slot.shape, slot.fill, numpy_dtype(slot.dtype)) if slot.kind == FILL else source
+        if slot.axes is not None:       # the caller's layout is a transpose of the kernel's
+            data = np.transpose(data, slot.axes)
         if self.on_host:
             np.copyto(self.array(slot).reshape(data.shape), data)
         else:
@@ -355,6 +362,8 @@ class Workspace:
     def stage_out(self, slot: Placement, target: np.ndarray, tensor) -> None:
         """Copy ``slot``'s result to the caller's output (a numpy view)."""
         result = self.array(slot) if self.on_host else tensor.numpy()
+        if slot.axes is not None:       # written through the transposed view of the caller's tensor
+            target = np.transpose(target, slot.axes)
         np.copyto(target, result.reshape(target.shape))
 
 

@@ -193,14 +193,21 @@ def refuse_normalized_shape(x: Tensor, shape: tuple, star: str, least: type = Ru
 
 def _runner(op):
     """The custom op's real implementation, ``run(values)``: the Pythonic call, on the
-    tensors' device. The positions of the op's tensor inputs are found once, so a call
+    tensors' device, under the current product when it offers the op, else the first that
+    does (config.product_for, as opgen compare and bench do: aclnnInstanceNorm ships on Atlas
+    inference alone, aclnnGroupNormBackward everywhere but there, and a module runs both).
+    The positions of the op's tensor inputs are found once, so a call
     looks only at those. The first call at each dtype is timed: a slow one built kernels
     (_first_use)."""
     positions = tuple(i for i, p in enumerate(api.positional(op)) if p.role == INPUT)
     nothing = (None,) * len(op.outputs)
     seen_dtypes: set = set()
+    offered = frozenset(op.products)
 
     def run(values: tuple) -> tuple:
+        if config.get_product() not in offered:    # an op one product family alone ships
+            with config.using_product(config.product_for(op)):
+                return run(values)
         first, contiguous = None, True
         for i in positions:
             value = values[i]

@@ -17,7 +17,7 @@ candidates, tried in turn: torch.nn.RMSNorm (opgen's RMSNorm), then the offset f
 ``x * rstd * (1 + weight)`` of Gemma's RMSNorm classes (opgen's GemmaRMSNorm). Anything else
 is left as it is and reported: a class with no candidate, a probe that disagrees with every
 candidate (a channels-first LayerNorm, an RMSNorm with a bias), float64 layers (opgen has no
-float64 kernels), and norms opgen has no module for (InstanceNorm).
+float64 kernels), and norms opgen has no module for (SyncBatchNorm, LocalResponseNorm).
 
 The opgen module takes over the layer's own Parameter and buffer objects (so an optimizer
 made before the swap, tied weights and the device and dtype are kept) and its eps,
@@ -53,6 +53,7 @@ tolerances for float32 norms) for the two to count as one formula."""
 
 # torch.nn's BatchNorm classes opgen has, and the trailing dims of the probe's input for each.
 _BATCH_NORMS = {"BatchNorm1d": (5,), "BatchNorm2d": (2, 5), "BatchNorm3d": (2, 2, 3)}
+_INSTANCE_NORMS = {"InstanceNorm1d": (5,), "InstanceNorm2d": (2, 5), "InstanceNorm3d": (2, 2, 3)}
 _NORM_BASES = (nn.modules.batchnorm._NormBase, nn.LayerNorm, nn.GroupNorm, nn.RMSNorm, nn.LocalResponseNorm)
 
 
@@ -117,7 +118,13 @@ def _candidate(layer: nn.Module, ot) -> tuple[Optional[_Candidate], str]:
         return _Candidate(lambda: getattr(ot, name)(**args), lambda: getattr(nn, name)(**args),
                           (3, layer.num_features) + _BATCH_NORMS[name]), ""
     if isinstance(layer, nn.modules.instancenorm._InstanceNorm):
-        return None, f"no opgen module for {type(layer).__name__}"
+        name = next((n for n in _INSTANCE_NORMS if isinstance(layer, getattr(nn, n))), None)
+        if name is None:
+            return None, f"no opgen module for {type(layer).__name__} (opgen has {', '.join(_INSTANCE_NORMS)})"
+        args = dict(num_features=layer.num_features, eps=layer.eps, momentum=layer.momentum, affine=layer.affine,
+                    track_running_stats=layer.track_running_stats)
+        return _Candidate(lambda: getattr(ot, name)(**args), lambda: getattr(nn, name)(**args),
+                          (3, layer.num_features) + _INSTANCE_NORMS[name]), ""
     if isinstance(layer, nn.GroupNorm) or (hasattr(layer, "num_groups") and hasattr(layer, "num_channels")):
         groups, channels = int(layer.num_groups), int(layer.num_channels)
         args = dict(num_groups=groups, num_channels=channels, eps=_eps(layer, 1e-5),

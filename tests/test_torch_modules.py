@@ -19,7 +19,7 @@ from tiers import tiered  # noqa: E402
 def opgen_calls(monkeypatch):
     """Counts the calls reaching opgen's Pythonic layer (what the custom ops call), by op."""
     counts = {"rms_norm": 0, "rms_norm_grad": 0, "group_norm": 0, "group_norm_backward": 0, "layer_norm": 0,
-              "layer_norm_backward": 0, "batch_norm": 0, "batch_norm_backward": 0}
+              "layer_norm_backward": 0, "batch_norm": 0, "batch_norm_backward": 0, "instance_norm": 0}
     real = opgen.api.call_op
 
     def counted(op, *a, **k):
@@ -58,6 +58,8 @@ def test_custom_ops_pass_opcheck():
                                                                None, None, True, 0.0, 1e-5))
     torch.library.opcheck(torch.ops.opgen.batch_norm.default, (torch.randn(3, 4, 5), None, None, torch.randn(4),
                                                                torch.rand(4) + 0.5, False, 0.1, 1e-5))
+    torch.library.opcheck(torch.ops.opgen.instance_norm.default, (torch.randn(2, 4, 3, 5), torch.rand(4) + 0.5,
+                                                                  torch.randn(4), "NCHW", 1e-5))
     torch.library.opcheck(torch.ops.opgen.group_norm_backward.default,
                           (torch.randn(2, 4, 3), torch.randn(2, 4, 3), torch.randn(2, 2), torch.rand(2, 2) + 0.5,
                            torch.rand(4), 2, [True, False, True]))
@@ -219,16 +221,18 @@ def test_compiled_model_has_no_graph_break_and_runs_opgen(opgen_calls):
             super().__init__()
             self.bn, self.gn = ot.BatchNorm2d(8), ot.GroupNorm(4, 8)
             self.rms, self.ln = ot.RMSNorm(16), ot.LayerNorm(16)
+            self.inorm = ot.InstanceNorm2d(8, affine=True)
             self.register_buffer("w", torch.randn(2, 8, 16))
 
         def forward(self, x):
-            return (self.ln(self.rms(self.gn(self.bn(x)).reshape(2, 8, 16))) * self.w).sum()
+            return (self.ln(self.rms(self.inorm(self.gn(self.bn(x))).reshape(2, 8, 16))) * self.w).sum()
 
     model, x = Model(), torch.randn(2, 8, 4, 4, requires_grad=True)
     torch.compile(model, fullgraph=True)(x).backward()
     compiled = [x.grad.clone()] + [p.grad.clone() for p in model.parameters()]
-    assert opgen_calls == {"rms_norm": 1, "rms_norm_grad": 1, "group_norm": 1, "group_norm_backward": 1,
-                           "layer_norm": 1, "layer_norm_backward": 1, "batch_norm": 1, "batch_norm_backward": 1}
+    assert opgen_calls == {"rms_norm": 1, "rms_norm_grad": 1, "group_norm": 1, "group_norm_backward": 2,
+                           "layer_norm": 1, "layer_norm_backward": 1, "batch_norm": 1, "batch_norm_backward": 1,
+                           "instance_norm": 1}
     assert model.bn.num_batches_tracked.item() == 1 and model.bn.running_mean.abs().sum() > 0
     x.grad = None
     model.zero_grad()
@@ -488,7 +492,8 @@ def test_empty_inputs_match_torch_modules(kind, shape, training):
 # --- torch's conventions (issue 39): defaults, and mistakes raise what torch.nn's module raises ----------
 
 
-@pytest.mark.parametrize("name", ["RMSNorm", "LayerNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d"])
+@pytest.mark.parametrize("name", ["RMSNorm", "LayerNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
+                                  "InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"])
 def test_constructor_defaults_are_torch_nn_ones(name):
     """Same parameters and defaults as torch.nn's class (RMSNorm's eps=None: the input dtype's
     machine epsilon), so a model written for torch.nn gets the same layer."""
@@ -517,7 +522,12 @@ _MISTAKES = [("RMSNorm", (8,), {}, (2, 7)), ("RMSNorm", ((6, 32),), {}, (2, 5, 3
              ("BatchNorm2d", (4,), {}, (2, 4, 3)), ("BatchNorm1d", (4,), {}, (2, 4, 3, 3)), ("BatchNorm1d", (4,), {}, (2, 6)),
              ("BatchNorm3d", (4,), {}, (2, 4, 3, 3)),
              ("RMSNorm", (8,), {"device": "meta"}, (2, 8)), ("LayerNorm", (8,), {"device": "meta"}, (2, 8)),
-             ("GroupNorm", (2, 4), {"device": "meta"}, (2, 4, 3)), ("BatchNorm2d", (4,), {"device": "meta"}, (2, 4, 3, 3))]
+             ("GroupNorm", (2, 4), {"device": "meta"}, (2, 4, 3)), ("BatchNorm2d", (4,), {"device": "meta"}, (2, 4, 3, 3)),
+             ("InstanceNorm2d", (4,), {"affine": True}, (2, 6, 3, 3)), ("InstanceNorm1d", (4,), {}, (2, 4, 3, 3)),
+             ("InstanceNorm2d", (4,), {}, (2, 4, 1, 1)),
+             ("InstanceNorm2d", (4,), {"track_running_stats": True}, (2, 6, 3, 3)),
+             ("InstanceNorm3d", (4,), {}, (2, 4, 3)),
+             ("InstanceNorm2d", (4,), {"device": "meta", "affine": True}, (2, 4, 3, 3))]
 
 
 @pytest.mark.parametrize("name,args,kwargs,shape", _MISTAKES,
@@ -537,7 +547,8 @@ def test_mistakes_raise_what_torch_nn_raises(name, args, kwargs, shape):
 
 @pytest.mark.parametrize("name,args,shape", [("RMSNorm", (8,), (2, 8)), ("LayerNorm", (8,), (2, 8)),
                                              ("GroupNorm", (2, 4), (2, 4, 3)), ("BatchNorm2d", (4,), (2, 4, 3, 3)),
-                                             ("GroupNormSwish", (2, 4), (2, 4, 3))])
+                                             ("GroupNormSwish", (2, 4), (2, 4, 3)),
+                                             ("InstanceNorm2d", (4,), (2, 4, 3, 3))])
 def test_float64_and_integers_are_refused_as_torch_refuses_a_dtype(name, args, shape):
     """opgen has no float64 kernels: a float64 module refuses its input the way torch refuses
     a dtype it has no kernel for (NotImplementedError, '"<kernel>" not implemented for
@@ -548,3 +559,67 @@ def test_float64_and_integers_are_refused_as_torch_refuses_a_dtype(name, args, s
         getattr(ot, name)(*args, dtype=torch.float64)(torch.randn(shape, dtype=torch.float64))
     with pytest.raises(NotImplementedError, match=r"^\"opgen [a-z_]+\" not implemented for 'Int'"):
         getattr(ot, name)(*args)(torch.ones(shape, dtype=torch.int32))
+
+
+# --- InstanceNorm1d/2d/3d: aclnnInstanceNorm forward, aclnnGroupNormBackward (G = C) backward -----------
+
+_IN_CASES = [("InstanceNorm2d", (2, 7, 5, 3), dict(affine=True, track_running_stats=True)),
+             ("InstanceNorm1d", (3, 8, 33), {}), ("InstanceNorm3d", (2, 4, 3, 5, 2), dict(affine=True)),
+             ("InstanceNorm1d", (7, 9), dict(affine=True, track_running_stats=True)),    # unbatched (C, L)
+             ("InstanceNorm2d", (3, 2, 1, 3), dict(affine=True)), ("InstanceNorm2d", (1, 3, 941, 1), {}),
+             ("InstanceNorm3d", (2, 3, 2, 3, 2), dict(track_running_stats=True, momentum=None)),
+             ("InstanceNorm2d", (2, 5, 4, 6), dict(affine=True, bias=False))]
+_IN_DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+_IN_PARAMS = [(name, shape, kwargs, dtype) for name, shape, kwargs in _IN_CASES for dtype in _IN_DTYPES]
+_IN_IDS = [f"{n}{s}{''.join(k)}-{str(d)[6:]}" for n, s, k, d in _IN_PARAMS]
+_IN_DEFAULT = {_IN_IDS[0], _IN_IDS[1], _IN_IDS[3 * 3], _IN_IDS[3 * 2 + 1]}   # f32 and f16 representatives
+
+
+@pytest.mark.parametrize("name,shape,kwargs,dtype", tiered(_IN_PARAMS, [i in _IN_DEFAULT for i in _IN_IDS], _IN_IDS))
+def test_instance_norm_matches_torch(name, shape, kwargs, dtype, opgen_calls):
+    """Two training steps then eval against torch.nn's class run in float64 on the same values:
+    outputs, gradients and running statistics, over tiny (H*W = 3), ragged and long spatial
+    sizes, unbatched input, every option. (H*W = 2 is left out: its dx is 0 but for eps's
+    share, so every float32 implementation returns rounding there; torch.nn's own float32
+    module is off by 10% of its largest element.) The half dtypes within two roundings of the dtype
+    (scaled by the largest value): the kernel's statistics are the dtype's (aclnnInstanceNorm's
+    outputs), float32 for bfloat16 (its float32 kernel)."""
+    torch.manual_seed(14)
+    channels = shape[0] if len(shape) == {"InstanceNorm1d": 2, "InstanceNorm2d": 3}.get(name, 4) else shape[1]
+    ours = getattr(ot, name)(channels, dtype=dtype, **kwargs)
+    theirs = getattr(torch.nn, name)(channels, dtype=torch.float64, **kwargs)
+    with torch.no_grad():
+        for p in ours.parameters():
+            p.uniform_(0.5, 1.5)
+    theirs.load_state_dict({k: v.double() if v.is_floating_point() else v for k, v in ours.state_dict().items()})
+    rtol, atol = (1e-5, 1e-5) if dtype == torch.float32 else (2 * _TOL[dtype][0], 4 * _TOL[dtype][1])
+    for mode in ("train", "train", "eval"):
+        getattr(ours, mode)()
+        getattr(theirs, mode)()
+        x = (torch.randn(shape) * 2 + 0.5).to(dtype)
+        dy = torch.randn(shape).to(dtype)
+        for a, b in zip(_grads_and_output(ours, x, dy), _grads_and_output(theirs, x.double(), dy.double())):
+            assert a.dtype == dtype
+            scale = max(b.abs().max().item(), 1.0)
+            torch.testing.assert_close(a.double(), b, rtol=rtol, atol=atol * scale)
+        for a, b in zip(ours.buffers(), theirs.buffers()):
+            torch.testing.assert_close(a.to(b.dtype), b, rtol=rtol, atol=atol)
+    running = kwargs.get("track_running_stats", False)
+    steps = 2 if running else 3         # eval with running statistics is BatchNorm's eval
+    assert opgen_calls["instance_norm"] == steps and opgen_calls["group_norm_backward"] == steps
+    assert opgen_calls["batch_norm"] == (1 if running else 0)
+
+
+@pytest.mark.parametrize("name", ["AtlasInference", "AtlasA2"])
+def test_instance_norm_runs_under_a_product_without_one_of_its_ops(name, opgen_calls):
+    """aclnnInstanceNorm is offered on Atlas inference alone, aclnnGroupNormBackward everywhere
+    but there: each custom op runs under the first product offering it when the current one
+    does not (the default product, Ascend 950, lacks the forward; these two each lack one)."""
+    torch.manual_seed(15)
+    ours, theirs = _pair(ot.InstanceNorm2d(6, affine=True), torch.nn.InstanceNorm2d(6, affine=True))
+    x, dy = torch.randn(2, 6, 4, 5) * 2 + 0.5, torch.randn(2, 6, 4, 5)
+    with opgen.config.using_product(name):
+        got = _grads_and_output(ours, x, dy)
+    for a, b in zip(got, _grads_and_output(theirs, x, dy)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert opgen_calls["instance_norm"] == opgen_calls["group_norm_backward"] == 1

@@ -89,12 +89,12 @@ def test_apply_swaps_by_formula_and_reports_the_rest():
     zoo = Zoo()
     kept = {name: p for name, p in zoo.named_parameters()} | {name: b for name, b in zoo.named_buffers()}
     report = ot.apply(zoo)
-    assert set(report.swapped) == {"ln", "rms", "llama", "gn", "bn", "gemma", "bn1d"}
-    assert set(report.left) == {"ln2d", "scale", "inorm"}
+    assert set(report.swapped) == {"ln", "rms", "llama", "gn", "bn", "gemma", "bn1d", "inorm"}
+    assert set(report.left) == {"ln2d", "scale"}
     assert "channels-first" in report.left["ln2d"] and report.swapped["gemma"].endswith("opgen.torch.GemmaRMSNorm")
-    assert "ScaleNorm" in report.left["scale"] and "InstanceNorm2d" in report.left["inorm"]
+    assert "ScaleNorm" in report.left["scale"] and report.swapped["inorm"].endswith("opgen.torch.InstanceNorm2d")
     assert type(zoo.ln) is ot.LayerNorm and type(zoo.llama) is ot.RMSNorm and type(zoo.bn) is ot.BatchNorm2d
-    assert type(zoo.bn1d) is ot.BatchNorm1d
+    assert type(zoo.bn1d) is ot.BatchNorm1d and type(zoo.inorm) is ot.InstanceNorm2d
     assert type(zoo.ln2d) is LayerNorm2d and type(zoo.gemma) is ot.GemmaRMSNorm
     # the layers' own Parameter and buffer objects, their eps, momentum and affine flags
     now = {name: p for name, p in zoo.named_parameters()} | {name: b for name, b in zoo.named_buffers()}
@@ -114,11 +114,11 @@ def test_swapped_layers_compute_what_they_did(opgen_calls):
     before = copy.deepcopy(zoo)
     ot.apply(zoo)
     x8, x4 = torch.randn(3, 5, 8), torch.randn(2, 4, 3, 5)
-    for name, x in [("ln", x8), ("rms", x8), ("llama", x8), ("gemma", x8), ("gn", x4), ("bn", x4)]:
+    for name, x in [("ln", x8), ("rms", x8), ("llama", x8), ("gemma", x8), ("gn", x4), ("bn", x4), ("inorm", x4)]:
         torch.testing.assert_close(getattr(zoo, name)(x), getattr(before, name)(x), rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(zoo.bn.running_mean, before.bn.running_mean)
     assert opgen_calls["rms_norm"] == 2 and opgen_calls["layer_norm"] == 1 and opgen_calls["batch_norm"] == 1
-    assert opgen_calls["gemma_rms_norm"] == 1
+    assert opgen_calls["gemma_rms_norm"] == 1 and opgen_calls["instance_norm"] == 1
 
 
 def test_types_restricts_and_float64_is_left():
