@@ -10,6 +10,7 @@ scripts/gpu_check.sh's job on a GPU.
 """
 from __future__ import annotations
 
+import re
 import sys
 import types
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 
 from opgen import cli
 from opgen.runtime import check
+from opgen.runtime import plan as plans
 from opgen.targets import get_target
 
 OPENCL, CUDA = get_target("opencl"), get_target("cuda")
@@ -91,3 +93,7 @@ def test_the_cuda_plan_through_cupybackend_matches_the_reference(op, tag, tmp_pa
         results = check.check_plan(tmp_path / "cuda" / op / tag / variant / "plan.json")
         assert loaded == ["kernel.sm_90.cubin"]
         assert results and all(r.passed for r in results), [r for r in results if not r.passed]
+        plan = plans.load(tmp_path / "cuda" / op / tag / variant / "plan.json")
+        ptx = plan.code_file(plan.code["archs"]["sm_90"]["ptx"]).read_text()
+        assert {k.name for k in plan.kernels} <= set(re.findall(r"\.entry\s+(\w+)\(", ptx))
+        assert (".v4." in ptx) == (variant == "vector")       # the variant's 128-bit accesses, compiled
