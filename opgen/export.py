@@ -184,8 +184,11 @@ def bench_shapes(op, combo) -> list:
 # ---- one kernel -------------------------------------------------------------------------------
 
 def _admitted(op, combo, requirement, problem) -> bool:
-    """Whether a call of ``problem`` (on aligned memory) takes the variant of ``requirement``."""
-    shapes = list(op.api.kernel_shapes(problem).values())
+    """Whether a call of ``problem`` (on aligned memory) takes the variant of ``requirement``
+    (its positions are the kernel's parameters: ``op.kernel_tensors`` order, which
+    ``api.kernel_shapes`` need not follow)."""
+    by_name = op.api.kernel_shapes(problem)
+    shapes = [by_name[name] for name in op.kernel_tensors(combo)]
     return requirement.admits([tuple(s) for s in shapes], [requirement.align] * len(shapes))
 
 
