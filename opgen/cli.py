@@ -488,8 +488,9 @@ def cmd_export(args) -> int:
     rng, failed = np.random.default_rng(args.seed), 0
     for op, combo in [(op, combo) for op in ops for combo in op.combos if combo.tag in tags]:
         try:
-            path = export.export_one(op, combo, target, Path(args.out), rng, cases=not args.no_cases)
-            print(f"{op.name:<22} {combo.tag:<22} {path.parent}")
+            paths = export.export_kernel(op, combo, target, Path(args.out), rng, cases=not args.no_cases)
+            print(f"{op.name:<22} {combo.tag:<22} {paths[-1].parent}"
+                  + "".join(f" +{p.parent.name}" for p in paths[:-1]))
         except Exception as err:   # report, keep going with the other kernels
             failed += 1
             print(f"{op.name:<22} {combo.tag:<22} FAIL: {type(err).__name__}: {err}")

@@ -1,6 +1,8 @@
 """``opgen export``: GPU kernels as files that run without TVM (docs/launch-plan.md).
 
-Per op x dtype combo x variant, under ``<out>/<target>/<op>/<dtypes>/``:
+Per op x dtype combo, under ``<out>/<target>/<op>/<dtypes>/``, the default kernel, and in a
+sub-folder per variant the call path can choose instead (the schedule rule's
+``call_variants``: the 128-bit ``vector/`` of the row rules), the same files:
   * the device code the target writes (``TargetSpec.export_code``: OpenCL C, or CUDA C with
     PTX and cubin per architecture);
   * ``plan.json``: the launch plan, read from the host code TVM generated
@@ -11,6 +13,11 @@ Per op x dtype combo x variant, under ``<out>/<target>/<op>/<dtypes>/``:
     float64 reference with the allowed error per element (opgen.verify's rule), so a machine
     without TVM (scripts/gpu_check.sh) checks the kernels against the reference;
   * ``bench.json``: the caller shapes of the op's benchmark problems (scripts/export_bench.py).
+
+A variant's plan carries its selection rule (``requires``: conditions over the sizes and the
+alignment of the caller's addresses, rendered from the same requirement object the library's
+per-call choice applies), and the default plan lists its variants, so the runner
+(opgen.runtime.plan.choose) picks as the library does.
 """
 from __future__ import annotations
 
@@ -52,11 +59,18 @@ def _params(op, combo, func) -> list:
             for i, buf in enumerate(func.params)]
 
 
-def plan_document(op, combo, target, variant: str, knobs: dict, func, launch_plan, code: dict) -> dict:
-    """The JSON launch plan of one kernel (format: opgen.runtime.plan.FORMAT)."""
+def plan_document(op, combo, target, variant: str, knobs: dict, func, launch_plan, code: dict,
+                  requirement=None, variants=()) -> dict:
+    """The JSON launch plan of one kernel (format: opgen.runtime.plan.FORMAT); a variant's
+    ``requirement`` (schedules' ``call_variants``) becomes its ``requires``, and the default
+    kernel's plan lists the ``variants`` its folder holds."""
     params = _params(op, combo, func)
     for param, shape in zip(params, launch_plan.shapes):
         param["shape"] = [plain(e) for e in shape]
+    extra = {"variants": list(variants)} if variants else {}
+    if requirement is not None:
+        extra["requires"] = {"when": requirement.conditions(params[requirement.row_param]["shape"]),
+                             "aligned": [{"param": i, "bytes": requirement.align} for i in requirement.column_params]}
     kernels_ = [{"name": launch.kernel, "guard": plain(launch.condition),
                  "grid": [plain(e) for e in launch.grid], "block": [plain(e) for e in launch.block],
                  "args": [{"param": a[1]} if a[0] == "tensor" else {"scalar": a[1], "expr": plain(a[2])}
@@ -66,7 +80,7 @@ def plan_document(op, combo, target, variant: str, knobs: dict, func, launch_pla
             "target": target.name, "knobs": knobs, "code": code, "params": params,
             "shape_vars": [{"name": n, "param": i, "axis": a} for n, i, a in launch_plan.shape_vars],
             "binds": [{"name": n, "expr": plain(e)} for n, e in launch_plan.binds],
-            "kernels": kernels_}
+            "kernels": kernels_, **extra}
 
 
 # ---- golden cases ------------------------------------------------------------------------------
@@ -134,12 +148,13 @@ def _raw(array: np.ndarray) -> np.ndarray:
     return array.view(np.uint16) if array.dtype.name == "bfloat16" else array
 
 
-def golden_cases(op, combo, rng) -> tuple[list, dict]:
-    """(case descriptions, arrays for cases.npz): per problem the inputs in kernel shapes,
-    and per output the float64 reference and the allowed absolute error per element."""
+def golden_cases(op, combo, rng, problems=None) -> tuple[list, dict]:
+    """(case descriptions, arrays for cases.npz): per problem (default: ``case_problems``)
+    the inputs in kernel shapes, and per output the float64 reference and the allowed
+    absolute error per element."""
     rtol, atol = verify.TOLERANCES[combo[op.inputs[0]]]
     meta, arrays = [], {}
-    for i, problem in enumerate(case_problems(op)):
+    for i, problem in enumerate(case_problems(op) if problems is None else problems):
         inputs = op.random_inputs(problem, combo, rng)
         with np.errstate(all="ignore"):
             ref = op.reference(problem, inputs)
@@ -168,20 +183,71 @@ def bench_shapes(op, combo) -> list:
 
 # ---- one kernel -------------------------------------------------------------------------------
 
-def export_one(op, combo, target, out_root: Path, rng, variant: str = "default", cases: bool = True) -> Path:
+def _admitted(op, combo, requirement, problem) -> bool:
+    """Whether a call of ``problem`` (on aligned memory) takes the variant of ``requirement``
+    (its positions are the kernel's parameters: ``op.kernel_tensors`` order, which
+    ``api.kernel_shapes`` need not follow)."""
+    by_name = op.api.kernel_shapes(problem)
+    shapes = [by_name[name] for name in op.kernel_tensors(combo)]
+    return requirement.admits([tuple(s) for s in shapes], [requirement.align] * len(shapes))
+
+
+def _widened(problem, lanes: int):
+    """``problem`` with the last axis of its first tuple field 2 * ``lanes`` long, or None."""
+    for field in dataclasses.fields(problem):
+        value = getattr(problem, field.name)
+        if isinstance(value, tuple) and value:
+            return dataclasses.replace(problem, **{field.name: value[:-1] + (2 * lanes,)})
+    return None
+
+
+def variant_problems(op, combo, requirement) -> list:
+    """The golden-case problems of a variant: ``case_problems``, plus, when none of them is
+    one the variant takes, the first of them widened to a row length it takes (so that every
+    exported variant is checked against the reference on some case)."""
+    problems = case_problems(op)
+    if requirement is None or any(_admitted(op, combo, requirement, p) for p in problems):
+        return problems
+    for problem in problems:
+        wider = _widened(problem, requirement.lanes)
+        if wider is not None and _valid(op, wider) and _largest(op, wider) <= CASE_ELEMENTS \
+                and _admitted(op, combo, requirement, wider):
+            return problems + [wider]
+    return problems
+
+
+def call_variants(op, combo, target) -> tuple:
+    """(name, knobs, requirement) of each kernel the call path can choose besides the
+    default one (the schedule rule's ``call_variants``; none without rules)."""
+    rule = kernels.matching_rule(op, combo, target)
+    return () if rule is None else rule.call_variants(target, kernels.prim_func(op, combo))
+
+
+def export_one(op, combo, target, out_root: Path, rng, variant: str = "default", cases: bool = True,
+               knobs: dict | None = None, requirement=None, variants=()) -> Path:
     """Write one kernel's device code, plan and golden cases; returns the plan's path."""
     out_dir = Path(out_root) / target.name / op.name / combo.tag / ("" if variant == "default" else variant)
     out_dir.mkdir(parents=True, exist_ok=True)
-    knobs = kernels.kernel_point(op, combo, target)
+    knobs = kernels.kernel_point(op, combo, target, knobs)
     mod, symbol = kernels.scheduled_module(op, combo, target, variant, knobs)
     code, plans = target.export_code(mod, out_dir)
-    doc = plan_document(op, combo, target, variant, knobs, mod[symbol], plans[symbol], code)
+    doc = plan_document(op, combo, target, variant, knobs, mod[symbol], plans[symbol], code, requirement, variants)
     runtime_plan.parse(doc, out_dir)           # what the runner would refuse is never written
     path = out_dir / "plan.json"
     path.write_text(json.dumps(doc, indent=1) + "\n")
     if cases:
-        meta, arrays = golden_cases(op, combo, rng)
+        meta, arrays = golden_cases(op, combo, rng, variant_problems(op, combo, requirement))
         np.savez_compressed(out_dir / "cases.npz", **arrays)
         (out_dir / "cases.json").write_text(json.dumps(meta, indent=1) + "\n")
         (out_dir / "bench.json").write_text(json.dumps(bench_shapes(op, combo)) + "\n")
     return path
+
+
+def export_kernel(op, combo, target, out_root: Path, rng, cases: bool = True) -> list:
+    """Every kernel the call path of (op, combo) can choose on ``target``: the default one,
+    whose plan lists the variants, and each variant with its selection rule in its plan
+    (``<combo>/<variant>/plan.json``). Returns the plans' paths, the default one last."""
+    chosen = call_variants(op, combo, target)
+    paths = [export_one(op, combo, target, out_root, rng, name, cases, knobs, requirement)
+             for name, knobs, requirement in chosen]
+    return paths + [export_one(op, combo, target, out_root, rng, cases=cases, variants=[n for n, _, _ in chosen])]

@@ -101,6 +101,14 @@ class ScheduleRule:
         misaligned data)."""
         return ()
 
+    def call_variants(self, target, func) -> tuple:
+        """The kernels ``knobs_for_call`` can choose besides the default one, each as (name,
+        knobs, requirement): the requirement's ``admits(shapes, alignments)`` (per parameter
+        of ``func``, in order) is the rule ``knobs_for_call`` applies, and its
+        ``conditions(shape)`` the same rule as expressions (what opgen.export writes into a
+        launch plan, so a runner without TVM chooses as the library does)."""
+        return ()
+
 
 class PatternRule(ScheduleRule):
     """Base of the rules that match a stage pattern: ``match(infos)`` returns what the

@@ -97,7 +97,7 @@ from opgen.schedules import Block, Knob, PatternRule, ScheduleRule, blocks, patt
 from opgen.schedules import gpu_vector
 from opgen.schedules.gpu_vector import (VECTOR, _row_scalars_in_registers, _tensor_sets, _vector_nest,
                                         _vector_row_reductions, _promise, check_vector, vector_defaults,
-                                        vector_lanes)
+                                        vector_lanes, vector_variants)
 from opgen.schedules.llvm import _merge_nests
 
 THREADS = Knob(
@@ -212,6 +212,10 @@ class GpuRowPass(PatternRule):
         matched = self.match(blocks(pattern_schedule(func))) if func is not None else None
         return vector_defaults(func, matched, shapes, alignments, target) if matched is not None else {}
 
+    def call_variants(self, target, func) -> tuple:
+        matched = self.match(blocks(pattern_schedule(func))) if func is not None else None
+        return vector_variants(func, matched, target)
+
     def check_knobs(self, knobs: dict, target, shapes=None, func=None) -> str | None:
         if knobs.get("rows_per_block", 0) and knobs.get("partials", PARTIALS.default) != PARTIALS.default:
             return "partials is unused when rows_per_block is set (the same kernel as the default partials)"
@@ -277,6 +281,10 @@ class GpuRowReduce(PatternRule):
     def knobs_for_call(self, target, shapes, func=None, alignments=None) -> dict:
         matched = self.match(blocks(pattern_schedule(func))) if func is not None else None
         return vector_defaults(func, matched, shapes, alignments, target) if matched is not None else {}
+
+    def call_variants(self, target, func) -> tuple:
+        matched = self.match(blocks(pattern_schedule(func))) if func is not None else None
+        return vector_variants(func, matched, target)
 
     def check_knobs(self, knobs: dict, target, shapes=None, func=None) -> str | None:
         matched = self.match(blocks(pattern_schedule(func))) if func is not None and knobs.get("vector") else None

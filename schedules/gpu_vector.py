@@ -11,6 +11,7 @@ Not yet weighed against occupancy on a GPU (none was lent); ``threads`` is the k
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from opgen.schedules import VECTOR_LANES, Block, Knob
 
@@ -157,28 +158,84 @@ def vector_refusal(func, outs: list[Block], target) -> str | None:
     return f"{target.name} cannot carry {', '.join(refused)} rows in vector registers" if refused else None
 
 
+@dataclass(frozen=True)
+class VectorRequirement:
+    """What a call must give the vector variant, by position in the kernel's parameters: the
+    one rule both the library's per-call choice (``vector_defaults``) and an exported plan's
+    selection (opgen.export writes ``conditions``; opgen.runtime.plan evaluates them) apply,
+    so a runner without TVM picks the variant exactly where the library would."""
+
+    lanes: int
+    row_param: int            # the elementwise output whose shape is rows x row length
+    column_params: tuple      # parameters moved 128 bits at a time: each ``align``-byte aligned
+    align: int = VECTOR_BYTES
+
+    def shape_refusal(self, shape) -> str | None:
+        """Why a call whose row parameter has ``shape`` cannot take the variant, or None."""
+        if not shape or any(int(e) == 0 for e in shape):
+            return "an empty tensor"
+        rows, cols = math.prod(int(e) for e in shape[:-1]), int(shape[-1])
+        if cols % self.lanes:
+            return f"a row length ({cols}) that is not a multiple of {self.lanes}"
+        if not index_fits(rows, cols):
+            return "more elements than its 32-bit indices reach"
+        return None
+
+    def admits(self, shapes: list, alignments: list) -> bool:
+        """Whether a call with these shapes and address alignments (per parameter, in order;
+        alignments in bytes) takes the variant."""
+        shape = shapes[self.row_param] if self.row_param < len(shapes) else None
+        return self.shape_refusal(shape) is None and \
+            all(i < len(alignments) and alignments[i] >= self.align for i in self.column_params)
+
+    def conditions(self, shape: list) -> list:
+        """``shape_refusal``'s rule as Python boolean expressions over the row parameter's
+        size expressions ``shape`` (text, one per axis): all true exactly when it is None."""
+        rows = " * ".join(f"({e})" for e in shape[:-1]) or "1"
+        cols = f"({shape[-1]})"
+        return [f"0 < {rows}", f"0 < {cols}", f"{cols} % {self.lanes} == 0",
+                f"(max({rows}, {INDEX_ROWS}) + 1) * ({cols} + {VECTOR_BYTES * INDEX_THREADS}) < {INT32_INDEX}"]
+
+
+def index_fits(rows: int, cols: int) -> bool:
+    """Whether the variant's int32 indices (targets/gpu_launch.with_32_bit_indices) reach the
+    row tensors, the column partials and the loops' last strides (with the margins below)."""
+    return (max(rows, INDEX_ROWS) + 1) * (cols + VECTOR_BYTES * INDEX_THREADS) < INT32_INDEX
+
+
+def vector_requirement(func, matched, target=None) -> VectorRequirement | None:
+    """The vector variant's requirement for ``func`` (the unscheduled PrimFunc ``matched``
+    by a row rule), or None when the target cannot take it at all (``vector_refusal``)."""
+    if func is None or matched is None:
+        return None
+    outs = matched[0]
+    if vector_refusal(func, outs, target):
+        return None
+    names = [p.name for p in func.params]
+    columns = {p.name for p in _column_params(func, outs)}
+    return VectorRequirement(vector_lanes(func, outs), names.index(next(iter(outs[0].writes))),
+                             tuple(i for i, n in enumerate(names) if n in columns))
+
+
+def vector_variants(func, matched, target) -> tuple:
+    """The rule's ``call_variants``: ("vector", its knobs, its requirement) when the target
+    can take it."""
+    requirement = vector_requirement(func, matched, target)
+    return () if requirement is None else (("vector", {"vector": True}, requirement),)
+
+
 def vector_defaults(func, matched, shapes: dict, alignments: dict | None, target=None) -> dict:
-    """{"vector": True} when the call can take the vector variant: rows and columns not
-    empty, the row length a multiple of the lanes, every row tensor 16-byte aligned as the
-    kernel receives it, and the element count within 32-bit range of the index types TVM
-    keeps (a bound the variant's callers rely on nowhere else)."""
+    """{"vector": True} when the call can take the vector variant (``VectorRequirement``):
+    rows and columns not empty, the row length a multiple of the lanes, every row tensor
+    16-byte aligned as the kernel receives it, and the element count within 32-bit range of
+    the index types TVM keeps (a bound the variant's callers rely on nowhere else)."""
     if not shapes or alignments is None:
         return {}
-    outs = matched[0]
-    shape = by_param(func, shapes).get(next(iter(outs[0].writes)))
-    if not shape or any(int(e) == 0 for e in shape):
+    requirement = vector_requirement(func, matched, target)
+    if requirement is None:
         return {}
-    lanes = vector_lanes(func, outs)
-    if int(shape[-1]) % lanes or vector_refusal(func, outs, target):
-        return {}
-    rows, cols = math.prod(int(e) for e in shape[:-1]), int(shape[-1])
-    if (max(rows, INDEX_ROWS) + 1) * (cols + VECTOR_BYTES * INDEX_THREADS) >= INT32_INDEX:
-        return {}     # its indices are int32 (targets/gpu_launch.with_32_bit_indices): the row
-                      # tensors, the column partials and the loops' last strides must fit
-    aligned = by_param(func, {n: alignments.get(n, 0) for n in shapes})
-    if any(aligned.get(p.name, 0) < VECTOR_BYTES for p in _column_params(func, outs)):
-        return {}
-    return {"vector": True}
+    aligned = [alignments.get(n, 0) for n in shapes]
+    return {"vector": True} if requirement.admits(list(shapes.values()), aligned) else {}
 
 
 def by_param(func, per_tensor: dict) -> dict:

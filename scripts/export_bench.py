@@ -2,8 +2,9 @@
 
     python3 scripts/export_bench.py EXPORT_DIR/cuda [--budget 60] [--peak 4.8e12]
 
-Per plan whose data inputs are float32 or bfloat16, at the first benchmark problem the
-export wrote (bench.json): the runner's whole call (plan evaluation + launches) on CuPy
+Per plan whose data inputs are float32 or bfloat16 (each variant a kernel can choose, e.g. the
+128-bit ``vector/`` one, on its own row; a variant the shape's selection rule refuses is a row
+saying so), at the first benchmark problem the export wrote (bench.json): the runner's whole call (plan evaluation + launches) on CuPy
 device arrays, median of CUDA-event timings, GB/s of the minimal traffic (every caller
 array's bytes once) and % of the HBM peak. torch eager and torch.compile (autograd of the
 forward) join where torch has CUDA and TORCH_PEERS has the plan's op: torch's formula cannot
@@ -67,12 +68,17 @@ def bench_plan(cupy, torch, path: Path, peak: float) -> list:
     case = json.loads(plan.code_file("bench.json").read_text())[0]
     params = plan.caller_params()
     arrays = [random_device(cupy, s, p.dtype) for p, s in zip(params, case["shapes"])]
+    label = f"{plan.doc['op']} {plan.doc['dtypes']} {case['problem']}"
+    if plan.doc.get("variant", "default") != "default":
+        label = f"{label} [{plan.doc['variant']}]"
+    why = plans.refusal(plan, arrays)
+    if why:      # a variant whose rule this shape does not meet: the library would not run it here
+        return [(f"{label} not admitted: {why}", *[float("nan")] * 3)]
     backend = backends.for_plan(plan)
     nbytes = sum(a.nbytes for a in arrays)
-    label = f"{plan.doc['op']} {plan.doc['dtypes']} {case['problem']}"
     rows = [(f"{label} opgen runner", cuda_ms(cupy, lambda: plans.run(plan, arrays, backend)))]
     peer = TORCH_PEERS.get(plan.doc["op"])
-    if torch is not None and peer is not None and params[0].dtype == "float32":
+    if torch is not None and peer is not None and params[0].dtype == "float32" and not plan.requires:
         t = [torch.as_tensor(a, device="cuda") for a in arrays]
         for name, compiled in (("torch eager", False), ("torch.compile", True)):
             rows.append((f"{label} {name}", cuda_ms(cupy, peer(torch, t, compiled))))
@@ -98,7 +104,7 @@ def main(argv=None) -> int:
         torch = None
     start, failed = time.monotonic(), 0
     print(f"{'case':<64} {'ms':>9} {'GB/s':>8} {'% peak':>7}")
-    paths = sorted(Path(args.folder).rglob("plan.json"), key=lambda p: (p.parent.parent.name not in TORCH_PEERS, p))
+    paths = sorted(Path(args.folder).rglob("plan.json"), key=lambda p: (json.loads(p.read_text())["op"] not in TORCH_PEERS, p))
     for path in paths:     # plans with a torch peer first: the budget may not reach the rest
         if json.loads(path.read_text())["params"][0]["dtype"] not in ("float32", "bfloat16"):
             continue

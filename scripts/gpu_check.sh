@@ -5,7 +5,8 @@
 #   opgen export --target cuda --out gpu-export     (git-ignored: send it along, e.g. the device
 #   tool's carry=["gpu-export"]; every op x combo with golden cases is 19 MiB, 54 plans)
 # Steps: 1. the GPU and the CUDA runtime (CuPy) -- exit 1 when the runtime cannot load;
-# 2. every exported plan's golden cases through opgen.runtime against the float64 reference;
+# 2. every exported plan's golden cases through opgen.runtime against the float64 reference (the
+#    128-bit vector/ variants too, each on the cases its selection rule admits);
 # 3. compute-sanitizer memcheck, racecheck and synccheck on each op's f32-f32 plan, when present;
 # 4. the runner's timings next to torch eager and torch.compile (scripts/export_bench.py).
 # Exit 0 only when 2 and 3 pass. Written without a GPU: what ran is the exit on a missing

@@ -23,6 +23,7 @@ import pytest
 from opgen import cli
 from opgen.export import case_problems
 from opgen.ops import all_ops, get_op
+from opgen import selection
 from opgen.runtime import plan as plans
 from opgen.targets import get_target
 from tiers import covering, tiered
@@ -107,7 +108,9 @@ def test_exported_opencl_plans_replay_without_tvm_and_match_the_reference(tmp_pa
                           timeout=850)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [line for line in proc.stdout.splitlines() if line.startswith(("PASS", "FAIL"))]
-    assert len(rows) == len(paths) and all(r.startswith("PASS") for r in rows), proc.stdout
+    every_plan = sorted(tmp_path.rglob("plan.json"))    # the kernels' variants (vector/) as well
+    assert len(rows) == len(every_plan) > len(paths) and all(r.startswith("PASS") for r in rows), proc.stdout
+    assert any(r.split()[-1] == "vector" or "/vector " in r for r in rows), proc.stdout
     for path in paths:
         cases = json.loads((path.parent / "cases.json").read_text())
         assert any(re.search(r"\b0\b", c["problem"]) for c in cases), path     # an empty dimension ran
@@ -158,3 +161,46 @@ def test_gpu_check_fails_when_the_cuda_runtime_cannot_load(tmp_path):
     proc = subprocess.run(["bash", str(script), str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "the CUDA runtime cannot load" in proc.stdout
+
+
+class _Array:
+    """A numpy-like array that is only a description (shape, dtype, strides, address): what
+    the runner's checks read, at sizes too large to allocate here."""
+
+    def __init__(self, shape, dtype, address):
+        self.shape, self.dtype = tuple(shape), np.dtype(dtype)
+        strides, step = [], self.dtype.itemsize
+        for extent in reversed(self.shape):
+            strides.insert(0, step)
+            step *= extent
+        self.strides, self.__array_interface__ = tuple(strides), {"data": (address, False)}
+
+
+def test_the_runner_chooses_the_variant_exactly_where_the_library_does(tmp_path):
+    """The exported family's selection rule against the library's per-call choice
+    (opgen.selection.resolve, knob ``vector``) on aligned, misaligned, short, ragged and
+    empty rows and both sides of the variant's 32-bit index bound."""
+    import ml_dtypes
+
+    op, combo = get_op("rms_norm_grad"), get_op("rms_norm_grad").combo("bf16-f32")
+    (path,) = _export(OPENCL, tmp_path, [(op.name, combo.tag)], "--no-cases")
+    family = plans.load_family(path)
+    assert [p.doc["variant"] for p in family] == ["vector", "default"]
+    bound = max(c for c in range(1031000, 1032400, 8) if (2048 + 1) * (c + 16 * 1024) < 2 ** 31)
+    sizes = [(4, 16), (3, 24), (4, 12), (4, 941), (0, 16), (4, 0), (1, 8), (4, bound), (4, bound + 8),
+             (100000, 8), (200000, 8)]
+    caller = family[-1].caller_params()
+    dtypes = {"bfloat16": ml_dtypes.bfloat16, "float32": np.float32}
+    chosen = []
+    for rows, cols in sizes:
+        env = {"v0": rows, "v1": cols}
+        shapes = {p.name: tuple(e(env) for e in p.shape) for p in caller}
+        for misaligned in (None, "x", "dgamma", "rstd"):
+            alignments = {p.name: 2 if p.name == misaligned else 64 for p in caller}
+            library = selection.resolve(op, combo, OPENCL, shapes, alignments)[0].knobs["vector"]
+            arrays = [_Array(shapes[p.name], dtypes[p.dtype], 1 << 20 | (2 if p.name == misaligned else 0))
+                      for p in caller]
+            runner = plans.choose(family, arrays).doc["variant"] == "vector"
+            assert runner == library, (rows, cols, misaligned, library)
+            chosen.append(library)
+    assert any(chosen) and not all(chosen)

@@ -10,6 +10,7 @@ scripts/gpu_check.sh's job on a GPU.
 """
 from __future__ import annotations
 
+import re
 import sys
 import types
 from pathlib import Path
@@ -19,6 +20,7 @@ import pytest
 
 from opgen import cli
 from opgen.runtime import check
+from opgen.runtime import plan as plans
 from opgen.targets import get_target
 
 OPENCL, CUDA = get_target("opencl"), get_target("cuda")
@@ -81,9 +83,17 @@ def test_the_cuda_plan_through_cupybackend_matches_the_reference(op, tag, tmp_pa
     for target, extra in ((CUDA, []), (OPENCL, ["--no-cases"])):
         assert cli.main(["export", "--target", target.name, "--out", str(tmp_path), "--op", op, "--dtypes", tag,
                          *extra]) == 0
-    loaded = []
-    source = tmp_path / "opencl" / op / tag / "kernel.cl"
-    monkeypatch.setitem(sys.modules, "cupy", fake_cupy(source, loaded))
-    results = check.check_plan(tmp_path / "cuda" / op / tag / "plan.json")
-    assert loaded == ["kernel.sm_90.cubin"]
-    assert results and all(r.passed for r in results), [r for r in results if not r.passed]
+    # The row op's 128-bit variant too (its own sub-folder, the same kernel names on both targets).
+    variants = [""] + (["vector"] if op == "rms_norm_grad" else [])
+    assert {p.parent.name for p in (tmp_path / "cuda" / op / tag).glob("*/plan.json")} == set(variants[1:])
+    for variant in variants:
+        loaded = []
+        source = tmp_path / "opencl" / op / tag / variant / "kernel.cl"
+        monkeypatch.setitem(sys.modules, "cupy", fake_cupy(source, loaded))
+        results = check.check_plan(tmp_path / "cuda" / op / tag / variant / "plan.json")
+        assert loaded == ["kernel.sm_90.cubin"]
+        assert results and all(r.passed for r in results), [r for r in results if not r.passed]
+        plan = plans.load(tmp_path / "cuda" / op / tag / variant / "plan.json")
+        ptx = plan.code_file(plan.code["archs"]["sm_90"]["ptx"]).read_text()
+        assert {k.name for k in plan.kernels} <= set(re.findall(r"\.entry\s+(\w+)\(", ptx))
+        assert (".v4." in ptx) == (variant == "vector")       # the variant's 128-bit accesses, compiled

@@ -197,3 +197,112 @@ def test_the_cuda_backend_loads_the_devices_cubin_else_the_newest_older_ptx(tmp_
     assert pick(plan, 86).name == "k.sm_80.ptx" and pick(plan, 100).name == "k.sm_90.ptx"
     with pytest.raises(backends.BackendMissing, match="no code for sm_75"):
         pick(plan, 75)
+
+
+# ---- the caller's arrays: dtype by dtype, C-contiguity, for numpy and torch alike -----------------
+
+BF16_DOC = {**DOC, "params": [{**p, "dtype": "bfloat16"} if p["role"] == "input" else p for p in DOC["params"]]}
+F16_DOC = {**DOC, "params": [{**p, "dtype": "float16"} if p["role"] == "input" else p for p in DOC["params"]]}
+
+
+def test_a_dtype_is_checked_by_name_not_by_size(tmp_path):
+    """bfloat16 and float16 are both 2 bytes: neither passes as the other; bfloat16 may come
+    as its uint16 bits (CuPy has none), float16 may not."""
+    import ml_dtypes
+
+    out = np.zeros(5, np.float32)
+    for doc, given, ok in [(F16_DOC, np.float16, True), (F16_DOC, ml_dtypes.bfloat16, False),
+                           (F16_DOC, np.uint16, False), (BF16_DOC, ml_dtypes.bfloat16, True),
+                           (BF16_DOC, np.uint16, True), (BF16_DOC, np.float16, False)]:
+        plan, backend = plans.parse(doc, tmp_path), Recording()
+        arrays = [np.zeros((5, 300), given), out]
+        if ok:
+            plans.run(plan, arrays, backend)
+            assert backend.calls[-1][0] == "finish", (doc is F16_DOC, given)
+        else:
+            with pytest.raises(PlanError, match="elements, the kernel takes"):
+                plans.run(plan, arrays, backend)
+            assert not backend.calls
+
+
+def test_torch_tensors_are_checked_by_dtype_and_layout_like_numpy_arrays(tmp_path):
+    torch = pytest.importorskip("torch")
+    plan = plans.parse(BF16_DOC, tmp_path)
+    good = [torch.zeros((5, 300), dtype=torch.bfloat16), torch.zeros(5, dtype=torch.float32)]
+    assert plans.refusal(plan, good) is None
+    assert "float16 elements" in plans.refusal(plan, [good[0].to(torch.float16), good[1]])
+    transposed = torch.zeros((300, 5), dtype=torch.bfloat16).t()       # the right shape, column-major
+    assert "not C-contiguous" in plans.refusal(plan, [transposed, good[1]])
+    every_other = torch.zeros((5, 600), dtype=torch.bfloat16)[:, ::2]
+    assert "not C-contiguous" in plans.refusal(plan, [every_other, good[1]])
+    assert plans.refusal(plan, [torch.zeros((1, 300), dtype=torch.bfloat16).expand(5, 300), good[1]])   # stride 0
+    plans.run(plan, good, Recording())
+
+
+def test_numpy_views_that_are_not_c_contiguous_are_refused(tmp_path):
+    plan = plans.parse(DOC, tmp_path)
+    out = np.zeros(5, np.float32)
+    assert plans.refusal(plan, [np.zeros((5, 300), np.float32), out]) is None
+    assert plans.refusal(plan, [np.zeros((0, 600), np.float32)[:, ::2], np.zeros(0, np.float32)]) is None  # empty
+    for bad in (np.zeros((300, 5), np.float32).T, np.zeros((5, 600), np.float32)[:, ::2],
+                np.zeros((10, 300), np.float32)[::2], np.asfortranarray(np.zeros((5, 300), np.float32))):
+        assert "not C-contiguous" in plans.refusal(plan, [bad, out]), bad.strides
+        with pytest.raises(PlanError, match="not C-contiguous"):
+            plans.run(plan, [bad, out], Recording())
+    # extent-1 axes may carry any stride, as numpy's own flag says
+    single = np.zeros((1, 300), np.float32)[:, :]
+    assert plans.is_contiguous(np.lib.stride_tricks.as_strided(single, (1, 300), (12345 * 4, 4)))
+
+
+# ---- a kernel's variants: the selection rule in the plan, the runner's choice -----------------------
+
+VARIANT = {**DOC, "variant": "vector",
+           "requires": {"when": ["0 < v0", "0 < v1", "v1 % 4 == 0"], "aligned": [{"param": 0, "bytes": 16}]}}
+
+
+def _family(tmp_path):
+    base = tmp_path / "plan.json"
+    base.write_text(json.dumps({**DOC, "variant": "default", "variants": ["vector"]}))
+    (tmp_path / "vector").mkdir()
+    (tmp_path / "vector" / "plan.json").write_text(json.dumps(VARIANT))
+    return plans.load_family(base)
+
+
+def _at(offset_bytes: int, shape, dtype=np.float32):
+    """An array starting ``offset_bytes`` past a 64-byte boundary."""
+    from opgen.runtime.check import aligned
+    return aligned(shape, dtype, 0, offset_bytes)
+
+
+def test_the_runner_picks_the_variant_only_for_calls_its_rule_admits(tmp_path):
+    family = _family(tmp_path)
+    assert [p.doc["variant"] for p in family] == ["vector", "default"]
+    out = np.zeros(5, np.float32)
+    chosen = lambda x: plans.choose(family, [x, out]).doc["variant"]   # noqa: E731
+    assert chosen(_at(0, (5, 300))) == "vector"                       # aligned, 300 % 4 == 0
+    assert chosen(_at(16, (5, 300))) == "vector"
+    assert chosen(_at(4, (5, 300))) == "default"                      # misaligned by one element
+    assert chosen(_at(0, (5, 302))) == "default"                      # a row length the lanes do not divide
+    assert chosen(_at(0, (5, 2))) == "default"                        # a short row
+    assert plans.choose(family, [_at(0, (0, 300)), np.zeros(0, np.float32)]).doc["variant"] == "default"
+    # forced, the variant refuses what it cannot take, before any launch
+    for x, why in [(_at(4, (5, 300)), "16-byte aligned"), (_at(0, (5, 302)), "v1 % 4 == 0")]:
+        backend = Recording()
+        with pytest.raises(PlanError, match=why):
+            plans.run(family[0], [x, np.zeros(5, np.float32)], backend)
+        assert not backend.calls
+
+
+@pytest.mark.parametrize("change,match", [
+    (lambda d: d.__setitem__("requires", {"when": ["__import__('os')"]}), "refused"),
+    (lambda d: d.__setitem__("requires", {"aligned": [{"param": 2, "bytes": 16}]}), "alignment"),   # workspace
+    (lambda d: d.__setitem__("requires", {"aligned": [{"param": 9, "bytes": 16}]}), "alignment"),
+    (lambda d: d.__setitem__("requires", {"when": "v1 % 4 == 0"}), "conditions"),
+    (lambda d: d.__setitem__("requires", {"unknown": 1}), "bad requires"),
+    (lambda d: d.__setitem__("variants", ["../elsewhere"]), "plain sub-folder"),
+])
+def test_a_malformed_selection_rule_is_refused_at_load(change, match, tmp_path):
+    doc = copy.deepcopy(VARIANT)
+    change(doc)
+    with pytest.raises(PlanError, match=match):
+        plans.parse(doc, tmp_path)

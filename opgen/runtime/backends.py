@@ -27,6 +27,12 @@ def _bytes(array: np.ndarray) -> np.ndarray:
     return array.reshape(-1).view(np.uint8)
 
 
+def _on_device(array) -> bool:
+    """Whether ``array`` is CUDA device memory (CuPy, torch CUDA tensors: the CUDA array
+    interface), used in place rather than copied."""
+    return hasattr(array, "__cuda_array_interface__")
+
+
 class OpenclBackend:
     """pyopencl on ``context`` (default: pyopencl's choice, honouring PYOPENCL_CTX). Host
     arrays are used in place (CL_MEM_USE_HOST_PTR) and mapped back after the launches."""
@@ -104,8 +110,11 @@ class CupyBackend:
         return plan.code_file(older[-1][1]["ptx"])
 
     def bind(self, arrays: list) -> list:
+        """Device arrays (CuPy's, or any with ``__cuda_array_interface__``: torch's CUDA
+        tensors) in place; host arrays copied in."""
         cp = self.cupy
-        return [a if isinstance(a, cp.ndarray) else cp.asarray(_bytes(a)) for a in arrays]
+        return [a if isinstance(a, cp.ndarray) else cp.asarray(a) if _on_device(a) else cp.asarray(_bytes(a))
+                for a in arrays]
 
     def alloc(self, nbytes: int):
         return self.cupy.empty(max(nbytes, 1), self.cupy.uint8)
@@ -119,7 +128,7 @@ class CupyBackend:
 
     def finish(self, arrays: list, handles: list, outputs: list) -> None:
         for array, handle, is_output in zip(arrays, handles, outputs):
-            if is_output and handle is not array and array.size:
+            if is_output and not _on_device(array) and array.size:
                 np.copyto(_bytes(array), handle.get())
         self.cupy.cuda.runtime.deviceSynchronize()
 

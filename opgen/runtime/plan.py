@@ -2,8 +2,16 @@
 
 Everything here is shared by every backend, so replaying a plan on an OpenCL device tests
 the logic a GPU run uses: which launches are made (the guards, empty grids), their grid and
-block sizes, their arguments, the workspace, and the check that the caller's arrays have
-the shapes the kernels index with (a wrong shape would read out of bounds, not fail).
+block sizes, their arguments, the workspace, the check that the caller's arrays have the
+shapes, dtypes and C-contiguous layout the kernels index with (a wrong one would be read
+out of bounds or misread, not refused by the kernel), and which variant of a kernel runs:
+a plan with ``requires`` (the 128-bit variant) runs only on calls its conditions admit, and
+``choose`` picks among a kernel's plans (``load_family``) as the library's per-call choice
+does (the same rule, written by opgen.export from the schedule rule's ``call_variants``).
+
+The array checks read only ``.shape``, ``.dtype`` and the strides (``.strides`` in bytes as
+numpy and CuPy have them, or torch's ``.stride()`` in elements) and the data address, so
+numpy, CuPy and torch arrays (CPU or CUDA) are all checked the same way.
 """
 from __future__ import annotations
 
@@ -14,10 +22,14 @@ from pathlib import Path
 
 from opgen.runtime.expr import Expr, PlanError
 
-FORMAT = "opgen-launch-plan/1"
+FORMAT = "opgen-launch-plan/2"     # /2: ``requires`` and ``variants`` (an old reader would run a
+                                    # variant plan on calls it does not admit)
 ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4, "int8": 1, "uint8": 1}
 SCALARS = ("int32", "int64", "float32", "float64")
 ROLES = ("input", "output", "workspace")
+# What an array's dtype may be called for a parameter's dtype: its own name, and bfloat16 as
+# its uint16 bits too (CuPy has no bfloat16); never another dtype of the same size.
+DTYPE_NAMES = {"bfloat16": ("bfloat16", "uint16")}
 WORKSPACE_ALIGN = 256    # bytes: each workspace buffer starts at a multiple of this
 
 
@@ -48,6 +60,9 @@ class Plan:
     shape_vars: tuple     # (name, param index, axis)
     binds: tuple          # (name, Expr) in order
     kernels: tuple
+    requires: tuple = ()  # Expr per condition the call's sizes must meet (a variant plan)
+    aligned: tuple = ()   # (parameter index, bytes) each caller address must be a multiple of
+    variants: tuple = ()  # sub-folder names of the kernel's variant plans, in the order tried
 
     @property
     def code(self) -> dict:
@@ -129,9 +144,38 @@ def parse(doc: dict, folder: Path) -> Plan:
         names.append(binds[-1][0])
     params = _params(doc, names)
     kernels = tuple(_kernel(k, names, n_params) for k in _field(doc, "kernels", list))
-    plan = Plan(Path(folder), doc, params, tuple(shape_vars), tuple(binds), kernels)
+    requires, aligned = _requires(doc, names, params)
+    plan = Plan(Path(folder), doc, params, tuple(shape_vars), tuple(binds), kernels, requires, aligned,
+                _variants(doc))
     _code_files(plan)
     return plan
+
+
+def _requires(doc: dict, names, params) -> tuple:
+    """(conditions, alignments) of a variant plan's ``requires``; ((), ()) without one."""
+    requires = doc.get("requires", {})
+    if not isinstance(requires, dict) or set(requires) - {"when", "aligned"}:
+        raise PlanError(f"bad requires {requires!r}")
+    when = requires.get("when", [])
+    if not isinstance(when, list):
+        raise PlanError(f"bad requires conditions {when!r}")
+    when = tuple(Expr(e, names) for e in when)
+    aligned = []
+    for a in requires.get("aligned", []):
+        ok = isinstance(a, dict) and all(isinstance(a.get(k), int) and not isinstance(a.get(k), bool)
+                                         for k in ("param", "bytes"))
+        if not ok or not 0 <= a["param"] < len(params) or params[a["param"]].role == "workspace" or a["bytes"] < 1:
+            raise PlanError(f"bad alignment requirement {a!r}")
+        aligned.append((a["param"], a["bytes"]))
+    return when, tuple(aligned)
+
+
+def _variants(doc: dict) -> tuple:
+    """The plain sub-folder names ``variants`` lists (PlanError otherwise)."""
+    variants = doc.get("variants", [])
+    if not isinstance(variants, list) or not all(isinstance(v, str) and v.isidentifier() for v in variants):
+        raise PlanError(f"bad variants {variants!r}: plain sub-folder names")
+    return tuple(variants)
 
 
 def _code_files(plan: Plan) -> None:
@@ -155,6 +199,112 @@ def load(path) -> Plan:
     except (OSError, ValueError) as err:
         raise PlanError(f"cannot read launch plan {path}: {err}") from None
     return parse(doc, path.parent)
+
+
+def load_family(path) -> tuple:
+    """The plans of one kernel in the order the library prefers them: each variant the plan
+    at ``path`` lists (``<folder>/<variant>/plan.json``), then that plan itself, which
+    requires nothing and so takes every call the variants refuse."""
+    base = load(path)
+    if base.requires or base.aligned:
+        raise PlanError(f"{path} is a variant plan (it has requires); load its kernel's own plan")
+    return tuple(load(base.folder / name / "plan.json") for name in base.variants) + (base,)
+
+
+def choose(family, arrays: list) -> Plan:
+    """The first plan of ``family`` (``load_family``) that admits ``arrays``: the library's
+    per-call choice (schedules' ``call_variants``), made from the plans alone."""
+    for plan in family:
+        if refusal(plan, arrays) is None:
+            return plan
+    raise PlanError(f"no plan of the kernel admits the call: {refusal(family[-1], arrays)}")
+
+
+# ---- the caller's arrays --------------------------------------------------------------------
+
+def dtype_name(array) -> str:
+    """numpy's name of an array's element type: ``float32`` for numpy, CuPy and torch
+    (``torch.float32``) alike; ``bfloat16`` for ml_dtypes' and torch's."""
+    dtype = array.dtype
+    name = getattr(dtype, "name", None)
+    return name if isinstance(name, str) else str(dtype).rpartition(".")[2]
+
+
+def element_strides(array) -> tuple:
+    """The strides in elements: torch's ``stride()``, else ``.strides`` (bytes) divided by
+    the element size (PlanError when one is not a multiple of it)."""
+    stride = getattr(array, "stride", None)
+    if callable(stride):
+        return tuple(int(s) for s in stride())
+    size = ITEMSIZE.get(dtype_name(array)) or array.dtype.itemsize
+    if any(s % size for s in array.strides):
+        raise PlanError(f"strides {tuple(array.strides)} are not whole {dtype_name(array)} elements")
+    return tuple(s // size for s in array.strides)
+
+
+def is_contiguous(array) -> bool:
+    """Whether the elements lie in C order with no gaps: each stride the product of the
+    extents after it (axes of extent 1 and empty arrays excepted, as numpy's flag does)."""
+    shape = tuple(int(e) for e in array.shape)
+    if 0 in shape:
+        return True
+    expected = 1
+    for extent, stride in reversed(list(zip(shape, element_strides(array)))):
+        if extent != 1 and stride != expected:
+            return False
+        expected *= extent
+    return True
+
+
+def address(array) -> int:
+    """The address of the array's first element: torch's ``data_ptr()``, else the CUDA or
+    numpy array interface's (CuPy, numpy)."""
+    data_ptr = getattr(array, "data_ptr", None)
+    if callable(data_ptr):
+        return int(data_ptr())
+    interface = getattr(array, "__cuda_array_interface__", None) or getattr(array, "__array_interface__", None)
+    if interface is None:
+        raise PlanError(f"cannot read the address of a {type(array).__name__}")
+    return int(interface["data"][0])
+
+
+def array_refusal(param: Param, array) -> str | None:
+    """Why ``array`` cannot be handed to the kernel as ``param``: a dtype other than the
+    parameter's (by name: bfloat16 is not float16, though both are 2 bytes), or a layout
+    other than C-contiguous (the kernel indexes as if it were); None when it can."""
+    name = dtype_name(array)
+    if name not in DTYPE_NAMES.get(param.dtype, (param.dtype,)):
+        return f"{param.name}: {name} elements, the kernel takes {param.dtype}"
+    if not is_contiguous(array):
+        return f"{param.name}: not C-contiguous (shape {tuple(array.shape)}, element strides " \
+               f"{element_strides(array)}); the runner takes C-contiguous arrays only"
+    return None
+
+
+def refusal(plan: Plan, arrays: list) -> str | None:
+    """Why ``plan`` cannot run on ``arrays`` (inputs then outputs): their count, shapes,
+    dtypes or layout, or a condition or alignment its ``requires`` names; None when it can."""
+    caller = plan.caller_params()
+    try:
+        env = environment(plan, [tuple(int(e) for e in a.shape) for a in arrays])
+    except PlanError as err:
+        return str(err)
+    for param, array in zip(caller, arrays):
+        why = array_refusal(param, array)
+        if why:
+            return why
+    for condition in plan.requires:
+        if not condition(env):
+            return f"variant {plan.doc.get('variant')!r} requires {condition.text}"
+    for index, align in plan.aligned:
+        array = arrays[sum(p.role != "workspace" for p in plan.params[:index])]
+        if array_size(array) and address(array) % align:
+            return f"variant {plan.doc.get('variant')!r} requires {plan.params[index].name} {align}-byte aligned"
+    return None
+
+
+def array_size(array) -> int:
+    return math.prod(int(e) for e in array.shape)
 
 
 # ---- one call ------------------------------------------------------------------------------
@@ -208,13 +358,15 @@ def launches(plan: Plan, env: dict) -> list:
 
 
 def run(plan: Plan, arrays: list, backend) -> None:
-    """Run ``plan`` on ``arrays`` (inputs then outputs, C-contiguous, kernel shapes) through
-    ``backend`` (opgen.runtime.backends): outputs are written in place."""
+    """Run ``plan`` on ``arrays`` (inputs then outputs, C-contiguous, kernel shapes and
+    dtypes) through ``backend`` (opgen.runtime.backends): outputs are written in place. A
+    call ``refusal`` names (a variant plan's requires included) is a PlanError before any
+    launch."""
     caller = plan.caller_params()
+    why = refusal(plan, arrays)
+    if why:
+        raise PlanError(why)
     env = environment(plan, [tuple(a.shape) for a in arrays])
-    for param, array in zip(caller, arrays):
-        if array.dtype.itemsize != ITEMSIZE[param.dtype]:
-            raise PlanError(f"{param.name}: {array.dtype} elements, the kernel takes {param.dtype}")
     handles = backend.bind(arrays)
     buffers, caller_index = [], iter(range(len(arrays)))
     scratch = {index: size for index, _, size in workspace(plan, env)}
