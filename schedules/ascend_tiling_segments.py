@@ -66,7 +66,8 @@ def plan_segments(hw, ops: SegmentOperands, segments: int, seg_rows: int, cols: 
     rows = segments * seg_rows
     fields = {"segments": segments, "seg_rows": seg_rows, "seg_chunks": chunks, "task_rows": task_rows,
               "tasks": tasks, "rows": rows, "cols": cols}
-    if cols == 0:
+    if cols == 0:               # every output has a column axis: no tasks, nothing launched
+        fields.update(seg_chunks=0, task_rows=0, tasks=0)
         return Tiling("segments", "empty", 0, 0, 0, 0, 0, (), "deterministic", 0, 0, fields)
     check_whole_blocks(hw, ops.dtypes, {"cols": cols})
     split_n = _rows_split_n(hw, ops, rows, cols, task_rows, knobs, segment_buffers) if tasks else None
