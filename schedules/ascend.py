@@ -1,6 +1,6 @@
 """Ascend schedules: the structure of a vector-core kernel, matched by stage pattern.
 
-Three pattern rules (never op names; the same patterns as the CPU and GPU rules) and a refusal:
+Four pattern rules (never op names; the same patterns as the CPU and GPU rules) and a refusal:
 
 * ``RowTiles``: an elementwise output over (rows, cols) fed by per-row stages (row
   reductions, per-row scalars) and maybe column sums over the rows, each an output or a
@@ -21,6 +21,12 @@ Three pattern rules (never op names; the same patterns as the CPU and GPU rules)
   pass streams the data again for the outputs (one pass when the whole channel fits).
   A channel map (no sums: patterns.channel_map) takes the same tiles in one pass per
   channel; its call sums (a counter's total, its reciprocal) run once per core in registers.
+* ``SegmentTiles``: RowTiles' row pass over (B, S, H) whose column sums restart every S rows
+  (patterns.segmented_row_pass), per-segment stages and sums of them over the segments.
+  Tasks (one segment's range of rows) are split over the cores; each task streams its rows
+  as RowTiles does and leaves its segment's partial column sums in a workspace row; after
+  SyncAll a final pass over the columns adds each segment's partials in task order, runs
+  the per-segment stages and the sums over the segments.
 * ``Unsupported``: anything else, refused by name (NOT EMITTED).
 
 How the work is split between the schedule and the host tiling (CANN's split): kernels are

@@ -126,7 +126,8 @@ def _stage_calls(k: RowKernel, split_d: bool) -> list[str]:
     scalar after the pass whose values it reads."""
     by_name = {name: blk for name, role, blk in k.stages if role in ("row_stage", "row_output")}
     if split_d:
-        steps = pass_steps(pass_items(k.stages, ("row_stage", "row_output"), lambda _, blk: len(blk.iter_vars) == 2 + k.lead))
+        reduces = lambda _, blk: len(blk.iter_vars) == 2 + k.lead  # noqa: E731  (row and column after the lead)
+        steps = pass_steps(pass_items(k.stages, ("row_stage", "row_output"), reduces))
     else:
         steps = [("stage", [name]) for name in by_name]
     out = []

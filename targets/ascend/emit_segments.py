@@ -130,7 +130,8 @@ def _init(k: SegmentKernel, buffers) -> list[str]:
     lines = [f"__aicore__ inline void Init({params}, GM_ADDR workspace, const {k.struct}& t) {{",
              "    t_ = t;", "    core_ = GetBlockIdx();"]
     for n, d, role in k.args:          # an empty tensor has no buffer: bind only what exists
-        lines.append(f"    if ({GM_SIZE[role]} > 0) g_{n}_.SetGlobalBuffer((__gm__ {CPP_TYPE[d]}*){n}, {GM_SIZE[role]});")
+        size = GM_SIZE[role]
+        lines.append(f"    if ({size} > 0) g_{n}_.SetGlobalBuffer((__gm__ {CPP_TYPE[d]}*){n}, {size});")
     if k.ops.col_sums:
         size = f"t_.ws_pitch * t_.tasks * {len(k.ops.col_sums)}"
         lines.append(f"    if ({size} > 0) g_ws_.SetGlobalBuffer((__gm__ float*)workspace, {size});")
@@ -238,7 +239,8 @@ def _segment_sums(k: SegmentKernel) -> list[str]:
         out += [f"    Duplicate(acc_{n}_t_, 0.0f, P);",
                 "    for (int64_t j = 0; j < t_.seg_chunks; ++j) {",
                 f"        {sync('V_MTE2')}   // the copy-in overwrites what the last Add read",
-                f"        DataCopyPad(tmp0_t_, g_ws_[{k.ws_row(n, 'b * t_.seg_chunks + j')} * t_.ws_pitch + c0], {ONE}, "
+                f"        DataCopyPad(tmp0_t_, g_ws_[{k.ws_row(n, 'b * t_.seg_chunks + j')} * t_.ws_pitch + c0], "
+                f"{ONE}, "
                 "DataCopyPadExtParams<float>(false, 0, 0, 0));",
                 f"        {sync('MTE2_V')}", f"        Add(acc_{n}_t_, acc_{n}_t_, tmp0_t_, len);", "    }"]
     return out + ["}"]

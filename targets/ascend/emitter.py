@@ -24,7 +24,8 @@ pattern:
             workspace row per accumulator, SyncAll, then that final pass).
 
 Expressions are translated by targets/ascend/exprs.py; the group and channel patterns have
-their own printers (targets/ascend/emit_groups.py, targets/ascend/emit_channels.py); any
+their own printers (targets/ascend/emit_groups.py, targets/ascend/emit_channels.py), and the
+segmented row pattern reuses this one's stage printers (targets/ascend/emit_segments.py); any
 other pattern raises EmitError: the emitter refuses what it cannot print instead of
 guessing.
 """
@@ -397,7 +398,7 @@ def _row_stage_fn(k: RowKernel, name: str, blk) -> list[str]:
     scalar is computed with scalar code."""
     out = [f"__aicore__ inline void Stage_{name}(int32_t n, int32_t len) {{", "    const int32_t P = t_.pitch; (void)P;",
            "    (void)len; (void)P;"]
-    if len(blk.iter_vars) == 2 + k.lead:                       # reduction over the columns
+    if len(blk.iter_vars) == 2 + k.lead:                # reduction over the columns
         ctx = _context(k, blk, 0, 1)
         kind, body = reduction_of(blk.body)
         value = emit_expr(body, ctx)
