@@ -26,6 +26,7 @@ from toy_ops import build_toy, run_toy, segmented_row_pass, segmented_row_pass_r
 
 from opgen import kernels, schedules
 from opgen.schedules import default_knobs
+from opgen.schedules.ascend_tiling import UbBudgetError
 from opgen.targets import get_target
 from opgen.targets.ascend import build as emu_build
 
@@ -53,7 +54,12 @@ def _host_replays_the_plan(target, knobs: dict, folder) -> None:
     rule = schedules.match(func, target)
     full = {**default_knobs(rule, target), **knobs}
     for segs, rows, cols in SIZES:
-        plan = rule.tiling(func, target, full, [(segs, rows, cols), (segs, rows, cols), (segs, cols)])
+        try:
+            plan = rule.tiling(func, target, full, [(segs, rows, cols), (segs, rows, cols), (segs, cols)])
+        except UbBudgetError:           # whole rows asked for that do not fit: the C++ refuses too
+            with pytest.raises(RuntimeError, match="do not fit the UB"):
+                host.tiling(segs, rows, cols)
+            continue
         cpp = host.tiling(segs, rows, cols).as_dict()
         want = {"block_dim": plan.block_dim, "block_factor": plan.block_factor, "ub_rows": plan.ub_rows,
                 "ub_cols": plan.ub_cols, "pitch": plan.pitch, "mode": k.modes[plan.mode], **plan.fields}
@@ -114,8 +120,8 @@ def test_a_missing_event_of_the_segment_kernel_is_caught(comment, rng):
     k, files = emu_build.project(lowered, symbol, A2.hardware)
     rel = f"op_kernel/{symbol}.cpp"
     lines = [line for line in files[rel].splitlines() if line.endswith(f"// {comment}")]
-    assert len(lines) == 1, comment
-    files[rel] = files[rel].replace(lines[0], "")
+    assert lines, comment
+    files[rel] = "\n".join(line for line in files[rel].splitlines() if line not in lines)   # each column sum's
     faulty = emu_build.EmuKernel(emu_build.compile_project(files, symbol, A2.hardware), k, A2.hardware)
     pattern, (segs, rows, cols) = FAULTS[comment]
     dy, x = (rng.standard_normal((segs, rows, cols)).astype(np.float32) for _ in range(2))
