@@ -556,9 +556,13 @@ class SegmentTiles(PatternRule):
         buffer = lambda b: next(iter(b.writes))  # noqa: E731
         segs_in = pick(lambda n, s: n not in written and _shape_is(s, (seg, cols)))
         accumulators = tuple(buffer(b) for b in batch if buffer(b) not in outputs)
-        column = {b.name: blk_col for b, blk_col in
-                  [(b, 2) for b in outs + row_stages] + [(b, 1) for b in sums + stages] + [(b, 0) for b in batch]}
-        vector = [b for b in outs + sums + stages + batch + [b for b in row_stages if "R" in b.kinds]]
+        # The column iterator of each vector stage: (B, S, H) tiles and row sums, (B, H, S) segment
+        # sums and (B, H) stages, (H, B) batch sums. Only the row pass's float32 outputs compute
+        # in their queue's tile; the final pass computes its outputs in scratch and copies them.
+        column = {b.name: 2 for b in outs + row_stages}
+        column.update({b.name: 1 for b in sums + stages})
+        column.update({b.name: 0 for b in batch})
+        vector = outs + sums + stages + batch + [b for b in row_stages if "R" in b.kinds]
         return SegmentOperands(
             tiles_in=pick(lambda n, s: n not in written and _shape_is(s, (seg, rows, cols))),
             tiles_out=pick(lambda n, s: n in written and _shape_is(s, (seg, rows, cols))),
@@ -570,7 +574,7 @@ class SegmentTiles(PatternRule):
             row_stages=tuple(b.name for b in row_stages),
             row_reductions=tuple(b.name for b in row_stages if "R" in b.kinds),
             row_passes=pass_count(block_items(row_stages, [b for b in row_stages if "R" in b.kinds])),
-            scratch_tiles=_scratch(sch, vector, outs + stages, params,
+            scratch_tiles=_scratch(sch, vector, outs, params,
                                    lambda blk: blk.iter_vars[column[blk.name_hint]]),
             segs_in=segs_in,
             seg_outs=tuple((buffer(b), params[buffer(b)][0]) for b in sums + stages if buffer(b) in outputs),

@@ -158,6 +158,11 @@ MUTANTS = [
            "            if True:\n",
            ("tests/test_ascend_hazards.py::test_the_unedited_kernels_pass",),
            "emitter: no PipeBarrier<PIPE_V> between dependent vector instructions"),
+    Mutant("ascend-segment-partials", "targets/ascend/emit_segments.py",
+           "'b * t_.seg_chunks + j'",
+           "'b * t_.seg_chunks'",
+           ("tests/test_patterns.py::test_column_sums_per_segment_run_correctly[ascend-emu]",),
+           "segmented row pass on Ascend: a segment's first task's partials counted for every task's"),
 ]
 
 # Modules whose __file__ must lie in the copy (the three package roots and one module
