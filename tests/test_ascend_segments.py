@@ -7,14 +7,14 @@ rounded to float16); no op names. What each test guards:
 * the host TilingFunc (op_host sources alone, a host-only build) against the Python plan
   (plan_segments) over ragged sizes: tasks split per segment, split-N, small-D, split-D and
   the empty modes (default tier; the knobs' variants in the extended one);
-* split-D and single-buffered runs of the toy against float64 (the default tier runs it
-  split-N / small-D in tests/test_patterns.py);
+* split-D, single-buffered and no-DataCopyPad runs of the toy against float64 (the default
+  tier runs it split-N / small-D in tests/test_patterns.py);
 * the events the segment kernel adds: dropping the one between the final pass's partial
   copy-ins and the Add that read the last one, or the one between a task's copy of its
   partials and the next task's zeros, is caught by the emulation.
 
 Cost: the default tier builds the host sources once (~1.5 s of g++); the extended tier
-three kernels (g++ 7-8 s each) and two host builds.
+four kernels (g++ 7-8 s each) and two host builds.
 """
 from __future__ import annotations
 
@@ -98,6 +98,16 @@ def test_the_toy_runs_split_d_and_single_buffered(prod, knobs, rng):
     target = EMU.for_product(prod)
     built = build_toy(segmented_row_pass(), target, knobs)
     _check(target, built, ((1, 1, 1), (3, 7, 3000), (1, 33, 1025), (5, 9, 941), (2, 0, 2000), (0, 2, 1500)), rng)
+
+
+@pytest.mark.full
+def test_the_toy_runs_without_data_copy_pad(rng):
+    """Atlas training has no DataCopyPad: columns in whole 32-byte blocks of the half output
+    (16), and the final pass's column slices too (a slice of 8 columns copied no block)."""
+    target = EMU.for_product("AtlasTraining")
+    built = build_toy(segmented_row_pass(), target)
+    _check(target, built, ((3, 7, 64), (2, 33, 1024), (target.hardware.vector_cores + 8, 2, 32), (0, 3, 16),
+                           (2, 0, 48)), rng)
 
 
 # The line dropped -> what the emulation must say (the two pipes of the dependency), and the

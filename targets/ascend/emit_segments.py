@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 from opgen.lazy import s_tir
 from opgen.schedules.ascend import SegmentTiles
+from opgen.schedules.ascend_tiling import itemsize
 from opgen.schedules.ascend_tiling_segments import segment_buffers
 from opgen.targets.ascend.emit_flow import ONE, _issue_after, _stage_calls, _tail_calls, _visit
 from opgen.targets.ascend.emitter import (CPP_TYPE, MODES, RowKernel, _column_sum_fns, _load_fns, _outputs_fn,
@@ -301,12 +302,14 @@ def _final_loads(k: SegmentKernel) -> list[str]:
     return out
 
 
-def _final_segments(k: SegmentKernel) -> list[str]:
+def _final_segments(k: SegmentKernel, align: int) -> list[str]:
     """FinalSegments: core c's slice of the columns, chunk by chunk: every segment in order
     (SegmentSums, SegmentStages), then the batch sums to GM (an accumulator rounded into
-    each of its casts' outputs)."""
+    each of its casts' outputs). A slice is a whole number of ``align`` columns (32-byte
+    blocks of the narrowest dtype the pass copies), so that on a product without DataCopyPad
+    every copy of it is whole blocks."""
     out = ["__aicore__ inline void FinalSegments() {", "    const int32_t P = t_.pitch; (void)P;",
-           "    const int64_t chunk = AlignUp((t_.cols + t_.block_dim - 1) / t_.block_dim, 8);",
+           f"    const int64_t chunk = AlignUp((t_.cols + t_.block_dim - 1) / t_.block_dim, {align});",
            "    const int64_t begin = core_ * chunk, end = begin + chunk < t_.cols ? begin + chunk : t_.cols;",
            "    for (int64_t c0 = begin; c0 < end; c0 += P) {",
            "        const int32_t len = end - c0 < P ? end - c0 : P;",
@@ -331,7 +334,9 @@ def segment_kernel_source(k: SegmentKernel, hw) -> str:
         if role == "row_stage":
             body += _row_stage_fn(k, name, blk)
     body += _outputs_fn(k) + _column_sum_fns(k)
-    body += _final_loads(k) + _segment_sums(k) + _segment_stages(k) + _final_segments(k)
+    copied = k.ops.cols_in + k.ops.seg_outs + k.ops.batch_sums + k.ops.col_outs
+    align = max(hw.elements_per_block(itemsize(d)) for d in {d for _, d in copied} | {"float32"})
+    body += _final_loads(k) + _segment_sums(k) + _segment_stages(k) + _final_segments(k, align)
     return kernel_file(k, "segmented row", body, _members(k, buffers))
 
 
