@@ -27,7 +27,8 @@ other inputs' shapes are the aclnn layer's checks (opgen.ops.<op>.api), not repe
 ``trailing`` is the aclnn documents' rule for RmsNorm(Grad), DeepNormGrad and
 LayerNormGradV3 (gamma's shape is x's last dims: rows = the dims before, cols = the rest;
 ops-nn's rms_norm_grad tiling was not read); ``from_axis`` LayerNormV3's begin_norm_axis;
-``channels`` BatchNorm's (N, C, ...) NCHW-family layouts (the channel-last formats, which
+``segments`` AdaLayerNormGrad's (B..., S, H) (the aclnn document's input: 2-8 dims, scale
+per sample); ``channels`` BatchNorm's (N, C, ...) NCHW-family layouts (the channel-last formats, which
 CANN reads from the tensor's storage format, are not described).
 ``canonical`` is the inverse the ascend-emu runner uses when it has only the kernel's sizes:
 one user call (shapes and attributes) that the view reads back as exactly those sizes.
@@ -206,6 +207,15 @@ def trailing(tile: str, params: str = "gamma", ranks: tuple = (1, 8), params_ran
     return KernelView(tile, (Prod(0, split), Prod(split, RANK)), tuple(ranks), canonical=((0,), (1,)),
                       canonical_inputs=((params, ((1,),)),), input_ranks=((params, *params_ranks),),
                       note=f"ND: rows = dims before {params}'s rank multiplied, cols = the rest")
+
+
+def segments(tile: str) -> KernelView:
+    """(B, S, H) from a (B..., S, H) tile: B = the dims before the last two multiplied (1 for a
+    2-d tile), S and H the last two (AdaLayerNorm's per-sample rows)."""
+    before = Sub(RANK, 2)
+    return KernelView(tile, (Prod(0, before), Prod(before, Sub(RANK, 1)), Prod(Sub(RANK, 1), RANK)), (2, 8),
+                      canonical=((0,), (1,), (2,)),
+                      note="ND: B = dims before the last two multiplied, S = the second last, H = the last")
 
 
 def from_axis(tile: str, axis: str = "begin_norm_axis") -> KernelView:

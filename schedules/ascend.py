@@ -1,6 +1,6 @@
 """Ascend schedules: the structure of a vector-core kernel, matched by stage pattern.
 
-Three pattern rules (never op names; the same patterns as the CPU and GPU rules) and a refusal:
+Four pattern rules (never op names; the same patterns as the CPU and GPU rules) and a refusal:
 
 * ``RowTiles``: an elementwise output over (rows, cols) fed by per-row stages (row
   reductions, per-row scalars) and maybe column sums over the rows, each an output or a
@@ -21,6 +21,12 @@ Three pattern rules (never op names; the same patterns as the CPU and GPU rules)
   pass streams the data again for the outputs (one pass when the whole channel fits).
   A channel map (no sums: patterns.channel_map) takes the same tiles in one pass per
   channel; its call sums (a counter's total, its reciprocal) run once per core in registers.
+* ``SegmentTiles``: RowTiles' row pass over (B, S, H) whose column sums restart every S rows
+  (patterns.segmented_row_pass), per-segment stages and sums of them over the segments.
+  Tasks (one segment's range of rows) are split over the cores; each task streams its rows
+  as RowTiles does and leaves its segment's partial column sums in a workspace row; after
+  SyncAll a final pass over the columns adds each segment's partials in task order, runs
+  the per-segment stages and the sums over the segments.
 * ``Unsupported``: anything else, refused by name (NOT EMITTED).
 
 How the work is split between the schedule and the host tiling (CANN's split): kernels are
@@ -50,6 +56,7 @@ from opgen.schedules.ascend_tiling import (CopyAlignmentError, RowOperands, Tili
                                            UbBudgetError, plan_rows)
 from opgen.schedules.ascend_tiling_channels import ChannelOperands, plan_channels
 from opgen.schedules.ascend_tiling_groups import GroupOperands, plan_groups
+from opgen.schedules.ascend_tiling_segments import SegmentOperands, plan_segments
 
 BUFFER_NUM = Knob("buffer_num", (2, 1), 2,
                   "buffers per TQue: 2 overlaps the next tile's copy-in with this tile's compute "
@@ -481,6 +488,109 @@ class ChannelTiles(PatternRule):
         return plan_channels(target.hardware, self.operands(func), n, c, hw_elems, knobs, calls[0] if calls else None)
 
 
+def _outputs_of(sch) -> set:
+    """Names of the buffers written by blocks the schedule marked "ascend.output" (after
+    hoisting, scratch buffers are parameters too: only the mark tells an output)."""
+    found = set()
+    for rv in sch.get_child_blocks(sch.get_sblock("root")):
+        blk = sch.get(rv)
+        if "ascend.output" in blk.annotations:
+            found |= {r.source.name for r in blk.writes}
+    return found
+
+
+@dataclass(frozen=True)
+class SegmentTiles(PatternRule):
+    """Knobs: rows_per_pass, cols_per_pass, buffer_num (see the Knob docs). The row pass of
+    RowTiles over tasks, a task being one segment's range of rows: its column sums are that
+    segment's partial, written to a workspace row of its own; after SyncAll a final pass
+    (the columns split over the cores) adds each segment's partials in task order (the same
+    bits every run: there are no atomic sums), computes the per-segment stages and adds
+    them over the segments, in segment order."""
+
+    def knobs(self, target) -> tuple:
+        return (ROWS_PER_PASS, COLS_PER_PASS, BUFFER_NUM)
+
+    def check_knobs(self, knobs: dict, target, shapes=None, func=None) -> str | None:
+        """Refuse contradictory points and, for a known problem, points that tile exactly
+        like another one and points whose tiling does not fit the hardware."""
+        if knobs.get("rows_per_pass") and knobs.get("cols_per_pass"):
+            return "rows_per_pass applies to whole rows and cols_per_pass forces split-D: set one of them"
+        tile = next((s for s in (shapes or {}).values() if len(s) == 3), None)
+        if tile is not None and knobs.get("cols_per_pass", 0) >= tile[2] > 0:
+            return f"cols_per_pass={knobs['cols_per_pass']} >= cols={tile[2]}: the same tiling as cols_per_pass=0"
+        return tiling_refusal(self, func, target, knobs, shapes)
+
+    def match(self, infos: list[Block]):
+        """The segmented row pattern (patterns.segmented_row_pass)."""
+        return patterns.segmented_row_pass(infos)
+
+    def schedule(self, sch, matched, target, knobs):
+        outs, segment_sums, row_stages, segment_stages, batch_sums, casts = matched
+        roles = {b.name: "row_stage" for b in row_stages}
+        roles.update({b.name: "column_sum" for b in segment_sums})
+        roles.update({b.name: "segment_stage" for b in segment_stages})
+        roles.update({b.name: "batch_sum" for b in batch_sums})
+        roles.update({b.name: "cast" for b in casts})
+        roles.update({b.name: "tile" for b in outs})
+        for info in segment_sums + segment_stages + batch_sums:
+            if info.writes_output:
+                sch.annotate(sch.get_sblock(info.name), "ascend.output", 1)
+        return _annotate(sch, roles, "segments", knobs)
+
+    def operands(self, func) -> SegmentOperands:
+        sch = pattern_schedule(func)
+        infos = blocks(sch)
+        roles = _roles(sch)
+        if roles:   # scheduled (and maybe hoisted): the recorded roles, as in RowTiles.operands
+            by_role = lambda role: [b for b in infos if roles[b.name] == role]  # noqa: E731
+            outs, sums, row_stages = by_role("tile"), by_role("column_sum"), by_role("row_stage")
+            stages, batch, casts = by_role("segment_stage"), by_role("batch_sum"), by_role("cast")
+            outputs = _outputs_of(sch)
+        else:
+            outs, sums, row_stages, stages, batch, casts = self.match(infos)
+            outputs = {n for b in infos if b.writes_output for n in b.writes}
+        seg, rows, cols = outs[0].extents
+        params, written = _param_roles(func, infos)
+        pick = lambda pred: tuple((n, d) for n, (d, s) in params.items() if pred(n, s))  # noqa: E731
+        buffer = lambda b: next(iter(b.writes))  # noqa: E731
+        segs_in = pick(lambda n, s: n not in written and _shape_is(s, (seg, cols)))
+        accumulators = tuple(buffer(b) for b in batch if buffer(b) not in outputs)
+        # The column iterator of each vector stage: (B, S, H) tiles and row sums, (B, H, S) segment
+        # sums and (B, H) stages, (H, B) batch sums. Only the row pass's float32 outputs compute
+        # in their queue's tile; the final pass computes its outputs in scratch and copies them.
+        column = {b.name: 2 for b in outs + row_stages}
+        column.update({b.name: 1 for b in sums + stages})
+        column.update({b.name: 0 for b in batch})
+        vector = outs + sums + stages + batch + [b for b in row_stages if "R" in b.kinds]
+        return SegmentOperands(
+            tiles_in=pick(lambda n, s: n not in written and _shape_is(s, (seg, rows, cols))),
+            tiles_out=pick(lambda n, s: n in written and _shape_is(s, (seg, rows, cols))),
+            rows_in=pick(lambda n, s: n not in written and _shape_is(s, (seg, rows))),
+            cols_in=pick(lambda n, s: n not in written and _shape_is(s, (cols,))) + segs_in,
+            scalars_in=pick(lambda n, s: n not in written and _shape_is(s, (1,))),
+            col_sums=tuple((buffer(b), "float32") for b in sums),
+            col_outs=pick(lambda n, s: any(n in b.writes for b in casts)),
+            row_stages=tuple(b.name for b in row_stages),
+            row_reductions=tuple(b.name for b in row_stages if "R" in b.kinds),
+            row_passes=pass_count(block_items(row_stages, [b for b in row_stages if "R" in b.kinds])),
+            scratch_tiles=_scratch(sch, vector, outs, params,
+                                   lambda blk: blk.iter_vars[column[blk.name_hint]]),
+            segs_in=segs_in,
+            seg_outs=tuple((buffer(b), params[buffer(b)][0]) for b in sums + stages if buffer(b) in outputs),
+            seg_stages=tuple(b.name for b in stages),
+            seg_scratch=tuple(buffer(b) for b in stages if buffer(b) not in outputs),
+            batch_sums=tuple((buffer(b), params[buffer(b)][0] if buffer(b) in outputs else "float32")
+                             for b in batch),
+            batch_accumulators=accumulators)
+
+    def tiling(self, func, target, knobs: dict, shapes) -> Tiling:
+        out = self.match(blocks(pattern_schedule(func)))[0][0]
+        sizes = bind_sizes(func, shapes)
+        seg, rows, cols = (_value(e, sizes) for e in out.extents)
+        return plan_segments(target.hardware, self.operands(func), seg, rows, cols, knobs)
+
+
 @dataclass(frozen=True)
 class Unsupported(ScheduleRule):
     """Any function the patterns above do not match: the AscendC emitter prints code for
@@ -494,9 +604,9 @@ class Unsupported(ScheduleRule):
     def apply(self, func, target, knobs):
         symbol = func.attrs["global_symbol"] if func.attrs and "global_symbol" in func.attrs else "this function"
         names = [b.name for b in blocks(s_tir.Schedule(func))]
-        raise NotImplementedError(f"ascend-emu: no Ascend pattern (rows, groups, channels) matches {symbol} "
+        raise NotImplementedError(f"ascend-emu: no Ascend pattern (rows, groups, channels, segments) matches {symbol} "
                                   f"(stages {names})")
 
 
-RULES = [RowTiles(), GroupTiles(), ChannelTiles(), Unsupported()]
+RULES = [RowTiles(), GroupTiles(), ChannelTiles(), SegmentTiles(), Unsupported()]
 

@@ -215,40 +215,42 @@ def row_buffers(hw, ops: RowOperands, ub_rows: int, pitch: int, nbuf: int) -> li
     return bufs
 
 
-def _rows_split_n(hw, ops, rows, cols, block_factor, knobs) -> tuple[str, int, int]:
-    """(mode, rows per pass, pitch) when a whole row fits, else None."""
+def _rows_split_n(hw, ops, rows, cols, block_factor, knobs, buffers=row_buffers) -> tuple[str, int, int]:
+    """(mode, rows per pass, pitch) when a whole row fits, else None; ``buffers`` lists a
+    pass's UB buffers (row_buffers, or a pattern's that adds its own to them)."""
     pitch = pitch_of(hw, cols, ops.dtypes)
     nbuf = knobs["buffer_num"]
     if knobs["cols_per_pass"] and knobs["cols_per_pass"] < cols:
         return None                              # the tuner asked for split-D
     wanted = knobs["rows_per_pass"]
-    if not wanted and not fits(hw, row_buffers(hw, ops, 1, pitch, nbuf)):
+    if not wanted and not fits(hw, buffers(hw, ops, 1, pitch, nbuf)):
         return None
     small = pitch <= SMALL_D_REPEATS * hw.elements_per_repeat(4)
     limit = min(block_factor, hw.max_repeats if small else hw.max_bursts)
     if wanted:                                   # whole rows asked for: refuse, never fall back
         ub_rows = min(wanted, block_factor, hw.max_bursts)
-        check_budget(hw, row_buffers(hw, ops, ub_rows, pitch, nbuf),
+        check_budget(hw, buffers(hw, ops, ub_rows, pitch, nbuf),
                      f"rows_per_pass={wanted} at {rows} x {cols}")
         if small and ub_rows > hw.max_repeats:
             raise UbBudgetError(f"rows_per_pass={wanted} exceeds {hw.max_repeats} repeats of one WholeReduceSum")
     else:
-        ub_rows = largest_fitting(hw, 1, limit, lambda r: row_buffers(hw, ops, r, pitch, nbuf))
+        ub_rows = largest_fitting(hw, 1, limit, lambda r: buffers(hw, ops, r, pitch, nbuf))
     return ("small-D" if small else "split-N"), ub_rows, pitch
 
 
-def _rows_split_d(hw, ops, rows, cols, knobs) -> tuple[int, int]:
-    """(columns per pass, pitch) of split-D: one row per pass, whole float32 repeats."""
+def _rows_split_d(hw, ops, rows, cols, knobs, buffers=row_buffers) -> tuple[int, int]:
+    """(columns per pass, pitch) of split-D: one row per pass, whole float32 repeats;
+    ``buffers`` as in _rows_split_n."""
     nbuf = knobs["buffer_num"]
     step = hw.elements_per_repeat(4)
     wanted = knobs["cols_per_pass"]
     if wanted:
         pitch = pitch_of(hw, min(wanted, cols), ops.dtypes)
-        check_budget(hw, row_buffers(hw, ops, 1, pitch, nbuf), f"cols_per_pass={wanted} at {rows} x {cols}")
+        check_budget(hw, buffers(hw, ops, 1, pitch, nbuf), f"cols_per_pass={wanted} at {rows} x {cols}")
         return min(wanted, cols), pitch
-    repeats = largest_fitting(hw, 1, ceil_div(cols, step), lambda k: row_buffers(hw, ops, 1, k * step, nbuf))
+    repeats = largest_fitting(hw, 1, ceil_div(cols, step), lambda k: buffers(hw, ops, 1, k * step, nbuf))
     if not repeats:
-        check_budget(hw, row_buffers(hw, ops, 1, step, nbuf), f"split-D at {rows} x {cols}")
+        check_budget(hw, buffers(hw, ops, 1, step, nbuf), f"split-D at {rows} x {cols}")
     return min(repeats * step, cols), repeats * step
 
 

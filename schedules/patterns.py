@@ -3,7 +3,8 @@ they run. One place, so the CPU, GPU and Ascend rules agree on what "RmsNorm-lik
 "GroupNorm-like" and "BatchNorm-like" mean, and an op written in these shapes is scheduled
 everywhere (rules per pattern: row_pass -> RowPassWithColumnSums, GpuRowPass, RowTiles;
 channel_pass -> ChannelPass, GpuChannelPass, ChannelTiles; grouped_pass -> GroupedRowPass,
-GpuGroupedRowPass, GroupTiles; segmented_row_pass -> SegmentedRowPass, GpuSegmentedRowPass).
+GpuGroupedRowPass, GroupTiles; segmented_row_pass -> SegmentedRowPass, GpuSegmentedRowPass,
+SegmentTiles).
 
 * ``row_pass``: one or more elementwise outputs over the same (rows, cols), per-row
   reductions/scalars over the same rows (per-row scalars may be outputs: a forward norm's

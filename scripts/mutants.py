@@ -172,6 +172,11 @@ MUTANTS = [
            "    if path is None or not report.ok or not diskcache.trusted_dir(path.parent, \"bishengir verdicts are not kept\"):",
            ("tests/test_mlir.py::test_a_verdict_is_final_after_its_retries_and_kept_rejected_or_not",),
            "bishengir: a rejection not cached (a second build may split an op otherwise)"),
+    Mutant("ascend-segment-partials", "targets/ascend/emit_segments.py",
+           "'b * t_.seg_chunks + j'",
+           "'b * t_.seg_chunks'",
+           ("tests/test_patterns.py::test_column_sums_per_segment_run_correctly[ascend-emu]",),
+           "segmented row pass on Ascend: a segment's first task's partials counted for every task's"),
 ]
 
 # Modules whose __file__ must lie in the copy (the three package roots and one module

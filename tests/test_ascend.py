@@ -199,7 +199,7 @@ def test_scratch_counts_are_tight_for_the_emitter(monkeypatch):
     for op in all_ops():
         for combo in op.combos:
             if isinstance(kernels.matching_rule(op, combo, A2), ascend_rules.Unsupported):
-                continue    # no pattern takes it (AdaLayerNormBackward): nothing is emitted
+                continue    # no pattern takes it: nothing is emitted
             mod, symbol = kernels.scheduled_module(op, combo, A2, "default", kernels.kernel_point(op, combo, A2, None))
             func = mod[symbol]
             monkeypatch.setattr(ascend_rules, "scratch_tiles", counted)

@@ -9,7 +9,7 @@ through the view in Python. Where the aclnn API accepts the call, the TilingFunc
 and its tiling data is the Python plan's (schedules' rule.tiling on op.api.kernel_shapes of
 the call's Problem, the path opgen's own plan takes); where the view refuses, the C++
 refuses with the same words and the aclnn API refuses too. One op per pattern runs in the
-default tier (rows, groups, channels), the rest in the extended tier.
+default tier (rows, groups, channels, segments), the rest in the extended tier.
 """
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ EMU = get_target("ascend-emu")
 HW = EMU.hardware
 pytestmark = pytest.mark.skipif(not EMU.can_build(), reason="g++ or the AscendC emulation header is missing")
 
-PER_PATTERN = ("rms_norm_grad", "group_norm_backward", "batch_norm")     # rows, groups, channels
+PER_PATTERN = ("rms_norm_grad", "group_norm_backward", "batch_norm",     # rows, groups, channels,
+               "ada_layer_norm_backward")                               # segments
 OTHERS = ("layer_norm", "layer_norm_backward", "rms_norm", "deep_norm_grad", "group_norm", "group_norm_swish",
           "group_norm_swish_grad", "batch_norm_backward")
 
@@ -47,18 +48,22 @@ CANN_ATTRS = {
 
 
 class Host:
-    """One op's emitted TilingFunc (its first combo on the emulated product), built host-only."""
+    """One op's emitted TilingFunc (its first combo on the emulated product, or on the first
+    product that offers the op), built host-only."""
 
     def __init__(self, op, folder):
         self.op = op
-        self.combo = op.products[HW.product][0]
-        mod, symbol = kernels.scheduled_module(op, self.combo, EMU)
-        k, files = emu_build.project(mod[symbol], symbol, HW)
-        self.tiling = emu_build.HostTiling(emu_build.compile_host(files, symbol, HW, folder), k, HW)
+        self.emu = EMU if HW.product in op.products else EMU.for_product(next(iter(op.products)))
+        self.product = self.emu.hardware.product
+        self.combo = op.products[self.product][0]
+        mod, symbol = kernels.scheduled_module(op, self.combo, self.emu)
+        k, files = emu_build.project(mod[symbol], symbol, self.emu.hardware)
+        self.tiling = emu_build.HostTiling(emu_build.compile_host(files, symbol, self.emu.hardware, folder), k,
+                                           self.emu.hardware)
         self.view = self.tiling.view
         self.tile = next(p.tensor for p in k.face.inputs if p.name == self.view.tile)
         func = te.create_prim_func(op.compute(self.combo))
-        self.rule, _ = schedule_with_rule(func, EMU)
+        self.rule, _ = schedule_with_rule(func, self.emu)
         self.func = func
 
     def cpp(self, shapes: dict, attrs: dict):
@@ -74,7 +79,8 @@ class Host:
         k = self.tiling.k
         shapes = self.op.api.kernel_shapes(problem)
         try:
-            t = self.rule.tiling(self.func, EMU, default_knobs(self.rule, EMU), [shapes[n] for n in self.op.inputs])
+            t = self.rule.tiling(self.func, self.emu, default_knobs(self.rule, self.emu),
+                                 [shapes[n] for n in self.op.inputs])
         except (UbBudgetError, CopyAlignmentError) as err:
             return str(err)
         plan = {"block_dim": t.block_dim, "block_factor": t.block_factor, "ub_rows": t.ub_rows,
@@ -113,7 +119,7 @@ def _cann_call(op, args: dict) -> tuple[dict, dict]:
     return shapes, attrs
 
 
-def _calls(op, combo, rng):
+def _calls(op, combo, rng, prod: str):
     """(what, aclnn arguments) of the sample problems, then of each documented rule's
     example violations on the first of them (those that apply on the product)."""
     base = None
@@ -124,19 +130,19 @@ def _calls(op, combo, rng):
         base = base or args
         yield f"problem {problem}", args
     for rule in op.api.rules:
-        if rule.products is not None and HW.product not in rule.products:
+        if rule.products is not None and prod not in rule.products:
             continue
         for v in rule.violations:
-            if v.products is None or HW.product in v.products:
+            if v.products is None or prod in v.products:
                 args = copy.deepcopy(base)
                 v.mutate(args)
                 yield f"violation {v.description!r}", args
 
 
-def _verdict(op, args):
+def _verdict(op, args, prod: str):
     """(the aclnn API's refusal or None, the Call)."""
     values = aclnn._describe_all(op, tuple(args[p.name] for p in op.api.params))
-    call = Call(op, HW.product, values)
+    call = Call(op, prod, values)
     return aclnn._check_call(call), call
 
 
@@ -145,9 +151,9 @@ def _replay(host, rng) -> dict:
     accepted and refused calls)."""
     op = host.op
     seen = {"accepted": 0, "refused by both": 0, "refused by aclnn only": 0}
-    for what, args in _calls(op, host.combo, rng):
+    for what, args in _calls(op, host.combo, rng, host.product):
         try:
-            verdict, call = _verdict(op, args)
+            verdict, call = _verdict(op, args, host.product)
         except ArgError as err:       # an argument the aclnn layer cannot read at all (a bad kind)
             verdict, call = (err.status, err.message), None
         shapes, attrs = _cann_call(op, args)

@@ -6,8 +6,9 @@ against the reference on llvm over every dtype combo (hidden sizes 1, 7, 33, 941
 ranks 2-8, both scale layouts); the aclnn API (the document's C example, every subset of
 null outputs, null weight and bias, strided views, inputs never written, the products that
 offer it, every error line as a literal call with its status and the parameter it names);
-the Pythonic function. No stage pattern takes this op yet (the package docstring says which
-one is missing): every target runs its fallback rule, which a test pins down.
+the Pythonic function. Every target's segmented row pass rule takes the op (a test pins it
+down); on ascend-emu (SegmentTiles) every combo on both products runs ragged sizes in the
+extended tier.
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ from opgen.targets import get_target
 from opgen.verify import compare_outputs, run_and_compare
 
 from aclnn_helpers import product, run_both
-from op_checks import assert_gradient, central_difference
+from op_checks import BuiltOnDemand, assert_gradient, central_difference
 from tiers import each_dtype_mix, tiered
 
 OP = get_op("ada_layer_norm_backward")
@@ -135,14 +136,13 @@ def test_shift_is_validated_only():
 
 
 SEGMENTED_RULES = {"llvm": "SegmentedRowPass", "cuda": "GpuSegmentedRowPass", "opencl": "GpuSegmentedRowPass",
-                   "ascend-emu": "Unsupported"}
+                   "ascend-emu": "SegmentTiles"}
 
 
 @pytest.mark.parametrize("target_name", sorted(SEGMENTED_RULES))
 def test_the_segmented_row_pass_takes_the_op(target_name):
     """The per-sample sums over S (blocks SSR over (B, H, S)) are a segmented row pass
-    (schedules/patterns.py): the CPU's and the GPUs' rules for it take the op; Ascend has
-    none yet (ascend-emu: NOT EMITTED)."""
+    (schedules/patterns.py): every target's rule for it takes the op."""
     rule = kernels.matching_rule(OP, OP.combo("f32-f32"), get_target(target_name))
     assert type(rule).__name__ == SEGMENTED_RULES[target_name]
 
@@ -188,6 +188,36 @@ def test_large_mean_does_not_cancel():
     arrays.update(x=x, mean=rows.mean(-1, keepdims=True).astype(np.float32),
                   rstd=(1 / np.sqrt(rows.var(-1, keepdims=True) + 1e-5)).astype(np.float32))
     assert not _fails(run_and_compare(kernel, p, rng, inputs=arrays)[0])
+
+
+# ============================================================ kernels vs the reference (ascend-emu)
+
+EMU = get_target("ascend-emu")
+# Ragged sizes: S = 1, 7, 33 rows a sample, H = 1, 7, 33, 941 columns, B = 1 (a 2-d input) and 3
+# samples; both scale layouts. On 40 or 48 cores a sample's rows are split into several tasks
+# (partials summed per sample), and the samples' sums restart at the task edges.
+EMU_PROBLEMS = [Problem(((3,) if b == 3 else ()) + (s, h), (s + h) % 2)
+                for b in (1, 3) for s in (1, 7, 33) for h in (1, 7, 33, 941)]
+EMU_CASES = [(prod, combo) for prod in OFFERED for combo in OP.combos]
+
+
+@pytest.fixture(scope="module")
+def emu_kernels():
+    """ascend-emu kernels by (product, combo tag), each built (g++, seconds) when first asked for."""
+    if not EMU.can_build():
+        pytest.skip(f"ascend-emu cannot build here: {EMU.missing()}")
+    return BuiltOnDemand(lambda key: kernels.get_kernel(OP, OP.combo(key[1]), EMU.for_product(key[0])))
+
+
+# The segmented pattern on ascend-emu is guarded in the default tier by its toy (tests/test_patterns.py,
+# tests/test_ascend_segments.py); the op's kernels, every combo on both products, in the extended one.
+@pytest.mark.full
+@pytest.mark.parametrize("prod,combo", EMU_CASES, ids=[f"{p}-{c.tag}" for p, c in EMU_CASES])
+def test_ascend_emu_kernel_matches_the_reference(emu_kernels, prod, combo):
+    kernel = emu_kernels[prod, combo.tag]
+    rng = np.random.default_rng(sum(map(ord, prod + combo.tag)))
+    bad = {str(p): _fails(run_and_compare(kernel, p, rng)[0]) for p in EMU_PROBLEMS}
+    assert not any(bad.values()), {k: v for k, v in bad.items() if v}
 
 
 # ============================================================ the aclnn API: calls that succeed

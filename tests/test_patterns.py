@@ -20,8 +20,8 @@ real op that needs a pattern lands with its package alone.
   on the CPU, the fallback on GPUs, ChannelTiles on ascend-emu (one pass per channel).
 * A row pass over (segments, rows, cols) whose column sums restart at every segment, with
   per-segment stages and sums over the segments (AdaLayerNorm's shape): the segmented rule
-  of the CPU and GPU targets, correct across chunk and segment edges; an output reading a
-  segment sum is no such pass.
+  of the CPU and GPU targets and ascend-emu's SegmentTiles, correct across chunk, task and
+  segment edges; an output reading a segment sum is no such pass.
 * The group pattern behind an elementwise prologue (GroupNormSwish's shape: a sigmoid
   over the whole data): the prologue is inlined and the group rules take the rest.
 """
@@ -404,7 +404,8 @@ def test_a_prologue_before_the_group_pattern_runs_correctly(target_name, rng):
 
 # ---- column sums restarting at every segment (AdaLayerNorm's per-sample sums) -----------------
 
-SEGMENTED_RULES = {"llvm": "SegmentedRowPass", "cuda": "GpuSegmentedRowPass", "opencl": "GpuSegmentedRowPass"}
+SEGMENTED_RULES = {"llvm": "SegmentedRowPass", "cuda": "GpuSegmentedRowPass", "opencl": "GpuSegmentedRowPass",
+                   "ascend-emu": "SegmentTiles"}
 
 
 @pytest.mark.parametrize("target_name", sorted(SEGMENTED_RULES))
@@ -433,14 +434,17 @@ def test_an_output_reading_a_segment_sum_is_not_the_segmented_pattern():
     assert patterns.segmented_row_pass(schedules.blocks(schedules.pattern_schedule(func))) is None
 
 
-@pytest.mark.parametrize("target_name", ["llvm", "opencl"])
+@pytest.mark.parametrize("target_name", ["llvm", "opencl", "ascend-emu"])
 def test_column_sums_per_segment_run_correctly(target_name, rng):
-    """Chunks of rows (8 here) never cross a segment: 1 to 130 rows a segment, partial last
-    chunks, empty axes; every output against the float64 reference."""
+    """Chunks of rows (8 here; ascend-emu: a task's rows, 8 per UB pass) never cross a
+    segment: 1 to 130 rows a segment, partial last chunks, empty axes; every output against
+    the float64 reference."""
     target = get_target(target_name)
     if not target.can_run():
         pytest.skip(f"{target_name} cannot run here: {target.missing()}")
-    knobs = {"rows_per_chunk": 8} if target_name == "llvm" else {"rows_per_block": 8}
+    knobs = {"llvm": {"rows_per_chunk": 8}, "ascend-emu": {"rows_per_pass": 8}}.get(target_name, {"rows_per_block": 8})
+    if target_name == "ascend-emu":
+        target = target.for_product("AtlasA2")
     built = build_toy(segmented_row_pass(), target, knobs)
     for shape in ((1, 1, 1), (2, 3, 7), (3, 130, 33), (5, 9, 300), (0, 3, 4), (2, 0, 5), (2, 3, 0)):
         dy, x = (rng.standard_normal(shape).astype(np.float32) for _ in range(2))

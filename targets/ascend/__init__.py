@@ -10,8 +10,8 @@ the emitted code under the CPU emulation of the AscendC API (targets/ascend/emu/
 ``build`` prints the CANN custom-op project (targets/ascend/build.py), compiles kernel +
 host tiling + emulation with g++ and returns a module whose ``[symbol]`` runs the kernel on
 emulated cores. It needs g++ and the emulation header (targets/ascend/emu/); without them
-the target neither builds nor runs. The three schedule patterns (rows, groups, channels)
-have printers; a function no pattern matches, or a pattern without a printer, raises
+the target neither builds nor runs. The four schedule patterns (rows, groups, channels,
+segments) have printers; a function no pattern matches, or a pattern without a printer, raises
 NotImplementedError naming it: ``opgen generate`` reports such a row as NOT EMITTED
 instead of failing it. Statistics that are outputs (a forward norm's per-row rstd, or mean
 and rstd; per-(n, group) mean and rstd) are found by the stage graph (a row or task stage

@@ -1,7 +1,7 @@
 """Build and run emitted AscendC under the CPU emulation: g++ -> shared library -> ctypes.
 
 ``project(func, symbol, hw)`` prints the CANN custom-op layout (op_kernel/, op_host/) with
-the printer of the pattern the schedule recorded (rows, groups, channels);
+the printer of the pattern the schedule recorded (rows, groups, channels, segments);
 ``compile_project`` builds kernel + host tiling + the emulation header into one shared
 library (cached by a hash of the sources and flags under opgen's cache directory, since g++
 on the emulation header takes seconds); ``EmuModule`` is what the target's ``build``
@@ -32,6 +32,7 @@ from opgen.targets.ascend.emit_channels_flow import channel_kernel_source, chann
 from opgen.targets.ascend.emit_flow import kernel_source
 from opgen.targets.ascend.emit_groups import read_group_kernel
 from opgen.targets.ascend.emit_groups_flow import group_kernel_source, group_tiling_source
+from opgen.targets.ascend.emit_segments import read_segment_kernel, segment_kernel_source, segment_tiling_source
 from opgen.targets.ascend.emitter import read_row_kernel
 from opgen.targets.ascend.exprs import EmitError
 from opgen.targets.ascend.host import FIELDS, tiling_source
@@ -87,7 +88,8 @@ def project(func, symbol: str, hw) -> tuple[object, dict]:
     pattern, knobs = _pattern(func)
     readers = {"groups": (read_group_kernel, group_kernel_source, group_tiling_source),
                "channels": (read_channel_kernel, channel_kernel_source, channel_tiling_source),
-               "rows": (lambda f, s, _: read_row_kernel(f, s), kernel_source, tiling_source)}
+               "rows": (lambda f, s, _: read_row_kernel(f, s), kernel_source, tiling_source),
+               "segments": (read_segment_kernel, segment_kernel_source, segment_tiling_source)}
     if pattern not in readers:
         raise EmitError(f"no AscendC printer for the schedule pattern {pattern!r} of {symbol}")
     read, print_kernel, print_tiling = readers[pattern]

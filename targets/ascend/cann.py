@@ -70,7 +70,8 @@ def camel(symbol: str) -> str:
 
 def written_tensors(k) -> set:
     """The kernel tensors the kernel writes (its outputs), from the pattern's operand lists."""
-    groups = [getattr(k.ops, f, ()) for f in ("tiles_out", "col_sums", "col_outs", "chan_sums", "chan_outs")]
+    groups = [getattr(k.ops, f, ()) for f in ("tiles_out", "col_sums", "col_outs", "chan_sums", "chan_outs", "seg_outs",
+                                               "batch_sums")]
     written = {n for group in groups for n, _ in group}
     return {n for n, _, _ in k.args if n in written}
 

@@ -126,14 +126,15 @@ def _stage_calls(k: RowKernel, split_d: bool) -> list[str]:
     scalar after the pass whose values it reads."""
     by_name = {name: blk for name, role, blk in k.stages if role in ("row_stage", "row_output")}
     if split_d:
-        steps = pass_steps(pass_items(k.stages, ("row_stage", "row_output"), lambda _, blk: len(blk.iter_vars) == 2))
+        reduces = lambda _, blk: len(blk.iter_vars) == 2 + k.lead  # noqa: E731  (row and column after the lead)
+        steps = pass_steps(pass_items(k.stages, ("row_stage", "row_output"), reduces))
     else:
         steps = [("stage", [name]) for name in by_name]
     out = []
     for kind, group in steps:
         for name in group:
             blk = by_name[name]
-            if len(blk.iter_vars) == 2:          # a reduction: its identity first
+            if len(blk.iter_vars) == 2 + k.lead:          # a reduction: its identity first
                 init = emit_expr(blk.init.value, Context(None, None, {}, {}, {}, k.sizes, []))
                 out.append(f"for (int32_t i = 0; i < n; ++i) r_{name}_.SetValue(i, {init.text});")
         if kind == "pass":

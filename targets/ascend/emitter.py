@@ -24,7 +24,8 @@ pattern:
             workspace row per accumulator, SyncAll, then that final pass).
 
 Expressions are translated by targets/ascend/exprs.py; the group and channel patterns have
-their own printers (targets/ascend/emit_groups.py, targets/ascend/emit_channels.py); any
+their own printers (targets/ascend/emit_groups.py, targets/ascend/emit_channels.py), and the
+segmented row pattern reuses this one's stage printers (targets/ascend/emit_segments.py); any
 other pattern raises EmitError: the emitter refuses what it cannot print instead of
 guessing.
 """
@@ -184,6 +185,15 @@ class RowKernel:
 
     pattern = "rows"
     modes = MODES
+    lead = 0                   # iterators before a block's row and column (none: (rows, cols) blocks)
+
+    def lead_loads(self, ivs: list, row: int, col: int | None, rows: dict) -> dict:
+        """Explicit homes of loads indexed by the lead iterators too (none here)."""
+        return {}
+
+    def col_at(self, name: str) -> str:
+        """The GM index of column input ``name``'s element c0 (a (cols,) vector: c0)."""
+        return "c0"
 
     @property
     def struct(self) -> str:
@@ -356,7 +366,7 @@ def _load_fns(k: RowKernel) -> list[str]:
     out += [f"    in_{n}_.FreeTensor(q_{n}_);" for n, _ in (k.ops.rows_in if k.pad else ())]
     out += ["}", "__aicore__ inline void LoadCols(int64_t c0, int32_t len) {", "    const int32_t P = t_.pitch; (void)P;"]
     for n, d in k.ops.cols_in:
-        out += copy_in(n, d, "c0", f"DataCopyExtParams(1, len * sizeof({CPP_TYPE[d]}), 0, 0, 0)")
+        out += copy_in(n, d, k.col_at(n), f"DataCopyExtParams(1, len * sizeof({CPP_TYPE[d]}), 0, 0, 0)")
         out.append(as_float32(f"v_{n}_", n, d, "P"))
     out += ["}", "__aicore__ inline void FreeCols() {"]
     out += [f"    in_{n}_.FreeTensor(q_{n}_);" for n, _ in k.ops.cols_in]
@@ -365,16 +375,22 @@ def _load_fns(k: RowKernel) -> list[str]:
 
 
 def _context(k: RowKernel, blk, row_iter: int, col_iter: int | None) -> Context:
+    """What loads mean in a row-pass block whose ``row_iter``-th and ``col_iter``-th
+    iterators are the row and the column (counted after the kernel's ``lead`` iterators:
+    a segmented pass's segment, whose loads ``lead_loads`` resolves)."""
     ivs = [str(iv.var) for iv in blk.iter_vars]
     src = "q_{}_.GetValue(i)" if k.pad else "g_{}_.GetValue(rbase_ + i)"
     rows = {n: (src.format(n) if d == "float32" else f"static_cast<float>({src.format(n)})")
             for n, d in k.ops.rows_in}
     rows.update({s: f"r_{s}_.GetValue(i)" for s in k.ops.row_stages})
+    row_iter += k.lead
+    col_iter = col_iter + k.lead if col_iter is not None else None
+    loads = {(n, ("0",)): Value("scalar", f"s_{n}") for n, _ in k.ops.scalars_in}
+    loads.update(k.lead_loads(ivs, row_iter, col_iter, rows))
     return Context(row_var=ivs[row_iter], col_var=ivs[col_iter] if col_iter is not None else None,
                    tiles={n: f"v_{n}_" for n, _ in k.ops.tiles_in},
                    rows=rows, cols={n: f"v_{n}_" for n, _ in k.ops.cols_in}, sizes=k.sizes,
-                   temps=[f"tmp{i}_t_" for i in range(k.ops.scratch_tiles)],
-                   loads={(n, ("0",)): Value("scalar", f"s_{n}") for n, _ in k.ops.scalars_in})
+                   temps=[f"tmp{i}_t_" for i in range(k.ops.scratch_tiles)], loads=loads)
 
 
 def _row_stage_fn(k: RowKernel, name: str, blk) -> list[str]:
@@ -382,7 +398,7 @@ def _row_stage_fn(k: RowKernel, name: str, blk) -> list[str]:
     scalar is computed with scalar code."""
     out = [f"__aicore__ inline void Stage_{name}(int32_t n, int32_t len) {{", "    const int32_t P = t_.pitch; (void)P;",
            "    (void)len; (void)P;"]
-    if len(blk.iter_vars) == 2:                         # reduction over the columns
+    if len(blk.iter_vars) == 2 + k.lead:                # reduction over the columns
         ctx = _context(k, blk, 0, 1)
         kind, body = reduction_of(blk.body)
         value = emit_expr(body, ctx)

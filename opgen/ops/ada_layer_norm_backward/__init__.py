@@ -35,8 +35,8 @@ Schedules: the stages are a *segmented row pass* (schedules/patterns.py,
 ``segmented_row_pass``): the row sums over H and dx are a row pass over (B*S, H), and
 dscale/dshift's sums over S (blocks SSR over (B, H, S)) are its column sums restarted at
 every sample (per-sample partials (B, H)), followed by small stages over (B, H) and the
-sums over B. The CPU (SegmentedRowPass) and GPU (GpuSegmentedRowPass) rules take it;
-Ascend has no rule for it yet (ascend-emu: NOT EMITTED).
+sums over B. The CPU (SegmentedRowPass), GPU (GpuSegmentedRowPass) and Ascend
+(SegmentTiles) rules take it.
 
 Precision: the TE sums each per-sample column over S in one float32 accumulator. Where a
 target's fallback runs it that way, gradScaleOut and gradShiftOut err 1.7 to 2.7 times as
@@ -61,7 +61,17 @@ from opgen.ops.ada_layer_norm_backward.kernel import (  # noqa: F401  (re-export
     BF16, BF16_F32, COMBOS, F16, F16_F32, F32, INPUTS, OUTPUTS, PRODUCTS, STAGE, Problem, compute, kernel_args,
     kernel_shapes, output_shapes, random_inputs)
 from opgen.ops.ada_layer_norm_backward.peers import CASES, PEERS
-from opgen.ops.spec import OpSpec
+from opgen import kernel_view as view
+from opgen.ops.spec import CannOp, OpSpec
+
+# CANN's OpDef of this op: names and order as ops-nn defines them (no shift input, no attribute).
+CANN = CannOp("AdaLayerNormGrad",
+              inputs=(("dy", "dy"), ("x", "x"), ("rstd", "rstd"), ("mean", "mean"), ("scale", "scale"),
+                      ("gamma", "gamma"), ("beta", "beta")),
+              outputs=(("pd_x", "dx"), ("pd_scale", "dscale"), ("pd_shift", "dshift"), ("pd_gamma", "dgamma"),
+                       ("pd_beta", "dbeta")),
+              source="ops-nn norm/ada_layer_norm_grad/op_host/ada_layer_norm_grad_def.cpp",
+              view=view.segments("dy"))
 
 SPEC = OpSpec(
     name="ada_layer_norm_backward",
@@ -82,5 +92,6 @@ SPEC = OpSpec(
     peers=PEERS,
     cases=CASES,
     package=__name__,
+    cann=CANN,
     flops_per_element=20,   # counted from the TE stages: the two row sums (4 + 5), dx (6), the S sums (3 + 1), g's 1
 )
