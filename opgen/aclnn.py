@@ -311,7 +311,7 @@ def _new_plan(op, product: str, values: dict, aliased: frozenset):
         return None, problem
     combo = _combo(call)
     problem = op.api.problem(call)
-    kernel, device, chosen = _kernel(op, combo, product, op.api.kernel_shapes(problem), call, aliased)
+    kernel, device, chosen = _kernel(op, combo, product, op.kernel_shapes(problem, combo), call, aliased)
     plan = make_plan(call, kernel, problem, combo, device, aliased)
     return (dataclasses.replace(plan, by_alignment=True) if chosen.by_alignment else plan), None
 

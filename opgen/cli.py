@@ -415,7 +415,7 @@ def cmd_explain(args) -> int:
         problem = parse_problem(op, args.shape)
     except (KeyError, ValueError) as err:
         return usage_error("explain", str(err.args[0] if isinstance(err, KeyError) else err))
-    chosen = selection.select(op, combo, target.for_product(product), kernel_shapes(op, problem))
+    chosen = selection.select(op, combo, target.for_product(product), kernel_shapes(op, problem, combo))
     print(f"problem    {problem}")
     print(selection.explain(chosen))
     return 0

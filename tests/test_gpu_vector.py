@@ -160,6 +160,23 @@ def test_the_variant_is_chosen_by_row_length_and_alignment(tag, rows, cols, alig
     assert unknown.knobs["vector"] is False
 
 
+def test_the_rules_get_shapes_in_the_kernels_parameter_order():
+    """The rules read shapes by position, as the kernel's parameters. aclnn passed them in
+    ``api.kernel_shapes``'s order, which differs for seven ops: RmsNormGradQuant's scales
+    came where its outputs are, so an aligned 4096x4096 call never got the 128-bit variant.
+    ``OpSpec.kernel_shapes`` lists them in parameter order for every op and combo."""
+    from opgen.ops import all_ops
+
+    for op in all_ops():
+        for combo in op.combos:
+            assert list(op.kernel_shapes(op.problems[0], combo)) == list(op.kernel_tensors(combo)), (op.name, combo.tag)
+    quant = get_op("rms_norm_grad_quant")
+    combo = quant.combo("bf16-f32-f32-i8")
+    shapes = quant.kernel_shapes(quant.parse_problem("4096x4096"), combo)
+    resolution, _ = selection.resolve(quant, combo, CUDA, shapes, dict.fromkeys(shapes, 64))
+    assert resolution.knobs["vector"] is True
+
+
 @pytest.mark.skipif(SIM.missing() is not None, reason=f"no simulator here: {SIM.missing()}")
 def test_a_device_without_fp16_never_gets_float16_rows_in_vector_registers():
     combo = RMS.combo("f16-f32")

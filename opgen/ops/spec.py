@@ -433,6 +433,15 @@ class OpSpec:
         """The kernel's tensor parameters for ``combo``: its inputs, then the outputs."""
         return self.kernel_inputs(combo) + self.outputs
 
+    def kernel_shapes(self, problem, combo: DtypeCombo) -> dict:
+        """Kernel tensor name -> its shape for ``problem``, in the kernel's parameter order
+        (``kernel_tensors(combo)``). The schedule rules read shapes by position, as the
+        kernel's parameters (``by_param``, ``bind_sizes``); ``api.kernel_shapes`` lists them
+        in the op's own order, which differs for seven ops (a dict in that order made the
+        GPU's 128-bit variant unreachable for RmsNormGradQuant)."""
+        by_name = self.api.kernel_shapes(problem)
+        return {name: by_name[name] for name in self.kernel_tensors(combo)}
+
     @property
     def model(self):
         """The sympy forward model opgen.derive proves the TE against (opgen.symbolic.ProofModel):

@@ -422,7 +422,7 @@ def main(args) -> int:
         return 2
     db = chosen_db(args)
     space = space_for(op, combo, target, problem)
-    bucket = database.bucket_for(op, kernel_shapes(op, problem))
+    bucket = database.bucket_for(op, kernel_shapes(op, problem, combo))
     print(f"tuning {op.name} {combo.tag} on {target.name}, {problem} (bucket {bucket}): {len(space.points)} valid "
           f"points of {type(space.rule).__name__}'s knobs {[k.name for k in space.knobs]} ({space.pruned} pruned); "
           f"engine {args.engine}, strategy {args.strategy}, seed {args.seed}; records -> {db}")
@@ -436,7 +436,7 @@ def main(args) -> int:
         return exit_status(False, 0)
     records = database.load(db)
     key = database.key_of(op.name, combo.tag, target, bucket)
-    best, refused = resolved_best(op, combo, target, kernel_shapes(op, problem),
+    best, refused = resolved_best(op, combo, target, kernel_shapes(op, problem, combo),
                                   database.ranked_records(records).get(key, ()))
     default = next((r for r in reversed(records) if database.record_key(r) == key and r.get("knobs") == space.default
                     and r.get("engine", database.TEMPLATE) == database.TEMPLATE), None)

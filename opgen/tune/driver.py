@@ -94,7 +94,7 @@ def make_record(ctx: dict, index: int, knobs: dict, m: Measurement, build_s: flo
 def record_context(op, combo, target, problem, strategy: str, seed: int, engine: str) -> dict:
     return {
         "op": op.name, "combo": combo.tag, "target": target.name, "hardware": database.hardware_of(target),
-        "bucket": database.bucket_for(op, kernel_shapes(op, problem)), "problem": str(problem),
+        "bucket": database.bucket_for(op, kernel_shapes(op, problem, combo)), "problem": str(problem),
         "engine": engine, "strategy": strategy, "seed": seed, "run": uuid.uuid4().hex[:12],
         "opgen_version": opgen_version(), "tvm_version": tvm.__version__,
     }

@@ -75,7 +75,7 @@ class Workload:
         self.op, self.combo, self.problem = op, combo, problem
         self.inputs = op.random_inputs(problem, combo, np.random.default_rng(seed))
         self.reference = op.reference(problem, self.inputs)
-        self.shapes = kernel_shapes(op, problem)
+        self.shapes = kernel_shapes(op, problem, combo)
         self.bytes = workload_bytes(op, combo, problem)
 
         self.checker = Checker(op, combo, self.reference)

@@ -35,14 +35,15 @@ def parse_problem(op, text: str):
     return op.parse_problem(text)
 
 
-def kernel_shapes(op, problem) -> dict:
-    """Tensor name -> the kernel's canonical shape for ``problem``."""
-    return op.api.kernel_shapes(problem)
+def kernel_shapes(op, problem, combo) -> dict:
+    """Kernel tensor name -> its shape for ``problem``, in ``combo``'s kernel parameter
+    order: what the rules read (OpSpec.kernel_shapes)."""
+    return op.kernel_shapes(problem, combo)
 
 
 def workload_bytes(op, combo, problem) -> int:
     """Bytes every kernel must move at least: each input read once, each output written once."""
-    shapes = kernel_shapes(op, problem)
+    shapes = kernel_shapes(op, problem, combo)
     return sum(math.prod(shapes[n]) * numpy_dtype(combo[n]).itemsize for n in op.kernel_tensors(combo))
 
 
@@ -107,5 +108,5 @@ def build_space(rule, target, shapes: dict | None, func=None) -> Space:
 
 
 def space_for(op, combo, target, problem) -> Space:
-    return build_space(matching_rule(op, combo, target), target, kernel_shapes(op, problem),
+    return build_space(matching_rule(op, combo, target), target, kernel_shapes(op, problem, combo),
                        kernels.prim_func(op, combo))
