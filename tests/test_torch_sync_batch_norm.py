@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ import opgen.api
 import opgen.torch as ot
 from opgen.verify import compare
 
-from distributed import run_ranks, succeeded
+from distributed import free_port, run_ranks, succeeded
 
 ROOT = Path(__file__).resolve().parents[1]
 CHANNELS, HW = 5, (3, 4)
@@ -84,25 +85,33 @@ def sync_worker(rank: int, world_size: int, sizes: tuple, dtype_name: str, kwarg
 
 def _reference(sizes: tuple, kwargs: dict, modes: tuple, dtype: torch.dtype) -> list[dict]:
     """torch.nn.BatchNorm2d in float64 over each step's global batch (the same rounded
-    values), and each rank's share of the parameter gradients (the sums over its samples)."""
+    values), and each rank's share of the parameter gradients (the sums over its samples).
+    Eval without running statistics normalizes each rank's batch alone, as torch's
+    SyncBatchNorm does (it synchronizes in training only)."""
     module = torch.nn.BatchNorm2d(CHANNELS, dtype=torch.float64, **kwargs)
     _initial_parameters(module)
+    bounds = np.cumsum((0,) + sizes)
+    ranks = list(zip(bounds[:-1], bounds[1:]))
     steps = []
     for step, mode in enumerate(modes):
         module.train(mode == "train")
         x, dy = (t.double() for t in _global_batch(step, sizes, dtype))
-        x.requires_grad_(True)
-        y = module(x)
-        y.backward(dy)
-        if mode == "train":
-            mean, var = x.detach().mean((0, 2, 3), keepdim=True), x.detach().var((0, 2, 3), unbiased=False, keepdim=True)
-        else:
-            mean, var = module.running_mean.view(1, -1, 1, 1), module.running_var.view(1, -1, 1, 1)
-        xhat = (x.detach() - mean) / (var + module.eps).sqrt()
-        bounds = np.cumsum((0,) + sizes)
-        shares = [(dy[a:b] * xhat[a:b]).sum((0, 2, 3)) for a, b in zip(bounds[:-1], bounds[1:])]
-        steps.append({"y": y.detach(), "dx": x.grad, "dweight_shares": shares,
-                      "dbias_shares": [dy[a:b].sum((0, 2, 3)) for a, b in zip(bounds[:-1], bounds[1:])],
+        local = mode == "eval" and module.running_mean is None
+        y, dx, xhat = torch.empty_like(x), torch.empty_like(x), torch.empty_like(x)
+        for a, b in (ranks if local else [(0, len(x))]):
+            if a == b:
+                continue
+            part = x[a:b].clone().requires_grad_(True)
+            out = module(part)
+            out.backward(dy[a:b])
+            y[a:b], dx[a:b] = out.detach(), part.grad
+            if module.training or local:
+                mean, var = part.detach().mean((0, 2, 3), True), part.detach().var((0, 2, 3), unbiased=False, keepdim=True)
+            else:
+                mean, var = module.running_mean.view(1, -1, 1, 1), module.running_var.view(1, -1, 1, 1)
+            xhat[a:b] = (part.detach() - mean) / (var + module.eps).sqrt()
+        steps.append({"y": y, "dx": dx, "dweight_shares": [(dy[a:b] * xhat[a:b]).sum((0, 2, 3)) for a, b in ranks],
+                      "dbias_shares": [dy[a:b].sum((0, 2, 3)) for a, b in ranks],
                       "buffers": {n: b.clone() for n, b in module.named_buffers()}})
         module.zero_grad(set_to_none=True)
     return steps
@@ -126,11 +135,11 @@ def _check_against_one_process(results: list[dict], sizes: tuple, dtype_name: st
                 _assert_within(f"dx[{step}] rank {rank}", g["dx"], want["dx"][sum(sizes[:rank]):sum(sizes[:rank + 1])],
                                dtype_name)
             if kwargs.get("affine", True):
-                if sizes[rank]:
+                if not sizes[rank] and modes[step] == "train":   # no gradient (zeros), as torch's SyncBatchNorm
+                    assert g["dweight"] is None and g["dbias"] is None
+                else:     # eval: BatchNorm's backward, zeros for an empty batch
                     _assert_within(f"dweight[{step}] rank {rank}", g["dweight"], want["dweight_shares"][rank], dtype_name)
                     _assert_within(f"dbias[{step}] rank {rank}", g["dbias"], want["dbias_shares"][rank], dtype_name)
-                else:     # an empty batch: no parameter gradient (zeros), as torch's SyncBatchNorm
-                    assert g["dweight"] is None and g["dbias"] is None
             for name, buffer in want["buffers"].items():
                 if name == "num_batches_tracked":
                     assert int(g["buffers"][name]) == int(buffer), (step, rank)
@@ -172,3 +181,151 @@ _FULL_CASES = [
                               for w, s, d, k in _FULL_CASES])
 def test_processes_equal_one_process_over_the_global_batch(world_size, sizes, dtype_name, kwargs):
     _run_and_check(world_size, sizes, dtype_name, kwargs)
+
+
+def test_without_a_process_group_it_is_batch_norm_on_this_batch():
+    """No torch.distributed process group (this process): training and eval are
+    torch.nn.BatchNorm2d's on this batch (torch's SyncBatchNorm falls back to F.batch_norm
+    so), on opgen's BatchNorm kernels; 3-d input too (SyncBatchNorm takes 2-d and more)."""
+    assert not torch.distributed.is_initialized()
+    for shape in ((4, CHANNELS, 3, 4), (4, CHANNELS, 7)):
+        ours, theirs = ot.SyncBatchNorm(CHANNELS), torch.nn.BatchNorm2d(CHANNELS)
+        _initial_parameters(ours)
+        theirs.load_state_dict(ours.state_dict())
+        calls = _counting_calls_in_this_process()
+        try:
+            for mode in ("train", "train", "eval"):
+                ours.train(mode == "train")
+                theirs.train(mode == "train")
+                x, dy = torch.randn(shape) * 2 + 0.5, torch.randn(shape)
+                xa, xb = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+                ya, yb = ours(xa), torch.nn.functional.batch_norm(
+                    xb, theirs.running_mean, theirs.running_var, theirs.weight, theirs.bias, theirs.training,
+                    theirs.momentum, theirs.eps)
+                ya.backward(dy)
+                yb.backward(dy)
+                for a, b in ((ya, yb), (xa.grad, xb.grad), (ours.weight.grad, theirs.weight.grad),
+                             (ours.bias.grad, theirs.bias.grad), (ours.running_mean, theirs.running_mean),
+                             (ours.running_var, theirs.running_var)):
+                    torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+                ours.zero_grad()
+                theirs.zero_grad()
+        finally:
+            opgen.api.call_op = calls.pop("real")
+        assert calls == {"batch_norm": 3, "batch_norm_backward": 3}
+
+
+def _counting_calls_in_this_process() -> dict:
+    """_counting_calls for the test process itself: the real call_op kept under "real", to put back."""
+    real = opgen.api.call_op
+    counts = _counting_calls()
+    counts["real"] = real
+    return counts
+
+
+def test_one_process_group_takes_the_shortcut():
+    """A process group of one process: nothing to synchronize with (torch's world-size-1
+    shortcut): plain BatchNorm on opgen's kernels, no collective, no SyncBatchNorm kernels."""
+    torch.distributed.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    calls = _counting_calls_in_this_process()
+    try:
+        module = ot.SyncBatchNorm(CHANNELS)
+        x = (torch.randn(4, CHANNELS, 3, 4) * 2 + 0.5).requires_grad_(True)
+        module(x).sum().backward()
+        want = torch.nn.functional.batch_norm(x.detach(), None, None, training=True)
+        torch.testing.assert_close(module(x.detach()), want, rtol=1e-4, atol=1e-5)
+    finally:
+        opgen.api.call_op = calls.pop("real")
+        torch.distributed.destroy_process_group()
+    assert calls == {"batch_norm": 2, "batch_norm_backward": 1}
+
+
+class _Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.features = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4, momentum=0.2),
+                                            torch.nn.ReLU(), torch.nn.Sequential(torch.nn.BatchNorm2d(4, affine=False)))
+        self.head = torch.nn.BatchNorm1d(4, eps=1e-3)
+
+
+def test_convert_sync_batchnorm_keeps_the_layers_own_tensors():
+    """convert_sync_batchnorm, as torch's: every BatchNorm layer, nested too, becomes opgen's
+    SyncBatchNorm holding the layer's own Parameter and buffer objects, eps, momentum, affine
+    flag, training flag and the process group; other layers are the same objects."""
+    net = _Net()
+    net.features[1].eval()
+    before = {n: t for n, t in list(net.named_parameters()) + list(net.named_buffers())}
+    conv = net.features[0]
+    group = object()      # any object: it is only kept, as torch keeps it
+    converted = ot.SyncBatchNorm.convert_sync_batchnorm(net, process_group=group)
+    assert converted is net and net.features[0] is conv
+    layers = [net.features[1], net.features[3][0], net.head]
+    assert all(type(layer) is ot.SyncBatchNorm and layer.process_group is group for layer in layers)
+    assert [(l.eps, l.momentum, l.affine, l.training) for l in layers] == \
+        [(1e-5, 0.2, True, False), (1e-5, 0.1, False, True), (1e-3, 0.1, True, True)]
+    after = {n: t for n, t in list(net.named_parameters()) + list(net.named_buffers())}
+    assert after.keys() == before.keys() and all(after[n] is before[n] for n in before)
+    assert type(ot.SyncBatchNorm.convert_sync_batchnorm(torch.nn.BatchNorm2d(3))) is ot.SyncBatchNorm
+
+
+def dying_worker(rank: int, world_size: int) -> None:
+    """Rank 1 exits (os._exit, no cleanup) in the middle of SyncBatchNorm's forward, after its
+    local statistics and before the all_gather; the others run the forward as usual."""
+    from opgen.ops.batch_norm_elemt_backward import torch_module as sync
+
+    if rank == 1:
+        real = sync._local_sums
+
+        def die(*args):
+            real(*args)
+            os._exit(3)
+        sync._local_sums = die
+    ot.SyncBatchNorm(CHANNELS)(torch.randn(4, CHANNELS, 3, 4))
+
+
+@pytest.mark.full
+def test_a_rank_that_dies_mid_forward_fails_the_others_with_a_clear_error():
+    """The survivors raise opgen's error naming the all_gather, their rank and the group's
+    size (gloo's own error chained) within the process group's timeout (10 s here), never hang."""
+    start = time.monotonic()
+    outcomes = run_ranks(3, dying_worker, timeout=120, pg_timeout=10)
+    seconds = time.monotonic() - start
+    assert outcomes[1].exitcode == 3, outcomes[1]
+    for rank in (0, 2):
+        assert outcomes[rank].exitcode == 1, outcomes[rank]
+        assert (f"RuntimeError: opgen SyncBatchNorm: all_gather of the batch statistics failed on rank {rank} of 3"
+                in outcomes[rank].error), outcomes[rank].error
+    assert seconds < 100, seconds     # the interpreters' start (about 20 s each on a loaded 2-core machine) + 10 s
+
+
+@pytest.mark.full
+def test_ddp_example_trains_under_torchrun(tmp_path):
+    """examples/sync_batch_norm_ddp.py as its docstring runs it (torchrun, 2 processes,
+    --standalone), 6 steps: it exits 0, the loss falls, and both ranks end with the same
+    parameters and running statistics (synchronized statistics, averaged gradients)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+                          str(ROOT / "examples" / "sync_batch_norm_ddp.py"), "--steps", "6", "--timeout", "60",
+                          "--out", str(tmp_path)], capture_output=True, text=True, timeout=400, env=env, cwd=ROOT)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.count(": loss ") == 6, run.stdout
+    ranks = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    losses = ranks[0]["losses"]
+    assert ranks[1]["losses"] == losses and sum(losses[-2:]) / 2 < 0.8 * losses[0], losses
+    states = [r["state"] for r in ranks]
+    assert states[0].keys() == states[1].keys()
+    for name, tensor in states[0].items():
+        torch.testing.assert_close(states[1][name], tensor, rtol=0, atol=0, msg=name)
+    assert int(states[0]["1.num_batches_tracked"]) == 6 and states[0]["1.running_mean"].abs().sum() > 0
+
+
+def test_constructor_and_state_dict_are_torchs():
+    """torch.nn.SyncBatchNorm's constructor (names and defaults), state_dict and repr."""
+    import inspect
+
+    def spelled(cls):
+        return [(p.name, p.default, p.kind) for p in inspect.signature(cls).parameters.values()]
+    assert spelled(ot.SyncBatchNorm) == spelled(torch.nn.SyncBatchNorm)
+    theirs, ours = torch.nn.SyncBatchNorm(6, momentum=0.3), ot.SyncBatchNorm(6, momentum=0.3)
+    ours.load_state_dict(theirs.state_dict())            # strict: same names and shapes
+    assert repr(ours) == repr(theirs) and not isinstance(ours, torch.nn.SyncBatchNorm)

@@ -137,13 +137,27 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         return dx, dweight, dbias, None, None, None, None, None, None
 
 
-class SyncBatchNorm(nn.SyncBatchNorm):
+class SyncBatchNorm(nn.modules.batchnorm._BatchNorm):
     """torch.nn.SyncBatchNorm (same constructor, parameters, buffers, state_dict, running
     statistics, ``process_group``) on opgen's kernels, and on CPU tensors too (gloo): in
     training with torch.distributed initialized and more than one process in the group, the
     batch statistics are those of every rank's batch together; otherwise (eval, one process, no
     process group) it is opgen's BatchNorm on this rank's batch, as torch's module falls back to
-    F.batch_norm. Parameter gradients are this rank's, as torch's (DDP all-reduces them)."""
+    F.batch_norm. Parameter gradients are this rank's, as torch's (DDP all-reduces them).
+
+    A _BatchNorm like torch's SyncBatchNorm, not a subclass of it: DistributedDataParallel
+    refuses a CPU model holding a torch.nn.SyncBatchNorm ("SyncBatchNorm layers only work with
+    GPU modules"), which this module exists to run."""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = True,
+                 track_running_stats: bool = True, process_group=None, device=None, dtype=None, *,
+                 bias: bool = True) -> None:
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device=device, dtype=dtype,
+                         bias=bias)
+        self.process_group = process_group
+
+    _check_input_dim = nn.SyncBatchNorm._check_input_dim                        # 2-d and more
+    _check_non_zero_input_channels = nn.SyncBatchNorm._check_non_zero_input_channels
 
     def forward(self, x: Tensor) -> Tensor:
         self._check_input_dim(x)
