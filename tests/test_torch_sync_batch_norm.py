@@ -28,6 +28,8 @@ from distributed import free_port, run_ranks, succeeded
 
 ROOT = Path(__file__).resolve().parents[1]
 CHANNELS, HW = 5, (3, 4)
+SYNCHRONIZED_OPS = ("batch_norm_reduce", "sync_batch_norm_gather_stats", "batch_norm_reduce_backward",
+                    "batch_norm_elemt_backward")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -158,11 +160,12 @@ def _run_and_check(world_size: int, sizes: tuple, dtype_name: str = "float32", k
 def test_two_processes_equal_one_process_over_the_global_batch():
     """The default tier's multi-process case: 2 ranks with uneven batches (3 and 5 samples),
     two training steps then eval: outputs, gradients (input, weight, bias) and running
-    statistics equal one process's BatchNorm2d over the 8 samples; the backward ran on opgen's
-    kernels on every rank."""
+    statistics equal one process's BatchNorm2d over the 8 samples; every step ran on opgen's
+    kernels on every rank (two synchronized training steps, then eval: BatchNorm's kernels)."""
     results = _run_and_check(2, (3, 5))
     for r in results:
-        assert r["calls"].get("batch_norm_reduce_backward") == 2 and r["calls"].get("batch_norm_elemt_backward") == 2
+        assert {op: r["calls"].get(op) for op in SYNCHRONIZED_OPS} == dict.fromkeys(SYNCHRONIZED_OPS, 2), r["calls"]
+        assert r["calls"]["batch_norm_backward"] == 1
 
 
 _FULL_CASES = [

@@ -26,34 +26,39 @@ from opgen.ops.batch_norm_backward import torch_module as batch_norm_module
 
 
 def _local_sums(x: Tensor, eps: float) -> tuple[Tensor, Tensor]:
-    """This rank's per-channel sum and sum of squares (float32, C elements each), what
-    aclnnBatchNormReduce returns. Computed from opgen's aclnnBatchNorm kernel in training
-    mode: its saved mean and 1/sqrt(var + eps) over the rank's batch give sum = m * mean and
-    squareSum = m * (var + mean^2) (C-element float64 arithmetic here)."""
-    m = x.numel() // x.size(1)
-    _, mean, invstd = opgen_torch.calls.batch_norm(x, None, None, None, None, True, 0.0, eps)
-    mean = mean.double()
-    var = (invstd.double().pow(-2) - eps).clamp_min(0)
-    return (mean * m).float(), ((var + mean * mean) * m).float()
+    """This rank's per-channel sum and sum of squares (float32, C elements each): opgen's
+    aclnnBatchNormReduce kernel (``eps`` is not read: the sums need none)."""
+    return opgen_torch.calls.batch_norm_reduce(x)
 
 
-@torch.no_grad()
 def _global_stats(sums: Tensor, squares: Tensor, counts: Tensor, running_mean: Tensor | None,
                   running_var: Tensor | None, momentum: float, eps: float) -> tuple[Tensor, Tensor]:
     """The global batch's mean and invstd (float32, C elements) from every rank's sums (W, C),
-    squares (W, C) and counts (W,), as aclnnSyncBatchNormGatherStats computes them (a rank with
-    an empty batch adds zeros), and the running statistics updated in place with ``momentum``
-    and the unbiased variance (total / (total - 1)), as torch's
-    batch_norm_gather_stats_with_counts does. C-element float64 arithmetic here."""
-    total = counts.double().sum()
-    mean = sums.double().sum(0) / total
-    var = (squares.double().sum(0) / total - mean * mean).clamp_min(0)
+    squares (W, C) and counts (W,): opgen's aclnnSyncBatchNormGatherStats kernel (a rank with an
+    empty batch adds zeros). Then the running statistics, updated in place here as torch's
+    batch_norm_gather_stats_with_counts does (``momentum``; the unbiased variance, total /
+    (total - 1), recovered from invstd): opgen's op takes no in-out tensors, so it runs with
+    momentum 0 and placeholders for them, and the module updates its C-element buffers itself,
+    as opgen's BatchNorm2d does."""
+    channels = sums.shape[1]
+    mean, invstd = opgen_torch.calls.sync_batch_norm_gather_stats(
+        sums, squares, counts, sums.new_zeros(channels), sums.new_ones(channels), 0.0, eps)
+    if running_mean is not None or running_var is not None:
+        _update_running(running_mean, running_var, mean, invstd, float(counts.double().sum()), momentum, eps)
+    return mean, invstd
+
+
+@torch.no_grad()
+def _update_running(running_mean: Tensor | None, running_var: Tensor | None, mean: Tensor, invstd: Tensor,
+                    total: float, momentum: float, eps: float) -> None:
+    """r = (1 - momentum) * r + momentum * the global statistic, the variance unbiased and
+    recovered from invstd in float64 (C elements)."""
     if running_mean is not None:
         running_mean.mul_(1 - momentum).add_(mean.to(running_mean.dtype), alpha=momentum)
     if running_var is not None:
+        var = (invstd.double().pow(-2) - eps).clamp_min(0)
         unbiased = var * (total / (total - 1)) if total > 1 else var
         running_var.mul_(1 - momentum).add_(unbiased.to(running_var.dtype), alpha=momentum)
-    return mean.float(), (var + eps).rsqrt().float()
 
 
 def _normalize(x: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
