@@ -28,8 +28,8 @@ from distributed import free_port, run_ranks, succeeded
 
 ROOT = Path(__file__).resolve().parents[1]
 CHANNELS, HW = 5, (3, 4)
-SYNCHRONIZED_OPS = ("batch_norm_reduce", "sync_batch_norm_gather_stats", "batch_norm_reduce_backward",
-                    "batch_norm_elemt_backward")
+SYNCHRONIZED_OPS = ("batch_norm_reduce", "sync_batch_norm_gather_stats", "batch_norm_elemt",
+                    "batch_norm_reduce_backward", "batch_norm_elemt_backward")
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -165,7 +165,7 @@ def test_two_processes_equal_one_process_over_the_global_batch():
     results = _run_and_check(2, (3, 5))
     for r in results:
         assert {op: r["calls"].get(op) for op in SYNCHRONIZED_OPS} == dict.fromkeys(SYNCHRONIZED_OPS, 2), r["calls"]
-        assert r["calls"]["batch_norm_backward"] == 1
+        assert r["calls"]["batch_norm"] == 1 and r["calls"]["batch_norm_backward"] == 1
 
 
 _FULL_CASES = [

@@ -4,16 +4,17 @@ processes through torch.distributed (gloo on CPU tensors, which torch's own modu
 It is built from opgen's ops the way torch's SyncBatchNorm autograd Function
 (torch/nn/modules/_functions.py) is built from ATen's:
 
-* forward: this rank's per-channel sums -> all_gather of (sum, squareSum, count) from every
-  rank -> the global mean and invstd (and the running statistics' update) -> the elementwise
-  normalization;
+* forward: aclnnBatchNormReduce (this rank's per-channel sum and squareSum) -> all_gather of
+  (sum, squareSum, count) from every rank -> aclnnSyncBatchNormGatherStats (the global mean and
+  invstd; the running statistics updated) -> aclnnBatchNormElemt (the normalization);
 * backward: aclnnBatchNormReduceBackward (sumDy, sumDyXmu, gradWeight, gradBias on this rank's
   batch) -> all_reduce(sumDy, sumDyXmu) -> aclnnBatchNormElemtBackward (gradInput, with every
   rank's count).
 
-Which kernel runs each forward step is said by the step's function below (_local_sums,
-_global_stats, _normalize). Imported by opgen.torch (it needs ``torch.ops.opgen.*``, which
-opgen.torch registers first); ``MODULES`` lists what it exports.
+Every step runs an opgen kernel (aclnnBatchNormReduce, aclnnSyncBatchNormGatherStats,
+aclnnBatchNormElemt forward; the two above backward); torch does the collectives and the
+running statistics' update (C elements, as opgen's BatchNorm2d). Imported by opgen.torch (it
+needs ``torch.ops.opgen.*``, which opgen.torch registers first); ``MODULES`` lists what it exports.
 """
 from __future__ import annotations
 
@@ -25,9 +26,9 @@ from opgen import torch as opgen_torch
 from opgen.ops.batch_norm_backward import torch_module as batch_norm_module
 
 
-def _local_sums(x: Tensor, eps: float) -> tuple[Tensor, Tensor]:
+def _local_sums(x: Tensor) -> tuple[Tensor, Tensor]:
     """This rank's per-channel sum and sum of squares (float32, C elements each): opgen's
-    aclnnBatchNormReduce kernel (``eps`` is not read: the sums need none)."""
+    aclnnBatchNormReduce kernel."""
     return opgen_torch.calls.batch_norm_reduce(x)
 
 
@@ -63,13 +64,12 @@ def _update_running(running_mean: Tensor | None, running_var: Tensor | None, mea
 
 def _normalize(x: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
                eps: float) -> Tensor:
-    """y = (x - mean) * invstd * weight + bias, what aclnnBatchNormElemt computes: opgen's
-    aclnnBatchNorm kernel in eval mode with the global statistics as its running ones
-    (running_var = 1/invstd^2 - eps, so that its 1/sqrt(running_var + eps) is invstd)."""
-    w = batch_norm_module._per_channel(weight, x)
-    b = batch_norm_module._per_channel(bias, x, w)
-    var = (invstd.double().pow(-2) - eps).float()
-    y, _, _ = opgen_torch.calls.batch_norm(x, w, b, mean, var, False, 0.0, eps)
+    """y = (x - mean) * invstd * weight + bias: opgen's aclnnBatchNormElemt kernel, whose four
+    per-channel tensors share a dtype (the statistics' float32: a half weight and bias are cast,
+    C elements, as torch's Function casts the weight for its backward)."""
+    weight = None if weight is None else opgen_torch.as_dtype(weight, mean.dtype)
+    bias = None if bias is None else opgen_torch.as_dtype(bias, mean.dtype)
+    (y,) = opgen_torch.calls.batch_norm_elemt(x, weight, bias, mean, invstd, eps)
     return y
 
 
@@ -97,7 +97,7 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         if x.numel() // channels == 1 and world_size < 2:
             raise ValueError(f"Expected more than 1 value per channel when training, got input size {x.numel()}")
         if x.numel():
-            sums, squares = _local_sums(x, eps)
+            sums, squares = _local_sums(x)
             count = sums.new_full((1,), x.numel() // channels)
             combined = torch.cat([sums, squares, count])
         else:
