@@ -33,10 +33,10 @@ SYNCHRONIZED_OPS = ("batch_norm_reduce", "sync_batch_norm_gather_stats", "batch_
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-def _global_batch(step: int, sizes: tuple, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def _global_batch(step: int, sizes: tuple, dtype: torch.dtype, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """The step's global batch and output gradient, the same in every process (a seeded
     generator), rounded to ``dtype``: per-channel offsets so that the mean matters."""
-    g = torch.Generator().manual_seed(1000 + step)
+    g = torch.Generator().manual_seed(1000 + seed + step)
     shape = (sum(sizes), CHANNELS) + HW
     offsets = torch.arange(CHANNELS, dtype=torch.float32).view(1, -1, 1, 1) - 2
     x = torch.randn(shape, generator=g) * 2 + offsets
@@ -62,18 +62,24 @@ def _counting_calls() -> dict:
     return counts
 
 
-def sync_worker(rank: int, world_size: int, sizes: tuple, dtype_name: str, kwargs: dict, modes: tuple) -> dict:
+def sync_worker(rank: int, world_size: int, sizes: tuple, dtype_name: str, kwargs: dict, modes: tuple,
+                groups: int = 1) -> dict:
     """One rank of the equality test: opgen's SyncBatchNorm over this rank's share of each
-    step's global batch (``sizes[rank]`` samples), forward and backward; returns what it saw."""
+    step's global batch (``sizes[rank]`` samples), forward and backward; returns what it saw.
+    With ``groups`` > 1 the ranks form that many process groups of consecutive ranks (the
+    module's ``process_group``), each with a global batch of its own (``sizes`` per group)."""
     dtype = DTYPES[dtype_name]
     calls = _counting_calls()
-    module = ot.SyncBatchNorm(CHANNELS, dtype=dtype, **kwargs)
+    per_group = world_size // groups
+    made = [torch.distributed.new_group(list(range(g * per_group, (g + 1) * per_group))) for g in range(groups)]
+    group, rank = rank // per_group, rank % per_group
+    module = ot.SyncBatchNorm(CHANNELS, dtype=dtype, process_group=made[group] if groups > 1 else None, **kwargs)
     _initial_parameters(module)
     start, stop = sum(sizes[:rank]), sum(sizes[:rank + 1])
     steps = []
     for step, mode in enumerate(modes):
         module.train(mode == "train")
-        x, dy = _global_batch(step, sizes, dtype)
+        x, dy = _global_batch(step, sizes, dtype, seed=100 * group)
         x = x[start:stop].clone().requires_grad_(True)
         module.zero_grad(set_to_none=True)
         y = module(x)
@@ -85,7 +91,7 @@ def sync_worker(rank: int, world_size: int, sizes: tuple, dtype_name: str, kwarg
     return {"steps": steps, "calls": calls}
 
 
-def _reference(sizes: tuple, kwargs: dict, modes: tuple, dtype: torch.dtype) -> list[dict]:
+def _reference(sizes: tuple, kwargs: dict, modes: tuple, dtype: torch.dtype, seed: int = 0) -> list[dict]:
     """torch.nn.BatchNorm2d in float64 over each step's global batch (the same rounded
     values), and each rank's share of the parameter gradients (the sums over its samples).
     Eval without running statistics normalizes each rank's batch alone, as torch's
@@ -97,7 +103,7 @@ def _reference(sizes: tuple, kwargs: dict, modes: tuple, dtype: torch.dtype) -> 
     steps = []
     for step, mode in enumerate(modes):
         module.train(mode == "train")
-        x, dy = (t.double() for t in _global_batch(step, sizes, dtype))
+        x, dy = (t.double() for t in _global_batch(step, sizes, dtype, seed))
         local = mode == "eval" and module.running_mean is None
         y, dx, xhat = torch.empty_like(x), torch.empty_like(x), torch.empty_like(x)
         for a, b in (ranks if local else [(0, len(x))]):
@@ -127,8 +133,8 @@ def _assert_within(name: str, got: torch.Tensor, want: torch.Tensor, dtype_name:
 
 
 def _check_against_one_process(results: list[dict], sizes: tuple, dtype_name: str, kwargs: dict,
-                               modes: tuple) -> None:
-    reference = _reference(sizes, kwargs, modes, DTYPES[dtype_name])
+                               modes: tuple, seed: int = 0) -> None:
+    reference = _reference(sizes, kwargs, modes, DTYPES[dtype_name], seed)
     for step, want in enumerate(reference):
         got = [r["steps"][step] for r in results]
         _assert_within(f"y[{step}]", torch.cat([g["y"] for g in got]), want["y"], dtype_name)
@@ -184,6 +190,16 @@ _FULL_CASES = [
                               for w, s, d, k in _FULL_CASES])
 def test_processes_equal_one_process_over_the_global_batch(world_size, sizes, dtype_name, kwargs):
     _run_and_check(world_size, sizes, dtype_name, kwargs)
+
+
+@pytest.mark.full
+def test_each_process_group_synchronizes_its_own_ranks():
+    """``process_group``: 4 ranks in two groups of 2 ({0, 1}, {2, 3}), each group with a batch
+    of its own; each group's outputs, gradients and statistics are its own batch's alone."""
+    sizes, modes = (3, 5), ("train", "train", "eval")
+    results = succeeded(run_ranks(4, sync_worker, sizes, "float32", {}, modes, 2, timeout=240))
+    for group in range(2):
+        _check_against_one_process(results[2 * group:2 * group + 2], sizes, "float32", {}, modes, seed=100 * group)
 
 
 def test_without_a_process_group_it_is_batch_norm_on_this_batch():
