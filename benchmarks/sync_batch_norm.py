@@ -9,7 +9,8 @@ Each repeat starts after a barrier (the ranks enter the timed call together, so 
 is its own call's plus the wait its collective has on the slower rank, which is the cost of
 synchronizing), then times the three modules in a random order on the same tensors: the forward
 ``module(x)`` (parameters requiring grad, the graph recorded) and the backward
-``torch.autograd.grad(y, (x, weight, bias), dy)`` on that graph. Prints each rank's medians and
+``torch.autograd.grad(y, (x, weight, bias), dy)`` on that graph; and the two collectives alone
+(all_gather of 2C + 1 floats, all_reduce of 2C), what synchronizing adds at least. Prints each rank's medians and
 ranges in ms over the repeats, and the median of the per-repeat ratios to torch.nn.BatchNorm2d.
 """
 from __future__ import annotations
@@ -49,6 +50,33 @@ def _time_one(module, x: torch.Tensor, dy: torch.Tensor) -> tuple[float, float]:
     return middle - start, end - middle_again
 
 
+class _Collectives:
+    """The collectives alone, as SyncBatchNorm calls them for C channels: the forward's
+    all_gather of 2C + 1 floats, the backward's all_reduce of 2C (timed like a module: its
+    "forward" and "backward")."""
+
+    def __init__(self, channels: int):
+        self.combined, self.sums = torch.zeros(2 * channels + 1), torch.zeros(2 * channels)
+        self.gathered = [torch.empty_like(self.combined) for _ in range(dist.get_world_size())]
+
+    def forward(self) -> None:
+        dist.all_gather(self.gathered, self.combined)
+
+    def backward(self) -> None:
+        dist.all_reduce(self.sums)
+
+
+def _time_collectives(c: _Collectives) -> tuple[float, float]:
+    dist.barrier()
+    start = time.perf_counter()
+    c.forward()
+    middle = time.perf_counter()
+    dist.barrier()
+    middle_again = time.perf_counter()
+    c.backward()
+    return middle - start, time.perf_counter() - middle_again
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=9)
@@ -65,13 +93,15 @@ def main() -> None:
         modules = _modules(shape[1])
         for module in modules.values():      # warm-up: kernels built, allocator warm
             _time_one(module, x, dy)
-        times = {name: [] for name in modules}
-        order = list(modules)
+        collectives = _Collectives(shape[1])
+        times = {name: [] for name in list(modules) + ["gloo collectives alone"]}
+        order = list(times)
         rng = random.Random(1)    # the same order on every rank: their collectives must match
         for _ in range(args.repeats):
             rng.shuffle(order)
             for name in order:
-                times[name].append(_time_one(modules[name], x, dy))
+                times[name].append(_time_collectives(collectives) if name not in modules else
+                                   _time_one(modules[name], x, dy))
         rows.append((shape, times))
     for r in range(dist.get_world_size()):
         dist.barrier()

@@ -106,6 +106,9 @@ def _candidates(layer: nn.Module, ot) -> tuple[list, str]:
 def _candidate(layer: nn.Module, ot) -> tuple[Optional[_Candidate], str]:
     """The opgen module this layer would become, from the attributes its family uses, or
     None and why not."""
+    if isinstance(layer, nn.SyncBatchNorm):      # what synchronizes it is a process group, not a probe's input
+        return None, ("torch's SyncBatchNorm: opgen.torch.SyncBatchNorm.convert_sync_batchnorm(model) turns it "
+                      "into opgen's")
     if isinstance(layer, nn.modules.batchnorm._BatchNorm):
         if not isinstance(layer, nn.BatchNorm2d):
             return None, f"no opgen module for {type(layer).__name__} (opgen has BatchNorm2d only)"

@@ -348,3 +348,11 @@ def test_constructor_and_state_dict_are_torchs():
     theirs, ours = torch.nn.SyncBatchNorm(6, momentum=0.3), ot.SyncBatchNorm(6, momentum=0.3)
     ours.load_state_dict(theirs.state_dict())            # strict: same names and shapes
     assert repr(ours) == repr(theirs) and not isinstance(ours, torch.nn.SyncBatchNorm)
+
+
+def test_apply_leaves_torchs_sync_batch_norm_and_names_the_converter():
+    """opgen.torch.apply swaps single-process layers by probing them; torch's SyncBatchNorm is
+    left, with the way to convert it."""
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 1), torch.nn.SyncBatchNorm(4))
+    report = ot.apply(model)
+    assert type(model[1]) is torch.nn.SyncBatchNorm and "convert_sync_batchnorm" in report.left["1"]
