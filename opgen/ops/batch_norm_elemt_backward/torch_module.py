@@ -94,8 +94,6 @@ class _SyncBatchNormFunction(torch.autograd.Function):
     def forward(ctx, x, weight, bias, running_mean, running_var, eps, momentum, group, world_size):
         x = x.contiguous()
         channels = x.shape[1]
-        if x.numel() // channels == 1 and world_size < 2:
-            raise ValueError(f"Expected more than 1 value per channel when training, got input size {x.numel()}")
         if x.numel():
             sums, squares = _local_sums(x)
             count = sums.new_full((1,), x.numel() // channels)
@@ -123,7 +121,7 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         channels = x.shape[1]
         if not x.numel():
             if need_input:      # join the all_reduce the peers wait on
-                zeros = torch.zeros(2 * channels, dtype=torch.float32)
+                zeros = x.new_zeros(2 * channels, dtype=torch.float32)
                 _collective("all_reduce of the gradient sums", ctx.group, lambda: dist.all_reduce(zeros, group=ctx.group))
             return None, None, None, None, None, None, None, None, None
         dy = opgen_torch.as_dtype(dy, x.dtype).contiguous()
