@@ -3,7 +3,8 @@ rank's statistics gathered over gloo) against torch.nn.BatchNorm2d and opgen.tor
 on the rank's own batch alone (no synchronization), training mode, float32, CPU.
 
     python -m torch.distributed.run --nproc-per-node 2 --standalone benchmarks/sync_batch_norm.py
-    python -m torch.distributed.run --nproc-per-node 2 --standalone benchmarks/sync_batch_norm.py --repeats 11 --threads 1
+    python -m torch.distributed.run --nproc-per-node 2 --standalone benchmarks/sync_batch_norm.py \
+        --repeats 21 --threads 1
 
 Each repeat starts after a barrier (the ranks enter the timed call together, so a rank's time
 is its own call's plus the wait its collective has on the slower rank, which is the cost of

@@ -114,7 +114,8 @@ def _reference(sizes: tuple, kwargs: dict, modes: tuple, dtype: torch.dtype, see
             out.backward(dy[a:b])
             y[a:b], dx[a:b] = out.detach(), part.grad
             if module.training or local:
-                mean, var = part.detach().mean((0, 2, 3), True), part.detach().var((0, 2, 3), unbiased=False, keepdim=True)
+                data = part.detach()
+                mean, var = data.mean((0, 2, 3), True), data.var((0, 2, 3), unbiased=False, keepdim=True)
             else:
                 mean, var = module.running_mean.view(1, -1, 1, 1), module.running_var.view(1, -1, 1, 1)
             xhat[a:b] = (part.detach() - mean) / (var + module.eps).sqrt()
@@ -146,7 +147,8 @@ def _check_against_one_process(results: list[dict], sizes: tuple, dtype_name: st
                 if not sizes[rank] and modes[step] == "train":   # no gradient (zeros), as torch's SyncBatchNorm
                     assert g["dweight"] is None and g["dbias"] is None
                 else:     # eval: BatchNorm's backward, zeros for an empty batch
-                    _assert_within(f"dweight[{step}] rank {rank}", g["dweight"], want["dweight_shares"][rank], dtype_name)
+                    _assert_within(f"dweight[{step}] rank {rank}", g["dweight"], want["dweight_shares"][rank],
+                                   dtype_name)
                     _assert_within(f"dbias[{step}] rank {rank}", g["dbias"], want["dbias_shares"][rank], dtype_name)
             for name, buffer in want["buffers"].items():
                 if name == "num_batches_tracked":

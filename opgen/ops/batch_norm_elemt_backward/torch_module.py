@@ -85,6 +85,11 @@ def _collective(what: str, group, run) -> None:
                            f"or did not reach this step within the process group's timeout): {err}") from err
 
 
+def _sum_over_ranks(sums: Tensor, group) -> None:
+    """The backward's all_reduce of (sumDy, sumDyXmu), in place."""
+    _collective("all_reduce of the gradient sums", group, lambda: dist.all_reduce(sums, group=group))
+
+
 class _SyncBatchNormFunction(torch.autograd.Function):
     """torch's SyncBatchNorm Function on opgen's kernels (the steps: the module's docstring).
     A rank with an empty batch still joins every collective with zeros, so its peers do not
@@ -122,7 +127,7 @@ class _SyncBatchNormFunction(torch.autograd.Function):
         if not x.numel():
             if need_input:      # join the all_reduce the peers wait on
                 zeros = x.new_zeros(2 * channels, dtype=torch.float32)
-                _collective("all_reduce of the gradient sums", ctx.group, lambda: dist.all_reduce(zeros, group=ctx.group))
+                _sum_over_ranks(zeros, ctx.group)
             return None, None, None, None, None, None, None, None, None
         dy = opgen_torch.as_dtype(dy, x.dtype).contiguous()
         sum_dy, sum_dy_xmu, grad_weight, grad_bias = opgen_torch.calls.batch_norm_reduce_backward(
@@ -130,7 +135,7 @@ class _SyncBatchNormFunction(torch.autograd.Function):
             weight is not None and need_bias)
         if need_input:
             combined = torch.cat([sum_dy.float(), sum_dy_xmu.float()])
-            _collective("all_reduce of the gradient sums", ctx.group, lambda: dist.all_reduce(combined, group=ctx.group))
+            _sum_over_ranks(combined, ctx.group)
             sum_dy, sum_dy_xmu = combined.split(channels)
             w = None if weight is None else opgen_torch.as_dtype(weight, mean.dtype)
             (dx,) = opgen_torch.calls.batch_norm_elemt_backward(dy, x, mean, invstd, w, sum_dy, sum_dy_xmu, counts)
