@@ -138,11 +138,11 @@ def _rules() -> tuple:
 
 
 def _per_channel_output(tensors: dict, attrs: dict):
-    """A (C,) output in totalSum's dtype (the kernel of CANN writes the sums' dtype)."""
+    """A (C,) output in float32: a row of every sums dtype, as aclnnLayerNorm's Pythonic statistics."""
     s = tensors["totalSum"]
     if s is None or s.ndim != 2:
         return None
-    return (s.shape[1],), s.dtype
+    return (s.shape[1],), "float32"
 
 
 def _kernel_eps(call) -> float:
