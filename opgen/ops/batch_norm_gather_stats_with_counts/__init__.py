@@ -40,7 +40,8 @@ CANN = CannOp("SyncBatchNormGatherStatsFused",
               inputs=(("mean", "mean"), ("invstd", "invstd"), ("counts", "counts")),
               outputs=(("mean_all", "mean_all"), ("invstd_all", "invstd_all")),
               attrs=(CannAttr("eps", "Float", 1e-5, tensor="eps"), CannAttr("momentum", "Float", 0.01)),
-              source="ops-nn norm/sync_batch_norm_gather_stats_fused/op_host/sync_batch_norm_gather_stats_fused_def.cpp",
+              source="ops-nn norm/sync_batch_norm_gather_stats_fused/op_host/"
+                     "sync_batch_norm_gather_stats_fused_def.cpp",
               view=view.channels("mean"))
 
 SPEC = OpSpec(

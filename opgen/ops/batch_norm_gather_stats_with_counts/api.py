@@ -124,7 +124,8 @@ def _rules() -> tuple:
                  Violation("float16 invstd with float32 mean", cast_args(("invstd",), np.float16)),
                  Violation("float16 meanAll with float32 invstdAll", cast_args(("meanAll",), np.float16)))),
         Rule(_CODE, "input, mean, invstd or counts in a private format. (CheckFormat l.115-123: Format only support "
-             "ND, NCHW, NCL, NCDHW, l.119)", _check_formats, (Violation("FRACTAL_NZ mean", _tag("FRACTAL_NZ", ("mean",))),)),
+             "ND, NCHW, NCL, NCDHW, l.119)", _check_formats,
+             (Violation("FRACTAL_NZ mean", _tag("FRACTAL_NZ", ("mean",))),)),
         Rule(_CODE, "input has more than 8 or fewer than 2 dimensions; mean or invstd does not have 2. (doc "
              "l.261-267; CheckShape l.129-132)", _check_ranks, (
                  Violation("9-D input", set_args(input=lambda a: a["input"].reshape((1,) * 7 + a["input"].shape))),

@@ -82,7 +82,9 @@ def _check_shapes(call) -> str | None:
 
 
 def _check_ranks(call) -> str | None:
-    return "totalSum's first dimension (the ranks) is 0; expected at least 1" if call["totalSum"].shape[0] == 0 else None
+    if call["totalSum"].shape[0] == 0:
+        return "totalSum's first dimension (the ranks) is 0; expected at least 1"
+    return None
 
 
 def _check_running_update(call) -> str | None:
@@ -101,7 +103,8 @@ def _null(*names):
 def _rules() -> tuple:
     return (
         Rule(ACLNN_ERR_PARAM_NULLPTR, "totalSum, totalSquareSum, sampleCount, mean, variance, batchMean or "
-             "batchInvstd is a null pointer. (doc l.246; CheckNotNull l.52-63)", lambda call: null_message(call, TENSORS),
+             "batchInvstd is a null pointer. (doc l.246; CheckNotNull l.52-63)",
+             lambda call: null_message(call, TENSORS),
              tuple(Violation(f"{n} is None", _null(n)) for n in TENSORS)),
         Rule(_CODE, "a dtype outside the supported range (BFLOAT16 on the Ascend 950 only; sampleCount INT32 too). "
              "(doc l.251, l.221; CheckDtypeValid l.65-83)", _check_dtypes, (
