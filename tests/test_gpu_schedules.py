@@ -91,7 +91,9 @@ GPU_FALLBACK_GAPS = {"group_norm": "no GPU rule for a grouped forward yet (issue
                      "batch_norm": "GpuChannelPass merges its per-channel stages as siblings; BatchNorm's forward "
                                    "chains them (mean -> var -> invstd -> scale) (issue 21)",
                      "batch_norm_elemt_backward": "an elementwise channel map (patterns.channel_map): dlight's fallback "
-                                                  "builds what a rule would, a kernel per nest (issue 37)"}
+                                                  "builds what a rule would, a kernel per nest (issue 37)",
+                     "batch_norm_elemt": "an elementwise channel map (patterns.channel_map): dlight's fallback "
+                                         "inlines the per-channel scale into one elementwise kernel (issue 38)"}
 
 
 def test_every_registered_op_has_a_pattern_rule_on_gpus_for_its_first_combo():
