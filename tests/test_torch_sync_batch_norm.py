@@ -319,6 +319,44 @@ def test_a_rank_that_dies_mid_forward_fails_the_others_with_a_clear_error():
     assert seconds < 100, seconds     # the interpreters' start (about 20 s each on a loaded 2-core machine) + 10 s
 
 
+def stalling_worker(rank: int, world_size: int, stall: float) -> dict:
+    """Rank 1 stalls ``stall`` seconds in the middle of SyncBatchNorm's forward (alive, its
+    connections open), then exits; the others return how long their forward took to fail, and
+    the error."""
+    from opgen.ops.batch_norm_elemt_backward import torch_module as sync
+
+    module, x = ot.SyncBatchNorm(CHANNELS), torch.randn(4, CHANNELS, 3, 4)
+    module(x)      # the kernels built, before the timed call
+    if rank == 1:
+        real = sync._local_sums
+
+        def stall_then_exit(*args):
+            real(*args)
+            time.sleep(stall)
+            os._exit(4)
+        sync._local_sums = stall_then_exit
+    start = time.monotonic()
+    try:
+        module(x)
+    except RuntimeError as err:
+        return {"seconds": time.monotonic() - start, "error": str(err)}
+    return {"seconds": time.monotonic() - start, "error": ""}
+
+
+@pytest.mark.full
+def test_a_rank_that_stalls_mid_forward_fails_the_others_within_the_timeout():
+    """A rank alive but stuck (no closed connection to notice) makes the others raise opgen's
+    error once the process group's timeout (5 s) has passed, not hang."""
+    outcomes = run_ranks(3, stalling_worker, 30.0, timeout=150, pg_timeout=5)
+    assert outcomes[1].exitcode == 4, outcomes[1]
+    for rank in (0, 2):
+        result = outcomes[rank].result
+        assert outcomes[rank].exitcode == 0 and result is not None, outcomes[rank]
+        assert result["error"].startswith(f"opgen SyncBatchNorm: all_gather of the batch statistics failed on rank "
+                                          f"{rank} of 3"), result
+        assert 4.5 < result["seconds"] < 25, result
+
+
 @pytest.mark.full
 def test_ddp_example_trains_under_torchrun(tmp_path):
     """examples/sync_batch_norm_ddp.py as its docstring runs it (torchrun, 2 processes,
