@@ -109,6 +109,9 @@ def _candidates(layer: nn.Module, ot) -> tuple[list, str]:
 def _candidate(layer: nn.Module, ot) -> tuple[Optional[_Candidate], str]:
     """The opgen module this layer would become, from the attributes its family uses, or
     None and why not."""
+    if isinstance(layer, nn.SyncBatchNorm):      # what synchronizes it is a process group, not a probe's input
+        return None, ("torch's SyncBatchNorm: opgen.torch.SyncBatchNorm.convert_sync_batchnorm(model) turns it "
+                      "into opgen's")
     if isinstance(layer, nn.modules.batchnorm._BatchNorm):
         name = next((n for n in _BATCH_NORMS if isinstance(layer, getattr(nn, n))), None)
         if name is None:

@@ -1,8 +1,8 @@
 """opgen.torch's BatchNorm1d, BatchNorm2d and BatchNorm3d: torch.nn's classes whose forward is
 opgen's aclnnBatchNorm kernel (opgen.ops.batch_norm) and whose backward is this op's kernel.
 aclnnBatchNorm and aclnnBatchNormBackward take 2 to 8 dimensions with the channel at axis 1, so
-the three classes share one implementation (``_OpgenBatchNorm``) and differ only in torch.nn's
-rank check.
+the three classes share one forward (``_OpgenBatchNorm``) and differ only in torch.nn's rank
+check; its steps are module-level functions that SyncBatchNorm calls too.
 
 Imported by opgen.torch (it needs torch and ``torch.ops.opgen.batch_norm`` /
 ``torch.ops.opgen.batch_norm_backward``, which opgen.torch registers first); ``MODULES``
@@ -63,6 +63,58 @@ class _BatchNormFunction(torch.autograd.Function):
                 None, None, None, None)
 
 
+def running_factor(module: nn.modules.batchnorm._BatchNorm) -> float:
+    """torch's ``exponential_average_factor`` for this call, counting the batch as torch's
+    _BatchNorm.forward does (num_batches_tracked += 1 in training): the momentum, or 1/count
+    for momentum=None (the cumulative average). Shared by every opgen BatchNorm module, so
+    BatchNorm2d and SyncBatchNorm update their statistics as torch's own modules do."""
+    factor = 0.0 if module.momentum is None else module.momentum
+    if module.training and module.track_running_stats and module.num_batches_tracked is not None:
+        module.num_batches_tracked.add_(1)
+        factor = 1.0 / float(module.num_batches_tracked) if module.momentum is None else module.momentum
+    return factor
+
+
+def refuse_like_torch(module: nn.modules.batchnorm._BatchNorm, x: Tensor) -> None:
+    """torch.nn's BatchNorm RuntimeError for a channel count that is not the module's
+    (its wording: the running mean's, else the weight's), then the dtype and device
+    refusals: what opgen's aclnnBatchNorm would refuse with an aclnn status code."""
+    held = module._buffers.get("running_mean"), module._parameters.get("weight")   # no nn.Module __getattr__
+    channels = x.shape[1]
+    for name, tensor in zip(("running_mean", "weight"), held):
+        if tensor is not None and tensor.shape[0] != channels:
+            raise RuntimeError(f"{name} should contain {channels} elements not {tensor.numel()}")
+    opgen_torch.refuse_dtype(x, "opgen batch_norm")
+    opgen_torch.refuse_other_devices(x, *held, module._parameters.get("bias"), module._buffers.get("running_var"))
+
+
+def batch_norm(module: nn.modules.batchnorm._BatchNorm, x: Tensor, factor: float) -> Tensor:
+    """What F.batch_norm computes for ``module`` on this process's batch alone, on opgen's
+    kernels: batch statistics in training (or without running statistics), the running ones
+    in eval; in training the running statistics updated with ``factor`` (running_factor's).
+    BatchNorm2d's whole forward, and SyncBatchNorm's wherever nothing is synchronized
+    (eval, one process, no process group), as torch's SyncBatchNorm falls back to F.batch_norm."""
+    use_batch = module.training or (module.running_mean is None and module.running_var is None)
+    if use_batch:
+        F._verify_batch_size(x.size())
+    y, save_mean, save_invstd = _BatchNormFunction.apply(
+        x, module.weight, module.bias, None if use_batch else module.running_mean,
+        None if use_batch else module.running_var, use_batch, module.eps)
+    if module.training and module.running_mean is not None and x.numel():
+        update_running(module, x.numel() // x.size(1), save_mean, save_invstd, factor)
+    return y
+
+
+@torch.no_grad()
+def update_running(module: nn.modules.batchnorm._BatchNorm, m: int, mean: Tensor, invstd: Tensor,
+                   factor: float) -> None:
+    """r = (1 - factor) * r + factor * batch statistic over ``m`` values a channel, the variance
+    unbiased (M / (M - 1)) and recovered from invstd = 1 / sqrt(var + eps) in float64 (C elements)."""
+    var = (invstd.double().pow(-2) - module.eps).clamp_min(0) * (m / (m - 1))
+    module.running_mean.mul_(1 - factor).add_(mean.to(module.running_mean.dtype), alpha=factor)
+    module.running_var.mul_(1 - factor).add_(var.to(module.running_var.dtype), alpha=factor)
+
+
 class _OpgenBatchNorm:
     """torch.nn's BatchNorm (same parameters, buffers, state_dict, training and eval
     behaviour, running statistics) whose forward and backward are opgen's aclnnBatchNorm and
@@ -74,41 +126,8 @@ class _OpgenBatchNorm:
 
     def forward(self, x: Tensor) -> Tensor:
         self._check_input_dim(x)
-        self._refuse_like_torch(x)
-        factor = 0.0 if self.momentum is None else self.momentum
-        if self.training and self.track_running_stats and self.num_batches_tracked is not None:
-            self.num_batches_tracked.add_(1)
-            factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
-        use_batch = self.training or (self.running_mean is None and self.running_var is None)
-        if use_batch:
-            F._verify_batch_size(x.size())
-        y, save_mean, save_invstd = _BatchNormFunction.apply(
-            x, self.weight, self.bias, None if use_batch else self.running_mean,
-            None if use_batch else self.running_var, use_batch, self.eps)
-        if self.training and self.running_mean is not None and x.numel():
-            self._update_running(x, save_mean, save_invstd, factor)
-        return y
-
-    def _refuse_like_torch(self, x: Tensor) -> None:
-        """torch.nn's BatchNorm RuntimeError for a channel count that is not the module's
-        (its wording: the running mean's, else the weight's), then the dtype and device
-        refusals: what opgen's aclnnBatchNorm would refuse with an aclnn status code."""
-        held = self._buffers.get("running_mean"), self._parameters.get("weight")   # no nn.Module __getattr__
-        channels = x.shape[1]
-        for name, tensor in zip(("running_mean", "weight"), held):
-            if tensor is not None and tensor.shape[0] != channels:
-                raise RuntimeError(f"{name} should contain {channels} elements not {tensor.numel()}")
-        opgen_torch.refuse_dtype(x, "opgen batch_norm")
-        opgen_torch.refuse_other_devices(x, *held, self._parameters.get("bias"), self._buffers.get("running_var"))
-
-    @torch.no_grad()
-    def _update_running(self, x: Tensor, mean: Tensor, invstd: Tensor, factor: float) -> None:
-        """r = (1 - factor) * r + factor * batch statistic, the variance unbiased (M / (M - 1))
-        and recovered from invstd = 1 / sqrt(var + eps) in float64 (C elements)."""
-        m = x.numel() // x.size(1)
-        var = (invstd.double().pow(-2) - self.eps).clamp_min(0) * (m / (m - 1))
-        self.running_mean.mul_(1 - factor).add_(mean.to(self.running_mean.dtype), alpha=factor)
-        self.running_var.mul_(1 - factor).add_(var.to(self.running_var.dtype), alpha=factor)
+        refuse_like_torch(self, x)
+        return batch_norm(self, x, running_factor(self))
 
 
 class BatchNorm1d(_OpgenBatchNorm, nn.BatchNorm1d):
