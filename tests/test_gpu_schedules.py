@@ -87,6 +87,7 @@ def test_gpu_schedule_structure(op, combo):
 # small per-group scalars recomputed by every thread, does not take (issue 21: a GPU rule
 # for grouped forwards).
 GPU_FALLBACK_GAPS = {"group_norm": "no GPU rule for a grouped forward yet (issue 21)",
+                     "instance_norm": "GroupNorm's grouped forward with one channel per group: the same gap",
                      "group_norm_swish": "no GPU rule for a grouped forward yet (issue 21)",
                      "batch_norm": "GpuChannelPass merges its per-channel stages as siblings; BatchNorm's forward "
                                    "chains them (mean -> var -> invstd -> scale) (issue 21)",
