@@ -113,6 +113,33 @@ class ProblemBase:
         return ",".join("x".join(map(str, v)) if isinstance(v, tuple) else str(v) for v in values)
 
 
+class ChannelFirstProblem(ProblemBase):
+    """Base of the Problem dataclasses whose first field is ``x_shape``, the channel on axis 1:
+    the (N, C, HW) view every channel-pattern kernel takes (BatchNorm's reduce and elementwise
+    halves), ``N`` the batch, ``HW`` the product of the axes after the channel. Spelt as
+    ProblemBase spells it (``32x64x56x56``, then any other fields after commas); x needs at
+    least (N, C)."""
+
+    @property
+    def C(self) -> int:
+        return self.x_shape[1]
+
+    @property
+    def N(self) -> int:
+        return self.x_shape[0]
+
+    @property
+    def HW(self) -> int:
+        return math.prod(self.x_shape[2:])
+
+    @classmethod
+    def parse(cls, text: str):
+        problem = super().parse(text)
+        if len(problem.x_shape) < 2:
+            raise ValueError(f"cannot read {text!r} as {cls.__name__}: input needs at least 2 dimensions (N, C)")
+        return problem
+
+
 class TrailingAxesProblem(ProblemBase):
     """Base of the Problem dataclasses whose fields are ``x_shape``, ``gamma_ndim`` (how many
     trailing axes of x gamma covers) and at most one attribute, typed by its annotation

@@ -8,14 +8,13 @@ axis after it folded into HW, a reshape of the caller's memory, never a transpos
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype
 from opgen.lazy import te
-from opgen.ops.spec import DtypeCombo, ProblemBase, as_float32
+from opgen.ops.spec import ChannelFirstProblem, DtypeCombo, as_float32
 
 STAGE = "batch_norm_elemt"
 STATS = ("weight", "bias", "mean", "invstd")
@@ -67,7 +66,7 @@ def compute(combo: DtypeCombo) -> list[te.Tensor]:
 
 
 @dataclass(frozen=True)
-class Problem(ProblemBase):
+class Problem(ChannelFirstProblem):
     """One call: input's shape (the channel on axis 1).
 
     Spelling (every tool's ``--shape``): input's shape joined by ``x``, e.g. ``32x64x56x56``.
@@ -79,33 +78,6 @@ class Problem(ProblemBase):
     # BNInfer adds eps again, so it cancels; the kernel reads invstd as given and never eps
     # (docs/validation-vs-cann.md EL3), so it is no part of the problem's sizes.
     eps = DEFAULT_EPS
-
-    @property
-    def C(self) -> int:
-        return self.x_shape[1]
-
-    @property
-    def N(self) -> int:
-        return self.x_shape[0]
-
-    @property
-    def HW(self) -> int:
-        return math.prod(self.x_shape[2:])
-
-    @classmethod
-    def parse(cls, text: str) -> "Problem":
-        word = str(text).strip().strip("()")
-        try:
-            shape = tuple(int(d) for d in word.lower().split("x"))
-        except ValueError:
-            raise ValueError(f"cannot read {text!r} as {cls.__name__}.x_shape: expected integers joined by 'x' "
-                             f"(input's shape, e.g. 32x64x56x56)") from None
-        if len(shape) < 2:
-            raise ValueError(f"cannot read {text!r} as {cls.__name__}: input needs at least 2 dimensions (N, C)")
-        return cls(shape)
-
-    def label(self) -> str:
-        return "x".join(map(str, self.x_shape))
 
     def __str__(self) -> str:
         return f"input{list(self.x_shape)}"

@@ -17,7 +17,7 @@ import numpy as np
 
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, INT32, numpy_dtype
 from opgen.lazy import te
-from opgen.ops.spec import DtypeCombo, ProblemBase, as_float32
+from opgen.ops.spec import ChannelFirstProblem, DtypeCombo, as_float32
 
 STAGE = "batch_norm_elemt_backward"
 STATS = ("mean", "invstd", "weight", "sum_dy", "sum_dy_xmu")
@@ -88,7 +88,7 @@ def compute(combo: DtypeCombo) -> list[te.Tensor]:
 
 
 @dataclass(frozen=True)
-class Problem(ProblemBase):
+class Problem(ChannelFirstProblem):
     """One call: input's shape (the channel on axis 1) and the counter's shape.
 
     Spelling (every tool's ``--shape``): input's shape joined by ``x``, then, after a comma,
@@ -99,27 +99,8 @@ class Problem(ProblemBase):
     counter_shape: tuple[int, ...] = (1,)
 
     @property
-    def C(self) -> int:
-        return self.x_shape[1]
-
-    @property
-    def N(self) -> int:
-        return self.x_shape[0]
-
-    @property
-    def HW(self) -> int:
-        return math.prod(self.x_shape[2:])
-
-    @property
     def K(self) -> int:
         return math.prod(self.counter_shape)
-
-    @classmethod
-    def parse(cls, text: str) -> "Problem":
-        problem = super().parse(text)
-        if len(problem.x_shape) < 2:
-            raise ValueError(f"cannot read {text!r} as {cls.__name__}: input needs at least 2 dimensions (N, C)")
-        return problem
 
     def __str__(self) -> str:
         return f"input{list(self.x_shape)} counter{list(self.counter_shape)}"
