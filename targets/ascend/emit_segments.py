@@ -28,11 +28,14 @@ from opgen.schedules.ascend import SegmentTiles
 from opgen.schedules.ascend_tiling import itemsize
 from opgen.schedules.ascend_tiling_segments import segment_buffers
 from opgen.targets.ascend.emit_flow import ONE, _issue_after, _stage_calls, _tail_calls, _visit
-from opgen.targets.ascend.emitter import (CPP_TYPE, MODES, RowKernel, _column_sum_fns, _load_fns, _outputs_fn,
-                                          _row_stage_fn, as_float32, copy_in, copy_out, kernel_file,
-                                          recorded_stages)
+from opgen.targets.ascend.emitter import (CPP_TYPE, MODES, ROW_SCALARS, RowKernel, _column_sum_fns, _load_fns,
+                                          _members, _outputs_fn, _row_stage_fn, as_float32, copy_in, copy_out,
+                                          kernel_file, recorded_stages)
 from opgen.targets.ascend.exprs import Context, EmitError, Value, emit_expr, reduction_body, stored_value, sync
 from opgen.targets.ascend.host import tiling_file
+
+# The row pass's scalars with the task and its segment.
+SEGMENT_SCALARS = ("core_", "task_", "seg_") + ROW_SCALARS[1:]
 
 FIELDS = ("segments", "seg_rows", "seg_chunks", "task_rows", "tasks", "rows", "cols", "block_dim", "block_factor",
           "ub_rows", "ub_cols", "pitch", "mode", "ws_pitch", "work")
@@ -106,24 +109,6 @@ def read_segment_kernel(func, symbol: str, knobs: dict) -> SegmentKernel:
 
 GM_SIZE = {"tile": "t_.rows * t_.cols", "row": "t_.rows", "col": "t_.cols", "seg": "t_.segments * t_.cols",
            "scalar": "1"}
-
-
-def _members(k: SegmentKernel, buffers) -> list[str]:
-    lines = ["TPipe pipe_;", f"{k.struct} t_;",
-             "int64_t core_ = 0, task_ = 0, seg_ = 0, row0_ = 0, nrows_ = 0, rbase_ = 0;"]
-    for b in buffers:
-        if b.position == "VECCALC":
-            lines.append(f"TBuf<TPosition::VECCALC> {b.name}_;")
-        else:
-            lines.append(f"TQue<TPosition::{b.position}, {'BUFFER_NUM' if b.count > 1 else '1'}> {b.name}_;")
-    lines += [f"GlobalTensor<{CPP_TYPE[d]}> g_{n}_;" for n, d, _ in k.args]
-    lines.append("GlobalTensor<float> g_ws_;")
-    lines += [f"LocalTensor<{CPP_TYPE[d]}> q_{n}_;" for n, d in k.ops.tiles_in + k.ops.rows_in + k.ops.cols_in]
-    lines += [f"LocalTensor<float> v_{n}_;" for n, _ in k.ops.tiles_in + k.ops.cols_in]
-    lines += [f"LocalTensor<float> r_{s}_;" for s in k.ops.row_stages]
-    lines += [f"float s_{n} = 0.0f;" for n, _ in k.ops.scalars_in]
-    lines += [f"LocalTensor<float> {b.name}_t_;" for b in buffers if b.position == "VECCALC"]
-    return lines
 
 
 def _init(k: SegmentKernel, buffers) -> list[str]:
@@ -337,7 +322,7 @@ def segment_kernel_source(k: SegmentKernel, hw) -> str:
     copied = k.ops.cols_in + k.ops.seg_outs + k.ops.batch_sums + k.ops.col_outs
     align = max(hw.elements_per_block(itemsize(d)) for d in {d for _, d in copied} | {"float32"})
     body += _final_loads(k) + _segment_sums(k) + _segment_stages(k) + _final_segments(k, align)
-    return kernel_file(k, "segmented row", body, _members(k, buffers))
+    return kernel_file(k, "segmented row", body, _members(k, buffers, SEGMENT_SCALARS))
 
 
 SEGMENT_TILING = r"""

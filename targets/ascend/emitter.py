@@ -290,8 +290,14 @@ def _gm_size(role: str) -> str:
     return {"tile": "t_.rows * t_.cols", "row": "t_.rows", "col": "t_.cols", "scalar": "1"}[role]
 
 
-def _members(k: RowKernel, buffers) -> list[str]:
-    lines = ["TPipe pipe_;", f"{k.struct} t_;", "int64_t core_ = 0, row0_ = 0, nrows_ = 0, rbase_ = 0;"]
+ROW_SCALARS = ("core_", "row0_", "nrows_", "rbase_")
+
+
+def _members(k: RowKernel, buffers, scalars: tuple = ROW_SCALARS) -> list[str]:
+    """The kernel class's members: the pipe, the tiling, the int64 ``scalars`` its visits
+    keep (a segmented pass adds its task and segment), the buffers, the GM tensors and the
+    UB tensors of every row-pass operand."""
+    lines = ["TPipe pipe_;", f"{k.struct} t_;", f"int64_t {', '.join(f'{n} = 0' for n in scalars)};"]
     for b in buffers:
         if b.position == "VECCALC":
             lines.append(f"TBuf<TPosition::VECCALC> {b.name}_;")
