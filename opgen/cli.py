@@ -45,6 +45,7 @@ from opgen import kernels, verify
 from opgen.environment import positive_setting, usable_cpus
 from opgen.ops import all_ops, get_op, unknown_op
 from opgen.targets import all_targets, get_target
+from opgen.targets.spec import ProblemRefused
 
 
 @dataclass
@@ -76,15 +77,21 @@ def write_artifacts(kernel, out_dir: Path) -> None:
         (out_dir / rel).write_text(text)
 
 
-def verify_kernel(kernel, rng: np.random.Generator) -> tuple[float, str]:
-    """Worst tolerance ratio over the op's sample problems, and where it occurred."""
-    worst, where = 0.0, ""
+def verify_kernel(kernel, rng: np.random.Generator) -> tuple[float, str, list]:
+    """Worst tolerance ratio over the op's sample problems, where it occurred, and the
+    problems the target's own host code refused (ProblemRefused: the product cannot run
+    that shape, as its device would refuse it), each as "problem: why"."""
+    worst, where, refused = 0.0, "", []
     for problem in kernel.op.problems:
-        comparisons, _ = verify.run_and_compare(kernel, problem, rng)
+        try:
+            comparisons, _ = verify.run_and_compare(kernel, problem, rng)
+        except ProblemRefused as err:
+            refused.append(f"{problem}: {err}")
+            continue
         for c in comparisons:
             if c.ratio > worst or not where:
                 worst, where = c.ratio, f"{c.name} @ {problem}"
-    return worst, where
+    return worst, where, refused
 
 
 def write_op_project(target, op, built: list, out_root: Path) -> None:
@@ -147,10 +154,21 @@ def finish_one(stage: Row | Built, rng, built: list | None = None) -> Row:
         built.append((combo.tag, kernel.module))
     if stage.row is not None:
         return stage.row
-    ratio, where = verify_kernel(kernel, rng)
+    try:
+        ratio, where, refused = verify_kernel(kernel, rng)
+    except Exception as err:  # noqa: BLE001 -- a row says it; generate goes on with the other kernels
+        return Row(op.name, combo.tag, target.name, stage.build_ms, kernel.from_disk, None, "FAIL",
+                   f"run: {type(err).__name__}: {err}", stage.note)
+    if refused and len(refused) == len(op.problems):
+        why = f"the target refused every sample problem ({refused[0]})"
+        return Row(op.name, combo.tag, target.name, stage.build_ms, kernel.from_disk, None, "NOT RUN", "",
+                   f"{stage.note}; {why}".lstrip("; "))
     verdict = "PASS" if ratio <= 1.0 else "FAIL"
     place = target.run_place()
     note = f"{stage.note}; run: {place}".lstrip("; ") if stage.note or place != "here" else ""
+    if refused:
+        note = f"{note}; {len(refused)} of {len(op.problems)} sample problems refused by the target ({refused[0]})"
+        note = note.lstrip("; ")
     summary = target.run_summary(kernel.module)       # ascend-emu: modelled time, % of the GM bound
     note = f"{note}; {summary}".lstrip("; ") if summary else note
     return Row(op.name, combo.tag, target.name, stage.build_ms, kernel.from_disk, ratio, verdict, where, note)

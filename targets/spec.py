@@ -14,6 +14,13 @@ WALL_CLOCK = "wall_clock"           # the host's clock around a synchronised cal
 MODEL = "model"                     # a cost model's estimate (TargetSpec.cost_model), never a clock
 
 
+class ProblemRefused(RuntimeError):
+    """A target's own host code refuses a problem on its hardware, as the device's would
+    (Ascend's TilingFunc: rows that are not whole 32-byte blocks on a product without
+    DataCopyPad): not a wrong kernel. ``opgen generate`` verifies a kernel on the sample
+    problems its target takes and says how many it refused."""
+
+
 @dataclass(frozen=True)
 class Scratch:
     """A buffer that carries data from one loop nest to a later one (the partial sums of a

@@ -42,6 +42,28 @@ def test_generate_reports_a_build_failure_and_goes_on(tmp_path, capsys, monkeypa
     assert sum(line.endswith("PASS") for line in out.splitlines()) == 4, out
 
 
+def test_generate_rows_say_what_a_target_refused_and_a_run_that_raised(tmp_path, capsys, monkeypatch):
+    """A sample problem the target's own host code refuses (ProblemRefused: Ascend's tiling on
+    a product without DataCopyPad) is left out and counted on the row; every problem refused
+    is NOT RUN with the reason; any other error while a kernel runs is a FAIL row, never a
+    traceback that ends generate (seen: ascend-emu on AtlasInference)."""
+    real = cli.verify.run_and_compare
+
+    def refusing(kernel, problem, rng):
+        if kernel.combo.tag == "f16-f16" or problem == kernel.op.problems[0]:
+            raise cli.ProblemRefused(f"no DataCopyPad for {problem}")
+        if kernel.combo.tag == "bf16-bf16":
+            raise RuntimeError("the launch failed")
+        return real(kernel, problem, rng)
+    monkeypatch.setattr(cli.verify, "run_and_compare", refusing)
+    status = cli.main(["generate", "--op", "rms_norm_grad", "--target", "llvm", "--out", str(tmp_path)])
+    rows = {line.split()[1]: line for line in capsys.readouterr().out.splitlines() if line.startswith("rms_norm_grad")}
+    assert status == 1
+    assert "NOT RUN  [the target refused every sample problem (" in rows["f16-f16"]
+    assert "FAIL  (run: RuntimeError: the launch failed)" in rows["bf16-bf16"]
+    assert " PASS  [" in rows["f32-f32"] and "1 of 4 sample problems refused by the target" in rows["f32-f32"]
+
+
 def test_prove_exits_0(capsys, monkeypatch):
     """The command's wiring, on the two seed ops (every op's proof is tests/test_derive.py's)."""
     from opgen import derive

@@ -25,7 +25,7 @@ import numpy as np
 from opgen import diskcache
 from opgen.environment import usable_cpus
 from opgen.dtypes import numpy_dtype
-from opgen.targets.spec import Scratch
+from opgen.targets.spec import ProblemRefused, Scratch
 from opgen.targets.ascend.emit_channels import read_channel_kernel
 from opgen.targets.ascend.cann import GE_CODE, face_of
 from opgen.targets.ascend.emit_channels_flow import channel_kernel_source, channel_tiling_source
@@ -322,7 +322,7 @@ class HostTiling:
             ctypes.byref(nbytes))
         if status:
             why = self.lib.opgen_emu_host_last_error().decode(errors="replace")
-            raise RuntimeError(f"{self.k.symbol}: the host tiling refused {dict(shapes)} {attrs or {}} on "
+            raise ProblemRefused(f"{self.k.symbol}: the host tiling refused {dict(shapes)} {attrs or {}} on "
                                f"{self.hw.product}: {why}")
         if nbytes.value != ctypes.sizeof(t) or block_dim.value != t.block_dim:
             raise RuntimeError(f"{self.k.symbol}: the TilingFunc set {nbytes.value} B of tiling data and block dim "
