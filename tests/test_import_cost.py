@@ -42,3 +42,15 @@ def test_importing_opgen_loads_no_kernel_machinery(tmp_path):
     assert steps["import opgen"] == []
     assert steps["opgen.rms_norm_grad"] == ["numpy"]               # no torch: it stays optional
     assert steps.get("import opgen.torch", ["numpy", "torch"]) == ["numpy", "torch"]
+
+
+def test_every_ops_function_whatever_is_imported_first(tmp_path):
+    """The op registry imported before opgen's functions (a script that imports an op's
+    reference first): an op package's ``from opgen import <submodule>`` asked opgen's
+    ``__getattr__``, which made opgen.api's functions in the middle of the registry's
+    discovery, from the ops registered so far (none): ``opgen.group_norm`` was missing."""
+    code = ("import opgen.ops.group_norm.reference\nimport opgen\nfrom opgen.ops import all_ops\n"
+            "print(sorted(op.name for op in all_ops() if op.api and op.api.pythonic and not hasattr(opgen, op.name)))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
