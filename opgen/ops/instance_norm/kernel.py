@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from opgen.dtypes import FLOAT16, FLOAT32, numpy_dtype
+from opgen.dtypes import FLOAT16, FLOAT32
 from opgen.lazy import te
-from opgen.ops.spec import DtypeCombo, ProblemBase, as_float32, attribute_array
+from opgen.ops.group_norm.kernel import random_inputs  # noqa: F401  (the same inputs: x, gamma, beta, eps)
+from opgen.ops.spec import DtypeCombo, ProblemBase, as_float32
 
 STAGE = "instance_norm"
 DEFAULT_EPS = 1e-5
@@ -135,14 +136,6 @@ class Problem(ProblemBase):
 
     def __str__(self) -> str:
         return f"N={self.N} C={self.C} H={self.H} W={self.W} eps={self.eps} {self.dataFormat}"
-
-
-def random_inputs(problem: Problem, combo: DtypeCombo, rng: np.random.Generator) -> dict:
-    """Inputs in the user's shapes: x off-centre (mean 0.5, std 2) so the mean matters."""
-    x = (rng.standard_normal(problem.x_shape) * 2.0 + 0.5).astype(numpy_dtype(combo["x"]))
-    gamma = rng.uniform(0.5, 1.5, problem.C).astype(numpy_dtype(combo["gamma"]))
-    beta = rng.standard_normal(problem.C).astype(numpy_dtype(combo["beta"]))
-    return {"x": x, "gamma": gamma, "beta": beta, "eps": attribute_array(problem.eps)}
 
 
 def kernel_shapes(problem: Problem) -> dict:
