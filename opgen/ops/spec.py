@@ -113,24 +113,31 @@ class ProblemBase:
         return ",".join("x".join(map(str, v)) if isinstance(v, tuple) else str(v) for v in values)
 
 
-class ChannelFirstProblem(ProblemBase):
-    """Base of the Problem dataclasses whose first field is ``x_shape``, the channel on axis 1:
-    the (N, C, HW) view every channel-pattern kernel takes (BatchNorm's reduce and elementwise
-    halves), ``N`` the batch, ``HW`` the product of the axes after the channel. Spelt as
-    ProblemBase spells it (``32x64x56x56``, then any other fields after commas); x needs at
-    least (N, C)."""
+class ChannelProblem(ProblemBase):
+    """Base of the Problem dataclasses whose first field is ``x_shape`` with a channel axis:
+    axis 1, or the last one when the Problem has a true ``channel_last`` field (an NHWC/NDHWC
+    tensor). The (N, C, HW) view every channel-pattern kernel takes (BatchNorm and its reduce
+    and elementwise halves): ``N`` the elements before the channel axis, ``HW`` those after it.
+    Spelt as ProblemBase spells it (``32x64x56x56``, then any other fields after commas); x
+    needs at least (N, C)."""
+
+    @property
+    def channel_axis(self) -> int:
+        return len(self.x_shape) - 1 if getattr(self, "channel_last", False) else 1
 
     @property
     def C(self) -> int:
-        return self.x_shape[1]
+        return self.x_shape[self.channel_axis]
 
     @property
     def N(self) -> int:
-        return self.x_shape[0]
+        """Elements before the channel axis (the kernel's N)."""
+        return math.prod(self.x_shape[:self.channel_axis])
 
     @property
     def HW(self) -> int:
-        return math.prod(self.x_shape[2:])
+        """Elements after the channel axis (the kernel's HW; 1 for a channel-last x)."""
+        return math.prod(self.x_shape[self.channel_axis + 1:])
 
     @classmethod
     def parse(cls, text: str):

@@ -10,14 +10,13 @@ transpose: the per-channel sums run over N and HW either way, so one kernel serv
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
 
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype
 from opgen.lazy import te
-from opgen.ops.spec import DtypeCombo, ProblemBase, as_float32
+from opgen.ops.spec import ChannelProblem, DtypeCombo, as_float32
 
 STAGE = "batch_norm_backward"
 STATS = ("running_mean", "running_var", "save_mean", "save_invstd")
@@ -124,7 +123,7 @@ def compute(combo: DtypeCombo, stage: str = STAGE) -> list[te.Tensor]:
 
 
 @dataclass(frozen=True)
-class Problem(ProblemBase):
+class Problem(ChannelProblem):
     """One call: input's shape, the two attributes under their aclnn names, and whether the
     channel is the last axis (an NHWC/NDHWC tensor on the Ascend 950).
 
@@ -137,24 +136,6 @@ class Problem(ProblemBase):
     training: bool = True
     eps: float = DEFAULT_EPS
     channel_last: bool = False
-
-    @property
-    def channel_axis(self) -> int:
-        return len(self.x_shape) - 1 if self.channel_last else 1
-
-    @property
-    def C(self) -> int:
-        return self.x_shape[self.channel_axis]
-
-    @property
-    def N(self) -> int:
-        """Elements before the channel axis (the kernel's N)."""
-        return math.prod(self.x_shape[:self.channel_axis])
-
-    @property
-    def HW(self) -> int:
-        """Elements after the channel axis (the kernel's HW)."""
-        return math.prod(self.x_shape[self.channel_axis + 1:])
 
     @classmethod
     def parse(cls, text: str) -> "Problem":

@@ -9,7 +9,6 @@ so N = N x H x W and HW = 1: the same kernel sums the same elements.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +16,7 @@ import numpy as np
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype
 from opgen.lazy import te
 from opgen.ops.batch_norm_backward.kernel import _per_channel_sum
-from opgen.ops.spec import DtypeCombo, ProblemBase, as_float32
+from opgen.ops.spec import ChannelProblem, DtypeCombo, as_float32
 
 STAGE = "batch_norm_reduce"
 INPUTS = ("x",)
@@ -50,7 +49,7 @@ def compute(combo: DtypeCombo) -> list[te.Tensor]:
 
 
 @dataclass(frozen=True)
-class Problem(ProblemBase):
+class Problem(ChannelProblem):
     """One call: x's shape and whether its channel is the last axis (an NHWC-tagged x).
 
     Spelling (every tool's ``--shape``): x's shape joined by ``x``, then ``,nhwc`` for a
@@ -59,24 +58,6 @@ class Problem(ProblemBase):
 
     x_shape: tuple[int, ...]
     channel_last: bool = False
-
-    @property
-    def channel_axis(self) -> int:
-        return len(self.x_shape) - 1 if self.channel_last else 1
-
-    @property
-    def C(self) -> int:
-        return self.x_shape[self.channel_axis]
-
-    @property
-    def N(self) -> int:
-        """Elements before the channel axis (the kernel's N)."""
-        return math.prod(self.x_shape[:self.channel_axis])
-
-    @property
-    def HW(self) -> int:
-        """Elements after the channel axis (the kernel's HW; 1 for a channel-last x)."""
-        return math.prod(self.x_shape[self.channel_axis + 1:])
 
     @classmethod
     def parse(cls, text: str) -> "Problem":

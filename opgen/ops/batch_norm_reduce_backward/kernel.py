@@ -15,7 +15,7 @@ import numpy as np
 from opgen.dtypes import BFLOAT16, FLOAT16, FLOAT32, numpy_dtype
 from opgen.lazy import te
 from opgen.ops.batch_norm_backward.kernel import _per_channel_sum
-from opgen.ops.spec import ChannelFirstProblem, DtypeCombo, as_float32
+from opgen.ops.spec import ChannelProblem, DtypeCombo, as_float32
 
 STAGE = "batch_norm_reduce_backward"
 INPUTS = ("dy", "x", "mean", "invstd")
@@ -66,7 +66,7 @@ def compute(combo: DtypeCombo) -> list[te.Tensor]:
 
 
 @dataclass(frozen=True)
-class Problem(ChannelFirstProblem):
+class Problem(ChannelProblem):
     """One call: input's shape (the channel on axis 1).
 
     Spelling (every tool's ``--shape``): input's shape joined by ``x``, e.g. ``32x64x56x56``.
