@@ -55,11 +55,6 @@ class SegmentKernel(RowKernel):
     def fields(self) -> tuple:
         return FIELDS
 
-    def size_args(self, by_name: dict) -> tuple:
-        """The host tiling function's leading arguments: (segments, rows of a segment, cols)."""
-        tile = next(n for n, _, role in self.args if role == "tile")
-        return tuple(int(v) for v in by_name[tile].shape)
-
     def workspace_floats(self, t) -> int:
         """A row of partials per task and column sum."""
         return t.ws_pitch * t.tasks * len(self.ops.col_sums)

@@ -205,7 +205,8 @@ class RowKernel:
         return FIELDS
 
     def size_args(self, by_name: dict) -> tuple:
-        """The host tiling function's leading arguments: (rows, cols) of the tile."""
+        """The host tiling function's leading arguments: the tile's kernel shape ((rows, cols);
+        a segmented pass's (segments, rows of a segment, cols))."""
         tile = next(n for n, _, role in self.args if role == "tile")
         return tuple(int(v) for v in by_name[tile].shape)
 
