@@ -108,11 +108,22 @@ def batch_norm(module: nn.modules.batchnorm._BatchNorm, x: Tensor, factor: float
 @torch.no_grad()
 def update_running(module: nn.modules.batchnorm._BatchNorm, m: int, mean: Tensor, invstd: Tensor,
                    factor: float) -> None:
+    """The module's running statistics from a batch of ``m`` values a channel (update_running_stats)."""
+    update_running_stats(module.running_mean, module.running_var, m, mean, invstd, module.eps, factor)
+
+
+@torch.no_grad()
+def update_running_stats(running_mean: Tensor | None, running_var: Tensor | None, m: float, mean: Tensor,
+                         invstd: Tensor, eps: float, factor: float) -> None:
     """r = (1 - factor) * r + factor * batch statistic over ``m`` values a channel, the variance
-    unbiased (M / (M - 1)) and recovered from invstd = 1 / sqrt(var + eps) in float64 (C elements)."""
-    var = (invstd.double().pow(-2) - module.eps).clamp_min(0) * (m / (m - 1))
-    module.running_mean.mul_(1 - factor).add_(mean.to(module.running_mean.dtype), alpha=factor)
-    module.running_var.mul_(1 - factor).add_(var.to(module.running_var.dtype), alpha=factor)
+    unbiased (M / (M - 1), when M > 1) and recovered from invstd = 1 / sqrt(var + eps) in float64
+    (C elements); a None buffer is left. Shared with SyncBatchNorm, whose batch is every rank's."""
+    if running_mean is not None:
+        running_mean.mul_(1 - factor).add_(mean.to(running_mean.dtype), alpha=factor)
+    if running_var is not None:
+        var = (invstd.double().pow(-2) - eps).clamp_min(0)
+        var = var * (m / (m - 1)) if m > 1 else var
+        running_var.mul_(1 - factor).add_(var.to(running_var.dtype), alpha=factor)
 
 
 class _OpgenBatchNorm:

@@ -45,21 +45,9 @@ def _global_stats(sums: Tensor, squares: Tensor, counts: Tensor, running_mean: T
     mean, invstd = opgen_torch.calls.sync_batch_norm_gather_stats(
         sums, squares, counts, sums.new_zeros(channels), sums.new_ones(channels), 0.0, eps)
     if running_mean is not None or running_var is not None:
-        _update_running(running_mean, running_var, mean, invstd, float(counts.double().sum()), momentum, eps)
+        batch_norm_module.update_running_stats(running_mean, running_var, float(counts.double().sum()), mean,
+                                               invstd, eps, momentum)
     return mean, invstd
-
-
-@torch.no_grad()
-def _update_running(running_mean: Tensor | None, running_var: Tensor | None, mean: Tensor, invstd: Tensor,
-                    total: float, momentum: float, eps: float) -> None:
-    """r = (1 - momentum) * r + momentum * the global statistic, the variance unbiased and
-    recovered from invstd in float64 (C elements)."""
-    if running_mean is not None:
-        running_mean.mul_(1 - momentum).add_(mean.to(running_mean.dtype), alpha=momentum)
-    if running_var is not None:
-        var = (invstd.double().pow(-2) - eps).clamp_min(0)
-        unbiased = var * (total / (total - 1)) if total > 1 else var
-        running_var.mul_(1 - momentum).add_(unbiased.to(running_var.dtype), alpha=momentum)
 
 
 def _normalize(x: Tensor, weight: Tensor | None, bias: Tensor | None, mean: Tensor, invstd: Tensor,
