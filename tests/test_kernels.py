@@ -22,7 +22,9 @@ from opgen.ops.rms_norm_grad import Problem as RmsProblem
 from opgen.verify import TOLERANCES, compare, compare_outputs, run_and_compare
 from opgen.ops.group_norm_backward import reference as gn_ref
 
+from conftest import TARGET_NAMES
 from op_checks import assert_all_pass
+from tiers import FULL, covering
 
 RMS = get_op("rms_norm_grad")
 GN = get_op("group_norm_backward")
@@ -79,13 +81,42 @@ GN_EMPTY = [
 ]
 
 
+KERNELS = [(op, combo) for op in (RMS, GN) for combo in op.combos]
+DEFAULT_TARGET = TARGET_NAMES[0]
+
+
+def _default_tier_kernels(target_name: str) -> set:
+    """The (op, combo tag) pairs whose cases run in the default tier on ``target_name``: every
+    kernel on the default target (llvm: the edge shapes of both seed ops, every combo); on the
+    others the kernels ``covering`` keeps (each schedule pattern there, each dtype mix), so a
+    second target costs a build per pattern and cast, not per combo (an IREE build is ~4 s).
+    The rest run in the extended tier, and ``opgen generate`` builds and checks them all."""
+    pairs = KERNELS if target_name == DEFAULT_TARGET else covering(KERNELS, target_name)
+    return {(op.name, combo.tag) for op, combo in pairs}
+
+
+def on_targets(op, cases, ident=None) -> list:
+    """Params (target, combo, *case) for every target and every combo of ``op``, the target
+    passed to the ``target`` fixture (indirect); tiered by ``_default_tier_kernels``."""
+    params = []
+    for name in TARGET_NAMES:
+        kept = _default_tier_kernels(name)
+        for case in cases:
+            for combo in op.combos:
+                rest = case if isinstance(case, tuple) else (case,)
+                label = "-".join([name, combo.tag] + ([ident(case)] if ident else []))
+                params.append(pytest.param(name, combo, *rest, id=label,
+                                           marks=() if (op.name, combo.tag) in kept else FULL))
+    return params
+
+
 def _cases(op, problems, ident):
-    return [pytest.param(combo, p, id=f"{combo.tag}-{ident(p)}") for p in problems for combo in op.combos]
+    return on_targets(op, problems, ident)
 
 
 # --------------------------------------------------------------- kernels vs reference
 
-@pytest.mark.parametrize("combo,problem", _cases(RMS, RMS_PROBLEMS, rms_id))
+@pytest.mark.parametrize("target,combo,problem", _cases(RMS, RMS_PROBLEMS, rms_id), indirect=["target"])
 def test_rms_norm_grad_matches_reference(combo, problem, target, rng):
     kernel = kernels.get_kernel(RMS, combo, target)
     comparisons, _ = run_and_compare(kernel, problem, rng)
@@ -93,7 +124,7 @@ def test_rms_norm_grad_matches_reference(combo, problem, target, rng):
     assert_all_pass(comparisons, f"{combo.tag} {problem}")
 
 
-@pytest.mark.parametrize("combo,problem", _cases(RMS, RMS_EMPTY, rms_id))
+@pytest.mark.parametrize("target,combo,problem", _cases(RMS, RMS_EMPTY, rms_id), indirect=["target"])
 def test_rms_norm_grad_empty_tensors(combo, problem, target, rng):
     kernel = kernels.get_kernel(RMS, combo, target)
     comparisons, outputs = run_and_compare(kernel, problem, rng)
@@ -102,7 +133,7 @@ def test_rms_norm_grad_empty_tensors(combo, problem, target, rng):
     np.testing.assert_array_equal(outputs["dgamma"], np.zeros(outputs["dgamma"].shape, np.float32))
 
 
-@pytest.mark.parametrize("combo,problem", _cases(GN, GN_PROBLEMS, gn_id))
+@pytest.mark.parametrize("target,combo,problem", _cases(GN, GN_PROBLEMS, gn_id), indirect=["target"])
 def test_group_norm_backward_matches_reference(combo, problem, target, rng):
     kernel = kernels.get_kernel(GN, combo, target)
     comparisons, _ = run_and_compare(kernel, problem, rng)
@@ -123,7 +154,7 @@ def _gn_empty_inputs(problem: GroupProblem, combo, rng) -> dict:
     }
 
 
-@pytest.mark.parametrize("combo,problem", _cases(GN, GN_EMPTY, gn_id))
+@pytest.mark.parametrize("target,combo,problem", _cases(GN, GN_EMPTY, gn_id), indirect=["target"])
 def test_group_norm_backward_empty_tensors(combo, problem, target, rng):
     kernel = kernels.get_kernel(GN, combo, target)
     comparisons, outputs = run_and_compare(kernel, problem, rng, inputs=_gn_empty_inputs(problem, combo, rng))
@@ -140,7 +171,7 @@ def test_group_norm_random_inputs_support_empty_problems(problem, rng):
     assert arrays["mean"].size == arrays["rstd"].size == problem.N * problem.group
 
 
-@pytest.mark.parametrize("combo", GN.combos, ids=lambda c: c.tag)
+@pytest.mark.parametrize("target,combo", on_targets(GN, [()]), indirect=["target"])
 def test_group_norm_backward_gamma_none_is_ones(combo, target, rng):
     """CANN's null gamma: the caller passes ones; the reference with gamma=None must agree."""
     problem = GroupProblem(2, 6, 10, 3)
@@ -173,7 +204,7 @@ def _inject(arrays: dict, tensor: str, index, value) -> dict:
 
 
 @pytest.mark.parametrize("special", RMS_SPECIALS, ids=_special_id)
-@pytest.mark.parametrize("combo", RMS.combos, ids=lambda c: c.tag)
+@pytest.mark.parametrize("target,combo", on_targets(RMS, [()]), indirect=["target"])
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 def test_rms_norm_grad_propagates_inf_and_nan(combo, special, target, rng):
     """The seed: inf in -> inf out, nan in -> nan out, exactly where the reference has them."""
@@ -190,7 +221,7 @@ def test_rms_norm_grad_propagates_inf_and_nan(combo, special, target, rng):
 
 
 @pytest.mark.parametrize("special", GN_SPECIALS, ids=_special_id)
-@pytest.mark.parametrize("combo", GN.combos, ids=lambda c: c.tag)
+@pytest.mark.parametrize("target,combo", on_targets(GN, [()]), indirect=["target"])
 @pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")
 def test_group_norm_backward_propagates_nan(combo, special, target, rng):
     problem = GroupProblem(2, 6, 7, 3)
@@ -220,25 +251,28 @@ def _placed(a: np.ndarray, offset: int) -> np.ndarray:
     return out
 
 
-OPS_AND_PROBLEMS = [(RMS, RmsProblem((5, 3, 40), 2)), (GN, GroupProblem(2, 6, 40, 3))]
+OPS_AND_PROBLEMS = [(op, problem, f"{op.name}-{ident(problem)}")
+                    for op, problem, ident in ((RMS, RmsProblem((5, 3, 40), 2), rms_id),
+                                               (GN, GroupProblem(2, 6, 40, 3), gn_id))]
 
 
 @pytest.mark.parametrize("offset", [0, 16], ids=["aligned", "unaligned"])
-@pytest.mark.parametrize("op,problem", OPS_AND_PROBLEMS,
-                         ids=[f"{RMS.name}-{rms_id(OPS_AND_PROBLEMS[0][1])}", f"{GN.name}-{gn_id(OPS_AND_PROBLEMS[1][1])}"])
-def test_kernels_never_modify_inputs(op, problem, offset, target, rng):
-    for combo in op.combos:
-        arrays = {name: _placed(a, offset) for name, a in op.random_inputs(problem, combo, rng).items()}
-        if offset == 0:
-            assert all(a.ctypes.data % 64 == 0 for a in arrays.values())
-        before = {name: a.tobytes() for name, a in arrays.items()}
-        ref = op.reference(problem, arrays)
-        outputs = {name: _placed(np.full(ref[name].shape, np.nan, numpy_dtype(combo[name])), offset)
-                   for name in op.outputs}
-        kernels.get_kernel(op, combo, target)(op.kernel_args(problem, {**arrays, **outputs}))
-        for name, a in arrays.items():
-            assert a.tobytes() == before[name], f"{combo.tag}: input {name} was modified"
-        assert_all_pass(compare_outputs(op, combo, outputs, ref), f"{combo.tag} offset={offset}")
+@pytest.mark.parametrize("target,combo,op,problem",
+                         [param for op, problem, label in OPS_AND_PROBLEMS
+                          for param in on_targets(op, [(op, problem)], lambda case, label=label: label)],
+                         indirect=["target"])
+def test_kernels_never_modify_inputs(op, combo, problem, offset, target, rng):
+    arrays = {name: _placed(a, offset) for name, a in op.random_inputs(problem, combo, rng).items()}
+    if offset == 0:
+        assert all(a.ctypes.data % 64 == 0 for a in arrays.values())
+    before = {name: a.tobytes() for name, a in arrays.items()}
+    ref = op.reference(problem, arrays)
+    outputs = {name: _placed(np.full(ref[name].shape, np.nan, numpy_dtype(combo[name])), offset)
+               for name in op.outputs}
+    kernels.get_kernel(op, combo, target)(op.kernel_args(problem, {**arrays, **outputs}))
+    for name, a in arrays.items():
+        assert a.tobytes() == before[name], f"{combo.tag}: input {name} was modified"
+    assert_all_pass(compare_outputs(op, combo, outputs, ref), f"{combo.tag} offset={offset}")
 
 
 # ---------------------------------------------------------------- the tolerance rule
