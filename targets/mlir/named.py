@@ -279,6 +279,13 @@ def _reaches(node, names: set) -> bool:
     return any(_reaches(c, names) for c in children)
 
 
+def _may_be_out_of_bounds(load) -> bool:
+    """Whether ``load`` reads at a constant index of an axis whose extent is not a constant
+    above it (``x[0, c]`` of an (N, C) tensor: none where N is 0)."""
+    return any(kind(i) == "IntImm" and (kind(e) != "IntImm" or int(i.value) >= int(e.value))
+               for i, e in zip(load.indices, loaded(load).shape))
+
+
 def _guarded_load(value):
     """The load under ``value``'s casts (casts map 0 to 0), or ``value``."""
     while kind(value) == "Cast":
@@ -400,10 +407,15 @@ class StagePrinter:
                 and any(kind(i) == "IntImm" for i in load.indices))
 
     def select(self, condition, true_value, false_value, element: str) -> str:
-        """``condition ? a : b`` over the domain, a condition that reads memory (a flag
-        attribute passed as a tensor): ``hfusion.select`` of the condition's i1 tensor
-        (``hfusion.compare``). Eager, as arith.select: both sides are computed, and
-        neither reads memory out of bounds (a guarded load is ``guarded``)."""
+        """``condition ? a : b`` over the domain: a condition that reads memory (a flag
+        attribute passed as a tensor), or one on sizes choosing a computed value
+        (``n > 0 ? sum / n : 0``). ``hfusion.select`` of the condition's i1 tensor
+        (``hfusion.compare``). Eager, as arith.select: both sides are computed (0 / 0 on
+        the side not chosen is harmless), so no side may read an element at a constant
+        index of a dynamic axis, which an empty tensor lacks (a guarded load: ``guarded``)."""
+        if any(_may_be_out_of_bounds(load) for side in (true_value, false_value) for load in loads(side)):
+            raise UnsupportedStage(f"stage {self.stage.name}: a select whose sides read an element of a "
+                                   f"dynamic axis (read eagerly: out of bounds on an empty tensor)")
         c, a, b = self.tensor(condition), self.tensor(true_value), self.tensor(false_value)
         return self.body.op(f"hfusion.select ins({c}, {a}, {b} : {self.typed('i1')}, {self.typed(element)}, "
                             f"{self.typed(element)}) outs({self.empty(element)} : {self.typed(element)}) -> "
