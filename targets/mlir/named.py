@@ -13,6 +13,9 @@ domain:
   * a guarded load ``if_then_else(N * HW > 0, x[0, c, 0], 0)`` (a condition on sizes) is a
     sum over a window of one element where the condition holds and none where it does not
     (bishengir has no branch in a fused kernel): the load stays unread where it is false;
+  * any other select is ``hfusion.select`` of an ``hfusion.compare``, both sides computed;
+  * an 8-bit integer output of rank >= 2 is stored by a kernel of its own that collapses
+    its float value to rank 1 (``split_narrow_stores``: bishengir 1.2.0 takes no other form);
   * a subexpression that no iterator reaches (``1 / (D*HW)``, ``eps[0]``) is a scalar,
     printed with arith and passed as the scalar operand of the named op using it;
   * a reduction ``acc = acc op E`` is E over the domain, then ``linalg.reduce`` over the
