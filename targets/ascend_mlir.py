@@ -108,7 +108,7 @@ class AscendMlirTarget(TargetSpec):
     def build(self, mod):
         (gvar, func), = mod.functions.items()
         try:
-            graph = stage_graph(func)
+            graph = named.split_narrow_stores(stage_graph(func))
             parts = named.kernels(graph)
             kernels, reports = self._compile(gvar.name_hint, graph, parts)
             # bishengir cannot fuse, buffer or even compile what the patterns grouped: its

@@ -182,9 +182,58 @@ def test_a_guarded_load_is_a_window_of_one_or_no_element():
     (lambda x, ci: x[0, ci, 0] > 0, 0.0),      # a condition on data, not sizes
     (None, 1.0),                               # another value where the guard is false
 ])
-def test_an_if_then_else_other_than_a_guarded_load_is_refused(condition, otherwise):
-    with pytest.raises(UnsupportedStage, match="no named op for the call .*if_then_else"):
+def test_a_select_reading_an_element_of_a_dynamic_axis_is_refused(condition, otherwise):
+    """Any other if_then_else is an eager select: its sides are all read, so one that reads
+    x[0, c, 0] (none in an empty tensor) is refused."""
+    with pytest.raises(UnsupportedStage, match="a select whose sides read an element of a dynamic axis"):
         _guarded_shift(condition, otherwise)
+
+
+def _flag_select():
+    """``x * (flag[0] != 0 ? 1 / s[0] : s[0])`` over (N, C): a select on data (RmsNormGradQuant's
+    divMode), its sides elements of static (1,) tensors."""
+    n, c = te.var("N", "int64"), te.var("C", "int64")
+    x = te.placeholder((n, c), "float32", name="x")
+    flag, s = te.placeholder((1,), "float32", name="flag"), te.placeholder((1,), "float32", name="s")
+    y = te.compute((n, c), lambda i, j: x[i, j] * te.if_then_else(flag[0] != 0.0, 1.0 / s[0], s[0]), name="y")
+    graph = stage_graph(te.create_prim_func([x, flag, s, y]).with_attr("global_symbol", "flagged"))
+    return named.print_kernels("flagged", graph, named.kernels(graph))
+
+
+def test_a_select_on_data_is_an_hfusion_select_of_a_compare():
+    [(name, text)] = _flag_select()
+    cmp = re.search(r"(%cmp\d+) = hfusion.compare \{compare_fn = #hfusion.compare_fn<vne>\} ins\(%b\d+, %f\d+ : "
+                    r"tensor<\?x\?xf32>, tensor<\?x\?xf32>\) outs\(%e\d+ : tensor<\?x\?xi1>\)", text)
+    assert cmp and re.search(rf"hfusion.select ins\({cmp.group(1)}, %w\d+, %b\d+ : tensor<\?x\?xi1>", text), text
+    if ASCEND_MLIR.can_build():
+        from opgen.targets.mlir import bishengir
+
+        report = bishengir.compile_kernel(name, text, ASCEND_MLIR.soc)
+        assert report.ok, report.error
+
+
+def _int8_output(shape=(None, None)):
+    """int8(clip(nearbyint(x * 3), -128, 127)) of x (N, C): a quantized output."""
+    dims = [te.var(v, "int64") if d is None else d for v, d in zip("NC", shape)]
+    x = te.placeholder(dims, "float32", name="x")
+    q = lambda i, j: te.min(te.max(te.nearbyint(x[i, j] * 3.0), te.const(-128.0, "float32")),  # noqa: E731
+                            te.const(127.0, "float32"))
+    y = te.compute(dims, lambda i, j: q(i, j).astype("int8"), name="y")
+    return stage_graph(te.create_prim_func([x, y]).with_attr("global_symbol", "quantized"))
+
+
+def test_an_int8_output_is_stored_by_a_flat_kernel_of_its_own():
+    """bishengir 1.2.0 refuses a rank-2 dynamic int8 store (dynamic_shape_int8_store.mlir) and
+    a flat one after a broadcast (flat_int8_store_after_broadcast.mlir): the value is a float
+    intermediate, and a kernel of its own collapses it, casts and returns rank 1."""
+    graph = named.split_narrow_stores(_int8_output())
+    [(_, value), (_, store)] = named.print_kernels("quantized", graph, named.kernels(graph))
+    assert "xi8" not in value and "-> (tensor<?x?xf32>)" in value
+    assert re.search(r"tensor.collapse_shape %y_value \[\[0, 1\]\] : tensor<\?x\?xf32> into tensor<\?xf32>", store)
+    assert re.search(r"hfusion.cast \{round_mode = #hfusion.round_mode<trunc>\} ins\(%flat\d+ : tensor<\?xf32>\) "
+                     r"outs\(%e\d+ : tensor<\?xi8>\)", store) and "-> (tensor<?xi8>)" in store, store
+    float_graph = stage_graph(te.create_prim_func(_rounded_te()).with_attr("global_symbol", "rounded"))
+    assert named.split_narrow_stores(float_graph) is float_graph      # other ops print as before
 
 
 @needs_iree
@@ -262,20 +311,23 @@ def test_iree_writes_strided_outputs_and_leaves_inputs_alone(rng):
 # Ops whose kernels the named-op emitter (targets/mlir/named.py) refuses, with what it says:
 # none today (BatchNorm's forward, whose shift is a guarded load, was one until its window
 # lowering: see test_a_guarded_load_is_a_window_of_one_or_no_element).
-# RmsNormGradQuant: its divMode select on data has no named op; past it, bishengir rejects its
-# dynamic-shape int8 store (docs/bishengir/dynamic_shape_int8_store.mlir).
-BISHENGIR_GAPS: dict = {"rms_norm_grad_quant": "no named op for the call prim.if_then_else",   # issue 37
-                       # its no-rank mean (W = 0: 0, not 0/0) is a size-guarded select of a computed value
-                       "batch_norm_gather_stats_with_counts": "no named op for the call prim.if_then_else"}
+# RmsNormGradQuant (divMode's select on data, its int8 dx) and BatchNormGatherStatsWithCounts
+# (a size-guarded select of a computed value) were, until selects printed as hfusion.select
+# and int8 outputs as flat stores (issue 37).
+BISHENGIR_GAPS: dict = {}
 
 
-def _rounded(shape=(None, None)):
-    """nearbyint(x * 3) clipped to int8's range, kept in float32 (x (N, C) or static)."""
+def _rounded_te(shape=(None, None)):
+    """nearbyint(x * 3) clipped to int8's range, kept in float32 (x (N, C) or static): [x, y]."""
     dims = [te.var(v, "int64") if d is None else d for v, d in zip("NC", shape)]
     x = te.placeholder(dims, "float32", name="x")
     y = te.compute(dims, lambda i, j: te.min(te.max(te.nearbyint(x[i, j] * 3.0), te.const(-128.0, "float32")),
                                              te.const(127.0, "float32")), name="y")
-    graph = stage_graph(te.create_prim_func([x, y]).with_attr("global_symbol", "rounded"))
+    return [x, y]
+
+
+def _rounded(shape=(None, None)):
+    graph = stage_graph(te.create_prim_func(_rounded_te(shape)).with_attr("global_symbol", "rounded"))
     return named.print_kernels("rounded", graph, named.kernels(graph))
 
 
@@ -291,6 +343,42 @@ def test_nearbyint_is_a_float_cast_rounding_half_to_even():
 
         report = bishengir.compile_kernel(name, text, ASCEND_MLIR.soc)
         assert report.ok and "vcast_float_to_float" in report.hivm, report.error
+
+
+# bishengir's own spelling of x != y ? rint(x) : y, before its auto-schedule (a select's
+# vne condition as vnot(veq); nearbyint as a same-type cast in round mode rint).
+NOT_AND_RINT = """module {
+  func.func @m(%x: tensor<?xf32>, %y: tensor<?xf32>) -> tensor<?xf32> {
+    %c0 = arith.constant 0 : index
+    %n = tensor.dim %x, %c0 : tensor<?xf32>
+    %b = tensor.empty(%n) : tensor<?xi1>
+    %f = tensor.empty(%n) : tensor<?xf32>
+    %r = hfusion.cast {round_mode = #hfusion.round_mode<rint>} ins(%x : tensor<?xf32>) outs(%f : tensor<?xf32>) -> tensor<?xf32>
+    %eq = hfusion.compare {compare_fn = #hfusion.compare_fn<veq>} ins(%x, %y : tensor<?xf32>, tensor<?xf32>) outs(%b : tensor<?xi1>) -> tensor<?xi1>
+    %ne = hfusion.elemwise_unary {fun = #hfusion.unary_fn<vnot>} ins(%eq : tensor<?xi1>) outs(%b : tensor<?xi1>) -> tensor<?xi1>
+    %s = hfusion.select ins(%ne, %r, %y : tensor<?xi1>, tensor<?xf32>, tensor<?xf32>) outs(%f : tensor<?xf32>) -> tensor<?xf32>
+    return %s : tensor<?xf32>
+  }
+}
+"""
+
+
+@needs_bishengir
+@needs_iree
+def test_the_replay_keeps_a_logical_not_and_a_rounding_cast():
+    """bishengir-opt's --linalg-generalize-named-ops makes hfusion's vnot and a same-type
+    rounding cast copies of their operand (RmsNormGradQuant's replay then chose the wrong
+    scale and rounded nothing): the replay writes both out first (replay._explicit)."""
+    import iree.runtime as rt
+
+    from opgen.targets.mlir import replay
+    from opgen.targets.mlir.iree import compile_text
+    vmfb = compile_text("module {\n" + replay.upstream(NOT_AND_RINT) + "\n}\n", "llvm-cpu", ())
+    context = rt.SystemContext(config=rt.Config("local-task"))
+    context.add_vm_module(rt.VmModule.copy_buffer(context.instance, vmfb))
+    x = np.array([0.5, 1.5, 2.5, -0.5, -1.5, 3.0, 7.0], np.float32)
+    y = np.array([9.0, 9.0, 9.0, 9.0, 9.0, 3.0, 7.0], np.float32)
+    np.testing.assert_array_equal(np.asarray(context.modules.module["m"](x, y)), [0, 2, 2, -0.0, -2, 3, 7])
 
 
 @needs_bishengir
@@ -503,6 +591,8 @@ REPRODUCERS = Path(__file__).resolve().parents[1] / "docs" / "bishengir"
     ("cannot_fuse_two_column_sums_rank3", "operations cannot be fused"),
     ("ub_overflow_f16_sum_of_squares", "ub overflow"),
     ("dynamic_shape_int8_store", "only support store ub to gm"),
+    ("flat_int8_store_after_broadcast", "'tensor.expand_shape' op expected number of static shape dims"),
+    ("flat_int8_store", "ub overflow"),      # and HIVM with the UB options: opgen's int8 store
 ])
 def test_the_documented_bishengir_limits_still_hold(name, message):
     """docs/mlir.md lists these with their reproducers: a bishengir that lifts one fails

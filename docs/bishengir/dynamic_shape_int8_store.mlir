@@ -5,8 +5,10 @@
 // and from half (the AscendC route: f32 -> f16 -> i8) with
 //   error: operand #0 does not dominate this use
 // The same file with a static shape (tensor<16x64xf32> -> tensor<16x64xi8>) reaches HIVM, as does
-// f16 -> i8 with no round_mode at 16x64. RmsNormGradQuant's int8 dx
-// is such a store: once its data select prints, this is what stops it on ascend-mlir.
+// f16 -> i8 with no round_mode at 16x64, and so does this file with bishengir-compile-a5
+// --target=Ascend950PR_9579 (which this target does not drive). RmsNormGradQuant's int8 dx
+// is such a store: opgen prints it as flat_int8_store.mlir instead (a kernel of its own,
+// rank 1), which reaches HIVM on 910B1.
 // Reproduce: bishengir-compile THIS --enable-hfusion-compile --enable-hivm-compile --target=Ascend910B1 -o out
 module {
   func.func @m_k0(%x: tensor<?x?xf32>) -> (tensor<?x?xi8>) attributes {hacc.entry, hacc.function_kind = #hacc.function_kind<DEVICE>} {

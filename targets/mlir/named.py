@@ -13,6 +13,9 @@ domain:
   * a guarded load ``if_then_else(N * HW > 0, x[0, c, 0], 0)`` (a condition on sizes) is a
     sum over a window of one element where the condition holds and none where it does not
     (bishengir has no branch in a fused kernel): the load stays unread where it is false;
+  * any other select is ``hfusion.select`` of an ``hfusion.compare``, both sides computed;
+  * an 8-bit integer output of rank >= 2 is stored by a kernel of its own that collapses
+    its float value to rank 1 (``split_narrow_stores``: bishengir 1.2.0 takes no other form);
   * a subexpression that no iterator reaches (``1 / (D*HW)``, ``eps[0]``) is a scalar,
     printed with arith and passed as the scalar operand of the named op using it;
   * a reduction ``acc = acc op E`` is E over the domain, then ``linalg.reduce`` over the
@@ -27,7 +30,9 @@ and arguments, which on the device is GM. Nothing here names an op.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from opgen.targets.mlir.exprs import MATH_CALLS, ExprPrinter, Values
 from opgen.targets.mlir.stages import LOADS, StageGraph, UnsupportedStage, kind, loaded, loads, whole_extents
@@ -44,6 +49,8 @@ UNARY_FN = {"math.exp": "linalg.exp", "math.log": "linalg.log", "math.absf": "li
 # vcast_float_to_float with the mode, as it lowers linalg's floor).
 ROUNDING_MODES = {"tirx.nearbyint": "rint"}
 COMBINERS = {"Add": "arith.addf", "Max": "arith.maximumf", "Min": "arith.minimumf"}
+# TIR comparisons as hfusion.compare's functions (an i1 tensor, the condition of hfusion.select).
+COMPARE_FN = {"LT": "vlt", "LE": "vle", "GT": "vgt", "GE": "vge", "EQ": "veq", "NE": "vne"}
 DEVICE_ENTRY = "attributes {hacc.entry, hacc.function_kind = #hacc.function_kind<DEVICE>}"
 
 
@@ -114,8 +121,11 @@ class _Group:
     fusion: str | None = None
     reduced: set = field(default_factory=set)     # its buffers that carry one of its reductions
     output_rank: int | None = None                # the rank of the op outputs it makes
+    alone: bool = False                           # a flat store's kernel: no other stage joins
 
     def fits(self, stage, cls: str | None, is_output: bool) -> bool:
+        if self.alone or is_flat_store(stage):
+            return False
         reads_reduction = bool(_reads(stage) & self.reduced)
         if is_output and self.output_rank not in (None, len(stage.buffer.shape)):
             return False
@@ -146,7 +156,8 @@ def kernels(graph: StageGraph) -> list[Kernel]:
       * it makes an op output of another rank than the kernel's outputs (measured
         "Failed to create and apply schedule" for a dx beside per-channel dweight);
       * it is a second reduction over leading axes of rank-3+ data (GroupNorm's dgamma
-        and dbeta sums over N each reach HIVM alone, and fail to schedule together).
+        and dbeta sums over N each reach HIVM alone, and fail to schedule together);
+      * either it or the kernel is a flat store (``split_narrow_stores``): one stage alone.
     Last, a kernel that would return tensors of several ranks is one kernel per stage
     (``_mixed_results``).
     """
@@ -158,7 +169,7 @@ def kernels(graph: StageGraph) -> list[Kernel]:
         earliest = max((home[n] for n in _reads(stage) if n in home), default=0)
         chosen = next((k for k in range(earliest, len(groups)) if groups[k].fits(stage, cls, is_output)), None)
         if chosen is None:
-            groups.append(_Group([]))
+            groups.append(_Group([], alone=is_flat_store(stage)))
             chosen = len(groups) - 1
         groups[chosen].add(stage, cls, is_output)
         home[stage.buffer.name] = chosen
@@ -180,6 +191,63 @@ def _mixed_results(graph: StageGraph, parts: list, k: int) -> bool:
     _, _, returns = signature(graph, parts[k], later_reads(parts, k))
     buffers = {s.buffer.name: s.buffer for s in parts[k].stages}
     return len({len(buffers[n].shape) for n in returns}) > 1
+
+
+# ---- 8-bit integer outputs: stored by a flat kernel of their own --------------------------
+#
+# bishengir 1.2.0 (Atlas A2/A3) rejects a dynamic-shape int8 result of rank 2 or more, cast
+# from float in any round mode, alone or fused ("'hivm.hir.store' op only support store ub
+# to gm currently!"; docs/bishengir/dynamic_shape_int8_store.mlir), and a result collapsed
+# to rank 1 inside a kernel that also broadcasts (the collapse travels up to the broadcasts:
+# "'tensor.expand_shape' op expected number of static shape dims ..."). It takes the cast
+# when its kernel reads the float value as an argument and returns rank 1
+# (docs/bishengir/flat_int8_store.mlir). So such an output's stage is split in two: its
+# float value, an intermediate the kernels before compute, and the cast alone, printed on
+# the collapsed tensor. On the device the rank-1 result is the same bytes in GM as the
+# output's rank-2 buffer (row-major, contiguous); the value costs a float round trip in GM.
+
+NARROW_BITS = 8
+
+
+def _narrow_cast(stage):
+    """The float expression an elementwise stage of rank >= 2 casts to an 8-bit integer
+    output (``out[i..] = int8(E)``), else None."""
+    element = element_type(stage.buffer.dtype)
+    if (stage.init is not None or is_float(element) or bits(element) != NARROW_BITS or len(stage.iterators) < 2
+            or kind(stage.value) != "Cast" or not is_float(element_type(dtype_of(stage.value.value)))):
+        return None
+    return stage.value.value
+
+
+def split_narrow_stores(graph: StageGraph) -> StageGraph:
+    """``graph`` with each stage ``out = int8(E)`` (``_narrow_cast``) as two stages: ``E`` into
+    a new intermediate ``<out>_value``, then ``out = int8(<out>_value)`` (``is_flat_store``).
+    A graph with none is returned as it is (its kernels print as before)."""
+    from opgen.lazy import tvm
+
+    tirx = tvm.tirx
+    stages, intermediates = [], list(graph.intermediates)
+    for stage in graph.stages:
+        value = _narrow_cast(stage)
+        if value is None:
+            stages.append(stage)
+            continue
+        buffer = tirx.decl_buffer(stage.buffer.shape, dtype_of(value), f"{stage.buffer.name}_value")
+        intermediates.append(buffer)
+        load = tirx.BufferLoad(buffer, list(stage.store_indices))
+        stages.append(replace(stage, name=f"{stage.name}_value", buffer=buffer, value=value))
+        stages.append(replace(stage, value=tirx.Cast(stage.buffer.dtype, load)))
+    if len(stages) == len(graph.stages):
+        return graph
+    return replace(graph, intermediates=tuple(intermediates), stages=tuple(stages))
+
+
+def is_flat_store(stage) -> bool:
+    """Whether ``stage`` is the cast half of ``split_narrow_stores``: an 8-bit integer output
+    of rank >= 2 cast from one load of a float buffer at its own store indices."""
+    value = _narrow_cast(stage)
+    return (value is not None and kind(value) in LOADS and len(value.indices) == len(stage.store_indices)
+            and all(a.same_as(b) for a, b in zip(value.indices, stage.store_indices)))
 
 
 # ---- printing ---------------------------------------------------------------------------
@@ -212,6 +280,20 @@ def _reaches(node, names: set) -> bool:
     children = list(node.args) if kind(node) == "Call" else \
         [getattr(node, c) for c in ("a", "b", "value", "condition", "true_value", "false_value") if hasattr(node, c)]
     return any(_reaches(c, names) for c in children)
+
+
+def _may_be_out_of_bounds(load) -> bool:
+    """Whether ``load`` reads at a constant index of an axis whose extent is not a constant
+    above it (``x[0, c]`` of an (N, C) tensor: none where N is 0)."""
+    return any(kind(i) == "IntImm" and (kind(e) != "IntImm" or int(i.value) >= int(e.value))
+               for i, e in zip(load.indices, loaded(load).shape))
+
+
+def _guarded_load(value):
+    """The load under ``value``'s casts (casts map 0 to 0), or ``value``."""
+    while kind(value) == "Cast":
+        value = value.value
+    return value
 
 
 def _constants_or_iterators(indices, position: dict) -> bool:
@@ -258,6 +340,10 @@ class StagePrinter:
             return self.cast(self.tensor(node.value), element_type(dtype_of(node.value)), element), True
         if what in BINARY_FN:
             return self.binary(BINARY_FN[what], node.a, node.b, element), True
+        if what in COMPARE_FN:
+            return self.compare(COMPARE_FN[what], node.a, node.b), True
+        if what == "Select":
+            return self.select(node.condition, node.true_value, node.false_value, element), True
         if what == "Call":
             return self.call(node, element), True
         raise UnsupportedStage(f"stage {self.stage.name}: no named-op lowering for {what} on tensors")
@@ -303,16 +389,9 @@ class StagePrinter:
         "Unknown kernel fusion kind"; a crash beside a reduction), so the load is a sum
         over a window of its buffer, on each constant-index axis one element wide where
         ``c`` holds and empty where it does not: the element itself, or 0 with nothing
-        read. Any other if_then_else has no named op."""
+        read. Any other if_then_else is a select (``select``)."""
         condition, taken, other = node.args
-        load = taken
-        while kind(load) == "Cast":             # casts map 0 to 0
-            load = load.value
-        if not (_is_scalar(condition, set(self.position)) and kind(other) in ("FloatImm", "IntImm")
-                and other.value == 0 and kind(load) in LOADS and _constants_or_iterators(load.indices, self.position)
-                and any(kind(i) == "IntImm" for i in load.indices)):
-            raise UnsupportedStage(f"stage {self.stage.name}: no named op for the call {node.op.name} "
-                                   f"(only a guarded load, if_then_else(sizes, x[.., 0, ..], 0), has one)")
+        load = _guarded_load(taken)
         window = self.window(load, self.scalars.print(condition))
         outer = self.printed
         self.printed = {**outer, str(load): (window, True)}   # E over the window's sum
@@ -320,6 +399,38 @@ class StagePrinter:
             return self.tensor(taken)
         finally:
             self.printed = outer
+
+    def is_guarded_load(self, node) -> bool:
+        """Whether ``if_then_else`` ``node`` is a guarded load (see ``guarded``): a condition on
+        sizes only, 0 otherwise, and a load (under casts) with constant indices on some axes."""
+        condition, taken, other = node.args
+        load = _guarded_load(taken)
+        return (_is_scalar(condition, set(self.position)) and kind(other) in ("FloatImm", "IntImm")
+                and other.value == 0 and kind(load) in LOADS and _constants_or_iterators(load.indices, self.position)
+                and any(kind(i) == "IntImm" for i in load.indices))
+
+    def select(self, condition, true_value, false_value, element: str) -> str:
+        """``condition ? a : b`` over the domain: a condition that reads memory (a flag
+        attribute passed as a tensor), or one on sizes choosing a computed value
+        (``n > 0 ? sum / n : 0``). ``hfusion.select`` of the condition's i1 tensor
+        (``hfusion.compare``). Eager, as arith.select: both sides are computed (0 / 0 on
+        the side not chosen is harmless), so no side may read an element at a constant
+        index of a dynamic axis, which an empty tensor lacks (a guarded load: ``guarded``)."""
+        if any(_may_be_out_of_bounds(load) for side in (true_value, false_value) for load in loads(side)):
+            raise UnsupportedStage(f"stage {self.stage.name}: a select whose sides read an element of a "
+                                   f"dynamic axis (read eagerly: out of bounds on an empty tensor)")
+        c, a, b = self.tensor(condition), self.tensor(true_value), self.tensor(false_value)
+        return self.body.op(f"hfusion.select ins({c}, {a}, {b} : {self.typed('i1')}, {self.typed(element)}, "
+                            f"{self.typed(element)}) outs({self.empty(element)} : {self.typed(element)}) -> "
+                            f"{self.typed(element)}", "sel")
+
+    def compare(self, fn: str, a, b) -> str:
+        """``a <fn> b`` over the domain as an i1 tensor (``hfusion.compare``)."""
+        element = element_type(dtype_of(a))
+        x, y = self.tensor(a), self.tensor(b)
+        return self.body.op(f"hfusion.compare {{compare_fn = #hfusion.compare_fn<{fn}>}} ins({x}, {y} : "
+                            f"{self.typed(element)}, {self.typed(element)}) outs({self.empty('i1')} : "
+                            f"{self.typed('i1')}) -> {self.typed('i1')}", "cmp")
 
     def window(self, node, flag: str) -> str:
         """The load ``node`` over the domain, its constant-index axes summed over a window
@@ -407,7 +518,9 @@ class StagePrinter:
                 f"{self.typed(element)}) outs({self.empty(element)} : {self.typed(element)}) -> "
                 f"{self.typed(element)}", "w")
         if name in ("tirx.if_then_else", "prim.if_then_else") and len(node.args) == 3:   # TVM 0.27: prim.
-            return self.guarded(node, element)
+            if self.is_guarded_load(node):
+                return self.guarded(node, element)
+            return self.select(*node.args, element)
         if name in ROUNDING_MODES and len(node.args) == 1:
             return self.body.op(f"hfusion.cast {{round_mode = #hfusion.round_mode<{ROUNDING_MODES[name]}>}} ins("
                                 f"{self.tensor(node.args[0])} : {self.typed(element)}) outs({self.empty(element)} : "
@@ -416,6 +529,21 @@ class StagePrinter:
         if fn is None or len(node.args) != 1:
             raise UnsupportedStage(f"stage {self.stage.name}: no named op for the call {name}")
         return self.unary(fn, self.tensor(node.args[0]), element)
+
+    def flat_store(self) -> str:
+        """A flat store's stage (``is_flat_store``) on its source collapsed to rank 1: the
+        rank-1 SSA tensor of its buffer (``flat_type``). Rounds toward zero, as TIR's
+        float-to-int Cast does (arith.fptosi)."""
+        load, element = self.stage.value.value, element_type(self.stage.buffer.dtype)
+        source = element_type(loaded(load).dtype)
+        axes = ", ".join(str(k) for k in range(len(self.domain)))
+        flat = self.body.op(f"tensor.collapse_shape {self.tensor(load)} [[{axes}]] : {self.typed(source)} into "
+                            f"{flat_type(loaded(load))}", "flat")
+        size = self.body.op(f"tensor.dim {flat}, {self.body.index_constant(0)} : {flat_type(loaded(load))}", "n")
+        result = flat_type(self.stage.buffer)
+        empty = self.body.op(f"tensor.empty({size}) : {result}" if "?" in result else f"tensor.empty() : {result}", "e")
+        return self.body.op(f"hfusion.cast {{round_mode = #hfusion.round_mode<trunc>}} ins({flat} : "
+                            f"{flat_type(loaded(load))}) outs({empty} : {result}) -> {result}", "cast")
 
     def print(self) -> str:
         """The SSA tensor of the stage's buffer."""
@@ -482,12 +610,27 @@ def print_kernel(symbol: str, graph: StageGraph, kernel: Kernel, later_reads: se
     args = [f"%{n}: {tensor_type(buffers[n].shape, element_type(buffers[n].dtype))}" for n in reads]
     _bind_sizes(body, [buffers[n] for n in reads], graph, args)
     tensors = {n: f"%{n}" for n in reads}
+    flat = flat_results(kernel, later_reads)
     for stage in kernel.stages:
-        tensors[stage.buffer.name] = StagePrinter(body, tensors, stage).print()
-    types = [tensor_type(b.shape, element_type(b.dtype)) for b in returns]
+        printer = StagePrinter(body, tensors, stage)
+        tensors[stage.buffer.name] = printer.flat_store() if stage.buffer.name in flat else printer.print()
+    types = [flat_type(b) if b.name in flat else tensor_type(b.shape, element_type(b.dtype)) for b in returns]
     head = f"  func.func @{symbol}({', '.join(args)}) -> ({', '.join(types)}) {DEVICE_ENTRY} {{"
     ret = f"    return {', '.join(tensors[b.name] for b in returns)} : {', '.join(types)}"
     return "\n".join([head, *body.lines, ret, "  }"])
+
+
+def flat_results(kernel: Kernel, later_reads: set) -> set:
+    """The buffers ``kernel`` returns collapsed to rank 1: a flat store's output that no later
+    kernel reads (see ``split_narrow_stores``)."""
+    return {s.buffer.name for s in kernel.stages if is_flat_store(s) and s.buffer.name not in later_reads}
+
+
+def flat_type(buffer) -> str:
+    """``buffer``'s tensor type collapsed to rank 1 (dynamic when any extent is)."""
+    extents = [int(e.value) if kind(e) == "IntImm" else None for e in buffer.shape]
+    size = "?" if None in extents else str(int(np.prod(extents)))
+    return f"tensor<{size}x{element_type(buffer.dtype)}>"
 
 
 def _bind_sizes(body: Body, arguments: list, graph: StageGraph, args: list) -> None:

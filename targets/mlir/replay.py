@@ -58,12 +58,64 @@ def optimizer() -> str:
 _ATTRIBUTES = re.compile(r" attributes \{(?:[^{}]|\{[^{}]*\})*\}")
 
 
+# HFusion ops that bishengir-opt 1.2.0's --linalg-generalize-named-ops turns into a copy of
+# their operand (``linalg.yield %in``), dropping what they do (so does its
+# --execution-engine-convert-hfusion-to-upstream): the logical not of a select's condition
+# (bishengir rewrites ``vne`` as ``vnot(veq)``) and a float cast to the same type in a
+# rounding mode (nearbyint). ``_explicit`` writes them as linalg.generic first.
+_TYPE = r"(tensor<[^>]*>)"
+_NOT = re.compile(rf"(%[\w.]+) = hfusion\.elemwise_unary \{{fun = #hfusion\.unary_fn<vnot>\}} "
+                  rf"ins\((%[\w.]+) : {_TYPE}\) outs\((%[\w.]+) : {_TYPE}\) -> {_TYPE}")
+_ROUND = re.compile(rf"(%[\w.]+) = hfusion\.cast \{{[^{{}}]*round_mode = #hfusion\.round_mode<(\w+)>[^{{}}]*\}} "
+                    rf"ins\((%[\w.]+) : {_TYPE}\) outs\((%[\w.]+) : {_TYPE}\) -> {_TYPE}")
+ROUNDING = {"rint": "math.roundeven", "round": "math.round", "floor": "math.floor", "ceil": "math.ceil",
+            "trunc": "math.trunc"}
+
+
+def _element(tensor: str) -> str:
+    return tensor[len("tensor<"):-1].split("x")[-1]
+
+
+def _elementwise(result: str, source: str, out: str, typed: str, body: list) -> str:
+    """A rank-generic elementwise ``linalg.generic`` of one operand: ``body`` lines compute
+    ``%v`` from the element ``%a`` (names prefixed by the result's, unique in the function)."""
+    rank = len(typed[len("tensor<"):-1].split("x")) - 1
+    dims = ", ".join(f"d{k}" for k in range(rank))
+    identity = f"affine_map<({dims}) -> ({dims})>"
+    tag = result.lstrip("%").replace(".", "_")
+    lines = [line.replace("%a", f"%a_{tag}").replace("%v", f"%v_{tag}").replace("%t", f"%t_{tag}") for line in body]
+    element, iterators = _element(typed), ", ".join(['"parallel"'] * rank)
+    return (f"{result} = linalg.generic {{indexing_maps = [{identity}, {identity}], iterator_types = "
+            f"[{iterators}]}} ins({source} : {typed}) outs({out} : {typed}) {{\n"
+            f"^bb0(%a_{tag}: {element}, %o_{tag}: {element}):\n" + "\n".join(lines) +
+            f"\nlinalg.yield %v_{tag} : {element}\n}} -> {typed}")
+
+
+def _explicit(text: str) -> str:
+    """``text`` with the ops its generalization would drop (``_NOT``, ``_ROUND``) written out."""
+    def logical_not(m):
+        result, source, typed, out = m.group(1), m.group(2), m.group(3), m.group(4)
+        element = _element(typed)
+        ones = "true" if element == "i1" else f"-1 : {element}"
+        return _elementwise(result, source, out, typed, [f"%t = arith.constant {ones}",
+                                                         f"%v = arith.xori %a, %t : {element}"])
+
+    def rounding(m):
+        result, mode, source, typed, out, out_typed = m.group(1), m.group(2), m.group(3), m.group(4), m.group(5), m.group(6)
+        if typed != out_typed or mode not in ROUNDING or _element(typed)[0] not in "fb":
+            return m.group(0)                     # a cast between types: generalized correctly
+        return _elementwise(result, source, out, typed, [f"%v = {ROUNDING[mode]} %a : {_element(typed)}"])
+
+    return _ROUND.sub(rounding, _NOT.sub(logical_not, text))
+
+
 def upstream(hfusion: str, timeout: float = 60.0) -> str:
     """The functions of one bishengir module (before auto-schedule) as upstream MLIR: its
-    named HFusion ops generalized, its module and function attributes (hacc, hfusion,
-    dlti: dialects IREE does not know) dropped. Refuses a text that still names one."""
+    named HFusion ops generalized (those the generalization drops written out first,
+    ``_explicit``), its module and function attributes (hacc, hfusion, dlti: dialects IREE
+    does not know) dropped. Refuses a text that still names one."""
     done = subprocess.run([optimizer(), "-", "--linalg-generalize-named-ops", "--mlir-print-local-scope"],
-                          input=hfusion, capture_output=True, text=True, timeout=timeout)
+                          input=_explicit(hfusion), capture_output=True, text=True, timeout=timeout)
     if done.returncode != 0:
         raise RuntimeError(f"bishengir-opt: {done.stderr.strip()[-300:]}")
     text = _ATTRIBUTES.sub("", done.stdout)
@@ -109,7 +161,7 @@ class Chain:
             moved += sum(values[n].nbytes for n in step.reads) + sum(values[n].nbytes for n in step.returns)
         self._record(moved, sum(values[n].nbytes for n in self.params))
         for name, out in zip(self.params[self.n_inputs:], tensors[self.n_inputs:]):
-            host = values[name]
+            host = values[name].reshape(tuple(out.shape))   # a flat store's rank-1 result: same bytes
             try:
                 np.copyto(np.from_dlpack(out), host, casting="no")
             except (TypeError, BufferError, RuntimeError):
