@@ -539,6 +539,23 @@ def test_a_verdict_is_final_after_its_retries_and_kept_rejected_or_not(monkeypat
     assert len(calls) == runs and again == report                # from the cache, rejections too
 
 
+def test_a_run_that_lacked_a_tool_is_no_verdict_and_not_kept(monkeypatch, tmp_path):
+    """"Cannot find bishengir-compile-a5" (the wheel's compiler handing an Ascend 950 target to
+    its sibling, not on PATH) says nothing of the kernel: it was cached as a settled rejection
+    and stayed after the tool was found. Now the next build runs bishengir again, with the
+    compiler's own folder first on PATH."""
+    from opgen.targets.mlir import bishengir
+
+    calls = _fake_runs(monkeypatch, tmp_path, ["error: Cannot find bishengir-compile-a5"])
+    first = bishengir.compile_kernel("k_k0", "module {}", "soc")
+    assert not first.ok and "Cannot find" in first.error
+    again = bishengir.compile_kernel("k_k0", "module {}", "soc")
+    assert not again.ok and len(calls) == 4, calls                # run again: nothing was kept
+    assert not list(tmp_path.glob("bishengir/*.json"))
+    path = bishengir._tool_env()["PATH"].split(":")
+    assert path[0] == "/bin", path                                  # the fake compiler's folder first
+
+
 @needs_bishengir
 def test_a_flaky_kernel_is_not_split_but_refused(monkeypatch):
     """Only a settled rejection splits a kernel: a flaky one (a draw) refuses the op, so the

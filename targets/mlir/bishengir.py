@@ -54,6 +54,9 @@ NONDETERMINISTIC = ("does not dominate this use", "using value defined outside t
                     # BatchNorm's per-channel chain + y said this, and passed on other runs
                     "must be floating-point-like, but got 'index'",
                     "Stack dump")                   # a crash without the bug-report line
+# A run that failed for want of a tool, not on the kernel's text: no verdict, never kept (the
+# wheel's bishengir-compile hands an Ascend 950 target to bishengir-compile-a5 beside it).
+ENVIRONMENT = ("Cannot find bishengir", "No such file or directory")
 
 
 @functools.lru_cache(maxsize=None)
@@ -114,7 +117,7 @@ def _run(text: str, soc: str, flags: tuple, timeout: float) -> tuple[str, str, s
                f"--save-temps={temps}", f"--mlir-print-ir-before={HFUSION_DUMP}", "-o", str(Path(tmp) / "kernel"),
                *flags]
         try:
-            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+            done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_tool_env())
         except subprocess.TimeoutExpired:
             return REJECTED, "", f"bishengir-compile took over {timeout:.0f} s"
         dump, log = _split_dump(done.stderr)
@@ -128,6 +131,18 @@ def _run(text: str, soc: str, flags: tuple, timeout: float) -> tuple[str, str, s
 
 
 _DUMP_HEAD = "// -----// IR Dump Before "
+
+
+def _tool_env() -> dict:
+    """This process's environment with the compiler's own folder first on PATH: the wheel's
+    ``bishengir-compile`` runs its siblings (``bishengir-compile-a5`` for Ascend 950) by name,
+    and pip puts only the console scripts, not the wheel's bin/, on PATH."""
+    folder = str(Path(compiler()).parent)
+    return {**os.environ, "PATH": os.pathsep.join([folder, os.environ.get("PATH", "")])}
+
+
+def _for_want_of_a_tool(report: KernelReport) -> bool:
+    return not report.ok and any(m in report.error for m in ENVIRONMENT)
 
 
 def _split_dump(stderr: str) -> tuple[str, str]:
@@ -203,7 +218,8 @@ def compile_kernel(name: str, text: str, soc: str, timeout: float = 120.0) -> Ke
     report = _cached(name, path)
     if report is None:
         report = _compile(name, text, soc, timeout)
-        _keep(report, path)
+        if not _for_want_of_a_tool(report):    # a verdict on the text, not on this machine's PATH
+            _keep(report, path)
     return replace(report, arch=name)
 
 
