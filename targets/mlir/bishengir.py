@@ -45,7 +45,7 @@ from pathlib import Path
 
 HIVM, BINARY, REJECTED = "HIVM", "binary", "rejected"
 ATTEMPTS = 10
-VERDICT_FORMAT = "verdict-2"     # in the cache key: entries of an older layout are not read
+VERDICT_FORMAT = "verdict-3"     # in the cache key: older entries are not read (-2 could hold a missing tool as a verdict)
 HFUSION_DUMP = "hfusion-auto-schedule"   # the pass before which the rewritten module is printed
 UB_FLAGS = (("--enable-ubuf-saving",), ("--enable-ubuf-saving", "--hfusion-max-buffer-count-tuning=8"),
             ("--enable-ubuf-saving", "--enable-hfusion-count-buffer-dma-opt"))
