@@ -306,3 +306,19 @@ def test_a_malformed_selection_rule_is_refused_at_load(change, match, tmp_path):
     change(doc)
     with pytest.raises(PlanError, match=match):
         plans.parse(doc, tmp_path)
+
+
+def test_a_prepared_call_launches_again_without_binding_allocating_or_finishing(tmp_path):
+    """What scripts/export_bench.py times: ``prepare`` binds, allocates the workspace and
+    packs every argument once; each ``launch`` then only enqueues the same kernels."""
+    plan = plans.parse(DOC, tmp_path)
+    backend = Recording()
+    call = plans.prepare(plan, [np.zeros((5, 300), np.float32), np.zeros(5, np.float32)], backend)
+    setup = list(backend.calls)
+    for _ in range(3):
+        call.launch()
+    launches = backend.calls[len(setup):]
+    assert [c[0] for c in setup] == ["alloc"] and [c[0] for c in launches] == ["k0", "k1"] * 3
+    assert launches[:2] == launches[2:4] == launches[4:]
+    call.finish()
+    assert backend.calls[-1] == ("finish", [False, True])
