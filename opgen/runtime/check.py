@@ -2,7 +2,8 @@
 compiler): what scripts/gpu_check.sh runs on a GPU machine and tests/test_export.py on
 the OpenCL device here.
 
-    python -m opgen.runtime.check [--no-pool] EXPORT_DIR...   # one row per plan; exit 1 when one fails
+    python -m opgen.runtime.check [--no-pool] EXPORT_DIR...   # one row per plan; exit 1 when one fails,
+                                                              # 2 when one cannot run (after the others)
 
 ``--no-pool`` turns CuPy's memory pool off, so every array is its own device allocation of
 its exact size: under compute-sanitizer an access past an array's end is then outside any
@@ -139,18 +140,23 @@ def main(argv=None) -> int:
     if not found:
         print(f"no plan.json under {' '.join(args.folders)}", file=sys.stderr)
         return 2
+    unrunnable = 0
     for path in found:
         try:
             results, skipped = check_cases(path)
-        except (backends.BackendMissing, plans.PlanError) as err:
+        except backends.BackendMissing as err:      # no device API: no plan can run
             print(f"cannot run {path}: {err}", file=sys.stderr)
             return 2
+        except (plans.PlanError, OSError) as err:     # this plan (its code, its files): the others still run
+            unrunnable += 1
+            print(f"CANNOT RUN {path.parent}: {type(err).__name__}: {err}")
+            continue
         worst = max((r.ratio for r in results), default=0.0)
         ok = all(r.passed for r in results) and bool(results or not skipped)   # a variant run on no case fails
         failed += not ok
         note = f" ({skipped} cases not admitted)" if skipped else ""
         print(f"{'PASS' if ok else 'FAIL'} {worst:9.3g}  {len(results):3d} checks  {path.parent}{note}")
-    return 1 if failed else 0
+    return 2 if unrunnable else 1 if failed else 0
 
 
 if __name__ == "__main__":
