@@ -306,7 +306,7 @@ def load_torch():
 def compile_child(args, budget: float) -> dict:
     """key -> (ms, err or reason) of torch.compile's rows, from a child process given
     ``budget`` seconds; cases it did not reach are "compile timed out"."""
-    command = [sys.executable, __file__, args.folder, "--peers", "torch.compile", "--jsonl",
+    command = [sys.executable, __file__, args.folder, "--peers", "torch.compile", "--jsonl", "--budget", str(budget),
                "--repeats", str(args.repeats), "--warmup", str(args.warmup),
                *[f"--case={':'.join(c)}" for c in args.case]]
     try:
@@ -371,9 +371,9 @@ def main(argv=None) -> int:
     torch, start = load_torch(), time.monotonic()
     kinds = [k for k in args.peers.split(",") if k]
     if args.jsonl:
-        def emit_json(case, row, ms, result):
-            if case is not None:
-                print(json.dumps({"key": case.key, "row": row, "ms": ms, "result": result}), flush=True)
+        def emit_json(case, row, ms, result):    # a case that failed: row is its key
+            key = row if case is None else case.key
+            print(json.dumps({"key": key, "row": "torch.compile", "ms": ms, "result": result}), flush=True)
         return measure(args, cupy, torch, start, kinds, emit_json)
 
     name, spec = spec_peak(cupy)

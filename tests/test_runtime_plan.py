@@ -322,3 +322,18 @@ def test_a_prepared_call_launches_again_without_binding_allocating_or_finishing(
     assert launches[:2] == launches[2:4] == launches[4:]
     call.finish()
     assert backend.calls[-1] == ("finish", [False, True])
+
+
+def test_the_checker_reports_a_plan_it_cannot_run_and_goes_on_to_the_others(tmp_path, capsys):
+    """One plan whose code no backend runs is a CANNOT RUN row and exit 2, after the others
+    (on a GPU machine one bad folder must not hide the rest of the golden check)."""
+    from opgen.runtime import check
+    doc = copy.deepcopy(DOC)
+    doc["code"]["language"] = "nope"
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "plan.json").write_text(json.dumps(doc))
+    assert check.main([str(tmp_path)]) == 2
+    out = capsys.readouterr().out
+    assert [line.split()[:2] for line in out.splitlines()] == [["CANNOT", "RUN"]] * 2, out
+    assert "no backend for code language 'nope'" in out
