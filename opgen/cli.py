@@ -491,8 +491,31 @@ def export_request(args):
     for answer in (ops, target):
         if isinstance(answer, str):
             return answer
-    return (unknown_dtypes(ops, args.dtypes) or writable_folder(Path(args.out))
+    return (unknown_dtypes(ops, args.dtypes) or writable_folder(Path(args.out)) or bad_bench_problems(ops, args.bench)
             or (ops, target, {c.tag for op in ops for c in chosen_combos(op, args.dtypes)}))
+
+
+def bench_problems(texts) -> dict:
+    """``--bench OP=PROBLEM`` values as {op name: [problem text, ...]}."""
+    extra = {}
+    for text in texts or ():
+        name, _, problem = text.partition("=")
+        extra.setdefault(name, []).append(problem)
+    return extra
+
+
+def bad_bench_problems(ops, texts) -> str | None:
+    """The complaint about a ``--bench`` value that is not OP=PROBLEM of an exported op, or None."""
+    by_name = {op.name: op for op in ops}
+    for text in texts or ():
+        name, sep, problem = text.partition("=")
+        if not sep or name not in by_name:
+            return f"--bench {text!r}: OP=PROBLEM with OP one of the exported ops ({', '.join(sorted(by_name))})"
+        try:
+            by_name[name].parse_problem(problem)
+        except ValueError as err:
+            return f"--bench {text!r}: {err}"
+    return None
 
 
 def cmd_export(args) -> int:
@@ -506,7 +529,8 @@ def cmd_export(args) -> int:
     rng, failed = np.random.default_rng(args.seed), 0
     for op, combo in [(op, combo) for op in ops for combo in op.combos if combo.tag in tags]:
         try:
-            paths = export.export_kernel(op, combo, target, Path(args.out), rng, cases=not args.no_cases)
+            paths = export.export_kernel(op, combo, target, Path(args.out), rng, cases=not args.no_cases,
+                                         bench=bench_problems(args.bench).get(op.name, ()))
             print(f"{op.name:<22} {combo.tag:<22} {paths[-1].parent}"
                   + "".join(f" +{p.parent.name}" for p in paths[:-1]))
         except Exception as err:   # report, keep going with the other kernels
@@ -560,6 +584,8 @@ def build_parser() -> argparse.ArgumentParser:
     exp.add_argument("--dtypes", action="append", help="only this dtype combo tag (repeatable)")
     exp.add_argument("--no-cases", action="store_true", help="skip the golden cases (inputs + float64 reference)")
     exp.add_argument("--seed", type=int, default=0, help="seed of the golden cases' inputs")
+    exp.add_argument("--bench", action="append", metavar="OP=PROBLEM",
+                     help="one more benchmark problem for bench.json, after the op's own (repeatable)")
     exp.set_defaults(func=cmd_export)
     prove = sub.add_parser("prove", help="prove each op's TE against sympy's derivative of its forward")
     prove.add_argument("--op", action="append", help="only this op's proof and seed formulas (repeatable)")

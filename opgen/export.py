@@ -170,12 +170,12 @@ def golden_cases(op, combo, rng, problems=None) -> tuple[list, dict]:
     return meta, arrays
 
 
-def bench_shapes(op, combo) -> list:
-    """The op's benchmark problems as the kernel's caller shapes (inputs, then outputs, of
-    ``combo``'s kernel): what a machine without TVM needs to time the plan at the sizes
-    ``opgen bench`` uses."""
+def bench_shapes(op, combo, extra=()) -> list:
+    """The op's benchmark problems, then ``extra`` ones (``opgen export --bench``), as the
+    kernel's caller shapes (inputs, then outputs, of ``combo``'s kernel): what a machine
+    without TVM needs to time the plan at the sizes ``opgen bench`` uses, or others."""
     out = []
-    for text in op.cases.bench:
+    for text in [*op.cases.bench, *(t for t in extra if t not in op.cases.bench)]:
         shapes = op.api.kernel_shapes(op.parse_problem(text))
         out.append({"problem": text, "shapes": [list(shapes[n]) for n in op.kernel_tensors(combo)]})
     return out
@@ -224,7 +224,7 @@ def call_variants(op, combo, target) -> tuple:
 
 
 def export_one(op, combo, target, out_root: Path, rng, variant: str = "default", cases: bool = True,
-               knobs: dict | None = None, requirement=None, variants=()) -> Path:
+               knobs: dict | None = None, requirement=None, variants=(), bench=()) -> Path:
     """Write one kernel's device code, plan and golden cases; returns the plan's path."""
     out_dir = Path(out_root) / target.name / op.name / combo.tag / ("" if variant == "default" else variant)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -239,15 +239,16 @@ def export_one(op, combo, target, out_root: Path, rng, variant: str = "default",
         meta, arrays = golden_cases(op, combo, rng, variant_problems(op, combo, requirement))
         np.savez_compressed(out_dir / "cases.npz", **arrays)
         (out_dir / "cases.json").write_text(json.dumps(meta, indent=1) + "\n")
-        (out_dir / "bench.json").write_text(json.dumps(bench_shapes(op, combo)) + "\n")
+        (out_dir / "bench.json").write_text(json.dumps(bench_shapes(op, combo, bench)) + "\n")
     return path
 
 
-def export_kernel(op, combo, target, out_root: Path, rng, cases: bool = True) -> list:
+def export_kernel(op, combo, target, out_root: Path, rng, cases: bool = True, bench=()) -> list:
     """Every kernel the call path of (op, combo) can choose on ``target``: the default one,
     whose plan lists the variants, and each variant with its selection rule in its plan
     (``<combo>/<variant>/plan.json``). Returns the plans' paths, the default one last."""
     chosen = call_variants(op, combo, target)
-    paths = [export_one(op, combo, target, out_root, rng, name, cases, knobs, requirement)
+    paths = [export_one(op, combo, target, out_root, rng, name, cases, knobs, requirement, bench=bench)
              for name, knobs, requirement in chosen]
-    return paths + [export_one(op, combo, target, out_root, rng, cases=cases, variants=[n for n, _, _ in chosen])]
+    return paths + [export_one(op, combo, target, out_root, rng, cases=cases, variants=[n for n, _, _ in chosen],
+                               bench=bench)]

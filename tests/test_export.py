@@ -42,6 +42,8 @@ NO_TVM = "import sys; sys.modules['tvm'] = None; sys.modules['tvm_ffi'] = None\n
     (["--target", "llvm"], "target llvm cannot export here"),
     (["--target", "opencl", "--op", "nope"], "unknown op 'nope'"),
     (["--target", "opencl", "--op", "rms_norm_grad", "--dtypes", "f64-f64"], "unknown dtype combo 'f64-f64'"),
+    (["--target", "opencl", "--op", "rms_norm_grad", "--bench", "rms_norm_grad=8x"], "--bench 'rms_norm_grad=8x'"),
+    (["--target", "opencl", "--op", "rms_norm_grad", "--bench", "group_norm_backward=2,64,8x8,8"], "OP=PROBLEM"),
 ])
 def test_bad_input_is_one_line_and_status_2(argv, message, tmp_path, capsys):
     assert cli.main(["export", "--out", str(tmp_path), *argv]) == 2

@@ -306,3 +306,34 @@ def test_a_malformed_selection_rule_is_refused_at_load(change, match, tmp_path):
     change(doc)
     with pytest.raises(PlanError, match=match):
         plans.parse(doc, tmp_path)
+
+
+def test_a_prepared_call_launches_again_without_binding_allocating_or_finishing(tmp_path):
+    """What scripts/export_bench.py times: ``prepare`` binds, allocates the workspace and
+    packs every argument once; each ``launch`` then only enqueues the same kernels."""
+    plan = plans.parse(DOC, tmp_path)
+    backend = Recording()
+    call = plans.prepare(plan, [np.zeros((5, 300), np.float32), np.zeros(5, np.float32)], backend)
+    setup = list(backend.calls)
+    for _ in range(3):
+        call.launch()
+    launches = backend.calls[len(setup):]
+    assert [c[0] for c in setup] == ["alloc"] and [c[0] for c in launches] == ["k0", "k1"] * 3
+    assert launches[:2] == launches[2:4] == launches[4:]
+    call.finish()
+    assert backend.calls[-1] == ("finish", [False, True])
+
+
+def test_the_checker_reports_a_plan_it_cannot_run_and_goes_on_to_the_others(tmp_path, capsys):
+    """One plan whose code no backend runs is a CANNOT RUN row and exit 2, after the others
+    (on a GPU machine one bad folder must not hide the rest of the golden check)."""
+    from opgen.runtime import check
+    doc = copy.deepcopy(DOC)
+    doc["code"]["language"] = "nope"
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "plan.json").write_text(json.dumps(doc))
+    assert check.main([str(tmp_path)]) == 2
+    out = capsys.readouterr().out
+    assert [line.split()[:2] for line in out.splitlines()] == [["CANNOT", "RUN"]] * 2, out
+    assert "no backend for code language 'nope'" in out

@@ -357,22 +357,49 @@ def launches(plan: Plan, env: dict) -> list:
     return made
 
 
+class Prepared:
+    """One call made ready: the arrays bound, the workspace allocated, every launch's grid,
+    block and packed arguments computed, once. ``launch`` then only enqueues the kernels (no
+    plan evaluation, no synchronization), which is what a timing loop must time
+    (scripts/export_bench.py); ``finish`` makes the outputs visible to the caller."""
+
+    def __init__(self, plan: Plan, arrays: list, backend):
+        why = refusal(plan, arrays)
+        if why:
+            raise PlanError(why)
+        caller = plan.caller_params()
+        env = environment(plan, [tuple(a.shape) for a in arrays])
+        self.backend, self.arrays = backend, arrays
+        self.outputs = [p.role == "output" for p in caller]
+        self.handles = backend.bind(arrays)
+        buffers, caller_index = [], iter(range(len(arrays)))
+        scratch = {index: size for index, _, size in workspace(plan, env)}
+        for index, param in enumerate(plan.params):
+            buffers.append(backend.alloc(scratch[index]) if param.role == "workspace"
+                           else self.handles[next(caller_index)])
+        self.buffers = buffers       # the workspace lives as long as the prepared call
+        self.steps = [(name, grid, block, [buffers[a[1]] if a[0] == "param" else backend.scalar(a[1], a[2])
+                                           for a in args])
+                      for name, grid, block, args in launches(plan, env)]
+
+    def launch(self) -> None:
+        for name, grid, block, args in self.steps:
+            self.backend.launch(name, grid, block, args)
+
+    def finish(self) -> None:
+        self.backend.finish(self.arrays, self.handles, self.outputs)
+
+
+def prepare(plan: Plan, arrays: list, backend) -> Prepared:
+    """``run``'s work up to the launches, done once (PlanError on a call ``refusal`` names)."""
+    return Prepared(plan, arrays, backend)
+
+
 def run(plan: Plan, arrays: list, backend) -> None:
     """Run ``plan`` on ``arrays`` (inputs then outputs, C-contiguous, kernel shapes and
     dtypes) through ``backend`` (opgen.runtime.backends): outputs are written in place. A
     call ``refusal`` names (a variant plan's requires included) is a PlanError before any
     launch."""
-    caller = plan.caller_params()
-    why = refusal(plan, arrays)
-    if why:
-        raise PlanError(why)
-    env = environment(plan, [tuple(a.shape) for a in arrays])
-    handles = backend.bind(arrays)
-    buffers, caller_index = [], iter(range(len(arrays)))
-    scratch = {index: size for index, _, size in workspace(plan, env)}
-    for index, param in enumerate(plan.params):
-        buffers.append(backend.alloc(scratch[index]) if param.role == "workspace" else handles[next(caller_index)])
-    for name, grid, block, args in launches(plan, env):
-        backend.launch(name, grid, block, [buffers[a[1]] if a[0] == "param" else backend.scalar(a[1], a[2])
-                                           for a in args])
-    backend.finish(arrays, handles, [p.role == "output" for p in caller])
+    call = prepare(plan, arrays, backend)
+    call.launch()
+    call.finish()
