@@ -39,23 +39,39 @@ from opgen.lazy import s_tir, tvm
 STREAMED_OUTPUT = "opgen.streamed_output"
 
 
-# Root-block annotation a vector variant sets (schedules/gpu.py): {"lanes": n, "axis": the
-# name of a parameter whose innermost extent is the vectorized row length}. The kernel's
+# Root-block annotation a vector variant sets (schedules/gpu.py, schedules/llvm.py): {"lanes":
+# n, "axis": the name of a parameter whose innermost extent is the vectorized row length} and
+# optionally "align" (bytes, default 16) and "params" (the names of the parameters that must
+# have it; default: every parameter whose innermost extent is the row length). The kernel's
 # buffers then declare the alignment that variant needs (opgen.kernels.declare_vector_alignment)
 # and the PrimFunc carries the lane count under the same name, which a target reads to build
 # it (targets/cuda.py: common-subexpression elimination off, see there).
 VECTOR_LANES = "opgen.vector_lanes"
+DEFAULT_VECTOR_ALIGN = 16
 
 
-def vector_promise(func) -> tuple:
-    """(lanes, the vectorized row-length size variable) a vector variant's schedule recorded
-    on ``func``'s root block, or (0, None)."""
+@dataclass(frozen=True)
+class VectorPromise:
+    """What a vector variant's schedule recorded on its root block (VECTOR_LANES)."""
+
+    lanes: int = 0
+    axis: object = None          # the row-length size variable
+    align: int = DEFAULT_VECTOR_ALIGN
+    params: frozenset | None = None   # names of the aligned parameters; None: every row tensor
+
+
+def vector_promise(func) -> VectorPromise:
+    """The promise a vector variant's schedule recorded on ``func``'s root block (lanes 0:
+    none)."""
     root = getattr(func.body, "block", None)
     promise = root.annotations.get(VECTOR_LANES) if root is not None else None
     if promise is None:
-        return 0, None
+        return VectorPromise()
     by_name = {p.name: p for p in func.params}
-    return int(promise["lanes"]), by_name[str(promise["axis"])].shape[-1]
+    params = promise.get("params")
+    return VectorPromise(int(promise["lanes"]), by_name[str(promise["axis"])].shape[-1],
+                         int(promise.get("align", DEFAULT_VECTOR_ALIGN)),
+                         None if params is None else frozenset(str(n) for n in params))
 
 
 class NoScheduleRule(LookupError):
