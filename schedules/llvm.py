@@ -45,6 +45,7 @@ Per-row sums stay float32 (a row's sum feeds float32 arithmetic over that row).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 from tvm import ir, s_tir, tirx
@@ -88,25 +89,33 @@ STREAM_STORES = Knob(
 # arrays the same default made DeepNormGrad 8192x4096 f32 4x slower than on torch tensors
 # (opgen bench: 160 ms against 37).
 ALIGNED_STREAM = Knob(
-    "aligned_stream", (False, True), False,
-    "the streamed row variant: the elementwise outputs written with full-width non-temporal "
-    "vector stores (vmovntps/vmovntdq), their rows 64-byte aligned and a multiple of 64 bytes "
-    "long, the column loop vectorized by 64 bytes of the narrowest output; chosen per call "
-    "by the outputs' addresses (knobs_for_call), never tuned")
+    "aligned_stream", (0, 16, 64), 0,
+    "the streamed row variant: the elementwise outputs written with full non-temporal vector "
+    "stores (vmovntps/vmovntdq), their addresses this many bytes aligned (64: ymm/zmm stores, "
+    "16: xmm), every row a multiple of 64 bytes long, the column loop vectorized by 64 bytes "
+    "of the narrowest output; 0: off. Chosen per call by the outputs' addresses "
+    "(knobs_for_call), never tuned")
 # Why a variant and not ``stream_stores``: a kernel that promises element alignment only
 # gets every non-temporal vector store split by LLVM into scalar ones (it may not emit a
 # vector movnt on an address it cannot prove aligned), whose speed depends on where the
 # caller's arrays lie (STREAM_STORES above). This variant declares its streamed outputs
-# 64-byte aligned (TVM asserts it on every call; opgen.kernels.declare_vector_alignment)
-# and vectorizes their column loop itself, so every store is a full vector at an aligned
-# address, and the call chooses it only where that holds (StreamRequirement): the row
-# length times the element size a multiple of 64 (every row starts aligned: no head or
-# tail to peel) and the output's address 64-byte aligned, as large allocations are
-# (glibc and torch put them on pages: docs/cpu-benchmark.md). Elsewhere the call takes the
-# kernel it took before. From ALIGNED_STREAM_FROM elements in the output: below, the
-# output would have stayed in the caches for its consumer.
-STREAM_ALIGN = 64
+# aligned (opgen.kernels.declare_vector_alignment; Kernel.prepare refuses a misaligned
+# address) and vectorizes their column loop itself, so every store is a whole vector at
+# an aligned address (targets/llvm_stream.py tells LLVM so), and the call chooses it only
+# where that holds (StreamRequirement): the row length times the element size a multiple
+# of 64 (every row starts as aligned as the first: no head or tail to peel) and the
+# output's address aligned. Two alignments, because the callers' large arrays come in two
+# (measured, docs/cpu-benchmark.md): torch's allocator puts them on 64 bytes (full ymm/zmm
+# stores), numpy's (glibc's mmap chunks) 16 bytes past a page (xmm stores: four fill a
+# line, which the CPU's write-combining merges as it does two ymm ones). From
+# ALIGNED_STREAM_FROM elements in the output: below, the output would have stayed in the
+# caches for its consumer. Elsewhere the call takes the kernel it took before.
+STREAM_ALIGNMENTS = (64, 16)   # the variants, the widest tried first
+STREAM_VECTOR_BYTES = 64       # the lanes of the variant's column loop: 64 bytes of the narrowest output
 ALIGNED_STREAM_FROM = 1 << 20
+# OPGEN_STREAM_VARIANT=0 keeps every call on the generic kernels (the same calls, the variant
+# never chosen): how the benchmark compares the two (docs/cpu-benchmark.md).
+STREAM_VARIANT_ENV = "OPGEN_STREAM_VARIANT"
 PROLOGUE_ONCE = Knob(
     "prologue_once", (True, False), True,
     "compute an elementwise prologue the group's stages read (GroupNormSwishGrad's swish "
@@ -152,7 +161,7 @@ def _row_params(func, outs: list[Block]) -> tuple:
 def _stream_lanes(func, out_names: list) -> int:
     """Columns per vector of the streamed variant: 64 bytes of the narrowest output."""
     by_name = {p.name: p for p in func.params}
-    return STREAM_ALIGN // min(by_name[n].dtype.bits // 8 for n in out_names)
+    return STREAM_VECTOR_BYTES // min(by_name[n].dtype.bits // 8 for n in out_names)
 
 
 @dataclass(frozen=True)
@@ -165,7 +174,7 @@ class StreamRequirement:
     lanes: int
     row_param: int
     column_params: tuple
-    align: int = STREAM_ALIGN
+    align: int
     from_elements: int = ALIGNED_STREAM_FROM
 
     def shape_refusal(self, shape) -> str | None:
@@ -199,42 +208,48 @@ class StreamedRowVariant:
     def call_knobs(self, target) -> tuple:
         return ("aligned_stream",)
 
-    def stream_requirement(self, func) -> StreamRequirement | None:
+    def stream_requirement(self, func, align: int) -> StreamRequirement | None:
+        """What a call must give the variant aligned to ``align`` bytes (None: no match)."""
         matched = self.match(blocks(pattern_schedule(func))) if func is not None else None
         if matched is None:
             return None
         names, outs = _row_params(func, matched[0])
         return StreamRequirement(_stream_lanes(func, outs), names.index(outs[0]),
-                                 tuple(names.index(n) for n in outs))
+                                 tuple(names.index(n) for n in outs), align)
 
     def knobs_for_call(self, target, shapes, func=None, alignments=None) -> dict:
+        """``knobs_for_shapes``, plus the widest streamed variant the call admits."""
         defaults = self.knobs_for_shapes(target, shapes)
-        requirement = self.stream_requirement(func) if shapes and alignments is not None else None
-        if requirement is not None:
-            aligned = [alignments.get(n, 0) for n in shapes]
-            if requirement.admits(list(shapes.values()), aligned):
-                defaults["aligned_stream"] = True
+        if not shapes or alignments is None or func is None or os.environ.get(STREAM_VARIANT_ENV) == "0":
+            return defaults
+        aligned = [alignments.get(n, 0) for n in shapes]
+        for align in STREAM_ALIGNMENTS:
+            requirement = self.stream_requirement(func, align)
+            if requirement is not None and requirement.admits(list(shapes.values()), aligned):
+                defaults["aligned_stream"] = align
+                break
         return defaults
 
     def call_variants(self, target, func) -> tuple:
-        requirement = self.stream_requirement(func)
-        return () if requirement is None else (("stream", {"aligned_stream": True}, requirement),)
+        found = [(align, self.stream_requirement(func, align)) for align in STREAM_ALIGNMENTS]
+        return tuple((f"stream{align}", {"aligned_stream": align}, r) for align, r in found if r is not None)
 
     def check_knobs(self, knobs: dict, target, shapes=None, func=None) -> str | None:
         if not knobs.get("aligned_stream") or not shapes or func is None:
             return None
-        requirement = self.stream_requirement(func)
+        requirement = self.stream_requirement(func, int(knobs["aligned_stream"]))
         shape = list(shapes.values())[requirement.row_param] if requirement is not None else None
         if shape and int(shape[-1]) % requirement.lanes:
             return f"aligned_stream needs a row length that is a multiple of {requirement.lanes}, not {shape[-1]}"
         return None
 
 
-def _aligned_stream(sch, outs: list[Block], col_loops: list) -> None:
+def _aligned_stream(sch, outs: list[Block], col_loops: list, align: int) -> None:
     """The streamed row variant (ALIGNED_STREAM): each of ``col_loops`` (the column loops
     the outputs are written in) split by the lanes and vectorized, the outputs marked as
     streamed, and the promise recorded on the root block (schedules.VECTOR_LANES), which
-    makes the kernel declare the outputs 64-byte aligned with rows a multiple of the lanes."""
+    makes the kernel declare the outputs ``align``-byte aligned with rows a multiple of the
+    lanes."""
     func = sch.mod["main"]
     _, names = _row_params(func, outs)
     lanes = _stream_lanes(func, names)
@@ -243,7 +258,7 @@ def _aligned_stream(sch, outs: list[Block], col_loops: list) -> None:
     for out in outs:
         sch.annotate(sch.get_sblock(out.name), STREAMED_OUTPUT, True)
     sch.annotate(sch.get_sblock("root"), VECTOR_LANES,
-                 {"lanes": lanes, "axis": names[0], "align": STREAM_ALIGN, "params": names})
+                 {"lanes": lanes, "axis": names[0], "align": align, "params": names})
 
 
 @dataclass(frozen=True)
@@ -270,7 +285,8 @@ class RowPassWithColumnSums(StreamedRowVariant, PatternRule):
         for out in outs:
             _stream(sch, out, knobs)
         if knobs.get("aligned_stream"):   # one column loop: the outputs and partials are merged
-            _aligned_stream(sch, outs, [sch.get_loops(sch.get_sblock(outs[0].name))[-1]])
+            _aligned_stream(sch, outs, [sch.get_loops(sch.get_sblock(outs[0].name))[-1]],
+                            int(knobs["aligned_stream"]))
         lanes = int(knobs.get("final_columns", DEFAULT_FINAL_COLUMNS))
         patterns.zero_partials(sch, partials, row_loop)
         for info, (block, _) in zip(column_sums, partials):
@@ -409,7 +425,8 @@ class RowPass(StreamedRowVariant, PatternRule):
         for out in outs:
             _stream(sch, out, knobs)
         if knobs.get("aligned_stream"):   # each output in a column loop of its own
-            _aligned_stream(sch, outs, [sch.get_loops(sch.get_sblock(o.name))[-1] for o in outs])
+            _aligned_stream(sch, outs, [sch.get_loops(sch.get_sblock(o.name))[-1] for o in outs],
+                            int(knobs["aligned_stream"]))
         _finish_row_stages(sch, row_stages)
         return sch
 
