@@ -117,6 +117,12 @@ class ScheduleRule:
         misaligned data)."""
         return ()
 
+    def alignment_matters(self, target, shapes: dict, func=None) -> bool:
+        """Whether the call's addresses can change what ``knobs_for_call`` chooses for these
+        shapes (then the aclnn plan cache keys the call on them, and opgen.api does not bind
+        it); default: whenever the rule has ``call_knobs``."""
+        return bool(self.call_knobs(target))
+
     def call_variants(self, target, func) -> tuple:
         """The kernels ``knobs_for_call`` can choose besides the default one, each as (name,
         knobs, requirement): the requirement's ``admits(shapes, alignments)`` (per parameter
@@ -323,6 +329,7 @@ class Resolution:
     sources: dict
     record: dict | None = None
     refused: tuple = ()
+    by_alignment: bool = False   # the call's addresses could change the choice (ScheduleRule.alignment_matters)
 
 
 def resolve(func, target, shapes: dict | None = None, tuned=(), alignments: dict | None = None) -> Resolution:
@@ -341,6 +348,7 @@ def resolve(func, target, shapes: dict | None = None, tuned=(), alignments: dict
         for name, value in rule.knobs_for_call(target, shapes, func, alignments).items():
             knobs[name], sources[name] = value, FROM_SHAPE
     fixed = set(rule.call_knobs(target))
+    by_alignment = shapes is not None and bool(fixed) and rule.alignment_matters(target, shapes, func)
     refused = []
     for record in tuned:
         given = record.get("knobs") if isinstance(record, dict) else None
@@ -353,8 +361,8 @@ def resolve(func, target, shapes: dict | None = None, tuned=(), alignments: dict
         where = f"{FROM_TUNED} {record['_source']}" if record.get("_source") else FROM_TUNED
         knobs.update(given)
         sources.update(dict.fromkeys(given, where))
-        return Resolution(rule, knobs, sources, record, tuple(refused))
-    return Resolution(rule, knobs, sources, None, tuple(refused))
+        return Resolution(rule, knobs, sources, record, tuple(refused), by_alignment)
+    return Resolution(rule, knobs, sources, None, tuple(refused), by_alignment)
 
 
 def schedule(func, target, knobs: dict | None = None, rule=None) -> s_tir.Schedule:

@@ -230,6 +230,16 @@ class StreamedRowVariant:
                 break
         return defaults
 
+    def alignment_matters(self, target, shapes, func=None) -> bool:
+        """Only where the shapes admit the variant (1M elements, rows a multiple of 64
+        bytes): a smaller call's plan does not depend on its addresses, so its warm calls
+        neither read them nor lose opgen.api's bound path."""
+        if func is None or not shapes or os.environ.get(STREAM_VARIANT_ENV) == "0":
+            return False
+        requirement = self.stream_requirement(func, STREAM_ALIGNMENTS[-1])
+        shape = list(shapes.values())[requirement.row_param] if requirement is not None else None
+        return shape is not None and requirement.shape_refusal(shape) is None
+
     def call_variants(self, target, func) -> tuple:
         found = [(align, self.stream_requirement(func, align)) for align in STREAM_ALIGNMENTS]
         return tuple((f"stream{align}", {"aligned_stream": align}, r) for align, r in found if r is not None)

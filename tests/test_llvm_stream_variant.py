@@ -204,3 +204,19 @@ def test_empty_calls_take_the_generic_kernel(chosen, rng):
     assert run_both(RMS, args) == (0, "")
     assert chosen == [0]
     assert_matches(RMS, combo, problem, arrays, args)
+
+
+def test_only_shapes_the_variant_admits_key_their_plans_on_addresses(monkeypatch):
+    """A call too small for the variant (or with rows it cannot take) does not depend on its
+    addresses: its plan is not keyed on them and opgen.api may still bind it."""
+    monkeypatch.delenv("OPGEN_STREAM_VARIANT", raising=False)
+    combo = RMS.combo("f32-f32")
+
+    def by_alignment(shape):
+        shapes = rms_norm_grad.kernel_shapes(RmsProblem(shape, 1))
+        return selection.resolve(RMS, combo, LLVM, shapes, {n: 64 for n in shapes})[0].by_alignment
+    assert by_alignment((1024, 1024))
+    assert not by_alignment((4, 64))
+    assert not by_alignment((1024, 1032))
+    monkeypatch.setenv("OPGEN_STREAM_VARIANT", "0")
+    assert not by_alignment((1024, 1024))
