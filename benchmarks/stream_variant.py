@@ -36,7 +36,8 @@ def bench_once(repeats: int, setting: str, out: Path) -> None:
     env = {**os.environ, "OPGEN_STREAM_VARIANT": setting}
     argv = [sys.executable, "-m", "opgen.cli", "bench", "--no-tiny", "--repeats", str(repeats), "--out", str(out),
             "--op", "rms_norm_grad"]
-    argv += [a for d in DTYPES for a in ("--dtypes", d)] + [a for s in SHAPES for a in ("--shape", f"rms_norm_grad={s}")]
+    argv += [a for d in DTYPES for a in ("--dtypes", d)]
+    argv += [a for s in SHAPES for a in ("--shape", f"rms_norm_grad={s}")]
     argv += [a for s in SKIP for a in ("--skip", s)]
     subprocess.run(argv, env=env, check=True, stdout=subprocess.DEVNULL)
 
@@ -79,7 +80,8 @@ def kernels_alone(repeats: int) -> None:
                     runs[f"{'variant' + str(align) if align else 'generic'}@{offset}"] = \
                         (lambda k=kernel, a=arrays: k(a))
             data = [torch.from_numpy(inputs[n].view(np.int16 if "bf16" in tag else np.int32)) for n in ("dy", "x")]
-            out = torch.from_numpy(_placed(np.zeros(ref["dx"].shape, inputs["dy"].dtype), 0).view(data[0].numpy().dtype))
+            bits = data[0].numpy().dtype
+            out = torch.from_numpy(_placed(np.zeros(ref["dx"].shape, inputs["dy"].dtype), 0).view(bits))
             runs["stream"] = bench.same_bytes_stream(data, [out])
             times = bench.measure(runs, repeats, flush=flush)
             base = times["stream"]

@@ -164,7 +164,7 @@ def declare_vector_alignment(func, lanes: int, axis, align: int = 16, aligned: f
     call and lets the code generator see it.
 
     The buffers whose innermost extent is the vectorized ``axis`` (a size variable, the row
-    length) are declared 16-byte aligned, with an element offset a multiple of ``lanes``
+    length) are declared ``align``-byte aligned, with an element offset a multiple of ``lanes``
     (offset_factor: TVM's argument binder asserts it) and, when 2-D, a row stride of
     ``axis // lanes * lanes`` (equal to ``axis`` exactly when it divides: the binder asserts
     that too, so a row length the variant cannot take is an error, never wrong results).
