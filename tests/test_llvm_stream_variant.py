@@ -220,3 +220,34 @@ def test_only_shapes_the_variant_admits_key_their_plans_on_addresses(monkeypatch
     assert not by_alignment((1024, 1032))
     monkeypatch.setenv("OPGEN_STREAM_VARIANT", "0")
     assert not by_alignment((1024, 1024))
+
+
+def _variant_problems():
+    from opgen.ops.deep_norm_grad import Problem as DeepProblem
+    from opgen.ops.layer_norm_backward import Problem as LnProblem
+    from opgen.ops.rms_norm import Problem as RmsForward
+    return [("rms_norm_grad", "f32-f32", RmsProblem((65, 128), 1)),
+            ("rms_norm", "f32-f32", RmsForward((7, 64))),
+            ("layer_norm_backward", "f32-f32", LnProblem((65, 128), 1)),
+            ("deep_norm_grad", "bf16-f32", DeepProblem((3, 7, 64), 1, 0.87)),
+            ("rms_norm_grad", "bf16-bf16", RmsProblem((2, 33, 64), 1))]
+
+
+@pytest.mark.parametrize("case", range(5), ids=["rms_norm_grad", "rms_norm", "layer_norm_backward",
+                                                "deep_norm_grad-bf16", "rms_norm_grad-bf16"])
+def test_each_row_rule_variant_matches_the_reference(case, rng):
+    """The variant kernel itself (any size: the call takes it from 1M elements) of each row
+    rule, on 64-byte-aligned arrays, ragged row counts, against the float64 reference."""
+    from opgen.dtypes import numpy_dtype
+    from opgen.verify import compare_outputs
+    op_name, tag, problem = _variant_problems()[case]
+    op = get_op(op_name)
+    combo = op.combo(tag)
+    kernel = kernels.get_kernel(op, combo, LLVM, knobs={"aligned_stream": 64})
+    inputs = {n: _placed(a, 0) for n, a in op.random_inputs(problem, combo, rng).items()}
+    ref = op.reference(problem, inputs)
+    outputs = {n: _placed(np.zeros(np.shape(ref[n]), numpy_dtype(combo[n])), 0) for n in op.outputs}
+    kernel(op.kernel_args(problem, {**inputs, **outputs}))    # views: the same (aligned) memory
+    outs = outputs
+    for c in compare_outputs(op, combo, outs, ref):
+        assert c.passed, f"{op_name} {tag} {c.name}: ratio {c.ratio} at {c.worst_index}"
