@@ -355,8 +355,8 @@ def _plan_call(op, positions: _Positions, arguments: tuple):
 
 # A plan-cache entry saying "look again, with the tensors' alignment in the key": put under
 # a call's key when its kernel was chosen by alignment (opgen.selection.Selection.by_alignment:
-# the GPU's vector variant), so warm calls whose choice cannot depend on it (the CPU's) never
-# read an address for it.
+# the GPU's vector variant, the CPU row rules' streamed one), so warm calls whose choice cannot
+# depend on it (the other CPU rules') never read an address for it.
 _BY_ALIGNMENT = object()
 _KEY_ALIGNMENT = 64
 

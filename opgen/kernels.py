@@ -49,6 +49,7 @@ class Kernel:
     library_path: Path | None = None   # the exported library in the disk cache, if any
     scratch: tuple = ()                # Scratch buffers, parameters after inputs and outputs
     size_vars: tuple = ()              # (tensor name, axis, tvm Var) binding each size variable
+    aligned: tuple = ()                # (parameter index, bytes): addresses a vector variant needs aligned
 
     @functools.cached_property
     def function(self):
@@ -89,12 +90,22 @@ class Kernel:
         dev = self.target.device()
         arrays = {**arrays, **self._allocate_missing_scratch(arrays, dev)}
         args, write_back = [], []
-        for name in self.tensor_names:
+        for index, name in enumerate(self.tensor_names):
             tensor, copied = to_tvm(arrays[name], dev)
             args.append(tensor)
+            self._check_alignment(index, name, tensor)
             if copied and name in self.op.outputs:
                 write_back.append((arrays[name], tensor))
         return args, write_back
+
+    def _check_alignment(self, index: int, name: str, tensor) -> None:
+        """A clear error for a tensor a vector variant needs aligned and that is not (TVM's
+        binder checks offsets and strides, not addresses; an aligned host store would fault).
+        The call path never hands such a tensor: it chooses a variant by these addresses."""
+        for aligned_index, align in self.aligned:
+            if index == aligned_index and tensor.data_ptr() % align:
+                raise ValueError(f"{self.symbol}: {name} must be {align}-byte aligned for this variant "
+                                 f"(its address is {tensor.data_ptr() % align} bytes past a boundary)")
 
     def _allocate_missing_scratch(self, arrays: dict, dev) -> dict:
         """Device buffers for the scratch parameters the caller did not supply (executors
@@ -130,9 +141,9 @@ def declare_element_alignment(func):
     The element offset is free too (a tensor may be a view at any byte offset into a
     larger allocation, e.g. a workspace slot), so views need no DLPack round trip.
     """
-    lanes, axis = schedule_rules.vector_promise(func)
-    if lanes:
-        return declare_vector_alignment(func, lanes, axis)
+    promise = schedule_rules.vector_promise(func)
+    if promise.lanes:
+        return declare_vector_alignment(func, promise.lanes, promise.axis, promise.align, promise.params)
     declared = {p: tirx.decl_buffer(p.shape, p.dtype, p.name, data_alignment=tvm.DataType(p.dtype).bits // 8,
                                     offset_factor=1)
                 for p in func.params}
@@ -147,16 +158,21 @@ def declare_element_alignment(func):
 LOCAL_EXTENT = 1 << 31
 
 
-def declare_vector_alignment(func, lanes: int, axis):
+def declare_vector_alignment(func, lanes: int, axis, align: int = 16, aligned: frozenset | None = None):
     """``func`` (scheduled by a vector variant: ``schedules.VECTOR_LANES`` on its root block)
     with the promise that variant was built on declared, so that TVM both checks it on every
     call and lets the code generator see it.
 
     The buffers whose innermost extent is the vectorized ``axis`` (a size variable, the row
-    length) are declared 16-byte aligned, with an element offset a multiple of ``lanes``
+    length) are declared ``align``-byte aligned, with an element offset a multiple of ``lanes``
     (offset_factor: TVM's argument binder asserts it) and, when 2-D, a row stride of
     ``axis // lanes * lanes`` (equal to ``axis`` exactly when it divides: the binder asserts
     that too, so a row length the variant cannot take is an error, never wrong results).
+    ``align`` (bytes) and ``aligned`` (parameter names; None: every such buffer) say which
+    buffers get that declaration and how much alignment (the CPU's streamed variant: 64
+    bytes, its streamed outputs only; schedules/llvm.py). TVM's binder checks the offset
+    and the strides, not the address: a host kernel's aligned stores would fault on a
+    misaligned one, so ``Kernel.prepare`` checks those (``Kernel.aligned``).
     The code generator emits a vector access only when it can prove the index a multiple of
     the lanes (TVM 0.27 CodeGenC: modular set of the ramp's base); the parameter's own
     element offset is a free variable, so the body reads the parameters through views
@@ -166,7 +182,7 @@ def declare_vector_alignment(func, lanes: int, axis):
     a constant extent (LOCAL_EXTENT)."""
     params, views, decls = [], [], []
     for p in func.params:
-        if not (p.shape and p.shape[-1].same_as(axis)):
+        if not (p.shape and p.shape[-1].same_as(axis)) or (aligned is not None and p.name not in aligned):
             declared = tirx.decl_buffer(p.shape, p.dtype, p.name, data_alignment=tvm.DataType(p.dtype).bits // 8,
                                         offset_factor=1)
             params.append(declared)
@@ -176,10 +192,11 @@ def declare_vector_alignment(func, lanes: int, axis):
         strides = None if len(p.shape) == 1 else \
             [tirx.floordiv(axis, lanes) * lanes * functools.reduce(lambda a, b: a * b, p.shape[i + 1:-1], one)
              for i in range(len(p.shape) - 1)] + [one]
-        declared = tirx.decl_buffer(p.shape, p.dtype, p.name, strides=strides, data_alignment=16, offset_factor=lanes)
+        declared = tirx.decl_buffer(p.shape, p.dtype, p.name, strides=strides, data_alignment=align,
+                                    offset_factor=lanes)
         view = tirx.decl_buffer(p.shape, p.dtype, p.name, data=declared.data, strides=declared.strides,
                                 elem_offset=tirx.floordiv(declared.elem_offset, lanes) * lanes,
-                                data_alignment=16, offset_factor=lanes)
+                                data_alignment=align, offset_factor=lanes)
         params.append(declared)
         views.append(view)
         decls.append(tirx.DeclBuffer(view, data=declared.data))
@@ -331,7 +348,14 @@ def build(op: OpSpec, combo: DtypeCombo, target: TargetSpec, variant: str = "def
     own = target.scratch_of(module)     # a target's own module may size its own scratch (AscendC:
     scratch = scratch if own is None else own   # one GM workspace from the host tiling)
     return Kernel(op, combo, target, variant, symbol, tir, module, time.perf_counter() - start, from_disk, path,
-                  scratch, size_vars)
+                  scratch, size_vars, _aligned_params(func))
+
+
+def _aligned_params(func) -> tuple:
+    """(index, bytes) of the parameters declared with more than element alignment (a vector
+    variant's: declare_vector_alignment)."""
+    return tuple((i, int(p.data_alignment)) for i, p in enumerate(func.params)
+                 if int(p.data_alignment) > tvm.DataType(p.dtype).bits // 8)
 
 
 _CACHE: dict[tuple, Kernel] = {}

@@ -53,10 +53,10 @@ class Selection:
     @property
     def by_alignment(self) -> bool:
         """Whether the choice can depend on where the call's tensors lie (the rule has knobs
-        only the call decides, such as the GPU's vector variant): the aclnn plan cache then
+        only the call decides, such as the GPU's vector variant, and these shapes leave the
+        choice to the addresses: ScheduleRule.alignment_matters): the aclnn plan cache then
         keys the plan on the tensors' alignment too."""
-        r = self.resolution
-        return r is not None and bool(r.rule.call_knobs(self.kernel.target))
+        return self.resolution is not None and self.resolution.by_alignment
 
     @property
     def knobs(self) -> dict:

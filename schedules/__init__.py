@@ -39,23 +39,39 @@ from opgen.lazy import s_tir, tvm
 STREAMED_OUTPUT = "opgen.streamed_output"
 
 
-# Root-block annotation a vector variant sets (schedules/gpu.py): {"lanes": n, "axis": the
-# name of a parameter whose innermost extent is the vectorized row length}. The kernel's
+# Root-block annotation a vector variant sets (schedules/gpu.py, schedules/llvm.py): {"lanes":
+# n, "axis": the name of a parameter whose innermost extent is the vectorized row length} and
+# optionally "align" (bytes, default 16) and "params" (the names of the parameters that must
+# have it; default: every parameter whose innermost extent is the row length). The kernel's
 # buffers then declare the alignment that variant needs (opgen.kernels.declare_vector_alignment)
 # and the PrimFunc carries the lane count under the same name, which a target reads to build
 # it (targets/cuda.py: common-subexpression elimination off, see there).
 VECTOR_LANES = "opgen.vector_lanes"
+DEFAULT_VECTOR_ALIGN = 16
 
 
-def vector_promise(func) -> tuple:
-    """(lanes, the vectorized row-length size variable) a vector variant's schedule recorded
-    on ``func``'s root block, or (0, None)."""
+@dataclass(frozen=True)
+class VectorPromise:
+    """What a vector variant's schedule recorded on its root block (VECTOR_LANES)."""
+
+    lanes: int = 0
+    axis: object = None          # the row-length size variable
+    align: int = DEFAULT_VECTOR_ALIGN
+    params: frozenset | None = None   # names of the aligned parameters; None: every row tensor
+
+
+def vector_promise(func) -> VectorPromise:
+    """The promise a vector variant's schedule recorded on ``func``'s root block (lanes 0:
+    none)."""
     root = getattr(func.body, "block", None)
     promise = root.annotations.get(VECTOR_LANES) if root is not None else None
     if promise is None:
-        return 0, None
+        return VectorPromise()
     by_name = {p.name: p for p in func.params}
-    return int(promise["lanes"]), by_name[str(promise["axis"])].shape[-1]
+    params = promise.get("params")
+    return VectorPromise(int(promise["lanes"]), by_name[str(promise["axis"])].shape[-1],
+                         int(promise.get("align", DEFAULT_VECTOR_ALIGN)),
+                         None if params is None else frozenset(str(n) for n in params))
 
 
 class NoScheduleRule(LookupError):
@@ -100,6 +116,12 @@ class ScheduleRule:
         never overrides them (a record tuned on aligned data must not vectorize a call on
         misaligned data)."""
         return ()
+
+    def alignment_matters(self, target, shapes: dict, func=None) -> bool:
+        """Whether the call's addresses can change what ``knobs_for_call`` chooses for these
+        shapes (then the aclnn plan cache keys the call on them, and opgen.api does not bind
+        it); default: whenever the rule has ``call_knobs``."""
+        return bool(self.call_knobs(target))
 
     def call_variants(self, target, func) -> tuple:
         """The kernels ``knobs_for_call`` can choose besides the default one, each as (name,
@@ -307,6 +329,7 @@ class Resolution:
     sources: dict
     record: dict | None = None
     refused: tuple = ()
+    by_alignment: bool = False   # the call's addresses could change the choice (ScheduleRule.alignment_matters)
 
 
 def resolve(func, target, shapes: dict | None = None, tuned=(), alignments: dict | None = None) -> Resolution:
@@ -325,6 +348,7 @@ def resolve(func, target, shapes: dict | None = None, tuned=(), alignments: dict
         for name, value in rule.knobs_for_call(target, shapes, func, alignments).items():
             knobs[name], sources[name] = value, FROM_SHAPE
     fixed = set(rule.call_knobs(target))
+    by_alignment = shapes is not None and bool(fixed) and rule.alignment_matters(target, shapes, func)
     refused = []
     for record in tuned:
         given = record.get("knobs") if isinstance(record, dict) else None
@@ -337,8 +361,8 @@ def resolve(func, target, shapes: dict | None = None, tuned=(), alignments: dict
         where = f"{FROM_TUNED} {record['_source']}" if record.get("_source") else FROM_TUNED
         knobs.update(given)
         sources.update(dict.fromkeys(given, where))
-        return Resolution(rule, knobs, sources, record, tuple(refused))
-    return Resolution(rule, knobs, sources, None, tuple(refused))
+        return Resolution(rule, knobs, sources, record, tuple(refused), by_alignment)
+    return Resolution(rule, knobs, sources, None, tuple(refused), by_alignment)
 
 
 def schedule(func, target, knobs: dict | None = None, rule=None) -> s_tir.Schedule:

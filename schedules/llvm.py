@@ -45,11 +45,13 @@ Per-row sums stay float32 (a row's sum feeds float32 arithmetic over that row).
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 from tvm import ir, s_tir, tirx
 
-from opgen.schedules import STREAMED_OUTPUT, Block, Knob, PatternRule, ScheduleRule, blocks, patterns, prologues
+from opgen.schedules import (STREAMED_OUTPUT, VECTOR_LANES, Block, Knob, PatternRule, ScheduleRule, blocks, patterns,
+                             pattern_schedule, prologues)
 
 DEFAULT_ROWS_PER_CHUNK = 64
 ROWS_PER_CHUNK = Knob(
@@ -86,6 +88,34 @@ STREAM_STORES = Knob(
 # f32 16 MiB 2.30 -> 1.84 ms cold, RmsNorm 4096x4096 f32 10.2 -> 7.3): on a user's numpy
 # arrays the same default made DeepNormGrad 8192x4096 f32 4x slower than on torch tensors
 # (opgen bench: 160 ms against 37).
+ALIGNED_STREAM = Knob(
+    "aligned_stream", (0, 16, 64), 0,
+    "the streamed row variant: the elementwise outputs written with full non-temporal vector "
+    "stores (vmovntps/vmovntdq), their addresses this many bytes aligned (64: ymm/zmm stores, "
+    "16: xmm), every row a multiple of 64 bytes long, the column loop vectorized by 64 bytes "
+    "of the narrowest output; 0: off. Chosen per call by the outputs' addresses "
+    "(knobs_for_call), never tuned")
+# Why a variant and not ``stream_stores``: a kernel that promises element alignment only
+# gets every non-temporal vector store split by LLVM into scalar ones (it may not emit a
+# vector movnt on an address it cannot prove aligned), whose speed depends on where the
+# caller's arrays lie (STREAM_STORES above). This variant declares its streamed outputs
+# aligned (opgen.kernels.declare_vector_alignment; Kernel.prepare refuses a misaligned
+# address) and vectorizes their column loop itself, so every store is a whole vector at
+# an aligned address (targets/llvm_stream.py tells LLVM so), and the call chooses it only
+# where that holds (StreamRequirement): the row length times the element size a multiple
+# of 64 (every row starts as aligned as the first: no head or tail to peel) and the
+# output's address aligned. Two alignments, because the callers' large arrays come in two
+# (measured, docs/cpu-benchmark.md): torch's allocator puts them on 64 bytes (full ymm/zmm
+# stores), numpy's (glibc's mmap chunks) 16 bytes past a page (xmm stores: four fill a
+# line, which the CPU's write-combining merges as it does two ymm ones). From
+# ALIGNED_STREAM_FROM elements in the output: below, the output would have stayed in the
+# caches for its consumer. Elsewhere the call takes the kernel it took before.
+STREAM_ALIGNMENTS = (64, 16)   # the variants, the widest tried first
+STREAM_VECTOR_BYTES = 64       # the lanes of the variant's column loop: 64 bytes of the narrowest output
+ALIGNED_STREAM_FROM = 1 << 20
+# OPGEN_STREAM_VARIANT=0 keeps every call on the generic kernels (the same calls, the variant
+# never chosen): how the benchmark compares the two (docs/cpu-benchmark.md).
+STREAM_VARIANT_ENV = "OPGEN_STREAM_VARIANT"
 PROLOGUE_ONCE = Knob(
     "prologue_once", (True, False), True,
     "compute an elementwise prologue the group's stages read (GroupNormSwishGrad's swish "
@@ -123,13 +153,131 @@ def _stream(sch, out: Block, knobs) -> None:
         sch.annotate(sch.get_sblock(out.name), STREAMED_OUTPUT, True)
 
 
+def _row_params(func, outs: list[Block]) -> tuple:
+    """(names of ``func``'s parameters in order, the elementwise outputs' names)."""
+    return [p.name for p in func.params], [n for out in outs for n in out.writes]
+
+
+def _stream_lanes(func, out_names: list) -> int:
+    """Columns per vector of the streamed variant: 64 bytes of the narrowest output."""
+    by_name = {p.name: p for p in func.params}
+    return STREAM_VECTOR_BYTES // min(by_name[n].dtype.bits // 8 for n in out_names)
+
+
 @dataclass(frozen=True)
-class RowPassWithColumnSums(PatternRule):
+class StreamRequirement:
+    """What a call must give the streamed row variant (ALIGNED_STREAM), by position in the
+    kernel's parameters; the interface of the GPU's VectorRequirement (schedules/
+    gpu_vector.py), so the call path (``knobs_for_call``) and an exported plan choose alike.
+    ``column_params`` are the streamed outputs: each ``align``-byte aligned."""
+
+    lanes: int
+    row_param: int
+    column_params: tuple
+    align: int
+    from_elements: int = ALIGNED_STREAM_FROM
+
+    def shape_refusal(self, shape) -> str | None:
+        """Why a call whose output has ``shape`` cannot take the variant, or None."""
+        if not shape or any(int(e) == 0 for e in shape):
+            return "an empty tensor"
+        cols = int(shape[-1])
+        if cols % self.lanes:
+            return f"a row length ({cols}) that is not a multiple of {self.lanes} (rows would not stay aligned)"
+        if math.prod(int(e) for e in shape) < self.from_elements:
+            return f"fewer than {self.from_elements} elements (the output stays in the caches)"
+        return None
+
+    def admits(self, shapes: list, alignments: list) -> bool:
+        """Whether a call with these shapes and address alignments (per parameter, in
+        order; bytes) takes the variant."""
+        shape = shapes[self.row_param] if self.row_param < len(shapes) else None
+        return self.shape_refusal(shape) is None and \
+            all(i < len(alignments) and alignments[i] >= self.align for i in self.column_params)
+
+    def conditions(self, shape: list) -> list:
+        """``shape_refusal``'s rule as Python expressions over the output's size expressions."""
+        count = " * ".join(f"({e})" for e in shape)
+        return [f"0 < {count}", f"({shape[-1]}) % {self.lanes} == 0", f"{self.from_elements} <= {count}"]
+
+
+class StreamedRowVariant:
+    """The per-call choice of the streamed row variant (ALIGNED_STREAM), shared by the row
+    rules: ``aligned_stream`` is decided by the call alone (never tuned)."""
+
+    def call_knobs(self, target) -> tuple:
+        return ("aligned_stream",)
+
+    def stream_requirement(self, func, align: int) -> StreamRequirement | None:
+        """What a call must give the variant aligned to ``align`` bytes (None: no match)."""
+        matched = self.match(blocks(pattern_schedule(func))) if func is not None else None
+        if matched is None:
+            return None
+        names, outs = _row_params(func, matched[0])
+        return StreamRequirement(_stream_lanes(func, outs), names.index(outs[0]),
+                                 tuple(names.index(n) for n in outs), align)
+
+    def knobs_for_call(self, target, shapes, func=None, alignments=None) -> dict:
+        """``knobs_for_shapes``, plus the widest streamed variant the call admits."""
+        defaults = self.knobs_for_shapes(target, shapes)
+        if not shapes or alignments is None or func is None or os.environ.get(STREAM_VARIANT_ENV) == "0":
+            return defaults
+        aligned = [alignments.get(n, 0) for n in shapes]
+        for align in STREAM_ALIGNMENTS:
+            requirement = self.stream_requirement(func, align)
+            if requirement is not None and requirement.admits(list(shapes.values()), aligned):
+                defaults["aligned_stream"] = align
+                break
+        return defaults
+
+    def alignment_matters(self, target, shapes, func=None) -> bool:
+        """Only where the shapes admit the variant (1M elements, rows a multiple of 64
+        bytes): a smaller call's plan does not depend on its addresses, so its warm calls
+        neither read them nor lose opgen.api's bound path."""
+        if func is None or not shapes or os.environ.get(STREAM_VARIANT_ENV) == "0":
+            return False
+        requirement = self.stream_requirement(func, STREAM_ALIGNMENTS[-1])
+        shape = list(shapes.values())[requirement.row_param] if requirement is not None else None
+        return shape is not None and requirement.shape_refusal(shape) is None
+
+    def call_variants(self, target, func) -> tuple:
+        found = [(align, self.stream_requirement(func, align)) for align in STREAM_ALIGNMENTS]
+        return tuple((f"stream{align}", {"aligned_stream": align}, r) for align, r in found if r is not None)
+
+    def check_knobs(self, knobs: dict, target, shapes=None, func=None) -> str | None:
+        if not knobs.get("aligned_stream") or not shapes or func is None:
+            return None
+        requirement = self.stream_requirement(func, int(knobs["aligned_stream"]))
+        shape = list(shapes.values())[requirement.row_param] if requirement is not None else None
+        if shape and int(shape[-1]) % requirement.lanes:
+            return f"aligned_stream needs a row length that is a multiple of {requirement.lanes}, not {shape[-1]}"
+        return None
+
+
+def _aligned_stream(sch, outs: list[Block], col_loops: list, align: int) -> None:
+    """The streamed row variant (ALIGNED_STREAM): each of ``col_loops`` (the column loops
+    the outputs are written in) split by the lanes and vectorized, the outputs marked as
+    streamed, and the promise recorded on the root block (schedules.VECTOR_LANES), which
+    makes the kernel declare the outputs ``align``-byte aligned with rows a multiple of the
+    lanes."""
+    func = sch.mod["main"]
+    _, names = _row_params(func, outs)
+    lanes = _stream_lanes(func, names)
+    for loop in col_loops:
+        sch.vectorize(sch.split(loop, [None, lanes], disable_predication=True)[1])
+    for out in outs:
+        sch.annotate(sch.get_sblock(out.name), STREAMED_OUTPUT, True)
+    sch.annotate(sch.get_sblock("root"), VECTOR_LANES,
+                 {"lanes": lanes, "axis": names[0], "align": align, "params": names})
+
+
+@dataclass(frozen=True)
+class RowPassWithColumnSums(StreamedRowVariant, PatternRule):
     """Knobs: ``rows_per_chunk`` (rows summed into one partial per column; default 64) and
     ``final_columns`` (columns per task of the final fixed-order sum of the partials)."""
 
     def knobs(self, target) -> tuple:
-        return (ROWS_PER_CHUNK, FINAL_COLUMNS, PARALLEL, STREAM_STORES)
+        return (ROWS_PER_CHUNK, FINAL_COLUMNS, PARALLEL, STREAM_STORES, ALIGNED_STREAM)
 
     def knobs_for_shapes(self, target, shapes) -> dict:
         return size_defaults(shapes)
@@ -146,6 +294,9 @@ class RowPassWithColumnSums(PatternRule):
         _parallel(sch, chunk_loop, knobs)
         for out in outs:
             _stream(sch, out, knobs)
+        if knobs.get("aligned_stream"):   # one column loop: the outputs and partials are merged
+            _aligned_stream(sch, outs, [sch.get_loops(sch.get_sblock(outs[0].name))[-1]],
+                            int(knobs["aligned_stream"]))
         lanes = int(knobs.get("final_columns", DEFAULT_FINAL_COLUMNS))
         patterns.zero_partials(sch, partials, row_loop)
         for info, (block, _) in zip(column_sums, partials):
@@ -259,7 +410,7 @@ def _batch_totals(sch, batch_sums: list[Block], casts: list[Block], lanes: int, 
 
 
 @dataclass(frozen=True)
-class RowPass(PatternRule):
+class RowPass(StreamedRowVariant, PatternRule):
     """A row pass without column sums (a forward norm: per-row reductions and scalars, some
     of them outputs, then the elementwise outputs). The rows run in parallel, each row's
     stages computed right before its elementwise outputs, so the row is read from memory
@@ -268,7 +419,7 @@ class RowPass(PatternRule):
     rows. Knobs: ``parallel``, ``stream_stores``."""
 
     def knobs(self, target) -> tuple:
-        return (PARALLEL, STREAM_STORES)
+        return (PARALLEL, STREAM_STORES, ALIGNED_STREAM)
 
     def knobs_for_shapes(self, target, shapes) -> dict:
         return size_defaults(shapes)
@@ -283,6 +434,9 @@ class RowPass(PatternRule):
         _parallel(sch, row_loop, knobs)
         for out in outs:
             _stream(sch, out, knobs)
+        if knobs.get("aligned_stream"):   # each output in a column loop of its own
+            _aligned_stream(sch, outs, [sch.get_loops(sch.get_sblock(o.name))[-1] for o in outs],
+                            int(knobs["aligned_stream"]))
         _finish_row_stages(sch, row_stages)
         return sch
 

@@ -33,7 +33,7 @@ from opgen.lazy import tvm
 from opgen.targets.spec import TargetSpec
 from opgen.targets import llvm_host, llvm_threads
 from opgen.targets.llvm_math import polynomial_exp
-from opgen.targets.llvm_stream import streamed_buffers, with_streamed_stores
+from opgen.targets.llvm_stream import aligned_buffers, streamed_buffers, with_streamed_stores
 
 
 os.environ.setdefault("TVM_NUM_THREADS", str(usable_cpus()))
@@ -101,7 +101,7 @@ class LlvmTarget(TargetSpec):
         with polynomial_exp() if self.polynomial_exp else contextlib.nullcontext():
             module = tvm.compile(mod, target=self.tvm_target(wide_vectors=holds_16bit_floats(mod))).mod
         streamed = streamed_buffers(mod)
-        return with_streamed_stores(module, streamed) if streamed else module
+        return with_streamed_stores(module, streamed, aligned_buffers(mod)) if streamed else module
 
     def loaded(self, module, library_path, from_disk: bool):
         """The stored library, its parallel loops routed through llvm_threads' launcher

@@ -71,22 +71,45 @@ def _pointer_sources(rhs: str) -> list[str]:
     return []
 
 
-def _is_buffer(value: str, buffers: frozenset) -> bool:
-    """TVM's name for a buffer's pointer, or LLVM's uniqued copy of it (name + digits)."""
-    return any(value == b or (value.startswith(b) and value[len(b):].lstrip(".").isdigit()) for b in buffers)
+def _buffer_named(value: str, buffers: frozenset) -> str | None:
+    """The buffer whose pointer ``value`` is (TVM's name for it, or LLVM's uniqued copy of
+    it: name + digits), or None."""
+    return next((b for b in buffers if value == b or (value.startswith(b) and value[len(b):].lstrip(".").isdigit())),
+                None)
 
 
-def _derives_from(value: str, definitions: dict, buffers: frozenset) -> bool:
+def _derives_from(value: str, definitions: dict, buffers: frozenset) -> str | None:
+    """The buffer an address derives from (the first reached), or None."""
     seen, todo = set(), [value]
     while todo:
         current = todo.pop()
         if current in seen:
             continue
         seen.add(current)
-        if _is_buffer(current, buffers):
-            return True
+        found = _buffer_named(current, buffers)
+        if found is not None:
+            return found
         todo += _pointer_sources(definitions.get(current, ""))
-    return False
+    return None
+
+
+_VECTOR = re.compile(r"^\s*store (?:volatile )?<(?P<lanes>\d+) x (?P<type>\w+)>")
+_BYTES = {"i8": 1, "i16": 2, "half": 2, "bfloat": 2, "i32": 4, "float": 4, "i64": 8, "double": 8}
+
+
+def _aligned_store(head: str, align: int) -> str:
+    """A vector store's ``head`` with its alignment raised to min(``align``, its size): the
+    vector stores into a buffer that a variant declared ``align``-byte aligned are each at a
+    multiple of their size from an aligned row start (schedules/llvm.py, ALIGNED_STREAM:
+    TVM vectorized the column loop by the lanes and every row is a whole number of
+    vectors), which LLVM does not see (TVM tells it element alignment only). Without it,
+    LLVM must split a non-temporal vector store into scalar ones; with it, the store is one
+    vmovntps/vmovntdq per register. Scalar stores and odd sizes keep theirs."""
+    vector = _VECTOR.match(head)
+    size = int(vector.group("lanes")) * _BYTES.get(vector.group("type"), 0) if vector else 0
+    if size < 16 or size & (size - 1):
+        return head
+    return re.sub(r"align \d+$", f"align {min(align, size)}", head)
 
 
 def _fresh_metadata_id(ir: str) -> int:
@@ -105,8 +128,10 @@ def _functions(lines: list[str]):
             start = None
 
 
-def mark_nontemporal(ir: str, buffers: frozenset) -> tuple[str, int]:
-    """``ir`` with every store into ``buffers`` non-temporal, and the count of such stores."""
+def mark_nontemporal(ir: str, buffers: frozenset, aligned: dict | None = None) -> tuple[str, int]:
+    """``ir`` with every store into ``buffers`` non-temporal, and the count of such stores;
+    ``aligned`` (buffer name -> bytes): buffers a variant declared aligned, whose vector
+    stores get that alignment (_aligned_store)."""
     lines = ir.split("\n")
     node = f"!{_fresh_metadata_id(ir)}"   # a new node, {i32 1}: the nontemporal flag
     marked = 0
@@ -116,8 +141,12 @@ def mark_nontemporal(ir: str, buffers: frozenset) -> tuple[str, int]:
         in_function = 0
         for i in range(first + 1, last):
             store = _STORE.match(lines[i])
-            if store and _derives_from(store.group("ptr"), definitions, buffers):
-                lines[i] = f"{store.group('head')}, !nontemporal {node}{store.group('tail')}"
+            buffer = _derives_from(store.group("ptr"), definitions, buffers) if store else None
+            if buffer is not None:
+                head = store.group("head")
+                if aligned and buffer in aligned:
+                    head = _aligned_store(head, aligned[buffer])
+                lines[i] = f"{head}, !nontemporal {node}{store.group('tail')}"
                 in_function += 1
         if in_function:
             fenced_returns += [i for i in range(first + 1, last) if lines[i].lstrip().startswith("ret ")]
@@ -131,10 +160,18 @@ def mark_nontemporal(ir: str, buffers: frozenset) -> tuple[str, int]:
     return "\n".join(lines), marked
 
 
-def with_streamed_stores(module, buffers: frozenset):
-    """``module`` (a compiled LLVM module) rebuilt with non-temporal stores into ``buffers``;
-    ``module`` itself when none of its stores write them."""
-    ir, marked = mark_nontemporal(module.inspect_source("ll"), buffers)
+def aligned_buffers(mod) -> dict:
+    """Buffer name -> bytes for the parameters of ``mod``'s kernels declared with more than
+    element alignment (a vector variant's promise: opgen.kernels.declare_vector_alignment)."""
+    return {p.name: int(p.data_alignment) for func in mod.functions.values() if isinstance(func, tirx.PrimFunc)
+            for p in func.params if int(p.data_alignment) > tvm.DataType(p.dtype).bits // 8}
+
+
+def with_streamed_stores(module, buffers: frozenset, aligned: dict | None = None):
+    """``module`` (a compiled LLVM module) rebuilt with non-temporal stores into ``buffers``
+    (those into ``aligned`` ones as aligned vectors: mark_nontemporal); ``module`` itself
+    when none of its stores write them."""
+    ir, marked = mark_nontemporal(module.inspect_source("ll"), buffers, aligned)
     if not marked:
         return module
     fd, path = tempfile.mkstemp(suffix=".ll")

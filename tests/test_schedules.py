@@ -148,7 +148,7 @@ def test_knobs_outside_the_rules_declaration_are_refused(knobs, message):
 def test_rules_declare_their_knob_spaces():
     rule = schedules.rules_of(LLVM)[0]
     knobs = schedules.rule_knobs(rule, LLVM)
-    assert [k.name for k in knobs] == ["rows_per_chunk", "final_columns", "parallel", "stream_stores"]
+    assert [k.name for k in knobs] == ["rows_per_chunk", "final_columns", "parallel", "stream_stores", "aligned_stream"]
     assert all(k.default in k.values for k in knobs)
     assert schedules.default_knobs(rule, LLVM) == {k.name: k.default for k in knobs}
 
