@@ -27,6 +27,11 @@ Six rules matched by stage pattern, and a fallback:
 * ``SegmentedRowPass``: ``RowPassWithColumnSums`` over (B, S, H) whose column sums restart
   at every segment of S rows (per-sample sums), then small per-segment stages and sums over
   the segments: chunks of rows within a segment in parallel, per-segment partials.
+* ``ColumnPass``: reductions of an (N, C, HW) input over its middle axis C for every (n,
+  p) position, per-position stages, elementwise outputs over (N, C, HW) (a LayerNorm over
+  the channels of NCHW data), and per-channel sums over N and HW: blocks of neighbouring
+  positions in parallel, channels outside and positions inside (contiguous, vectorized);
+  the channel sums in a parallel pass over the channels of their own.
 * ``Fallback``: anything else (dlight's idea): each loop nest as written, its outer spatial
   loop in parallel; correct for any op, and the reason no op meets ``NoScheduleRule`` here.
 
@@ -675,6 +680,80 @@ class ChannelMap(PatternRule):
         return sch
 
 
+DEFAULT_COLUMN_BLOCK = 64
+COLUMN_BLOCK = Knob(
+    "column_block", (16, 32, 64, 128, 256, 512), DEFAULT_COLUMN_BLOCK,
+    "neighbouring (n, p) positions one task normalizes at a time: each of the C channels is "
+    "read as a contiguous run of this many elements, the block's C runs stay in cache for the "
+    "second and third pass (variance, output)")
+
+
+@dataclass(frozen=True)
+class ColumnPass(PatternRule):
+    """Knobs: ``column_block``, ``parallel``, ``stream_stores``. The column pass (a norm over
+    the middle axis of (N, C, HW)) as one loop nest: the positions (N, HW) cut into blocks of
+    ``column_block`` neighbours, run in parallel; in a block, each sum over C walks the
+    channels outside and the block's positions inside, so every load is a contiguous run the
+    vectorizer takes (the TE's order, C inside, strides HW apart and vectorizes nothing); the
+    per-position stages and the outputs follow in the same block, from cache. The
+    per-channel sums (a backward's dgamma and dbeta) are their own parallel pass over the
+    channels, accumulated in float64 and rounded once (as the channel rule's sums), merged so
+    that the data is read once for all of them."""
+
+    def knobs(self, target) -> tuple:
+        return (COLUMN_BLOCK, PARALLEL, STREAM_STORES)
+
+    def knobs_for_shapes(self, target, shapes) -> dict:
+        return size_defaults(shapes)
+
+    def match(self, infos: list[Block]):
+        return patterns.column_pass(infos)
+
+    def schedule(self, sch, matched, target, knobs):
+        outs, column_sums, stages, channel_sums, casts = matched
+        if channel_sums:
+            _channel_sums_pass(sch, channel_sums, casts, knobs)
+        produced = {nm for b in column_sums + stages for nm in b.writes}
+        roots = [b for b in column_sums if not b.reads & produced]
+        width = int(knobs.get("column_block", DEFAULT_COLUMN_BLOCK))
+        for info in roots:
+            position = sch.get_loops(sch.get_sblock(info.name))[1]
+            sch.split(position, [None, width])
+        batch, block_loop = _merge_nests(sch, [sch.get_sblock(b.name) for b in roots], 2)
+        rest = sorted((b for b in column_sums + stages + outs if b not in roots), key=lambda b: b.order)
+        for info in rest:
+            sch.reverse_compute_at(sch.get_sblock(info.name), block_loop)
+        for info in column_sums:   # channels outside, positions inside: contiguous runs
+            loops = sch.get_loops(sch.get_sblock(info.name))
+            sch.reorder(loops[-1], loops[-2])
+        _parallel(sch, sch.fuse(batch, block_loop), knobs)
+        for info in column_sums:   # zeroed before the channel loop (after _parallel: TVM's order)
+            rv = sch.get_sblock(info.name)
+            sch.decompose_reduction(rv, sch.get_loops(rv)[-2])
+        for out in outs:
+            _stream(sch, out, knobs)
+        for info in stages:
+            if not info.writes_output:
+                _fence_value(sch, info.name)
+        return sch
+
+
+def _channel_sums_pass(sch, channel_sums: list[Block], casts: list[Block], knobs) -> None:
+    """The column pass's per-channel sums over (N, HW): one nest over the channels in
+    parallel, the sums merged (one read of the data), each in float64 zeroed before its N
+    loop, then rounded by its cast (or its copy into a float32 output) in the same task."""
+    copies = _sums_in_float64(sch, channel_sums, "channel sum")
+    rvs = [sch.get_sblock(b.name) for b in channel_sums]
+    channel = _merge_nests(sch, rvs, 3)[0]
+    for rv in copies.values():
+        sch.reverse_compute_at(rv, channel)
+    for cast in casts:
+        sch.reverse_compute_at(sch.get_sblock(cast.name), channel)
+    _parallel(sch, channel, knobs)
+    for rv in rvs:
+        sch.decompose_reduction(rv, sch.get_loops(rv)[1])
+
+
 @dataclass(frozen=True)
 class Fallback(ScheduleRule):
     """Any function the patterns above do not match (dlight's Fallback, for the CPU): every
@@ -714,4 +793,4 @@ class Fallback(ScheduleRule):
 
 
 RULES = [RowPassWithColumnSums(), RowPass(), GroupedRowPass(), ChannelPass(), ChannelMap(), SegmentedRowPass(),
-         Fallback()]
+         ColumnPass(), Fallback()]
