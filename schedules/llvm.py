@@ -29,8 +29,8 @@ Six rules matched by stage pattern, and a fallback:
   the segments: chunks of rows within a segment in parallel, per-segment partials.
 * ``ColumnPass``: reductions of an (N, C, HW) input over its middle axis C for every (n,
   p) position, per-position stages, elementwise outputs over (N, C, HW) (a LayerNorm over
-  the channels of NCHW data), and per-channel sums over N and HW: blocks of neighbouring
-  positions in parallel, channels outside and positions inside (contiguous, vectorized);
+  the channels of NCHW data), and per-channel sums over N and HW: the rows of HW positions
+  (one per n) in parallel, channels outside and positions inside (contiguous, vectorized);
   the channel sums in a parallel pass over the channels of their own.
 * ``Fallback``: anything else (dlight's idea): each loop nest as written, its outer spatial
   loop in parallel; correct for any op, and the reason no op meets ``NoScheduleRule`` here.
@@ -680,23 +680,28 @@ class ChannelMap(PatternRule):
         return sch
 
 
-DEFAULT_COLUMN_BLOCK = 64
+DEFAULT_COLUMN_BLOCK = 0
 COLUMN_BLOCK = Knob(
-    "column_block", (16, 32, 64, 128, 256, 512), DEFAULT_COLUMN_BLOCK,
-    "neighbouring (n, p) positions one task normalizes at a time: each of the C channels is "
-    "read as a contiguous run of this many elements, the block's C runs stay in cache for the "
-    "second and third pass (variance, output)")
+    "column_block", (0, 16, 32, 64, 128, 256, 512), DEFAULT_COLUMN_BLOCK,
+    "neighbouring positions one task normalizes at a time (0: a whole row of HW per n, one "
+    "task per n). A block of a symbolic HW leaves a tail predicate on every inner loop, which "
+    "LLVM turns into masked vector loads with 64-bit index compares: measured on one thread "
+    "(f32, kernel alone, ms, whole / 64 / 256): forward (8,96,56,56) 2.16 / 21.6 / 23.0, "
+    "(8,384,14,14) 0.39 / 2.3 / 13.9, (8,32,32,32) 0.22 / 0.68; backward (8,96,56,56) "
+    "15.6 / 40.6 / 31.0, (8,384,14,14) 0.87 / 11.5 / 14.3. Whole rows keep the parallelism "
+    "to N tasks")
 
 
 @dataclass(frozen=True)
 class ColumnPass(PatternRule):
     """Knobs: ``column_block``, ``parallel``, ``stream_stores``. The column pass (a norm over
-    the middle axis of (N, C, HW)) as one loop nest: the positions (N, HW) cut into blocks of
-    ``column_block`` neighbours, run in parallel; in a block, each sum over C walks the
-    channels outside and the block's positions inside, so every load is a contiguous run the
+    the middle axis of (N, C, HW)) as one loop nest: by default a task per n, its whole row
+    of HW positions (``column_block`` > 0 cuts the positions into blocks of that many
+    neighbours instead, slower: see the knob); in a task, each sum over C walks the
+    channels outside and the positions inside, so every load is a contiguous run the
     vectorizer takes (the TE's order, C inside, strides HW apart and vectorizes nothing); the
-    per-position stages and the outputs follow in the same block, from cache. The
-    per-channel sums (a backward's dgamma and dbeta) are their own parallel pass over the
+    per-position stages and the outputs follow in the same task (from cache where its C x HW
+    elements fit). The per-channel sums (a backward's dgamma and dbeta) are their own parallel pass over the
     channels, accumulated in float64 and rounded once (as the channel rule's sums), merged so
     that the data is read once for all of them."""
 
@@ -716,17 +721,20 @@ class ColumnPass(PatternRule):
         produced = {nm for b in column_sums + stages for nm in b.writes}
         roots = [b for b in column_sums if not b.reads & produced]
         width = int(knobs.get("column_block", DEFAULT_COLUMN_BLOCK))
-        for info in roots:
-            position = sch.get_loops(sch.get_sblock(info.name))[1]
-            sch.split(position, [None, width])
-        batch, block_loop = _merge_nests(sch, [sch.get_sblock(b.name) for b in roots], 2)
+        if width:
+            for info in roots:
+                position = sch.get_loops(sch.get_sblock(info.name))[1]
+                sch.split(position, [None, width])
+            batch, block_loop = _merge_nests(sch, [sch.get_sblock(b.name) for b in roots], 2)
+        else:   # whole rows: a task per n, its HW positions one block (no tail predicate)
+            batch = block_loop = _merge_nests(sch, [sch.get_sblock(b.name) for b in roots], 1)[0]
         rest = sorted((b for b in column_sums + stages + outs if b not in roots), key=lambda b: b.order)
         for info in rest:
             sch.reverse_compute_at(sch.get_sblock(info.name), block_loop)
         for info in column_sums:   # channels outside, positions inside: contiguous runs
             loops = sch.get_loops(sch.get_sblock(info.name))
             sch.reorder(loops[-1], loops[-2])
-        _parallel(sch, sch.fuse(batch, block_loop), knobs)
+        _parallel(sch, sch.fuse(batch, block_loop) if width else batch, knobs)
         for info in column_sums:   # zeroed before the channel loop (after _parallel: TVM's order)
             rv = sch.get_sblock(info.name)
             sch.decompose_reduction(rv, sch.get_loops(rv)[-2])
