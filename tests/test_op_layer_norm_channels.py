@@ -80,3 +80,31 @@ def test_layer_norm_2d_matches_torch_channels_first(shape, dtype_name):
     torch.testing.assert_close(ours.weight.grad.float() / scale, w.grad / scale, **tol)
     torch.testing.assert_close(ours.bias.grad.float(), b.grad, **tol)
     assert y_ours.dtype == xo.grad.dtype == ours.weight.grad.dtype == dtype
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["nchw", "channels_last"])
+def test_layer_norm_2d_keeps_torchs_memory_format(channels_last):
+    """y is channels_last for 4-D input, as torch's permute path returns it (the convolutions
+    after it keep their format); a channels_last x runs aclnnLayerNorm's row kernels on the
+    channels-last view. Values and gradients as torch's either way."""
+    torch = pytest.importorskip("torch")
+    import opgen.torch as ot
+
+    torch.manual_seed(1)
+    ours = ot.LayerNorm2d(24)
+    x = torch.randn(2, 24, 5, 6) * 2 + 0.5
+    if channels_last:
+        x = x.contiguous(memory_format=torch.channels_last)
+    dy = torch.randn(2, 24, 5, 6)
+    xo, xt = x.clone().requires_grad_(True), x.clone().requires_grad_(True)
+    y = ours(xo)
+    yt = torch.nn.functional.layer_norm(xt.permute(0, 2, 3, 1), (24,), ours.weight, ours.bias, 1e-6).permute(0, 3, 1, 2)
+    assert y.is_contiguous(memory_format=torch.channels_last) and yt.is_contiguous(memory_format=torch.channels_last)
+    y.backward(dy)
+    grads = [p.grad.clone() for p in ours.parameters()]
+    ours.zero_grad()
+    yt.backward(dy)
+    torch.testing.assert_close(y, yt, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(xo.grad, xt.grad, rtol=1e-4, atol=1e-4)
+    for a, b in zip(grads, ours.parameters()):
+        torch.testing.assert_close(a, b.grad, rtol=1e-4, atol=1e-4)

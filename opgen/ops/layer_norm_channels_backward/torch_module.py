@@ -2,7 +2,9 @@
 ``data_format="channels_first"`` LayerNorm, timm's LayerNorm2d) whose forward is opgen's
 LayerNormChannels kernel (opgen.ops.layer_norm_channels) and whose backward is this op's.
 
-Neither direction makes a permute copy: both kernels read the NCHW memory as (N, C, HW).
+Neither direction makes a permute copy: both kernels read the NCHW memory as (N, C, HW). A
+channels_last input (NHWC in memory) is aclnnLayerNorm's row form already: it runs opgen's
+LayerNorm kernels on the channels-last view, with no copy either.
 Imported by opgen.torch (it needs ``torch.ops.opgen.layer_norm_channels`` and
 ``..._backward``, which opgen.torch registers first); ``MODULES`` lists what it exports.
 """
@@ -12,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from opgen import torch as opgen_torch
-from opgen.ops.layer_norm_backward.torch_module import _affine
+from opgen.ops.layer_norm_backward.torch_module import _affine, _LayerNormFunction
 
 
 class _LayerNormChannelsFunction(torch.autograd.Function):
@@ -53,12 +55,32 @@ class LayerNorm2d(nn.LayerNorm):
                          dtype=dtype)
 
     def forward(self, x: Tensor) -> Tensor:
+        """y in the memory format torch's permute path gives (ConvNeXt's and timm's): for a
+        4-D x, channels_last. The kernel writes NCHW, and a 4-D y is then copied once into
+        channels_last (torch's path copies x once instead, inside F.layer_norm): the
+        convolutions that follow in those models run several times slower on NCHW data on
+        the CPU (measured: docs/torch.md), so the format is kept, not the copy saved."""
         opgen_torch.refuse_dtype(x, "opgen layer_norm_channels")
         if x.dim() < 2 or x.shape[1] != self.normalized_shape[0]:
             raise RuntimeError(f"LayerNorm2d({self.normalized_shape[0]}) expected input with shape [N, "
                                f"{self.normalized_shape[0]}, *], but got input of size{list(x.shape)}")
         opgen_torch.refuse_other_devices(x, self.weight, self.bias)
-        return _LayerNormChannelsFunction.apply(x, self.weight, self.bias, self.eps)
+        if _channels_last(x):
+            # NHWC in memory: the channels are the contiguous last axis of x.movedim(1, -1),
+            # a view, so aclnnLayerNorm's row kernels take it as it lies, and the output is
+            # that view moved back: channels_last, as torch's permute path returns it (the
+            # convolutions after it keep their memory format)
+            y = _LayerNormFunction.apply(x.movedim(1, -1), self.weight, self.bias, tuple(self.normalized_shape),
+                                         self.eps)
+            return y.movedim(-1, 1)
+        y = _LayerNormChannelsFunction.apply(x, self.weight, self.bias, self.eps)
+        return y.contiguous(memory_format=torch.channels_last) if x.dim() == 4 else y
+
+
+def _channels_last(x: Tensor) -> bool:
+    """Whether x's channels are its innermost axis in memory (and NCHW is not also dense in
+    order: a tensor with H = W = 1 is both, and reads the same either way)."""
+    return x.dim() >= 3 and not x.is_contiguous() and x.movedim(1, -1).is_contiguous()
 
 
 MODULES = {"LayerNorm2d": LayerNorm2d}
