@@ -34,7 +34,7 @@ def _contenders(shape):
     def infer(forward):
         def run():
             with torch.no_grad():
-                forward(x).contiguous()
+                forward(x)
         return run
     theirs = lambda t: _torch_channels_first(t, weight, bias, ours.eps)  # noqa: E731
     return {"opgen fwd+bwd": train(ours), "torch fwd+bwd": train(theirs), "opgen fwd": infer(ours),
