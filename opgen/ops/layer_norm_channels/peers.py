@@ -22,7 +22,7 @@ def _permuted(problem, t: dict):
 
 
 PEERS = (
-    Peer("eager", "permute, F.layer_norm over the channels, permute back (forward only)", _permuted),
+    Peer("eager", "permute, F.layer_norm over the channels, permute back (forward only)", _permuted, compare=True),
 )
 
 CASES = Cases(compare=("2x7x33", "4x96x7x7"), bench=("8x96x56x56", "8x384x14x14"), quick="8x96x56x56",

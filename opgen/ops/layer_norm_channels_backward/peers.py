@@ -20,7 +20,7 @@ def _autograd(problem, t: dict, compiled: bool):
 
 PEERS = (
     Peer("eager", "eager autograd of permute + F.layer_norm + permute, backward only",
-         lambda problem, t: _autograd(problem, t, False)),
+         lambda problem, t: _autograd(problem, t, False), compare=True),
 )
 
 CASES = Cases(compare=("2x7x33", "4x96x7x7"), bench=("8x96x56x56", "8x384x14x14"), quick="8x96x56x56",
