@@ -58,8 +58,9 @@ def main() -> None:
                 run()
                 times[name].append((time.perf_counter() - start) * 1e3)
         med = {name: statistics.median(t) for name, t in times.items()}
+        train, infer = med["torch fwd+bwd"] / med["opgen fwd+bwd"], med["torch fwd"] / med["opgen fwd"]
         print(f"{text}: " + ", ".join(f"{name} {ms:.2f} ms" for name, ms in med.items())
-              + f"; fwd+bwd {med['torch fwd+bwd'] / med['opgen fwd+bwd']:.2f}x, fwd {med['torch fwd'] / med['opgen fwd']:.2f}x")
+              + f"; fwd+bwd {train:.2f}x, fwd {infer:.2f}x")
 
 
 if __name__ == "__main__":
