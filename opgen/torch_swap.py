@@ -14,9 +14,12 @@ Copies of the layer and of the candidate, with the same random parameters, then 
 forward and a backward on a small random input; the swap happens only where outputs and
 gradients agree within the op tolerances. An RMSNorm-like layer with a weight has two
 candidates, tried in turn: torch.nn.RMSNorm (opgen's RMSNorm), then the offset form
-``x * rstd * (1 + weight)`` of Gemma's RMSNorm classes (opgen's GemmaRMSNorm). Anything else
-is left as it is and reported: a class with no candidate, a probe that disagrees with every
-candidate (a channels-first LayerNorm, an RMSNorm with a bias), float64 layers (opgen has no
+``x * rstd * (1 + weight)`` of Gemma's RMSNorm classes (opgen's GemmaRMSNorm). A
+LayerNorm-like layer over one dim has two too: torch.nn.LayerNorm (opgen's LayerNorm), then
+the channels-first form, F.layer_norm over axis 1 of NCHW data (opgen's LayerNorm2d: ConvNeXt's
+data_format="channels_first", timm's LayerNorm2d), probed on a (2, C, 3, 5) input. Anything
+else is left as it is and reported: a class with no candidate, a probe that disagrees with
+every candidate (an RMSNorm with a bias), float64 layers (opgen has no
 float64 kernels), and norms opgen has no module for (SyncBatchNorm, LocalResponseNorm).
 
 The opgen module takes over the layer's own Parameter and buffer objects (so an optimizer
@@ -102,8 +105,8 @@ def _candidates(layer: nn.Module, ot) -> tuple[list, str]:
     first, why = _candidate(layer, ot)
     if first is None:
         return [], why
-    offset = _offset_candidate(layer, ot) if _is_rms(layer) else None
-    return [first] + ([offset] if offset is not None else []), ""
+    second = _offset_candidate(layer, ot) if _is_rms(layer) else _channels_first_candidate(layer, ot)
+    return [first] + ([second] if second is not None else []), ""
 
 
 def _candidate(layer: nn.Module, ot) -> tuple[Optional[_Candidate], str]:
@@ -175,6 +178,31 @@ def _offset_candidate(layer: nn.Module, ot) -> Optional[_Candidate]:
     shape, eps = tuple(weight.shape), _eps(layer, 1e-6)
     return _Candidate(lambda: ot.GemmaRMSNorm(shape, eps=eps), lambda: _OffsetRMSNorm(shape, eps),
                       (2, 3, 5) + shape)
+
+
+class _ChannelsFirstLayerNorm(nn.LayerNorm):
+    """A LayerNorm over axis 1 of (N, C, spatial...) data in plain torch: the channels moved
+    last, F.layer_norm, moved back (transformers' ConvNextLayerNorm(channels_first) and
+    timm's LayerNorm2d compute this): the reference a LayerNorm-like layer is probed against
+    before opgen's LayerNorm2d replaces it."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return nn.functional.layer_norm(x.movedim(1, -1), self.normalized_shape, self.weight, self.bias,
+                                        self.eps).movedim(-1, 1)
+
+
+def _channels_first_candidate(layer: nn.Module, ot) -> Optional[_Candidate]:
+    """opgen's LayerNorm2d for a LayerNorm-like layer over one dim (C), tried when the
+    trailing-dims LayerNorm disagrees: its probe input is (2, C, 3, 5), channels first."""
+    if not (isinstance(layer, nn.LayerNorm) or hasattr(layer, "normalized_shape")) or _is_rms(layer):
+        return None
+    shape = tuple(getattr(layer, "normalized_shape", ()))
+    if len(shape) != 1:
+        return None
+    weight, bias = _param(layer, "weight"), _param(layer, "bias")
+    args = dict(eps=_eps(layer, 1e-6), elementwise_affine=weight is not None, bias=bias is not None)
+    return _Candidate(lambda: ot.LayerNorm2d(shape[0], **args), lambda: _ChannelsFirstLayerNorm(shape, **args),
+                      (2, shape[0], 3, 5))
 
 
 def _is_rms(layer: nn.Module) -> bool:
@@ -296,8 +324,8 @@ def _decide(layer: nn.Module, ot, verdicts: dict) -> tuple[Optional[nn.Module], 
             return _adopt(new, layer), ""
     why = verdicts[key, 0][1]      # the first candidate's disagreement names the layer's family
     if isinstance(layer, nn.LayerNorm):
-        why += (" (a LayerNorm subclass that does not normalize the last dims, e.g. channels-first as "
-                "ConvNeXt's data_format='channels_first' or timm's LayerNorm2d: no opgen module for that form)")
+        why += (" (a LayerNorm subclass that normalizes neither the last dims nor, channels first, axis 1 as "
+                "opgen's LayerNorm2d does)")
     return None, f"computes something else than {type(candidates[0].reference()).__name__}: {why}"
 
 

@@ -4,7 +4,7 @@ they run. One place, so the CPU, GPU and Ascend rules agree on what "RmsNorm-lik
 everywhere (rules per pattern: row_pass -> RowPassWithColumnSums, GpuRowPass, RowTiles;
 channel_pass -> ChannelPass, GpuChannelPass, ChannelTiles; grouped_pass -> GroupedRowPass,
 GpuGroupedRowPass, GroupTiles; segmented_row_pass -> SegmentedRowPass, GpuSegmentedRowPass,
-SegmentTiles).
+SegmentTiles; column_pass -> ColumnPass on the CPU, the fallbacks elsewhere).
 
 * ``row_pass``: one or more elementwise outputs over the same (rows, cols), per-row
   reductions/scalars over the same rows (per-row scalars may be outputs: a forward norm's
@@ -25,6 +25,10 @@ SegmentTiles).
   per-group stages over the outer axes (per-group scalars may be outputs: a forward norm's
   statistics), an elementwise output sharing them, and zero or more column sums over the
   first axis of the row reductions (plus their casts).
+* ``column_pass``: reductions of an (N, C, HW) input over its middle axis C for every (N,
+  HW) position (a LayerNorm over the channels of NCHW data), per-position stages over (N,
+  HW) (outputs too: the statistics), elementwise outputs over (N, C, HW), and zero or more
+  per-channel sums over N and HW (kinds SRR, as ``channel_pass``'s) plus their casts.
 """
 from __future__ import annotations
 
@@ -368,3 +372,39 @@ def zero_partials(sch, partials: list, row_loop) -> None:
     bound: TVM refuses those on a loop holding a split-out update ("compact dataflow")."""
     if partials:
         sch.decompose_reduction(partials[0][1], row_loop)
+
+
+def column_pass(infos: list[Block]):
+    """(outs, column_sums, column_stages, channel_sums, casts) of a pass whose reductions run
+    over the middle axis of (N, C, HW), or None.
+
+    ``outs``: elementwise outputs over (N, C, HW) (kinds SSS); ``column_sums``: scratch
+    reductions over C for every (n, p) (kinds SSR, extents (N, HW, C)); ``column_stages``:
+    per-position stages (kinds SS over (N, HW)), outputs or scratch, in program order;
+    ``channel_sums``: per-channel sums over N and HW (kinds SRR, extents (C, N, HW)),
+    outputs or float32 accumulators that only ``casts`` (kind S over C, one accumulator
+    each) read. None without a column sum, when a block is none of these, or when an output
+    or a column stage reads a channel sum (that needs every position first: another pass).
+    Unlike ``grouped_pass`` (sums over the innermost axis) a column sum's elements lie HW
+    apart, and the positions next to one another are the contiguous ones."""
+    outs = outputs(infos, "SSS")
+    if not outs:
+        return None
+    n, c, hw = outs[0].extents
+    if not all(_extents_are(b, (n, c, hw)) for b in outs):
+        return None
+    column_sums = [b for b in infos if b.kinds == "SSR" and not b.writes_output and _extents_are(b, (n, hw, c))]
+    column_stages = [b for b in infos if b.kinds == "SS" and _extents_are(b, (n, hw))]
+    channel_sums = [b for b in infos if b.kinds == "SRR" and _extents_are(b, (c, n, hw))]
+    accumulators = {nm for b in channel_sums if not b.writes_output for nm in b.writes}
+    casts = [b for b in infos if b.writes_output and b.kinds == "S" and _extents_are(b, (c,))
+             and len(b.reads) == 1 and b.reads <= accumulators]
+    if not column_sums or not accumulators <= {nm for b in casts for nm in b.reads}:
+        return None
+    taken = outs + column_sums + column_stages + channel_sums + casts
+    if len(taken) != len(infos):
+        return None
+    later = {nm for b in channel_sums + casts for nm in b.writes}
+    if any(b.reads & later for b in outs + column_sums + column_stages):
+        return None
+    return outs, column_sums, column_stages, channel_sums, casts
