@@ -2,7 +2,7 @@
 permute back: what timm's LayerNorm2d and ConvNeXt's channels_first LayerNorm run), float32
 on the CPU, forward + backward and forward alone, interleaved, median of ``--repeats``.
 
-    python scripts/bench_layer_norm_2d.py [--repeats 9] [8x96x56x56 8x384x14x14 ...]
+    python benchmarks/layer_norm_2d.py [--repeats 9] [8x96x56x56 8x384x14x14 ...]
 """
 from __future__ import annotations
 
