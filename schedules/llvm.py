@@ -559,6 +559,17 @@ BATCH_ROW_SUMS = Knob(
 # would be a copy of it).
 BATCH_ROWS_UP_TO = 256
 BATCH_ROWS_FROM = 16
+# ... and only for data of at least this many elements. Below it the data sits in the caches
+# (a training step's norm reads what the layer before it just wrote) and the channel pass,
+# one parallel launch against the batch rows' three plus their partials, wins at every
+# short-row shape measured (issue 39: ResNet's BatchNorm2d at `opgen bench --models`' shapes;
+# f32 kernel alone on torch's OpenMP pool, 2 threads, 2-core VM under load, min of 25
+# interleaved rounds, µs, channel / batch rows; forward, backward): warm (8,32,16x16)
+# 41 / 122, 54 / 193; (8,64,8x8) 36 / 121, 43 / 131; (16,64,16x16) 84 / 200, 112 / 289;
+# (32,128,8x8) 101 / 185, 163 / 210; (16,256,8x8) 107 / 186, 134 / 201; caches evicted
+# (OMP_WAIT_POLICY=PASSIVE): (8,64,8x8) 139 / 458, 238 / 406; (32,128,8x8) 390 / 565,
+# 682 / 778; (16,512,7x7) 609 / 873, 1040 / 819 (the backward's case above stays batch rows).
+BATCH_ROWS_MIN_ELEMENTS = 3 << 17
 
 
 @dataclass(frozen=True)
@@ -567,8 +578,8 @@ class ChannelPass(PatternRule):
     channels: each channel's sums over N and HW in one loop nest (one read of its data; the
     statistics they read inlined, see patterns.inline_statistics), its scalars, then its
     elementwise outputs (a second read, from cache when a channel's N*HW elements fit). For
-    a small HW, batch rows instead (``_batch_row_passes``). Each sum runs in a fixed order
-    in either: the bits do not depend on threads. A channel_reduction (the sums and their
+    a small HW on data too large for the caches, batch rows instead (``_batch_row_passes``).
+    Each sum runs in a fixed order in either: the bits do not depend on threads. A channel_reduction (the sums and their
     scalars, no elementwise output) is the same pass without the outputs: the Fallback ran
     each sum as its own nest, reading the data once per sum, one channel at a time."""
 
@@ -579,8 +590,8 @@ class ChannelPass(PatternRule):
         defaults = size_defaults(shapes)
         data = [shape for shape in (shapes or {}).values() if len(shape) == 3]   # (N, C, HW)
         if data:
-            n, _, hw = max(data, key=math.prod)
-            if n >= 2 and BATCH_ROWS_FROM <= hw <= BATCH_ROWS_UP_TO:
+            n, c, hw = max(data, key=math.prod)
+            if n >= 2 and BATCH_ROWS_FROM <= hw <= BATCH_ROWS_UP_TO and n * c * hw >= BATCH_ROWS_MIN_ELEMENTS:
                 defaults["batch_row_sums"] = True
         return defaults
 
