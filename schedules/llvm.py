@@ -559,16 +559,14 @@ BATCH_ROW_SUMS = Knob(
 # would be a copy of it).
 BATCH_ROWS_UP_TO = 256
 BATCH_ROWS_FROM = 16
-# ... and only for data of at least this many elements. Below it the data sits in the caches
-# (a training step's norm reads what the layer before it just wrote) and the channel pass,
-# one parallel launch against the batch rows' three plus their partials, wins at every
-# short-row shape measured (issue 39: ResNet's BatchNorm2d at `opgen bench --models`' shapes;
-# f32 kernel alone on torch's OpenMP pool, 2 threads, 2-core VM under load, min of 25
-# interleaved rounds, µs, channel / batch rows; forward, backward): warm (8,32,16x16)
-# 41 / 122, 54 / 193; (8,64,8x8) 36 / 121, 43 / 131; (16,64,16x16) 84 / 200, 112 / 289;
-# (32,128,8x8) 101 / 185, 163 / 210; (16,256,8x8) 107 / 186, 134 / 201; caches evicted
-# (OMP_WAIT_POLICY=PASSIVE): (8,64,8x8) 139 / 458, 238 / 406; (32,128,8x8) 390 / 565,
-# 682 / 778; (16,512,7x7) 609 / 873, 1040 / 819 (the backward's case above stays batch rows).
+# ... and only for data of at least this many elements (1.5 MiB of float32; (16,512,7x7)
+# stays batch rows). Below it the data sits in the caches (a training step's norm reads what
+# the layer before it just wrote) and the channel pass needs one parallel launch, against the
+# batch rows' three: each wakes a sleeping thread under OMP_WAIT_POLICY=PASSIVE. Measured
+# (issue 39: ResNet's BatchNorm2d at `opgen bench --models`' shapes, through opgen.torch.calls,
+# 2 threads on torch's pool, PASSIVE, 2-core VM, min of 31 rounds, µs, batch rows -> channel
+# pass; forward, backward): (8,32,16x16) 85 -> 68, 108 -> 85; (8,64,8x8) 84 -> 57, 95 -> 71.
+# With spinning threads (the default policy) the two measured alike at those shapes.
 BATCH_ROWS_MIN_ELEMENTS = 3 << 17
 
 

@@ -249,8 +249,9 @@ def test_channel_rule_in_batch_rows_sums_partials_of_each_row_then_each_channel(
     """batch_row_sums: three nests (partials over n in parallel, totals per channel, the
     outputs over n in parallel) with (N, C) partials in the workspace; otherwise one
     parallel pass over the channels. The same math either way, through the registered
-    BatchNormBackward kernel's own build (empty and ragged shapes in
-    tests/test_op_batch_norm_backward.py take both by their shape defaults)."""
+    BatchNormBackward kernel's own build (the op tests' shapes, below
+    BATCH_ROWS_MIN_ELEMENTS, take the channel pass by their shape defaults: this test is
+    what runs batch rows by default in the default tier)."""
     from opgen.ops import get_op
     from opgen.ops.batch_norm_backward import Problem
 
