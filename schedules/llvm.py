@@ -718,6 +718,15 @@ BATCH_ROW_SUMS = Knob(
 # would be a copy of it).
 BATCH_ROWS_UP_TO = 256
 BATCH_ROWS_FROM = 16
+# ... and only for data of at least this many elements (1.5 MiB of float32; (16,512,7x7)
+# stays batch rows). Below it the data sits in the caches (a training step's norm reads what
+# the layer before it just wrote) and the channel pass needs one parallel launch, against the
+# batch rows' three: each wakes a sleeping thread under OMP_WAIT_POLICY=PASSIVE. Measured
+# (issue 39: ResNet's BatchNorm2d at `opgen bench --models`' shapes, through opgen.torch.calls,
+# 2 threads on torch's pool, PASSIVE, 2-core VM, min of 31 rounds, µs, batch rows -> channel
+# pass; forward, backward): (8,32,16x16) 85 -> 68, 108 -> 85; (8,64,8x8) 84 -> 57, 95 -> 71.
+# With spinning threads (the default policy) the two measured alike at those shapes.
+BATCH_ROWS_MIN_ELEMENTS = 3 << 17
 
 
 @dataclass(frozen=True)
@@ -726,8 +735,8 @@ class ChannelPass(PatternRule):
     channels: each channel's sums over N and HW in one loop nest (one read of its data; the
     statistics they read inlined, see patterns.inline_statistics), its scalars, then its
     elementwise outputs (a second read, from cache when a channel's N*HW elements fit). For
-    a small HW, batch rows instead (``_batch_row_passes``). Each sum runs in a fixed order
-    in either: the bits do not depend on threads. A channel_reduction (the sums and their
+    a small HW on data too large for the caches, batch rows instead (``_batch_row_passes``).
+    Each sum runs in a fixed order in either: the bits do not depend on threads. A channel_reduction (the sums and their
     scalars, no elementwise output) is the same pass without the outputs: the Fallback ran
     each sum as its own nest, reading the data once per sum, one channel at a time."""
 
@@ -738,8 +747,8 @@ class ChannelPass(PatternRule):
         defaults = size_defaults(shapes)
         data = [shape for shape in (shapes or {}).values() if len(shape) == 3]   # (N, C, HW)
         if data:
-            n, _, hw = max(data, key=math.prod)
-            if n >= 2 and BATCH_ROWS_FROM <= hw <= BATCH_ROWS_UP_TO:
+            n, c, hw = max(data, key=math.prod)
+            if n >= 2 and BATCH_ROWS_FROM <= hw <= BATCH_ROWS_UP_TO and n * c * hw >= BATCH_ROWS_MIN_ELEMENTS:
                 defaults["batch_row_sums"] = True
         return defaults
 

@@ -249,8 +249,9 @@ def test_channel_rule_in_batch_rows_sums_partials_of_each_row_then_each_channel(
     """batch_row_sums: three nests (partials over n in parallel, totals per channel, the
     outputs over n in parallel) with (N, C) partials in the workspace; otherwise one
     parallel pass over the channels. The same math either way, through the registered
-    BatchNormBackward kernel's own build (empty and ragged shapes in
-    tests/test_op_batch_norm_backward.py take both by their shape defaults)."""
+    BatchNormBackward kernel's own build (the op tests' shapes, below
+    BATCH_ROWS_MIN_ELEMENTS, take the channel pass by their shape defaults: this test is
+    what runs batch rows by default in the default tier)."""
     from opgen.ops import get_op
     from opgen.ops.batch_norm_backward import Problem
 
@@ -270,12 +271,13 @@ def test_channel_rule_in_batch_rows_sums_partials_of_each_row_then_each_channel(
         np.testing.assert_allclose(outs[name], other[name], rtol=2e-6, atol=2e-6)
 
 
-def test_channel_rule_takes_batch_rows_for_short_channel_rows_only():
+def test_channel_rule_takes_batch_rows_for_short_channel_rows_of_large_data_only():
     from opgen.schedules.llvm import ChannelPass
 
     rule = ChannelPass()
     assert rule.knobs_for_shapes(LLVM, {"dy": (16, 512, 49), "weight": (512,)})["batch_row_sums"] is True
-    for shape in [(8, 128, 784), (1, 512, 49), (50176, 64, 1), (0, 3, 49)]:   # long rows, N=1, NHWC, empty
+    # long rows, N=1, NHWC, empty, data that fits the caches (ResNet's at opgen bench --models)
+    for shape in [(8, 128, 784), (1, 512, 49), (50176, 64, 1), (0, 3, 49), (8, 64, 64), (32, 128, 64)]:
         assert "batch_row_sums" not in rule.knobs_for_shapes(LLVM, {"dy": shape, "weight": (shape[1],)}), shape
 
 

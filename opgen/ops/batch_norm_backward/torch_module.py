@@ -105,7 +105,6 @@ def batch_norm(module: nn.modules.batchnorm._BatchNorm, x: Tensor, factor: float
     return y
 
 
-@torch.no_grad()
 def update_running(module: nn.modules.batchnorm._BatchNorm, m: int, mean: Tensor, invstd: Tensor,
                    factor: float) -> None:
     """The module's running statistics from a batch of ``m`` values a channel (update_running_stats)."""
@@ -119,11 +118,13 @@ def update_running_stats(running_mean: Tensor | None, running_var: Tensor | None
     unbiased (M / (M - 1), when M > 1) and recovered from invstd = 1 / sqrt(var + eps) in float64
     (C elements); a None buffer is left. Shared with SyncBatchNorm, whose batch is every rank's."""
     if running_mean is not None:
-        running_mean.mul_(1 - factor).add_(mean.to(running_mean.dtype), alpha=factor)
+        running_mean.mul_(1 - factor).add_(opgen_torch.as_dtype(mean, running_mean.dtype), alpha=factor)
     if running_var is not None:
-        var = (invstd.double().pow(-2) - eps).clamp_min(0)
-        var = var * (m / (m - 1)) if m > 1 else var
-        running_var.mul_(1 - factor).add_(var.to(running_var.dtype), alpha=factor)
+        # Seven small ops, in place where they can be (the unbiasing folded into alpha): each
+        # costs a dispatch, and a model pays them once per BatchNorm layer and step.
+        var = invstd.to(torch.float64, copy=True).pow_(-2).sub_(eps).clamp_min_(0)   # a copy: never the caller's
+        unbiased = factor * m / (m - 1) if m > 1 else factor
+        running_var.mul_(1 - factor).add_(var.to(running_var.dtype), alpha=unbiased)
 
 
 class _OpgenBatchNorm:
