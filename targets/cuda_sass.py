@@ -172,6 +172,65 @@ def elementwise_loop(functions: dict) -> Loop | None:
     return best
 
 
+def _loaded_bytes(text: str) -> int:
+    op = text.split()[0] if not text.startswith("@") else text.split()[1]
+    if not op.startswith("LDG"):
+        return 0
+    sizes = [_STORE_BYTES[part] for part in op.split(".")[1:] if part in _STORE_BYTES]
+    return sizes[0] if sizes else 4
+
+
+def _inner_loops(code: list) -> list:
+    """(start, end) of the innermost loops (backward branches holding no other) of one
+    function, in address order."""
+    loops = []
+    for address, text in code:
+        m = _BRANCH.search(text)
+        if m and int(m.group(1), 16) < address:
+            loops.append((int(m.group(1), 16), address))
+    inner = [(a, b) for a, b in loops if not any(a <= c and d <= b and (c, d) != (a, b) for c, d in loops)]
+    return sorted(inner)
+
+
+def _kernel_index(name: str) -> int:
+    """A TVM kernel's launch order from its name: <symbol>_kernel, <symbol>_kernel_1, ..."""
+    m = re.search(r"_kernel(?:_(\d+))?$", name)
+    return int(m.group(1)) if m and m.group(1) else 0
+
+
+def all_passes(functions: dict, hot: list) -> float | None:
+    """SASS instructions per element of the data over every pass over it (row reductions and
+    the elementwise output, in every kernel): ``hot`` are the passes the scheduled TIR holds
+    (gpu_traffic.hot_loops, kernel by kernel in order), paired in address order with the
+    innermost loops of each kernel's machine code that load from global memory (loops that
+    only store zero the partials once per block). A loop that stores covers ``stored bytes /
+    the pass's stored bytes per element`` elements per trip, one that only loads ``loaded
+    bytes / its loaded bytes per element`` (stores are exact; loads also count per-row
+    values ptxas reloads). None when the two do not pair up (ptxas split a pass into several
+    loops): the figure is then not measured, never guessed. Per-row and per-column work
+    (the cross-thread reduction, the final sum of the partials over their rows) is not per
+    element and not in it."""
+    total = 0.0
+    for name, code in functions.items():
+        passes = [h for h in hot if h.kernel == _kernel_index(name)]
+        loops = []
+        for start, end in _inner_loops(code):
+            body = [t for addr, t in code if start <= addr <= end]
+            if any(_loaded_bytes(t) for t in body):
+                loops.append(body)
+        if not passes:
+            continue
+        if len(loops) != len(passes):
+            return None
+        for body, step in zip(loops, passes):
+            stored, loaded = sum(_stored_bytes(t) for t in body), sum(_loaded_bytes(t) for t in body)
+            elements = stored / step.stored if step.stored and stored else loaded / step.loaded if step.loaded else 0
+            if not elements:
+                return None
+            total += len(body) / elements
+    return total
+
+
 def stored_bytes_per_element(func) -> int:
     """Bytes ``func`` (a scheduled PrimFunc) stores per element of its data: the element
     sizes of its parameters of the highest rank that it writes."""
