@@ -201,34 +201,47 @@ def _kernel_index(name: str) -> int:
 def all_passes(functions: dict, hot: list) -> float | None:
     """SASS instructions per element of the data over every pass over it (row reductions and
     the elementwise output, in every kernel): ``hot`` are the passes the scheduled TIR holds
-    (gpu_traffic.hot_loops, kernel by kernel in order), paired in address order with the
-    innermost loops of each kernel's machine code that load from global memory (loops that
-    only store zero the partials once per block). A loop that stores covers ``stored bytes /
-    the pass's stored bytes per element`` elements per trip, one that only loads ``loaded
-    bytes / its loaded bytes per element`` (stores are exact; loads also count per-row
-    values ptxas reloads). None when the two do not pair up (ptxas split a pass into several
-    loops): the figure is then not measured, never guessed. Per-row and per-column work
-    (the cross-thread reduction, the final sum of the partials over their rows) is not per
-    element and not in it."""
+    (gpu_traffic.hot_loops, kernel by kernel in order). Each kernel's innermost loops that
+    load from global memory (a loop that only stores zeroes the partials once per block)
+    are paired with its passes class by class, the passes that store with the loops that
+    store, the load-only ones with the load-only loops: in address order when there are as
+    many; when ptxas made several loops of a kernel's single pass of a class (an unrolled
+    loop, its remainder, a copy per path, a loop of loads whose values go unused on a path
+    that computes nothing), the one that computes the most: the most floating-point
+    instructions a trip, then the most bytes. A loop that stores covers ``stored bytes / the pass's stored bytes per element``
+    elements a trip, a load-only one ``loaded bytes / its loaded bytes per element``. None
+    when they do not pair up (several passes of a class in fewer or more loops): the figure
+    is then not measured, never guessed. Per-row and per-column work (the cross-thread
+    reduction, the final sum of the partials over their rows) is not per element and not
+    in it."""
     total = 0.0
     for name, code in functions.items():
         passes = [h for h in hot if h.kernel == _kernel_index(name)]
-        loops = []
-        for start, end in _inner_loops(code):
-            body = [t for addr, t in code if start <= addr <= end]
-            if any(_loaded_bytes(t) for t in body):
-                loops.append(body)
         if not passes:
             continue
-        if len(loops) != len(passes):
-            return None
-        for body, step in zip(loops, passes):
-            stored, loaded = sum(_stored_bytes(t) for t in body), sum(_loaded_bytes(t) for t in body)
-            elements = stored / step.stored if step.stored and stored else loaded / step.loaded if step.loaded else 0
-            if not elements:
+        loops = [[t for addr, t in code if start <= addr <= end] for start, end in _inner_loops(code)]
+        loops = [body for body in loops if any(_loaded_bytes(t) for t in body)]
+        for storing in (False, True):
+            steps = [h for h in passes if bool(h.stored) == storing]
+            found = [b for b in loops if bool(sum(_stored_bytes(t) for t in b)) == storing]
+            if len(found) > len(steps) == 1:
+                found = [max(found, key=lambda b: (_float_ops(b), _moved_bytes(b)))]
+            if len(found) != len(steps):
                 return None
-            total += len(body) / elements
+            for body, step in zip(found, steps):
+                stored, loaded = sum(_stored_bytes(t) for t in body), sum(_loaded_bytes(t) for t in body)
+                total += len(body) / (stored / step.stored if storing else loaded / step.loaded)
     return total
+
+
+def _float_ops(body: list) -> int:
+    """Floating-point arithmetic instructions (FFMA, FMUL, HFMA2, F2F, ...) in ``body``."""
+    ops = [t.split()[1] if t.startswith("@") else t.split()[0] for t in body]
+    return sum(op[0] in "FH" and not op.startswith(("FLO", "FSEL", "FSETP")) for op in ops)
+
+
+def _moved_bytes(body: list) -> int:
+    return sum(_stored_bytes(t) + _loaded_bytes(t) for t in body)
 
 
 def stored_bytes_per_element(func) -> int:

@@ -50,7 +50,27 @@ def test_all_passes_pairs_the_tirs_passes_with_the_loops_that_load():
     output = gpu_traffic.HotLoop(kernel=0, loaded=2, stored=2)      # 1 element a trip (its stores): 4
     # the zeroing loop (stores only) and kernel_1 (no pass over the data) are not counted
     assert cuda_sass.all_passes(functions, [reduction, output]) == 6 / 2 + 4 / 1
-    assert cuda_sass.all_passes(functions, [output]) is None   # two loops, one pass: not guessed
+    assert cuda_sass.all_passes(functions, [output]) is None   # a load-only loop, no such pass
+
+
+UNUSED_LOADS = """
+        Function : k_kernel
+        /*0000*/                   LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0010*/                   LDG.E.128 R4, desc[UR4][R2.64+0x10] ;
+        /*0020*/               @P0 BRA 0x0 ;
+        /*0030*/                   LDG.E.128 R4, desc[UR4][R2.64] ;
+        /*0040*/                   FFMA R9, R4, R5, R9 ;
+        /*0050*/                   FFMA R9, R6, R7, R9 ;
+        /*0060*/               @P1 BRA 0x30 ;
+"""
+
+
+def test_of_several_loops_for_one_pass_the_one_that_computes_is_counted():
+    """ptxas made two loops of one load-only pass, one of loads whose values nothing uses
+    (seen in the vector variant on sm_90): the loop with the arithmetic is the pass."""
+    functions = {"k_kernel": [(int(a, 16), t) for a, t in cuda_sass._INSTRUCTION.findall(UNUSED_LOADS)]}
+    reduction = gpu_traffic.HotLoop(kernel=0, loaded=16, stored=0)   # a 16-byte load an element
+    assert cuda_sass.all_passes(functions, [reduction]) == 4 / 1
 
 
 @pytest.mark.parametrize("name,tag,reductions,partials", [
@@ -77,13 +97,15 @@ def test_the_final_sum_and_the_zeroing_of_the_partials_are_not_per_element():
 
 
 @needs_sass
-@pytest.mark.parametrize("tag,expected", [("bf16-f32", 55.0), ("f32-f32", 50.0)])
-def test_all_passes_sass_of_todays_generic_row_pass_on_sm_90(tag, expected):
+@pytest.mark.parametrize("tag,vector,expected", [("bf16-f32", False, 55.0), ("f32-f32", False, 50.0),
+                                                 ("bf16-f32", True, 21.0)])
+def test_all_passes_sass_of_todays_row_pass_on_sm_90(tag, vector, expected):
     """The baseline of issue 40's goal (at most half over all passes): the reduction pass
-    plus the output pass, counted by hand from the disassembly as 55 (bf16) and 50 (f32)."""
+    plus the output pass, counted by hand from the disassembly as 55 (bf16) and 50 (f32)
+    for the generic kernel; 13.5 + 7.5 for the vector one."""
     op = get_op("rms_norm_grad")
-    kernel = kernels.get_kernel(op, op.combo(tag), CUDA)
+    kernel = kernels.get_kernel(op, op.combo(tag), CUDA, knobs={"vector": vector})
     _, cubin = cuda_target._compile_cached(CUDA.source_of(kernel.module)[1], "sm_90")
-    hot = gpu_traffic.hot_loops(_func("rms_norm_grad", tag))
+    hot = gpu_traffic.hot_loops(_func("rms_norm_grad", tag, vector))
     assert [h.stored for h in hot] == [0, {"bf16-f32": 6, "f32-f32": 8}[tag]]
     assert cuda_sass.all_passes(cuda_sass.sass(cubin), hot) == pytest.approx(expected)
