@@ -182,19 +182,36 @@ def reduce_across_threads(sch, block_name: str, threads: int) -> None:
     bind_threads(sch, sch.get_loops(block)[-1], threads)
 
 
+# Threads of the final column sum that split a column's partials (threadIdx.y), each summing
+# every PARTIAL_SPLIT-th partial row, then a fixed-order tree in shared memory: the sum of
+# 512 partial rows is 64 loads deep per thread instead of 512, and a block covers
+# column_threads / PARTIAL_SPLIT columns, so 4096 columns take 128 blocks instead of 16.
+PARTIAL_SPLIT = 8
+
+
 def final_column_sum(sch, block, threads: int, casts=(), scratch: bool = False) -> None:
-    """A thread per column; each sums its partials serially, in a fixed order, then runs
-    the ``casts`` (blocks) that round its sum. A ``scratch`` sum (no output of its own) is
-    then that thread's register, never stored."""
+    """Each column's partials summed in a fixed order, parallel over columns (threadIdx.x,
+    ``threads // PARTIAL_SPLIT`` columns a block) and over the partials (threadIdx.y: a
+    cross-thread reduction, whose result thread y = 0 stores), then the ``casts`` (blocks)
+    that round the sum, run by thread y = 0 alone. A ``scratch`` sum (no output of its own)
+    is then a register, never stored."""
     loops = sch.get_loops(block)
-    spatial = loops[:-1]
-    bind_blocks_and_threads(sch, sch.fuse(*spatial) if len(spatial) > 1 else spatial[0], threads)
-    thread = sch.get_loops(block)[-2]
-    for cast in casts:
-        sch.reverse_compute_at(cast, thread)
+    spatial, partials = loops[:-1], loops[-1]
+    columns = max(1, threads // PARTIAL_SPLIT)
+    outer, inner = sch.split(sch.fuse(*spatial) if len(spatial) > 1 else spatial[0], [None, columns])
+    sch.bind(outer, "blockIdx.x")
+    sch.bind(inner, "threadIdx.x")
+    sch.bind(sch.split(partials, [None, PARTIAL_SPLIT])[1], "threadIdx.y")
     if casts and scratch:
         sch.set_scope(block, 0, "local")
-    sch.decompose_reduction(block, sch.get_loops(block)[-1])
+    else:   # TVM 0.27 stores a cross-thread result into a global buffer without the column
+        # guard (seen in the emitted CUDA: past the row's end with 33 columns): a register
+        # first, then a copy that keeps it
+        casts = [sch.cache_write(block, 0, "local"), *casts]
+    for cast in casts:
+        sch.reverse_compute_at(cast, inner)
+        one = sch.split(sch.add_unit_loop(cast), [None, PARTIAL_SPLIT])[1]
+        sch.bind(one, "threadIdx.y")   # threadIdx.y < 1: one thread of the column stores
 
 
 @dataclass(frozen=True)
