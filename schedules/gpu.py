@@ -13,9 +13,11 @@ pass both build): only how the matched stages are laid onto blocks and threads d
   per-row scalars, then writes the elementwise output and adds the row into its own row
   of column partials, in one pass over the row (threads stride the columns, with a loop
   when the row is longer than the block). A second kernel per column sum sums the
-  ``partials`` rows of each column in a fixed order (a thread per column, which also rounds
-  it when cast stages follow: the float32 sum then stays in its register). No atomics: the
-  bits depend on the shape and the knobs, never on timing.
+  ``partials`` rows of each column in a fixed order, parallel over columns (threadIdx.x)
+  and over the partials (threadIdx.y, PARTIAL_SPLIT threads a column, each summing every
+  PARTIAL_SPLIT-th row, then a fixed-order tree in shared memory); thread y = 0 stores the
+  sum, or rounds it when cast stages follow (the float32 sum then stays in its register).
+  No atomics: the bits depend on the shape and the knobs, never on timing.
 * ``GpuRowReduce`` (the row pattern without column sums: a forward norm): a block per row,
   its reductions across the threads, its scalars in registers, then its elementwise
   outputs; a per-row output (rstd) stored by one thread.
@@ -76,14 +78,16 @@ made TVM 0.27 emit it (each measured in the emitted CUDA):
     arithmetic; the register caches get a constant extent (CompactBufferAllocation clamped
     them to min(cols, lanes), which CUDA cannot allocate).
 SASS instructions per element of the row pass's elementwise loop (targets/cuda_sass.py,
-CUDA 13.0, rms_norm_grad, default knobs, sm_80 / sm_90): bf16-f32 generic 41.5 / 40.0,
-vector 13.6 / 13.5; f32-f32 generic 37.5 / 36.8, vector 15.4 / 16.0
-(benchmarks/sass_per_element.py).
+CUDA 13.0, rms_norm_grad, default knobs, sm_80 / sm_90): bf16-f32 generic 39.8 / 40.8,
+vector 13.6 / 13.5; f32-f32 generic 36.2 / 37.5, vector 15.4 / 16.0; over every pass
+(reduction + output) generic 55.5 / 56.5 and 50.0 / 51.2, vector 21.6 / 21.0 and
+22.7 / 23.6 (benchmarks/sass_per_element.py; table in docs/targets.md).
 
-Not here yet: the column partials of the row pass are still a read-modify-write of global
-memory per row (in 128-bit pieces in the vector variant), summed over ``partials`` rows by a
-thread per column; the grid is the fixed ``partials`` knob, not sized from the device's SM
-count. Several rows per block on threadIdx.y (a warp per short row) needs the column
+Not here yet (issue 40; the static measures of today's kernels, targets/gpu_traffic.py and
+cuda_sass.all_passes, are in docs/targets.md): the column partials of the row pass are still
+a read-modify-write of global memory per row (in 128-bit pieces in the vector variant); the
+row reduction and the output pass each read the row from global memory; the grid is the
+fixed ``partials`` knob, not sized from the device's SM count. Several rows per block on threadIdx.y (a warp per short row) needs the column
 partials split per warp as well; ``threads=32`` with more ``partials`` is the nearest point
 of the current space.
 """

@@ -17,7 +17,9 @@ stored_bytes_per_element`` elements (ptxas unrolls, so a trip is often several e
 and the figure is its instruction count divided by that. ``stored_bytes_per_element`` is
 the bytes the kernel writes per element of its data: the element sizes of the parameters of
 the data's rank that it stores to (an elementwise output and the column partials,
-``stored_bytes_per_element(func)``).
+``stored_bytes_per_element(func)``). ``all_passes`` counts every pass over the data instead
+(the row reductions too), pairing the loops with the passes the scheduled TIR holds
+(targets/gpu_traffic.py).
 """
 from __future__ import annotations
 

@@ -97,15 +97,17 @@ def test_the_final_sum_and_the_zeroing_of_the_partials_are_not_per_element():
 
 
 @needs_sass
-@pytest.mark.parametrize("tag,vector,expected", [("bf16-f32", False, 55.0), ("f32-f32", False, 50.0),
+@pytest.mark.parametrize("tag,vector,expected", [("bf16-f32", False, 56.5), ("f32-f32", False, 51.2),
                                                  ("bf16-f32", True, 21.0)])
 def test_all_passes_sass_of_todays_row_pass_on_sm_90(tag, vector, expected):
     """The baseline of issue 40's goal (at most half over all passes): the reduction pass
-    plus the output pass, counted by hand from the disassembly as 55 (bf16) and 50 (f32)
-    for the generic kernel; 13.5 + 7.5 for the vector one."""
+    plus the output pass of the generic kernel, counted by hand from the disassembly as 55
+    (bf16) and 50 (f32) before the final sum was split over partials (the row kernel no
+    longer shares ceil(cols / threads) with it as a parameter: ptxas allocates it anew,
+    56.5 and 51.25 now); 13.5 + 7.5 for the vector one."""
     op = get_op("rms_norm_grad")
     kernel = kernels.get_kernel(op, op.combo(tag), CUDA, knobs={"vector": vector})
     _, cubin = cuda_target._compile_cached(CUDA.source_of(kernel.module)[1], "sm_90")
     hot = gpu_traffic.hot_loops(_func("rms_norm_grad", tag, vector))
     assert [h.stored for h in hot] == [0, {"bf16-f32": 6, "f32-f32": 8}[tag]]
-    assert cuda_sass.all_passes(cuda_sass.sass(cubin), hot) == pytest.approx(expected)
+    assert cuda_sass.all_passes(cuda_sass.sass(cubin), hot) == pytest.approx(expected, abs=0.05)
