@@ -141,9 +141,10 @@ SEVERAL_SUMS_ROWS_PER_BLOCK = 8
 # reported 16 B of stores on sm_80 for its 2 + 2 on a persistent grid, before several column
 # sums took fixed rows per block here). With SEVERAL_SUMS_ROWS_PER_BLOCK rows
 # per block (row base blockIdx.x * 8 + r) the same kernels take 40-48 registers and spill
-# nothing; so does every mix of 1-4 row sums and 1-4 column sums but one: 3 + 4 spills 20 B
-# on sm_90 at 256 threads (none at 128 or 512; at 2, 4, 8 or 16 rows per block alike), left
-# to the ``threads`` knob. ptxas's choice is not monotone in the accumulators (4 + 3 and
+# nothing; so does every mix of 1-4 row sums and 1-4 column sums (3 + 4 spilled 20 B on
+# sm_90 at 256 threads while the row kernel shared ceil(cols / threads) with the final sums
+# as a parameter; since the final sums are split over partials it computes it itself and
+# spills nothing). ptxas's choice is not monotone in the accumulators (4 + 3 and
 # 4 + 4 are clean): tests/test_patterns.py pins the measured shapes.
 PERSISTENT_ACCUMULATORS = 2
 COLUMN_THREADS = Knob(
