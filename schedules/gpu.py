@@ -13,9 +13,11 @@ pass both build): only how the matched stages are laid onto blocks and threads d
   per-row scalars, then writes the elementwise output and adds the row into its own row
   of column partials, in one pass over the row (threads stride the columns, with a loop
   when the row is longer than the block). A second kernel per column sum sums the
-  ``partials`` rows of each column in a fixed order (a thread per column, which also rounds
-  it when cast stages follow: the float32 sum then stays in its register). No atomics: the
-  bits depend on the shape and the knobs, never on timing.
+  ``partials`` rows of each column in a fixed order, parallel over columns (threadIdx.x)
+  and over the partials (threadIdx.y, PARTIAL_SPLIT threads a column, each summing every
+  PARTIAL_SPLIT-th row, then a fixed-order tree in shared memory); thread y = 0 stores the
+  sum, or rounds it when cast stages follow (the float32 sum then stays in its register).
+  No atomics: the bits depend on the shape and the knobs, never on timing.
 * ``GpuRowReduce`` (the row pattern without column sums: a forward norm): a block per row,
   its reductions across the threads, its scalars in registers, then its elementwise
   outputs; a per-row output (rstd) stored by one thread.
@@ -76,14 +78,16 @@ made TVM 0.27 emit it (each measured in the emitted CUDA):
     arithmetic; the register caches get a constant extent (CompactBufferAllocation clamped
     them to min(cols, lanes), which CUDA cannot allocate).
 SASS instructions per element of the row pass's elementwise loop (targets/cuda_sass.py,
-CUDA 13.0, rms_norm_grad, default knobs, sm_80 / sm_90): bf16-f32 generic 41.5 / 40.0,
-vector 13.6 / 13.5; f32-f32 generic 37.5 / 36.8, vector 15.4 / 16.0
-(benchmarks/sass_per_element.py).
+CUDA 13.0, rms_norm_grad, default knobs, sm_80 / sm_90): bf16-f32 generic 39.8 / 40.8,
+vector 13.6 / 13.5; f32-f32 generic 36.2 / 37.5, vector 15.4 / 16.0; over every pass
+(reduction + output) generic 55.5 / 56.5 and 50.0 / 51.2, vector 21.6 / 21.0 and
+22.7 / 23.6 (benchmarks/sass_per_element.py; table in docs/targets.md).
 
-Not here yet: the column partials of the row pass are still a read-modify-write of global
-memory per row (in 128-bit pieces in the vector variant), summed over ``partials`` rows by a
-thread per column; the grid is the fixed ``partials`` knob, not sized from the device's SM
-count. Several rows per block on threadIdx.y (a warp per short row) needs the column
+Not here yet (issue 40; the static measures of today's kernels, targets/gpu_traffic.py and
+cuda_sass.all_passes, are in docs/targets.md): the column partials of the row pass are still
+a read-modify-write of global memory per row (in 128-bit pieces in the vector variant); the
+row reduction and the output pass each read the row from global memory; the grid is the
+fixed ``partials`` knob, not sized from the device's SM count. Several rows per block on threadIdx.y (a warp per short row) needs the column
 partials split per warp as well; ``threads=32`` with more ``partials`` is the nearest point
 of the current space.
 """
@@ -137,9 +141,10 @@ SEVERAL_SUMS_ROWS_PER_BLOCK = 8
 # reported 16 B of stores on sm_80 for its 2 + 2 on a persistent grid, before several column
 # sums took fixed rows per block here). With SEVERAL_SUMS_ROWS_PER_BLOCK rows
 # per block (row base blockIdx.x * 8 + r) the same kernels take 40-48 registers and spill
-# nothing; so does every mix of 1-4 row sums and 1-4 column sums but one: 3 + 4 spills 20 B
-# on sm_90 at 256 threads (none at 128 or 512; at 2, 4, 8 or 16 rows per block alike), left
-# to the ``threads`` knob. ptxas's choice is not monotone in the accumulators (4 + 3 and
+# nothing; so does every mix of 1-4 row sums and 1-4 column sums (3 + 4 spilled 20 B on
+# sm_90 at 256 threads while the row kernel shared ceil(cols / threads) with the final sums
+# as a parameter; since the final sums are split over partials it computes it itself and
+# spills nothing). ptxas's choice is not monotone in the accumulators (4 + 3 and
 # 4 + 4 are clean): tests/test_patterns.py pins the measured shapes.
 PERSISTENT_ACCUMULATORS = 2
 COLUMN_THREADS = Knob(
@@ -182,19 +187,36 @@ def reduce_across_threads(sch, block_name: str, threads: int) -> None:
     bind_threads(sch, sch.get_loops(block)[-1], threads)
 
 
+# Threads of the final column sum that split a column's partials (threadIdx.y), each summing
+# every PARTIAL_SPLIT-th partial row, then a fixed-order tree in shared memory: the sum of
+# 512 partial rows is 64 loads deep per thread instead of 512, and a block covers
+# column_threads / PARTIAL_SPLIT columns, so 4096 columns take 128 blocks instead of 16.
+PARTIAL_SPLIT = 8
+
+
 def final_column_sum(sch, block, threads: int, casts=(), scratch: bool = False) -> None:
-    """A thread per column; each sums its partials serially, in a fixed order, then runs
-    the ``casts`` (blocks) that round its sum. A ``scratch`` sum (no output of its own) is
-    then that thread's register, never stored."""
+    """Each column's partials summed in a fixed order, parallel over columns (threadIdx.x,
+    ``threads // PARTIAL_SPLIT`` columns a block) and over the partials (threadIdx.y: a
+    cross-thread reduction, whose result thread y = 0 stores), then the ``casts`` (blocks)
+    that round the sum, run by thread y = 0 alone. A ``scratch`` sum (no output of its own)
+    is then a register, never stored."""
     loops = sch.get_loops(block)
-    spatial = loops[:-1]
-    bind_blocks_and_threads(sch, sch.fuse(*spatial) if len(spatial) > 1 else spatial[0], threads)
-    thread = sch.get_loops(block)[-2]
-    for cast in casts:
-        sch.reverse_compute_at(cast, thread)
+    spatial, partials = loops[:-1], loops[-1]
+    columns = max(1, threads // PARTIAL_SPLIT)
+    outer, inner = sch.split(sch.fuse(*spatial) if len(spatial) > 1 else spatial[0], [None, columns])
+    sch.bind(outer, "blockIdx.x")
+    sch.bind(inner, "threadIdx.x")
+    sch.bind(sch.split(partials, [None, PARTIAL_SPLIT])[1], "threadIdx.y")
     if casts and scratch:
         sch.set_scope(block, 0, "local")
-    sch.decompose_reduction(block, sch.get_loops(block)[-1])
+    else:   # TVM 0.27 stores a cross-thread result into a global buffer without the column
+        # guard (seen in the emitted CUDA: past the row's end with 33 columns): a register
+        # first, then a copy that keeps it
+        casts = [sch.cache_write(block, 0, "local"), *casts]
+    for cast in casts:
+        sch.reverse_compute_at(cast, inner)
+        one = sch.split(sch.add_unit_loop(cast), [None, PARTIAL_SPLIT])[1]
+        sch.bind(one, "threadIdx.y")   # threadIdx.y < 1: one thread of the column stores
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,9 @@ stored_bytes_per_element`` elements (ptxas unrolls, so a trip is often several e
 and the figure is its instruction count divided by that. ``stored_bytes_per_element`` is
 the bytes the kernel writes per element of its data: the element sizes of the parameters of
 the data's rank that it stores to (an elementwise output and the column partials,
-``stored_bytes_per_element(func)``).
+``stored_bytes_per_element(func)``). ``all_passes`` counts every pass over the data instead
+(the row reductions too), pairing the loops with the passes the scheduled TIR holds
+(targets/gpu_traffic.py).
 """
 from __future__ import annotations
 
@@ -170,6 +172,78 @@ def elementwise_loop(functions: dict) -> Loop | None:
             if stored and loads and (best is None or stored > best.stored_bytes):
                 best = Loop(name, len(body), stored)
     return best
+
+
+def _loaded_bytes(text: str) -> int:
+    op = text.split()[0] if not text.startswith("@") else text.split()[1]
+    if not op.startswith("LDG"):
+        return 0
+    sizes = [_STORE_BYTES[part] for part in op.split(".")[1:] if part in _STORE_BYTES]
+    return sizes[0] if sizes else 4
+
+
+def _inner_loops(code: list) -> list:
+    """(start, end) of the innermost loops (backward branches holding no other) of one
+    function, in address order."""
+    loops = []
+    for address, text in code:
+        m = _BRANCH.search(text)
+        if m and int(m.group(1), 16) < address:
+            loops.append((int(m.group(1), 16), address))
+    inner = [(a, b) for a, b in loops if not any(a <= c and d <= b and (c, d) != (a, b) for c, d in loops)]
+    return sorted(inner)
+
+
+def _kernel_index(name: str) -> int:
+    """A TVM kernel's launch order from its name: <symbol>_kernel, <symbol>_kernel_1, ..."""
+    m = re.search(r"_kernel(?:_(\d+))?$", name)
+    return int(m.group(1)) if m and m.group(1) else 0
+
+
+def all_passes(functions: dict, hot: list) -> float | None:
+    """SASS instructions per element of the data over every pass over it (row reductions and
+    the elementwise output, in every kernel): ``hot`` are the passes the scheduled TIR holds
+    (gpu_traffic.hot_loops, kernel by kernel in order). Each kernel's innermost loops that
+    load from global memory (a loop that only stores zeroes the partials once per block)
+    are paired with its passes class by class, the passes that store with the loops that
+    store, the load-only ones with the load-only loops: in address order when there are as
+    many; when ptxas made several loops of a kernel's single pass of a class (an unrolled
+    loop, its remainder, a copy per path, a loop of loads whose values go unused on a path
+    that computes nothing), the one that computes the most: the most floating-point
+    instructions a trip, then the most bytes. A loop that stores covers ``stored bytes / the pass's stored bytes per element``
+    elements a trip, a load-only one ``loaded bytes / its loaded bytes per element``. None
+    when they do not pair up (several passes of a class in fewer or more loops): the figure
+    is then not measured, never guessed. Per-row and per-column work (the cross-thread
+    reduction, the final sum of the partials over their rows) is not per element and not
+    in it."""
+    total = 0.0
+    for name, code in functions.items():
+        passes = [h for h in hot if h.kernel == _kernel_index(name)]
+        if not passes:
+            continue
+        loops = [[t for addr, t in code if start <= addr <= end] for start, end in _inner_loops(code)]
+        loops = [body for body in loops if any(_loaded_bytes(t) for t in body)]
+        for storing in (False, True):
+            steps = [h for h in passes if bool(h.stored) == storing]
+            found = [b for b in loops if bool(sum(_stored_bytes(t) for t in b)) == storing]
+            if len(found) > len(steps) == 1:
+                found = [max(found, key=lambda b: (_float_ops(b), _moved_bytes(b)))]
+            if len(found) != len(steps):
+                return None
+            for body, step in zip(found, steps):
+                stored, loaded = sum(_stored_bytes(t) for t in body), sum(_loaded_bytes(t) for t in body)
+                total += len(body) / (stored / step.stored if storing else loaded / step.loaded)
+    return total
+
+
+def _float_ops(body: list) -> int:
+    """Floating-point arithmetic instructions (FFMA, FMUL, HFMA2, F2F, ...) in ``body``."""
+    ops = [t.split()[1] if t.startswith("@") else t.split()[0] for t in body]
+    return sum(op[0] in "FH" and not op.startswith(("FLO", "FSEL", "FSETP")) for op in ops)
+
+
+def _moved_bytes(body: list) -> int:
+    return sum(_stored_bytes(t) + _loaded_bytes(t) for t in body)
 
 
 def stored_bytes_per_element(func) -> int:

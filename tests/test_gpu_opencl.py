@@ -16,13 +16,14 @@ import pytest
 from opgen import aclnn, config, kernels
 from opgen.ops import get_op
 from opgen.ops.group_norm_backward import Problem as GNProblem
+from opgen.ops.layer_norm_backward import Problem as LNProblem
 from opgen.ops.rms_norm_grad import Problem as RMSProblem
 from opgen.targets import get_target
 from opgen.targets.opencl import OpenclModule
 
 from aclnn_helpers import assert_matches, base_args, phase_one, run_both
 
-RMS, GN = get_op("rms_norm_grad"), get_op("group_norm_backward")
+RMS, GN, LN = get_op("rms_norm_grad"), get_op("group_norm_backward"), get_op("layer_norm_backward")
 OPENCL = get_target("opencl")
 TAILS = (1, 7, 33, 941, 12290)
 
@@ -85,6 +86,14 @@ GN_SHAPES = [GNProblem(2, 4, hw, 2) for hw in TAILS] + [
 @pytest.mark.parametrize("tag", [c.tag for c in GN.combos])
 def test_group_norm_backward_on_opencl(tag, problem, rng):
     _check(GN, problem, tag, rng)
+
+
+@pytest.mark.parametrize("problem", [LNProblem((3, c), 1) for c in TAILS] + [LNProblem((1100, 7), 1)], ids=str)
+@pytest.mark.parametrize("tag", ["bf16-bf16", "f32-f32"])
+def test_layer_norm_backward_column_sums_on_opencl(tag, problem, rng):
+    """Two column sums, rounded to bf16 by cast stages (bf16-bf16) or not: the final sum
+    split over partials and columns (schedules/gpu.py final_column_sum) on every tail."""
+    _check(LN, problem, tag, rng)
 
 
 @pytest.mark.parametrize("tag", [c.tag for c in RMS.combos])
