@@ -13,6 +13,9 @@ domain:
   * a guarded load ``if_then_else(N * HW > 0, x[0, c, 0], 0)`` (a condition on sizes) is a
     sum over a window of one element where the condition holds and none where it does not
     (bishengir has no branch in a fused kernel): the load stays unread where it is false;
+  * any other ``if_then_else(c, A, B)`` on a size condition (a mean of no rank is 0, not
+    0/0) is an ``hfusion.select`` of ``c`` filled over the domain: both sides computed,
+    one kept per element, exactly (neither side may read out of bounds where ``c`` is false);
   * a subexpression that no iterator reaches (``1 / (D*HW)``, ``eps[0]``) is a scalar,
     printed with arith and passed as the scalar operand of the named op using it;
   * a reduction ``acc = acc op E`` is E over the domain, then ``linalg.reduce`` over the
@@ -214,6 +217,18 @@ def _reaches(node, names: set) -> bool:
     return any(_reaches(c, names) for c in children)
 
 
+def _unguarded_constant_loads(node) -> list:
+    """The loads in ``node`` with a constant index that no if_then_else encloses (what an
+    eager select would read out of bounds where its guard is false)."""
+    if kind(node) in LOADS:
+        return [node] if any(kind(i) == "IntImm" for i in node.indices) else []
+    if kind(node) == "Call" and node.op.name.endswith("if_then_else"):
+        return []                  # its own guard: a guarded load, or a select checked when printed
+    children = list(node.args) if kind(node) == "Call" else \
+        [getattr(node, c) for c in ("a", "b", "value") if hasattr(node, c)]
+    return [load for c in children for load in _unguarded_constant_loads(c)]
+
+
 def _constants_or_iterators(indices, position: dict) -> bool:
     """Whether each index is a constant or one of the domain's iterators."""
     return all(kind(i) == "IntImm" or (kind(i) in VARS and i.name in position) for i in indices)
@@ -303,7 +318,7 @@ class StagePrinter:
         "Unknown kernel fusion kind"; a crash beside a reduction), so the load is a sum
         over a window of its buffer, on each constant-index axis one element wide where
         ``c`` holds and empty where it does not: the element itself, or 0 with nothing
-        read. Any other if_then_else has no named op."""
+        read. Any other if_then_else is an eager select (``select``)."""
         condition, taken, other = node.args
         load = taken
         while kind(load) == "Cast":             # casts map 0 to 0
@@ -311,8 +326,7 @@ class StagePrinter:
         if not (_is_scalar(condition, set(self.position)) and kind(other) in ("FloatImm", "IntImm")
                 and other.value == 0 and kind(load) in LOADS and _constants_or_iterators(load.indices, self.position)
                 and any(kind(i) == "IntImm" for i in load.indices)):
-            raise UnsupportedStage(f"stage {self.stage.name}: no named op for the call {node.op.name} "
-                                   f"(only a guarded load, if_then_else(sizes, x[.., 0, ..], 0), has one)")
+            return self.select(node, element)
         window = self.window(load, self.scalars.print(condition))
         outer = self.printed
         self.printed = {**outer, str(load): (window, True)}   # E over the window's sum
@@ -320,6 +334,31 @@ class StagePrinter:
             return self.tensor(taken)
         finally:
             self.printed = outer
+
+    def select(self, node, element: str) -> str:
+        """``if_then_else(c, A, B)``, ``c`` a condition on sizes only (a gather's mean of
+        no rank is 0, not 0/0: ``if_then_else(N > 0, shift + sum / count, 0)``), as
+        an ``hfusion.select`` of ``c`` filled over the domain. Both sides are computed over
+        the domain and the select keeps one per element, exactly (a NaN of the other side,
+        the 0/0 of no rank, does not reach the result, as it would through an arithmetic
+        mask). So neither side may read an element only the guard keeps in bounds: a load
+        at constant indices must sit in a guarded load of its own (``guarded``), else there
+        is no named op."""
+        condition, taken, other = node.args
+        if not _is_scalar(condition, set(self.position)):
+            raise UnsupportedStage(f"stage {self.stage.name}: no named op for the call {node.op.name} on a "
+                                   f"condition that reads memory or an iterator: {condition}")
+        unguarded = [str(n) for side in (taken, other) for n in _unguarded_constant_loads(side)]
+        if unguarded:
+            raise UnsupportedStage(f"stage {self.stage.name}: no named op for the call {node.op.name}: "
+                                   f"{', '.join(unguarded)} is read at constant indices outside a guarded load")
+        flag = self.scalars.print(condition)
+        mask = self.body.op(f"linalg.fill ins({flag} : i1) outs({self.empty('i1')} : {self.typed('i1')}) -> "
+                            f"{self.typed('i1')}", "m")
+        a, b = self.tensor(taken), self.tensor(other)
+        return self.body.op(f"hfusion.select ins({mask}, {a}, {b} : {self.typed('i1')}, {self.typed(element)}, "
+                            f"{self.typed(element)}) outs({self.empty(element)} : {self.typed(element)}) -> "
+                            f"{self.typed(element)}", "sel")
 
     def window(self, node, flag: str) -> str:
         """The load ``node`` over the domain, its constant-index axes summed over a window
