@@ -180,11 +180,41 @@ def test_a_guarded_load_is_a_window_of_one_or_no_element():
 
 @pytest.mark.parametrize("condition,otherwise", [
     (lambda x, ci: x[0, ci, 0] > 0, 0.0),      # a condition on data, not sizes
-    (None, 1.0),                               # another value where the guard is false
+    (None, 1.0),                               # a select (not a window) would read x[0, c, 0] unguarded
 ])
 def test_an_if_then_else_other_than_a_guarded_load_is_refused(condition, otherwise):
     with pytest.raises(UnsupportedStage, match="no named op for the call .*if_then_else"):
         _guarded_shift(condition, otherwise)
+
+
+def _guarded_mean():
+    """A gather's no-rank mean: ``if_then_else(N > 0, shift + s / k, 0)`` over (C,), s and k
+    per-channel inputs (0/0 where there is no rank), the shift itself a guarded load."""
+    n, c, hw = (te.var(v, "int64") for v in ("N", "C", "HW"))
+    x = te.placeholder((n, c, hw), "float32", name="x")
+    s, k = (te.placeholder((c,), "float32", name=v) for v in ("s", "k"))
+    zero = te.const(0.0, "float32")
+    mean = te.compute((c,), lambda ci: te.if_then_else(
+        n > 0, te.if_then_else(n * hw > 0, x[0, ci, 0], zero) + s[ci] / k[ci], zero), name="mean")
+    graph = stage_graph(te.create_prim_func([x, s, k, mean]).with_attr("global_symbol", "gmean"))
+    return named.print_kernels("gmean", graph, named.kernels(graph))
+
+
+def test_a_size_guarded_select_of_computed_values_is_an_hfusion_select():
+    """Both sides computed over the domain, one kept per element by an hfusion.select of the
+    size condition filled over it (exact: the 0/0 of no rank never reaches the result, as it
+    would through a 0/1 mask); the inner guarded load stays a window. bishengir takes it
+    to HIVM where it is installed."""
+    [(name, text)] = _guarded_mean()
+    mask = re.search(r"(%m\d+) = linalg.fill ins\(%v\d+ : i1\) outs\(%e\d+ : tensor<\?xi1>\)", text).group(1)
+    assert re.search(rf"hfusion.select ins\({mask}, %w\d+, %f\d+ : tensor<\?xi1>, tensor<\?xf32>, tensor<\?xf32>\)",
+                     text), text
+    assert "arith.select %v" in text and "dimensions = [0, 2]" in text      # the shift's window
+    if ASCEND_MLIR.can_build():
+        from opgen.targets.mlir import bishengir
+
+        report = bishengir.compile_kernel(name, text, ASCEND_MLIR.soc)
+        assert report.ok, report.error
 
 
 @needs_iree
@@ -261,12 +291,12 @@ def test_iree_writes_strided_outputs_and_leaves_inputs_alone(rng):
 
 # Ops whose kernels the named-op emitter (targets/mlir/named.py) refuses, with what it says:
 # none today (BatchNorm's forward, whose shift is a guarded load, was one until its window
-# lowering: see test_a_guarded_load_is_a_window_of_one_or_no_element).
+# lowering: see test_a_guarded_load_is_a_window_of_one_or_no_element; BatchNormGatherStatsWithCounts,
+# whose no-rank mean is a size-guarded select, until hfusion.select: see
+# test_a_size_guarded_select_of_computed_values_is_an_hfusion_select).
 # RmsNormGradQuant: its divMode select on data has no named op; past it, bishengir rejects its
 # dynamic-shape int8 store (docs/bishengir/dynamic_shape_int8_store.mlir).
-BISHENGIR_GAPS: dict = {"rms_norm_grad_quant": "no named op for the call prim.if_then_else",   # issue 37
-                       # its no-rank mean (W = 0: 0, not 0/0) is a size-guarded select of a computed value
-                       "batch_norm_gather_stats_with_counts": "no named op for the call prim.if_then_else"}
+BISHENGIR_GAPS: dict = {"rms_norm_grad_quant": "no named op for the call prim.if_then_else"}   # issue 37
 
 
 def _rounded(shape=(None, None)):
