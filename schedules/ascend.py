@@ -21,6 +21,8 @@ Four pattern rules (never op names; the same patterns as the CPU and GPU rules) 
   pass streams the data again for the outputs (one pass when the whole channel fits).
   A channel map (no sums: patterns.channel_map) takes the same tiles in one pass per
   channel; its call sums (a counter's total, its reciprocal) run once per core in registers.
+  An (N,) input (one value per batch row: a gather's per-rank counts) is read by the sums
+  with the scalar unit, batch row by batch row (ChannelOperands.batch_in: no UB buffer).
 * ``SegmentTiles``: RowTiles' row pass over (B, S, H) whose column sums restart every S rows
   (patterns.segmented_row_pass), per-segment stages and sums of them over the segments.
   Tasks (one segment's range of rows) are split over the cores; each task streams its rows

@@ -13,6 +13,10 @@ rows of one channel:
     ``ch``, which an if_then_else guard (C++ ?:) leaves unread for an empty channel;
   * ``channel_sum`` blocks (sums over N and HW) -> the vector calls of their body over the
     tile, then row sums (WholeReduceSum / ReduceSum per batch row) into a float32 register;
+    an (N,) input (role ``batch``, one value per batch row, no UB buffer) is a per-row value
+    read from GM by the scalar unit at batch row ``b0 + i`` (a per-row Muls; summed alone,
+    value x len per row), and a single element of a tile input (the channel's first) a
+    scalar GM read at ``ch``: such a sum's function takes (ch, b0, n, len), the others (n, len);
   * ``channel_stage`` blocks (per-channel stages that read the sums) -> scalar code;
   * ``tile`` blocks -> vector calls over the tile, per-channel values as scalars, Cast with
     CAST_RINT to the output's dtype, a strided copy out;
