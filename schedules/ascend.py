@@ -21,6 +21,8 @@ Four pattern rules (never op names; the same patterns as the CPU and GPU rules) 
   pass streams the data again for the outputs (one pass when the whole channel fits).
   A channel map (no sums: patterns.channel_map) takes the same tiles in one pass per
   channel; its call sums (a counter's total, its reciprocal) run once per core in registers.
+  An (N,) input (one value per batch row: a gather's per-rank counts) is read by the sums
+  with the scalar unit, batch row by batch row (ChannelOperands.batch_in: no UB buffer).
 * ``SegmentTiles``: RowTiles' row pass over (B, S, H) whose column sums restart every S rows
   (patterns.segmented_row_pass), per-segment stages and sums of them over the segments.
   Tasks (one segment's range of rows) are split over the cores; each task streams its rows
@@ -52,7 +54,7 @@ from opgen.lazy import s_tir, tvm
 from opgen.schedules import (Block, Knob, PatternRule, ScheduleRule, blocks, pattern_schedule, patterns,
                              same_extent)
 from opgen.schedules.ascend_scratch import scratch_tiles
-from opgen.schedules.ascend_tiling import (CopyAlignmentError, RowOperands, Tiling,  # noqa: F401
+from opgen.schedules.ascend_tiling import (TEMP_TILES, CopyAlignmentError, RowOperands, Tiling,  # noqa: F401
                                            UbBudgetError, plan_rows)
 from opgen.schedules.ascend_tiling_channels import ChannelOperands, plan_channels
 from opgen.schedules.ascend_tiling_groups import GroupOperands, plan_groups
@@ -449,22 +451,24 @@ class ChannelTiles(PatternRule):
             calls = _call_sums(infos)
             outputs = {n for b in infos if b.writes_output for n in b.writes}
         extents = patterns.channel_extents(outs, sums)
-        c = extents[1]
+        n, c = extents[:2]
         params, written = _param_roles(func, infos)
         pick = lambda pred: tuple((nm, t) for nm, (t, s) in params.items() if pred(nm, s))  # noqa: E731
         buffer = lambda b: next(iter(b.writes))  # noqa: E731
+        called = lambda nm: any(nm in b.reads for b in calls)  # noqa: E731
         return ChannelOperands(
             tiles_in=pick(lambda nm, s: nm not in written and _shape_is(s, extents)),
             tiles_out=pick(lambda nm, s: nm in written and _shape_is(s, extents)),
             chans_in=pick(lambda nm, s: nm not in written and _shape_is(s, (c,))),
             scalars_in=pick(lambda nm, s: nm not in written and _shape_is(s, (1,))),
             chan_outs=pick(lambda nm, s: nm in outputs and _shape_is(s, (c,))),
-            calls_in=pick(lambda nm, s: nm not in written and any(nm in b.reads for b in calls)
-                          and not _shape_is(s, (c,))),
+            calls_in=pick(lambda nm, s: nm not in written and called(nm) and not _shape_is(s, (c,))),
+            batch_in=pick(lambda nm, s: nm not in written and not called(nm) and _shape_is(s, (n,))),
             call_sums=tuple(buffer(b) for b in calls),
             sums=tuple(buffer(b) for b in sums),
             statistics=tuple(buffer(b) for b in statistics),
-            chan_stages=tuple(buffer(b) for b in later))
+            chan_stages=tuple(buffer(b) for b in later),
+            scratch_tiles=max(TEMP_TILES, _scratch(sch, outs + sums, [], params, lambda blk: blk.iter_vars[-1])))
 
     def schedule(self, sch, matched, target, knobs):
         outs, sums, stages = matched

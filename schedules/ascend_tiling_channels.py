@@ -31,10 +31,14 @@ class ChannelOperands:
     scalars_in: tuple = ()     # (1,) inputs: one value per call (eps, a mode flag)
     chan_outs: tuple = ()      # (C,) outputs: a sum, or a stage after the sums, per channel
     calls_in: tuple = ()       # (K,) inputs summed whole by a call sum: scalar GM reads, no UB
+    batch_in: tuple = ()       # (N,) inputs: one value per batch row, read by the sums as scalar GM reads, no UB
     call_sums: tuple = ()      # buffers of the call sums (float32 registers, once per core)
     sums: tuple = ()           # buffers of the per-channel sums over N and HW (float32 registers)
     statistics: tuple = ()     # buffers of the per-channel stages that read no sum (registers)
     chan_stages: tuple = ()    # buffers of the per-channel stages that read the sums (registers)
+    # float32 scratch tiles of the tile expressions: what ascend_scratch counts, at least
+    # TEMP_TILES (the pool every channel kernel had before it was counted)
+    scratch_tiles: int = TEMP_TILES
 
     @property
     def dtypes(self) -> set:
@@ -55,7 +59,7 @@ def channel_buffers(hw, ops: ChannelOperands, ub_rows: int, pitch: int, chans: i
     bufs = [UbBuffer(f"in_{n}", "VECIN", nbuf, tile, d, t_expr) for n, d in ops.tiles_in]
     bufs += [UbBuffer(f"out_{n}", "VECOUT", nbuf, tile, d, t_expr) for n, d in ops.tiles_out]
     bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, tile, FLOAT32, t_expr) for n, d in ops.tiles_in if d != FLOAT32]
-    bufs += [UbBuffer(f"tmp{i}", "VECCALC", 1, tile, FLOAT32, t_expr) for i in range(TEMP_TILES)]
+    bufs += [UbBuffer(f"tmp{i}", "VECCALC", 1, tile, FLOAT32, t_expr) for i in range(ops.scratch_tiles)]
     bufs += [UbBuffer(f"in_{n}", "VECIN", 1, chans, d, "ub_chans") for n, d in ops.chans_in]
     bufs += [UbBuffer(f"f32_{n}", "VECCALC", 1, chans, FLOAT32, "ub_chans") for n, d in ops.chans_in if d != FLOAT32]
     bufs += [UbBuffer(f"co_{n}", "VECCALC", 1, chans, FLOAT32, "ub_chans") for n, _ in ops.chan_outs]
@@ -136,6 +140,7 @@ def plan_channels(hw, ops: ChannelOperands, n: int, c: int, hw_elems: int, knobs
     gm = sum(c * size[nm] for nm, _ in ops.chans_in + ops.chan_outs)
     gm += sum(block_dim * size[nm] for nm, _ in ops.scalars_in)
     gm += sum(block_dim * (k or 0) * itemsize(d) for _, d in ops.calls_in)
+    gm += sum(c * n * itemsize(d) for _, d in ops.batch_in)     # each channel's sums read every batch row's value
     fields["ub_chans"] = chans
     if not data:
         pitch = pitch_of(hw, 1, ops.dtypes)

@@ -180,29 +180,30 @@ def test_scratch_tiles_are_what_the_expressions_need():
         .scratch_tiles == 1
 
 
-# Ops a pattern takes but the emitter cannot print yet, each with what it lacks: the two gathers
-# of issue 38 (a per-rank (N,) input of the channel pattern has no UB home). RmsNormGradQuant,
-# whose round-half-even int8 store had no Cast, was one (see via_half).
-_NO_UB_HOME = r"no UB home for the channel pattern's input\(s\) "
-ASCEND_EMIT_GAPS: dict = {"batch_norm_gather_stats_with_counts": _NO_UB_HOME + "counts",
-                          "sync_batch_norm_gather_stats": _NO_UB_HOME + "sample_count"}
+# Ops a pattern takes but the emitter cannot print yet, each with what it lacks: none today.
+# RmsNormGradQuant, whose round-half-even int8 store had no Cast, was one (see via_half); the two
+# gathers of issue 38 were, until the channel pattern read a per-rank (N,) input by the scalar unit.
+ASCEND_EMIT_GAPS: dict = {}
 
 
 def test_scratch_counts_are_tight_for_the_emitter(monkeypatch):
     """Every emitted kernel emits with the counted scratch tiles (else EmitError), and where
     the count is above the one-tile floor, one fewer makes the emitter refuse: the count and
-    the emitter's pool agree, so the UB budget holds exactly the pool."""
+    the emitter's pool agree, so the UB budget holds exactly the pool. The channel pattern's
+    floor is TEMP_TILES (its pool before it was counted), the others' one tile."""
     from opgen import kernels
     from opgen.ops import all_ops
     from opgen.schedules import ascend as ascend_rules
     from opgen.targets.ascend.build import project
     from opgen.targets.ascend.exprs import EmitError
+    from opgen.schedules.ascend_tiling import TEMP_TILES
 
     counted, tight = ascend_rules.scratch_tiles, 0
     for op in all_ops():
         for combo in op.combos:
             if isinstance(kernels.matching_rule(op, combo, A2), ascend_rules.Unsupported):
                 continue    # no pattern takes it: nothing is emitted
+            floor = TEMP_TILES if isinstance(kernels.matching_rule(op, combo, A2), ascend_rules.ChannelTiles) else 1
             mod, symbol = kernels.scheduled_module(op, combo, A2, "default", kernels.kernel_point(op, combo, A2, None))
             func = mod[symbol]
             monkeypatch.setattr(ascend_rules, "scratch_tiles", counted)
@@ -219,7 +220,7 @@ def test_scratch_counts_are_tight_for_the_emitter(monkeypatch):
                 assert "more float32 temporaries" in str(err)
                 tight += 1
             else:
-                assert max(seen, default=1) <= 1, (op.name, combo.tag, seen)   # only the floor may be slack
+                assert max(seen, default=1) <= floor, (op.name, combo.tag, seen)   # only the floor may be slack
     assert tight > 40, tight
 
 

@@ -34,7 +34,8 @@ from opgen.targets.ascend.emit_channels import CHANNEL_MODES
 from opgen.targets.ascend.hardware import DESCRIPTIONS
 
 from tiers import tiered
-from toy_ops import build_toy, channel_pass, channel_pass_blended, channel_pass_reference, check_blended, run_toy
+from toy_ops import (build_toy, channel_batch_weights, channel_batch_weights_reference, channel_pass,
+                     channel_pass_blended, channel_pass_reference, check_blended, run_toy)
 
 EMU = get_target("ascend-emu")
 pytestmark = pytest.mark.skipif(not EMU.can_build(), reason="g++ or the AscendC emulation header is missing")
@@ -166,6 +167,51 @@ def test_float16_and_bfloat16_data_round_once_and_match(rng):
                 assert check_blended(target, kernel, rng, shape, np_dtype, training) <= 1.0
     with pytest.raises(NotImplementedError, match="bfloat16"):
         built("AtlasTraining", (), "blended", "bfloat16")
+
+
+def check_batch_weights(target, kernel, rng, shape) -> float:
+    """Run the channel_batch_weights toy on ``shape`` (integer weights, one of them 0 from 3
+    batch rows on); the worst ratio to opgen.verify's float32 tolerance."""
+    x = (rng.standard_normal(shape) + 3.0).astype(np.float32)
+    w = rng.integers(1, 50, shape[0]).astype(np.float32)
+    if shape[0] >= 3:
+        w[shape[0] // 2] = 0.0
+    got = run_toy(target, kernel, [x, w], ["float32"] * 3)
+    worst = 0.0
+    for name, out, want in zip(("sw", "s1", "m"), got, channel_batch_weights_reference(x, w)):
+        assert out.shape == want.shape, name
+        worst = max(worst, verify.compare(name, out, want, "float32", "float32").ratio)
+    return worst
+
+
+def test_a_per_batch_row_input_is_read_by_the_sums_row_by_row(rng):
+    """An (N,) input (a gather's per-rank counts) has no UB home: each sum reads batch row
+    b0 + i's value with the scalar unit (a per-row Muls, or value x HxW for the input alone),
+    and a sum reading the channel's first element gets it by a scalar GM read at ``ch``.
+    Every mode (rows: passes from b0 > 0), N = 0 (the guarded output is 0), HxW = 0, C = 0."""
+    ops = ChannelTiles().operands(channel_batch_weights())
+    assert ops.batch_in == (("w", "float32"),) and ops.calls_in == () and ops.sums == ("wt_sw", "wt_s1")
+    target, kernel = A2, build_toy(channel_batch_weights(), A2)
+    src = kernel[0].files["op_kernel/test_channel_batch_weights.cpp"]
+    for pattern in ("Sum_wt_sw(ch, b0, n, len);", "Sum_wt_s1(ch, b0, n, len);",
+                    "static_cast<float>(g_w_.GetValue(b0 + i)) * static_cast<float>(len);",
+                    "static_cast<float>(g_x_.GetValue(((0 * t_.C + ch) * t_.HW + 0)))", "if (t_.N > 0) g_w_."):
+        assert pattern in src, pattern
+    assert "in_w_" not in src                                   # no UB buffer for it
+    modes = set()
+    for shape in SHAPES + ((64, 3, 941),):
+        assert check_batch_weights(target, kernel, rng, shape) <= 1.0, shape
+        modes.add(ChannelTiles().tiling(channel_batch_weights(), target, default_knobs(ChannelTiles(), target),
+                                        [shape, (shape[0],)]).mode)
+    assert modes == {"channel", "rows", "hw-chunk", "empty"}
+
+
+@pytest.mark.full
+def test_a_per_batch_row_input_without_data_copy_pad(rng):
+    target = EMU.for_product("AtlasInference")
+    kernel = build_toy(channel_batch_weights(), target)
+    for shape in BLOCK_SHAPES + ((64, 8, 944),):
+        assert check_batch_weights(target, kernel, rng, shape) <= 1.0, shape
 
 
 def test_the_sums_are_deterministic_and_empty_cases_write_what_they_must(rng):

@@ -36,10 +36,8 @@ pytestmark = pytest.mark.skipif(not EMU.can_build(), reason="g++ or the AscendC 
 
 PER_PATTERN = ("rms_norm_grad", "group_norm_backward", "batch_norm",     # rows, groups, channels,
                "ada_layer_norm_backward")                               # segments
-# Every other registered op (the extended tier), but those no Ascend emitter takes yet (issue 38:
-# a per-rank (N,) input of the channel pattern): an op added later is replayed without a line here.
-NOT_EMITTED = ("batch_norm_gather_stats_with_counts", "sync_batch_norm_gather_stats")
-OTHERS = tuple(op.name for op in all_ops() if op.name not in PER_PATTERN + NOT_EMITTED)
+# Every other registered op (the extended tier): an op added later is replayed without a line here.
+OTHERS = tuple(op.name for op in all_ops() if op.name not in PER_PATTERN)
 
 # The CANN attributes a view reads, from the aclnn arguments, as ops-nn's op_api passes them
 # to the l0 op (aclnn_group_norm_backward.cpp: group -> num_groups; aclnn_layer_norm.cpp:

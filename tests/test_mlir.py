@@ -180,7 +180,7 @@ def test_a_guarded_load_is_a_window_of_one_or_no_element():
 
 @pytest.mark.parametrize("condition,otherwise", [
     (lambda x, ci: x[0, ci, 0] > 0, 0.0),      # a condition on data, not sizes
-    (None, 1.0),                               # another value where the guard is false
+    (None, 1.0),                               # a select (not a window) would read x[0, c, 0] unguarded
 ])
 def test_a_select_reading_an_element_of_a_dynamic_axis_is_refused(condition, otherwise):
     """Any other if_then_else is an eager select: its sides are all read, so one that reads
@@ -205,6 +205,31 @@ def test_a_select_on_data_is_an_hfusion_select_of_a_compare():
     cmp = re.search(r"(%cmp\d+) = hfusion.compare \{compare_fn = #hfusion.compare_fn<vne>\} ins\(%b\d+, %f\d+ : "
                     r"tensor<\?x\?xf32>, tensor<\?x\?xf32>\) outs\(%e\d+ : tensor<\?x\?xi1>\)", text)
     assert cmp and re.search(rf"hfusion.select ins\({cmp.group(1)}, %w\d+, %b\d+ : tensor<\?x\?xi1>", text), text
+
+
+def _guarded_mean():
+    """A gather's no-rank mean: ``if_then_else(N > 0, shift + s / k, 0)`` over (C,), s and k
+    per-channel inputs (0/0 where there is no rank), the shift itself a guarded load."""
+    n, c, hw = (te.var(v, "int64") for v in ("N", "C", "HW"))
+    x = te.placeholder((n, c, hw), "float32", name="x")
+    s, k = (te.placeholder((c,), "float32", name=v) for v in ("s", "k"))
+    zero = te.const(0.0, "float32")
+    mean = te.compute((c,), lambda ci: te.if_then_else(
+        n > 0, te.if_then_else(n * hw > 0, x[0, ci, 0], zero) + s[ci] / k[ci], zero), name="mean")
+    graph = stage_graph(te.create_prim_func([x, s, k, mean]).with_attr("global_symbol", "gmean"))
+    return named.print_kernels("gmean", graph, named.kernels(graph))
+
+
+def test_a_size_guarded_select_of_computed_values_is_an_hfusion_select():
+    """Both sides computed over the domain, one kept per element by an hfusion.select of the
+    size condition filled over it (exact: the 0/0 of no rank never reaches the result, as it
+    would through a 0/1 mask); the inner guarded load stays a window. bishengir takes it
+    to HIVM where it is installed."""
+    [(name, text)] = _guarded_mean()
+    mask = re.search(r"(%\w+) = linalg.fill ins\(%v\d+ : i1\) outs\(%e\d+ : tensor<\?xi1>\)", text).group(1)
+    assert re.search(rf"hfusion.select ins\({mask}, %w\d+, %f\d+ : tensor<\?xi1>, tensor<\?xf32>, tensor<\?xf32>\)",
+                     text), text
+    assert "arith.select %v" in text and "dimensions = [0, 2]" in text      # the shift's window
     if ASCEND_MLIR.can_build():
         from opgen.targets.mlir import bishengir
 

@@ -259,6 +259,39 @@ def channel_map():
     return te.create_prim_func([dy, x, shift, scale, counts, y]).with_attr("global_symbol", "test_channel_map")
 
 
+def channel_batch_weights():
+    """A gather's shape: a per-batch-row input w (N,) weighting each batch row of x (N, C, HW)
+    in the per-channel sums, one of which also reads the channel's first element (a shift
+    guarded for an empty channel), and a per-channel output guarded by a size (no batch row:
+    0): x0[c] = x[0, c, 0] if N*HW > 0 else 0; sw[c] = sum w[n]; s1[c] = sum w[n]*(x - x0[c]);
+    m[c] = x0[c] + s1[c]/sw[c] if N > 0 else 0. float32. Returns the PrimFunc (inputs x, w;
+    outputs sw, s1, m)."""
+    n, c, hw = (te.var(v, "int64") for v in ("n", "c", "hw"))
+    x = te.placeholder((n, c, hw), "float32", name="x")
+    w = te.placeholder((n,), "float32", name="w")
+    zero = te.const(0.0, "float32")
+
+    def x0(ch):
+        return te.if_then_else(n * hw > 0, x[0, ch, 0], zero)
+    bn, bhw = te.reduce_axis((0, n), name="bn"), te.reduce_axis((0, hw), name="bhw")
+    sw = te.compute((c,), lambda ch: te.sum(w[bn], axis=[bn, bhw]), name="wt_sw")
+    bn2, bhw2 = te.reduce_axis((0, n), name="bn2"), te.reduce_axis((0, hw), name="bhw2")
+    s1 = te.compute((c,), lambda ch: te.sum(w[bn2] * (x[bn2, ch, bhw2] - x0(ch)), axis=[bn2, bhw2]), name="wt_s1")
+    m = te.compute((c,), lambda ch: te.if_then_else(n > 0, x0(ch) + s1[ch] / sw[ch], zero), name="wt_m")
+    return te.create_prim_func([x, w, sw, s1, m]).with_attr("global_symbol", "test_channel_batch_weights")
+
+
+def channel_batch_weights_reference(x, w) -> list:
+    x, w = x.astype("float64"), w.astype("float64")
+    n, c, hw = x.shape
+    x0 = x[0, :, 0] if n * hw else np.zeros(c)
+    sw = np.full(c, w.sum() * hw)
+    s1 = (w[:, None, None] * (x - x0[None, :, None])).sum(axis=(0, 2))
+    with np.errstate(divide="ignore", invalid="ignore"):
+        m = x0 + s1 / sw if n else np.zeros(c)
+    return [sw, s1, m]
+
+
 def channel_map_reference(dy, x, shift, scale, counts) -> list:
     dy, x = dy.astype("float64"), x.astype("float64")
     a = shift.astype("float64") / counts.astype("float64").sum()

@@ -81,9 +81,10 @@ class AscendEmuTarget(TargetSpec):
             kernel, files = project(func, symbol, self.hardware)
         except EmitError as err:
             kernel, files, failure = None, None, err
-        # A tensor the kernel reads with the scalar unit alone (a channel map's counter,
-        # role "call") never enters the vector unit: its dtype need not be a storage type.
-        scalar_only = {n for n, _, role in getattr(kernel, "args", ()) if role == "call"}
+        # A tensor the kernel reads with the scalar unit alone (a channel map's counter, role
+        # "call"; a per-batch-row count, role "batch") never enters the vector unit: its dtype
+        # need not be a storage type.
+        scalar_only = {n for n, _, role in getattr(kernel, "args", ()) if role in ("call", "batch")}
         missing = sorted({str(b.dtype) for b in func.params if b.name not in scalar_only} - storage)
         if missing:     # e.g. bfloat16 on Atlas training: the description says the hardware has none
             raise NotImplementedError(f"ascend-emu on {self.hardware.product}: no {', '.join(missing)} in its "

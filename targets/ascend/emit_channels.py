@@ -13,6 +13,10 @@ rows of one channel:
     ``ch``, which an if_then_else guard (C++ ?:) leaves unread for an empty channel;
   * ``channel_sum`` blocks (sums over N and HW) -> the vector calls of their body over the
     tile, then row sums (WholeReduceSum / ReduceSum per batch row) into a float32 register;
+    an (N,) input (role ``batch``, one value per batch row, no UB buffer) is a per-row value
+    read from GM by the scalar unit at batch row ``b0 + i`` (a per-row Muls; summed alone,
+    value x len per row), and a single element of a tile input (the channel's first) a
+    scalar GM read at ``ch``: such a sum's function takes (ch, b0, n, len), the others (n, len);
   * ``channel_stage`` blocks (per-channel stages that read the sums) -> scalar code;
   * ``tile`` blocks -> vector calls over the tile, per-channel values as scalars, Cast with
     CAST_RINT to the output's dtype, a strided copy out;
@@ -28,7 +32,6 @@ from dataclasses import dataclass
 
 from opgen.lazy import s_tir
 from opgen.schedules.ascend import ChannelTiles
-from opgen.schedules.ascend_tiling import TEMP_TILES
 from opgen.targets.ascend.emitter import CPP_TYPE, as_float32, camel, copy_in, load_scalars, recorded_stages, store_tile
 from opgen.targets.ascend.emit_groups import scalar_reads_after_load
 from opgen.targets.ascend.exprs import Context, EmitError, Value, emit_expr, reduction_body, row_sums, stored_value, sync
@@ -71,7 +74,7 @@ class ChannelKernel:
 
 def read_channel_kernel(func, symbol: str, knobs: dict) -> ChannelKernel:
     """The channel pattern's pieces from the scheduled function (EmitError for a parameter
-    the pattern has no UB home for, e.g. an (N,) input)."""
+    the pattern has no home for, e.g. a (C, N) input)."""
     sch = s_tir.Schedule(func)
     stages = recorded_stages(sch)
     ops = ChannelTiles().operands(func)
@@ -84,6 +87,7 @@ def read_channel_kernel(func, symbol: str, knobs: dict) -> ChannelKernel:
     role.update({n: "chan" for n, _ in ops.chans_in + ops.chan_outs})
     role.update({n: "scalar" for n, _ in ops.scalars_in})
     role.update({n: "call" for n, _ in ops.calls_in})
+    role.update({n: "batch" for n, _ in ops.batch_in})
     lengths = {str(b.iter_vars[1].dom.extent) for _, r, b in stages if r == "call_sum" and len(b.iter_vars) == 2}
     if len(lengths) > 1:
         raise EmitError(f"{symbol}: call sums over inputs of different lengths (the tiling has one K)")
@@ -122,7 +126,7 @@ def _context(k: ChannelKernel, axes: dict) -> Context:
     # element): a scalar GM read at the channel ``ch``; the caller guards it where N x HxW is 0.
     elements = {} if "n" in a else {name: (f"g_{name}_", ("t_.N", "t_.C", "t_.HW")) for name, _ in k.ops.tiles_in}
     return Context(row_var=None, col_var=None, tiles={}, rows={}, cols={}, sizes=k.sizes,
-                   temps=[f"tmp{i}_t_" for i in range(TEMP_TILES)], loads=loads, elements=elements,
+                   temps=[f"tmp{i}_t_" for i in range(k.ops.scratch_tiles)], loads=loads, elements=elements,
                    index_vars={} if "n" in a else {a["c"]: "ch"})
 
 
@@ -138,17 +142,61 @@ def _scalar_stage(k: ChannelKernel, name: str, blk) -> str:
     return f"s_{blk.body.buffer.name} = {value.text};"
 
 
-def _sum_fn(k: ChannelKernel, name: str, blk) -> list[str]:
-    """Sum_<buffer>(n, len): this pass's contribution to a channel sum (float32 register)."""
+def reads_by_position(k: ChannelKernel, blk) -> bool:
+    """Whether a channel sum reads by where its pass is, not only its tile: a per-batch-row
+    input (batch row ``b0 + i`` of the pass), or single elements of a tile input (the
+    channel's first element, a shift): its Sum function then takes the channel and the
+    pass's first batch row too (``SumArgs``)."""
+    its = [str(iv.var) for iv in blk.iter_vars]               # c, n, h
+    point = [its[1], its[0], its[2]]                           # a tile input's [n, c, h]
+    batch = {n for n, _ in k.ops.batch_in}
+    tiles = {n for n, _ in k.ops.tiles_in}
+    for region in blk.reads:
+        name = region.source.name
+        at = [(str(r.min), int(r.extent) if type(r.extent).__name__ == "IntImm" else None) for r in region.region]
+        if name in batch or (name in tiles and at != [(i, 1) for i in point]):
+            return True
+    return False
+
+
+def sum_args(k: ChannelKernel, blk) -> tuple[str, str]:
+    """(parameters, arguments) of a Sum function: the pass's batch rows and HxW elements,
+    and, for a sum reading by position, the channel and the pass's first batch row."""
+    if reads_by_position(k, blk):
+        return "int64_t ch, int64_t b0, int32_t n, int32_t len", "ch, b0, n, len"
+    return "int32_t n, int32_t len", "n, len"
+
+
+def _sum_context(k: ChannelKernel, blk) -> Context:
+    """A channel sum's homes: the tile inputs as tiles, the per-channel values as registers,
+    a per-batch-row input as a per-row value (batch row ``b0 + i``: a scalar GM read), and
+    single elements of a tile input as scalar GM reads at the channel ``ch``."""
     c_, n_, h_ = _names(blk)
     ctx = _context(k, {"n": n_, "c": c_, "h": h_})
+    if not reads_by_position(k, blk):
+        return ctx
+    for name, _ in k.ops.batch_in:
+        ctx.loads[(name, (n_,))] = Value("row", f"static_cast<float>(g_{name}_.GetValue(b0 + i))")
+    ctx.elements = {name: (f"g_{name}_", ("t_.N", "t_.C", "t_.HW")) for name, _ in k.ops.tiles_in}
+    ctx.index_vars = {c_: "ch"}
+    return ctx
+
+
+def _sum_fn(k: ChannelKernel, name: str, blk) -> list[str]:
+    """Sum_<buffer>(n, len): this pass's contribution to a channel sum (float32 register). A
+    per-row value (a per-batch-row input alone: a count) is the same over a row's ``len``
+    elements: its row's contribution is value x len, one product per row."""
+    ctx = _sum_context(k, blk)
     value = emit_expr(reduction_body(blk.body), ctx)
-    if value.kind != "tile":
-        raise EmitError(f"{name}: a channel sum of a non-tile value")
     acc = f"s_{blk.body.buffer.name}"
-    return ([f"__aicore__ inline void Sum_{blk.body.buffer.name}(int32_t n, int32_t len) {{",
-             "    const int32_t P = t_.pitch;"]
-            + [f"    {line}" for line in ctx.lines + row_sums(value.text, lambda i, v: f"{acc} += {v};")] + ["}"])
+    if value.kind == "row" and not ctx.lines:
+        body = [f"for (int32_t i = 0; i < n; ++i) {{ {acc} += {value.text} * static_cast<float>(len); }}"]
+    elif value.kind == "tile":
+        body = ["const int32_t P = t_.pitch;"] + ctx.lines + row_sums(value.text, lambda i, v: f"{acc} += {v};")
+    else:
+        raise EmitError(f"{name}: a channel sum of a {value.kind} value")
+    return ([f"__aicore__ inline void Sum_{blk.body.buffer.name}({sum_args(k, blk)[0]}) {{"]
+            + [f"    {line}" for line in body] + ["}"])
 
 
 def _call_sum(k: ChannelKernel, blk) -> list[str]:

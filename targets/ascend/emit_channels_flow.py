@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from opgen.schedules.ascend_tiling import itemsize
 from opgen.schedules.ascend_tiling_channels import CHANNELS_PER_COPY, channel_buffers
-from opgen.targets.ascend.emit_channels import CHANNEL_MODES, ChannelKernel, chan_fns, tile_fns
+from opgen.targets.ascend.emit_channels import CHANNEL_MODES, ChannelKernel, chan_fns, sum_args, tile_fns
 from opgen.targets.ascend.emitter import CPP_TYPE, kernel_file
 
-GM_SIZE = {"tile": "t_.N * t_.C * t_.HW", "chan": "t_.C", "scalar": "1", "call": "t_.K"}
+GM_SIZE = {"tile": "t_.N * t_.C * t_.HW", "chan": "t_.C", "scalar": "1", "call": "t_.K", "batch": "t_.N"}
 
 
 def _buffers(k: ChannelKernel, hw):
@@ -52,7 +52,7 @@ def _members_init(k: ChannelKernel, hw) -> tuple[list[str], list[str]]:
 
 
 def _process(k: ChannelKernel) -> list[str]:
-    sums = [f"Sum_{name}(n, len);" for name in k.ops.sums]
+    sums = [f"Sum_{blk.body.buffer.name}({sum_args(k, blk)[1]});" for _, role, blk in k.stages if role == "channel_sum"]
     loop = ["for (int64_t b0 = 0; b0 < t_.N; b0 += t_.ub_rows) {",
             "    const int32_t n = t_.N - b0 < t_.ub_rows ? t_.N - b0 : t_.ub_rows;",
             "    for (int64_t h0 = 0; h0 < t_.HW; h0 += t_.ub_cols) {",

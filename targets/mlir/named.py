@@ -409,6 +409,17 @@ class StagePrinter:
                 and other.value == 0 and kind(load) in LOADS and _constants_or_iterators(load.indices, self.position)
                 and any(kind(i) == "IntImm" for i in load.indices))
 
+    def eager_loads(self, node) -> list:
+        """The loads of ``node`` a select computes over its whole domain: all but those inside
+        a guarded load, which prints as a window reading one element or none (``guarded``)."""
+        if kind(node) == "Call" and node.op.name.endswith("if_then_else") and self.is_guarded_load(node):
+            return []
+        if kind(node) in LOADS:
+            return loads(node)
+        children = list(node.args) if kind(node) == "Call" else \
+            [getattr(node, c) for c in ("a", "b", "value", "condition", "true_value", "false_value") if hasattr(node, c)]
+        return [load for child in children for load in self.eager_loads(child)]
+
     def select(self, condition, true_value, false_value, element: str) -> str:
         """``condition ? a : b`` over the domain: a condition that reads memory (a flag
         attribute passed as a tensor), or one on sizes choosing a computed value
@@ -416,7 +427,7 @@ class StagePrinter:
         (``hfusion.compare``). Eager, as arith.select: both sides are computed (0 / 0 on
         the side not chosen is harmless), so no side may read an element at a constant
         index of a dynamic axis, which an empty tensor lacks (a guarded load: ``guarded``)."""
-        if any(_may_be_out_of_bounds(load) for side in (true_value, false_value) for load in loads(side)):
+        if any(_may_be_out_of_bounds(load) for side in (true_value, false_value) for load in self.eager_loads(side)):
             raise UnsupportedStage(f"stage {self.stage.name}: a select whose sides read an element of a "
                                    f"dynamic axis (read eagerly: out of bounds on an empty tensor)")
         c, a, b = self.tensor(condition), self.tensor(true_value), self.tensor(false_value)

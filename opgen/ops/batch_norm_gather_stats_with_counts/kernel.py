@@ -58,8 +58,7 @@ def gather_compute(stage: str, n, c, hw, count_of, sum_of, sumsq_of, shift_of, e
     cancellation of E[(x-K)^2] - E[x-K]^2 costs little, of E[x^2] - E[x]^2 everything): a
     shift of 0 is the plain form, which is all a caller holding plain sums can do.
     ``no_rank_zero``: the mean of no rank (N = 0) is 0, a size-guarded select; an op whose
-    rules refuse N = 0 goes without it (a select of a computed value has no named-op
-    lowering on ascend-mlir)."""
+    rules refuse N = 0 goes without it."""
     count = _per_channel_sum(f"{stage}_count", n, c, hw, lambda a, ci, i: count_of(a))
     total = _per_channel_sum(f"{stage}_sum", n, c, hw, sum_of)
     squares = _per_channel_sum(f"{stage}_sumsq", n, c, hw, sumsq_of)
