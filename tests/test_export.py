@@ -120,7 +120,8 @@ def test_exported_opencl_plans_replay_without_tvm_and_match_the_reference(tmp_pa
 
 def test_the_replay_sees_a_wrong_launch(tmp_path):
     """Negative control: the second kernel of RmsNormGrad (dgamma's final sum) launched over
-    one block instead of ceil(cols / 256) leaves dgamma's later columns unwritten (NaN)."""
+    one block instead of one per 32 columns (its threadIdx.x; threadIdx.y splits the partials)
+    leaves dgamma's later columns unwritten (NaN): the 33- and 941-column cases fail."""
     if not OPENCL.can_run():
         pytest.skip(f"opencl cannot run here: {OPENCL.missing()}")
     from opgen.runtime import check
@@ -132,7 +133,8 @@ def test_the_replay_sees_a_wrong_launch(tmp_path):
     doc["kernels"][1]["grid"][0] = "1"
     path.write_text(json.dumps(doc))
     failed = {(r.problem, r.output) for r in check.check_plan(path, context=ctx) if not r.passed}
-    assert failed == {("x[4, 941] gamma_ndim=1", "dgamma")}, failed
+    assert failed == {("x[4, 941] gamma_ndim=1", "dgamma"), ("x[7, 33] gamma_ndim=1", "dgamma")}, failed
+    assert doc["kernels"][1]["block"][:2] == ["32", "8"], doc["kernels"][1]["block"]
 
 
 @pytest.mark.skipif(CUDA.export_missing() is not None, reason=f"{CUDA.export_missing()}")

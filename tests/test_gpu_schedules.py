@@ -94,7 +94,10 @@ GPU_FALLBACK_GAPS = {"group_norm": "no GPU rule for a grouped forward yet (issue
                      "batch_norm_elemt_backward": "an elementwise channel map (patterns.channel_map): dlight's fallback "
                                                   "builds what a rule would, a kernel per nest (issue 37)",
                      "batch_norm_elemt": "an elementwise channel map (patterns.channel_map): dlight's fallback "
-                                         "inlines the per-channel scale into one elementwise kernel (issue 38)"}
+                                         "inlines the per-channel scale into one elementwise kernel (issue 38)",
+                     "layer_norm_channels": "sums over the middle axis of (N, C, HW) (patterns.column_pass): no GPU "
+                                            "rule for the column pattern yet (issue 39)",
+                     "layer_norm_channels_backward": "the column pattern, as layer_norm_channels (issue 39)"}
 
 
 def test_every_registered_op_has_a_pattern_rule_on_gpus_for_its_first_combo():
