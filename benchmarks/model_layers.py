@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 
 import numpy as np
 import torch
@@ -33,6 +32,7 @@ import opgen.torch as ot
 from opgen import model_families
 
 sys.path.insert(0, __file__.rsplit("/", 1)[0])
+from tiny_modules import interleaved_samples  # noqa: E402
 from torch_forward import NodeTime  # noqa: E402
 
 
@@ -48,26 +48,10 @@ def norm_shapes(family: str) -> list:
     return seen
 
 
-def _us(fn, batch: int) -> float:
-    if isinstance(fn, NodeTime):
-        return fn.measure_ms(batch) / batch * 1e3
-    start = time.perf_counter()
-    for _ in range(batch):
-        fn()
-    return (time.perf_counter() - start) / batch * 1e6
-
-
 def interleaved(contenders: dict, rounds: int, batch: int) -> dict:
-    for fn in contenders.values():
-        for _ in range(3):
-            fn()
-    times = {name: [] for name in contenders}
-    names = list(contenders)
-    order = np.random.default_rng(0)
-    for _ in range(rounds):
-        for i in order.permutation(len(names)):
-            times[names[i]].append(_us(contenders[names[i]], batch))
-    return {name: (float(np.median(t)), float(np.min(t))) for name, t in times.items()}
+    """(median, min) µs per call of each contender (tiny_modules' interleaved rounds)."""
+    samples = interleaved_samples(contenders, rounds, batch, warmup=3)
+    return {name: (float(np.median(t)), float(np.min(t))) for name, t in samples.items()}
 
 
 def _module_contenders(side: str, module, x, dy) -> dict:

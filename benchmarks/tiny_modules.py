@@ -36,10 +36,11 @@ def _batch_us(fn, batch: int) -> float:
     return (time.perf_counter() - start) / batch * 1e6
 
 
-def interleaved(contenders: dict, rounds: int, batch: int) -> dict:
-    """Median µs per call of each contender over ``rounds`` batches of ``batch`` calls."""
+def interleaved_samples(contenders: dict, rounds: int, batch: int, warmup: int = 50) -> dict:
+    """µs per call of each contender, one sample per batch of ``batch`` calls, ``rounds``
+    samples each, the contenders in a fresh random order every round."""
     for fn in contenders.values():
-        for _ in range(50):
+        for _ in range(warmup):
             fn()
     times = {name: [] for name in contenders}
     names = list(contenders)
@@ -47,7 +48,12 @@ def interleaved(contenders: dict, rounds: int, batch: int) -> dict:
     for _ in range(rounds):
         for i in order.permutation(len(names)):
             times[names[i]].append(_batch_us(contenders[names[i]], batch))
-    return {name: float(np.median(t)) for name, t in times.items()}
+    return times
+
+
+def interleaved(contenders: dict, rounds: int, batch: int) -> dict:
+    """Median µs per call of each contender over ``rounds`` batches of ``batch`` calls."""
+    return {name: float(np.median(t)) for name, t in interleaved_samples(contenders, rounds, batch).items()}
 
 
 def _fresh(*likes):
