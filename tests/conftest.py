@@ -13,7 +13,7 @@ import pytest
 
 from opgen.targets import all_targets, default_target, get_target
 
-from tiers import everything_requested
+from tiers import FULL, everything_requested, kernels_kept_on
 
 TARGET_NAMES = [t.name for t in all_targets()]
 
@@ -133,10 +133,26 @@ def pytest_xdist_auto_num_workers(config):
 
 def pytest_collection_modifyitems(config, items):
     """The default tier leaves out the cases marked ``full`` (tests/tiers.py), unless both
-    tiers were asked for."""
+    tiers were asked for; an op module's generic-target cases off the default target are
+    marked so first when covering keeps their kernel there for no op (below)."""
+    for item in items:
+        if off_the_default_target_and_not_kept(item):
+            item.add_marker(FULL)
     if everything_requested(config):
         return
     extended = [item for item in items if item.get_closest_marker("full")]
     if extended:
         config.hook.pytest_deselected(items=extended)
         items[:] = [item for item in items if not item.get_closest_marker("full")]
+
+
+def off_the_default_target_and_not_kept(item) -> bool:
+    """A case of an op module's test that takes the generic ``target`` fixture and a combo
+    ``tag``, on a target other than the default, whose kernel is not one that ``covering``
+    keeps there over every op (tests/tiers.py: kernels_kept_on): the extended tier's. The
+    module names its op ``OP``; a test without both parameters is left as it is."""
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    target, tag, op = params.get("target"), params.get("tag"), getattr(item.module, "OP", None)
+    if not (isinstance(target, str) and isinstance(tag, str) and op is not None):
+        return False
+    return target != default_target().name and (op.name, tag) not in kernels_kept_on(target)

@@ -27,7 +27,7 @@ from opgen.verify import compare_outputs, run_and_compare
 from aclnn_helpers import assert_matches, base_args, phase_one, product, run_both
 from op_checks import assert_all_pass as _assert_all_pass
 from op_checks import assert_gradient, central_difference
-from tiers import each_dtype_mix
+from tiers import each_dtype_mix, kept_on
 
 BN = get_op("batch_norm_backward")
 BF16 = ml_dtypes.bfloat16
@@ -189,9 +189,9 @@ def test_eval_non_finite_data_makes_the_channels_dx_nan(tensor, rng):
 OPENCL = get_target("opencl")
 
 
-# Every cast opencl emits, once (the first combo of each dtype mix); the other combos in the
-# extended tier (opgen generate verifies each on opencl too).
-OPENCL_COMBOS = each_dtype_mix(BN)
+# The combos covering keeps on opencl over every op (tests/tiers.py: kernels_kept_on); the other
+# combos in the extended tier (opgen generate verifies each on opencl too).
+OPENCL_COMBOS = kept_on(BN, "opencl")
 
 
 @pytest.mark.skipif(not OPENCL.can_run(), reason="opencl cannot run here")

@@ -30,7 +30,7 @@ from opgen.verify import compare_outputs, run_and_compare
 
 from aclnn_helpers import base_args, product, run_both
 from op_checks import assert_gradient as _assert_gradient, central_difference as _central_difference
-from tiers import each_dtype_mix, tiered
+from tiers import each_dtype_mix, kept_on, tiered
 
 OP = get_op("layer_norm_backward")
 TAGS = [c.tag for c in OP.combos]
@@ -884,8 +884,8 @@ def test_aten_peer_matches_the_reference(torch):
 
 # ============================================================ other targets
 
-# Every cast opencl emits, once (the first combo of each dtype mix); the rest extended.
-OPENCL_TAGS = each_dtype_mix(OP, lambda combo: combo.tag)
+# The combos covering keeps on opencl over every op (tests/tiers.py: kernels_kept_on); the rest extended.
+OPENCL_TAGS = kept_on(OP, "opencl", lambda combo: combo.tag)
 
 
 @pytest.mark.parametrize("tag", OPENCL_TAGS)

@@ -105,3 +105,27 @@ def each_dtype_mix(op, value=lambda combo: combo) -> list:
     dtype mix in the default tier (``covering``), the others extended."""
     kept = {combo.tag for _, combo in covering([(op, c) for c in op.combos])}
     return [pytest.param(value(c), id=c.tag, marks=() if c.tag in kept else FULL) for c in op.combos]
+
+
+@functools.lru_cache(maxsize=None)
+def kernels_kept_on(target: str) -> frozenset:
+    """(op name, combo tag) of the kernels ``covering`` keeps on ``target`` over every
+    registered op, in registration order: the default tier's kernels of that target for the
+    tests that any op's module repeats there (its kernel against the reference, its GPU
+    casts). One op's module keeping every mix of its own on each target built the same
+    pattern and the same casts once per op; over every op, a pattern and a dtype mix are
+    built once per target, and an op written in a pattern other ops already show there keeps
+    none (its own module runs it on the default target; the extended tier and ``opgen
+    generate`` everywhere)."""
+    from opgen.ops import all_ops
+    pairs = [(op, combo) for op in all_ops() for combo in op.combos]
+    return frozenset((op.name, combo.tag) for op, combo in covering(pairs, target))
+
+
+def kept_on(op, target: str, value=lambda combo: combo) -> list:
+    """The op's combos as pytest params (``value(combo)``, id its tag) for a test on
+    ``target``, not the default one: those ``kernels_kept_on(target)`` holds in the default
+    tier, the others extended."""
+    kept = kernels_kept_on(target)
+    return [pytest.param(value(c), id=c.tag, marks=() if (op.name, c.tag) in kept else FULL)
+            for c in op.combos]
