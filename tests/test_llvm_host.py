@@ -12,11 +12,9 @@ controls build the same kernels for the name's own features and must find them.
 from __future__ import annotations
 
 import dataclasses
-import os
 import platform
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np

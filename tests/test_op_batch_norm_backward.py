@@ -27,7 +27,7 @@ from opgen.verify import compare_outputs, run_and_compare
 from aclnn_helpers import assert_matches, base_args, phase_one, product, run_both
 from op_checks import assert_all_pass as _assert_all_pass
 from op_checks import assert_gradient, central_difference
-from tiers import each_dtype_mix, kept_on
+from tiers import kept_on
 
 BN = get_op("batch_norm_backward")
 BF16 = ml_dtypes.bfloat16

@@ -37,7 +37,7 @@ from op_checks import assert_gradient as _assert_gradient
 from op_checks import central_difference as _central_difference
 from op_checks import BuiltOnDemand
 from op_checks import flip_first_sign as _flip_first_sign
-from tiers import each_dtype_mix, kept_on, tiered
+from tiers import kept_on, tiered
 
 OP = get_op("group_norm_swish_grad")
 GNS = aclnn.aclnnGroupNormSwishGradGetWorkspaceSize

@@ -30,7 +30,7 @@ from opgen.verify import compare_outputs, run_and_compare
 
 from aclnn_helpers import base_args, product, run_both
 from op_checks import assert_gradient as _assert_gradient, central_difference as _central_difference
-from tiers import each_dtype_mix, kept_on, tiered
+from tiers import kept_on, tiered
 
 OP = get_op("layer_norm_backward")
 TAGS = [c.tag for c in OP.combos]
