@@ -103,8 +103,13 @@ def tiered(cases, keep, ids=None) -> list:
 def each_dtype_mix(op, value=lambda combo: combo) -> list:
     """The op's combos as pytest params (``value(combo)``, id its tag): the first of each
     dtype mix in the default tier (``covering``), the others extended."""
-    kept = {combo.tag for _, combo in covering([(op, c) for c in op.combos])}
-    return [pytest.param(value(c), id=c.tag, marks=() if c.tag in kept else FULL) for c in op.combos]
+    return _combo_params(op, {combo.tag for _, combo in covering([(op, c) for c in op.combos])}, value)
+
+
+def _combo_params(op, kept_tags, value) -> list:
+    """The op's combos as pytest params (``value(combo)``, id its tag), those whose tag is not
+    in ``kept_tags`` marked for the extended tier."""
+    return [pytest.param(value(c), id=c.tag, marks=() if c.tag in kept_tags else FULL) for c in op.combos]
 
 
 @functools.lru_cache(maxsize=None)
@@ -126,6 +131,4 @@ def kept_on(op, target: str, value=lambda combo: combo) -> list:
     """The op's combos as pytest params (``value(combo)``, id its tag) for a test on
     ``target``, not the default one: those ``kernels_kept_on(target)`` holds in the default
     tier, the others extended."""
-    kept = kernels_kept_on(target)
-    return [pytest.param(value(c), id=c.tag, marks=() if (op.name, c.tag) in kept else FULL)
-            for c in op.combos]
+    return _combo_params(op, {tag for name, tag in kernels_kept_on(target) if name == op.name}, value)
