@@ -16,7 +16,10 @@ AVX-512, build for AVX2 (``OPGEN_LLVM_TARGET=<cpu>,-avx512f``).
 Printed per kernel: instructions per element (element: one of the largest input's), and
 from ``objdump -d`` of the kernel's library its innermost loop with the most vector
 instructions, by kind (loads, stores, conversions, arithmetic, ...), so a reader sees what
-an element costs (``--no-count``: the loop alone, no Valgrind).
+an element costs (``--no-count``: the loop alone, no Valgrind). The loop is found by shape
+alone (a backward jump with no other inside): where a kernel's element loop holds guarded
+branches (the llvm generic kernels' dx loop), the loop printed is another one (the final
+sum's); read the disassembly there.
 """
 from __future__ import annotations
 
