@@ -15,6 +15,10 @@ The table gives per row the median over the runs of each run's stream time / opg
 with the stream (same flush): the generic kernel and each variant on the same data, the
 output at a 64-byte boundary and 16 bytes past one (numpy's usual placement); it prints
 stream time / kernel time per contender (no Python call path: what the stores alone do).
+``--kernels --op rms_norm`` does the same for RmsNorm's forward, whose kernel makes the same
+two passes over each row (a sum, then the output from the caches) with one input and no
+column sums: the control that tells the pass structure from what RmsNormGrad's second pass
+adds (docs/cpu-benchmark.md).
 """
 from __future__ import annotations
 
@@ -52,41 +56,45 @@ def _placed(a, offset: int):
     return out
 
 
-def kernels_alone(repeats: int) -> None:
-    """The kernels alone (see the module doc): one line per case."""
+def kernels_alone(op_name: str, repeats: int) -> None:
+    """The kernels alone (see the module doc): one line per case. Full-size tensors (the
+    size of x) are the op's elementwise data; the stream reads the full-size inputs and
+    writes the full-size outputs (same_bytes_stream), the other outputs are zeroed float32."""
     import numpy as np
     import torch
     from opgen import bench, kernels
+    from opgen.dtypes import numpy_dtype
     from opgen.ops import get_op
-    from opgen.ops.rms_norm_grad import Problem
     from opgen.targets import get_target
 
-    op, llvm, rng = get_op("rms_norm_grad"), get_target("llvm"), np.random.default_rng(0)
+    op, llvm, rng = get_op(op_name), get_target("llvm"), np.random.default_rng(0)
     flush, _ = bench.triad()
     for shape in SHAPES:
         for tag in DTYPES:
-            combo = op.combo(tag)
-            problem = Problem(tuple(int(d) for d in shape.split(",")[0].split("x")), 1)
+            combo, problem = op.combo(tag), op.parse_problem(shape)
             inputs = {n: _placed(a, 0) for n, a in op.random_inputs(problem, combo, rng).items()}
             ref = op.reference(problem, inputs)
+            full = max(a.size for a in inputs.values())
+            streamed = [n for n in op.outputs if ref[n].size == full]
             runs = {}
             for offset in (0, 16):
                 for align in (0, 64, 16):
                     if align and offset % align:
                         continue
                     kernel = kernels.get_kernel(op, combo, llvm, knobs={"aligned_stream": align})
-                    arrays = {**inputs, "dx": _placed(np.zeros(ref["dx"].shape, inputs["dy"].dtype), offset),
-                              "dgamma": np.zeros(ref["dgamma"].shape, np.float32)}
-                    runs[f"{'variant' + str(align) if align else 'generic'}@{offset}"] = \
-                        (lambda k=kernel, a=arrays: k(a))
-            data = [torch.from_numpy(inputs[n].view(np.int16 if "bf16" in tag else np.int32)) for n in ("dy", "x")]
-            bits = data[0].numpy().dtype
-            out = torch.from_numpy(_placed(np.zeros(ref["dx"].shape, inputs["dy"].dtype), 0).view(bits))
-            runs["stream"] = bench.same_bytes_stream(data, [out])
+                    outputs = {n: _placed(np.zeros(ref[n].shape, numpy_dtype(combo[n])), offset if n in streamed else 0)
+                               for n in op.outputs}
+                    args = op.kernel_args(problem, {**inputs, **outputs})
+                    runs[f"{'variant' + str(align) if align else 'generic'}@{offset}"] = (lambda k=kernel, a=args: k(a))
+            bits = np.int16 if "bf16" in tag or "f16" in tag else np.int32
+            data = [torch.from_numpy(a.view(bits)) for a in inputs.values() if a.size == full]
+            outs = [torch.from_numpy(_placed(np.zeros(ref[n].shape, numpy_dtype(combo[n])), 0).view(bits))
+                    for n in streamed]
+            runs["stream"] = bench.same_bytes_stream(data, outs)
             times = bench.measure(runs, repeats, flush=flush)
             base = times["stream"]
             cells = ", ".join(f"{n} {t * 1e3:.2f} ms ({base / t:.2f}x)" for n, t in times.items() if n != "stream")
-            print(f"{tag} {shape}: stream {base * 1e3:.2f} ms; {cells}", flush=True)
+            print(f"{op_name} {tag} {shape}: stream {base * 1e3:.2f} ms; {cells}", flush=True)
 
 
 def main(argv=None) -> int:
@@ -96,9 +104,11 @@ def main(argv=None) -> int:
     parser.add_argument("--out-dir", type=Path, default=Path("stream-variant"))
     parser.add_argument("--from-dir", type=Path, help="tabulate the runs saved there; measure nothing")
     parser.add_argument("--kernels", action="store_true", help="time the kernels alone (see the module doc)")
+    parser.add_argument("--op", default="rms_norm_grad",
+                        help="--kernels: the row op (rms_norm, the forward: the same two passes over a row)")
     args = parser.parse_args(argv)
     if args.kernels:
-        kernels_alone(args.repeats)
+        kernels_alone(args.op, args.repeats)
         return 0
     folder = args.from_dir or args.out_dir
     folder.mkdir(parents=True, exist_ok=True)
