@@ -59,7 +59,7 @@ def _placed(a, offset: int):
 def kernels_alone(op_name: str, repeats: int) -> None:
     """The kernels alone (see the module doc): one line per case. Full-size tensors (the
     size of x) are the op's elementwise data; the stream reads the full-size inputs and
-    writes the full-size outputs (same_bytes_stream), the other outputs are zeroed float32."""
+    writes the full-size outputs (same_bytes_stream); the other outputs are zeroed."""
     import numpy as np
     import torch
     from opgen import bench, kernels
