@@ -33,6 +33,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from stream_variant import _placed  # noqa: E402  (a copy of an array at a chosen offset past 64 bytes)
+
 CHILD_FLAG = "--child"
 
 
@@ -45,15 +48,6 @@ def _kernel(op_name: str, tag: str, knobs: dict):
     return op, kernels.get_kernel(op, op.combo(tag), get_target("llvm"), knobs=knobs or None)
 
 
-def _aligned(a, np):
-    """A copy of ``a`` at a 64-byte boundary (torch's placement: the aligned variants apply)."""
-    buf = np.empty(a.nbytes + 64, np.uint8)
-    start = (-buf.ctypes.data) % 64
-    out = buf[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
-    out[...] = a
-    return out
-
-
 def _prepared_call(op_name: str, tag: str, shape: str, knobs: dict) -> tuple:
     """(kernel, its arguments, elements): random inputs of the problem ``shape`` and zeroed
     outputs, every array at a 64-byte boundary; an element is one of the largest input's."""
@@ -63,9 +57,9 @@ def _prepared_call(op_name: str, tag: str, shape: str, knobs: dict) -> tuple:
 
     op, kernel = _kernel(op_name, tag, knobs)
     problem, combo = op.parse_problem(shape), op.combo(tag)
-    inputs = {n: _aligned(a, np) for n, a in op.random_inputs(problem, combo, np.random.default_rng(0)).items()}
+    inputs = {n: _placed(a, 0) for n, a in op.random_inputs(problem, combo, np.random.default_rng(0)).items()}
     want = op.reference(problem, inputs)
-    outputs = {n: _aligned(np.zeros(want[n].shape, numpy_dtype(combo[n])), np) for n in op.outputs}
+    outputs = {n: _placed(np.zeros(want[n].shape, numpy_dtype(combo[n])), 0) for n in op.outputs}
     return kernel, op.kernel_args(problem, {**inputs, **outputs}), max(a.size for a in inputs.values())
 
 
@@ -76,12 +70,11 @@ def run_child(op_name: str, tag: str, shape: str, knobs: dict) -> None:
     print(f"elements {elements}", flush=True)
 
 
-def count(op_name: str, tag: str, shape: str, knobs: dict) -> tuple[int, int]:
-    """(instructions executed in the kernel's library, elements) of one call, in a child
+def count(kernel, op_name: str, tag: str, shape: str, knobs: dict) -> tuple[int, int]:
+    """(instructions executed in ``kernel``'s library, elements) of one call, in a child
     under callgrind: the Ir of every function of the object that holds the kernel's entry
     (``__tvm_ffi_<symbol>``; a private copy of the cached library), its parallel bodies
-    included."""
-    _, kernel = _kernel(op_name, tag, knobs)          # build here: not under Valgrind
+    included. ``kernel`` is built here, so the child only loads it (no build under Valgrind)."""
     with tempfile.TemporaryDirectory() as folder:
         out = Path(folder) / "callgrind.out"
         argv = ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", sys.executable, __file__,
@@ -111,7 +104,7 @@ KINDS = (("store", r"^v?mov\w*\s+%\w+,[^,]*\("),
          ("shift/shuffle", r"^vps[lr]|^vperm|^vpshuf|^vshuf|^vinsert|^vextract|^vunpck|^vpunpck|^v?p?blend"),
          ("fp arithmetic", r"^v(add|sub|mul|fmadd|fmsub|fnmadd|fnmsub|div|max|min)\w*[ps][sd]\s"),
          ("int arithmetic", r"^vp(add|sub|and|or|xor|cmp|andn|srl|sll)|^v(and|or|xor)p"),
-         ("loop control", r"^(add|sub|inc|dec|cmp|test|lea|mov)\w*\s|^j\w+\s"))
+         ("scalar and loop", r"^(add|sub|inc|dec|cmp|test|lea|mov)\w*\s|^j\w+\s"))
 JUMP = re.compile(r"^j\w+\s+([0-9a-f]+)")
 
 
@@ -134,8 +127,8 @@ def _kernel_functions(text: str) -> dict:
 
 def _innermost_loops(rows: list) -> list:
     """Bodies between a backward jump and its target that hold no other backward jump."""
-    backward = [(i, int(JUMP.match(ins).group(1), 16)) for i, (addr, ins) in enumerate(rows)
-                if JUMP.match(ins) and int(JUMP.match(ins).group(1), 16) < addr]
+    targets = [(i, addr, JUMP.match(ins)) for i, (addr, ins) in enumerate(rows)]
+    backward = [(i, int(m.group(1), 16)) for i, addr, m in targets if m and int(m.group(1), 16) < addr]
     loops = []
     for i, target in backward:
         inside = [j for j, _ in backward if j != i and rows[j][0] >= target and j < i]
@@ -179,8 +172,8 @@ def main(argv=None) -> int:
             raise SystemExit(f"instructions_per_element: {tool} is not on PATH")
     print(f"{'op':<20} {'dtypes':<10} {'knobs':<18} {'instructions/element':>20}  hot loop: instructions by kind")
     for tag in tags:
-        instructions, elements = (float("nan"), 1) if args.no_count else count(args.op, tag, args.shape, knobs)
         _, kernel = _kernel(args.op, tag, knobs)
+        instructions, elements = (float("nan"), 1) if args.no_count else count(kernel, args.op, tag, args.shape, knobs)
         size, kinds = hot_loop(kernel.library_path)
         mix = ", ".join(f"{k} {n}" for k, n in kinds.most_common())
         setting = ",".join(f"{k}={v}" for k, v in knobs.items()) or "-"
